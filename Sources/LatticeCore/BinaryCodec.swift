@@ -1,0 +1,503 @@
+/// Input the binary decoder refused. The message says what and where; it never echoes the input.
+public struct CodecError: Error, Hashable, Sendable, CustomStringConvertible {
+    public enum Code: String, Sendable {
+        case truncated, badMagic, unsupportedVersion, wrongKind, malformed, tooLarge, trailingBytes, invalidName
+    }
+    public let code: Code
+    /// What was being read when it failed.
+    public let context: String
+    /// Byte offset in the input.
+    public let offset: Int
+
+    public var description: String {
+        switch code {
+        case .truncated: return "input ends early while reading \(context) at byte \(offset)"
+        case .badMagic: return "not a Lattice binary encoding (bad magic)"
+        case .unsupportedVersion: return "unsupported encoding version \(context)"
+        case .wrongKind: return "expected \(context)"
+        case .malformed: return "malformed \(context) at byte \(offset)"
+        case .tooLarge: return "\(context) at byte \(offset) exceeds its size limit"
+        case .trailingBytes: return "unexpected bytes after the end at byte \(offset)"
+        case .invalidName: return "invalid \(context) at byte \(offset)"
+        }
+    }
+}
+
+/// Lattice's compact binary encoding of records and zone deltas (format version 1).
+///
+/// Layout (integers little-endian; `varint` is unsigned LEB128, at most 10 bytes):
+/// ```
+/// file    = "LTC" version:u8 kind:u8 body            kind 1 = record, 2 = zone delta
+/// record  = zoneID frame
+/// delta   = zoneID since:vv version:vv count:varint frame*
+/// zoneID  = string(zoneName) string(ownerRecordName)
+/// frame   = length:u32 (<= 1 MiB) recordBody
+/// recordBody = string(name) string(type) generation:varint created:stamp flags:u8
+///              [deletion:stamp] [parent:register] fieldCount:varint field*   (flags: 1 deleted, 2 parent)
+/// field   = string(name) kind:u8 (0 register | 1 set) (register | set)
+/// register= stamp optionalValue
+/// set     = context:vv count:varint (value stamp)*
+/// vv      = count:varint (replica:varint hlc:u64)*    replicas strictly ascending, hlc > 0
+/// stamp   = hlc:u64 replica:varint
+/// value   = type:u8 payload    (optionalValue: type 0 = nil)
+/// string  = length:varint utf8-bytes
+/// ```
+/// The encoding is canonical: fields, set entries, vector entries and delta records must be strictly
+/// sorted, so `encode(decode(bytes)) == bytes` for every accepted input. Every count is checked against
+/// the bytes that remain before anything is allocated for it.
+public enum BinaryCodec {
+    public static let formatVersion: UInt8 = 1
+    static let magic: [UInt8] = [0x4C, 0x54, 0x43] // "LTC"
+    static let recordKind: UInt8 = 1
+    static let deltaKind: UInt8 = 2
+
+    // MARK: Encoding
+
+    /// Encodes one record. - Throws: `RecordError.tooLarge` above `Record.maximumEncodedSize`.
+    public static func encode(_ record: Record) throws(RecordError) -> [UInt8] {
+        var writer = BinaryWriter(capacity: 64 + record.fields.count * 32)
+        writer.header(kind: recordKind)
+        writer.zoneID(record.id.zoneID)
+        try writer.frame(record)
+        return writer.bytes
+    }
+
+    /// Encodes a zone delta or whole state. - Throws: `RecordError.tooLarge` if any record exceeds 1 MiB.
+    public static func encode(_ delta: ZoneDelta) throws(RecordError) -> [UInt8] {
+        var writer = BinaryWriter(capacity: 64 + delta.records.count * 160)
+        writer.header(kind: deltaKind)
+        writer.zoneID(delta.zoneID)
+        writer.versionVector(delta.since)
+        writer.versionVector(delta.version)
+        writer.varint(UInt64(delta.records.count))
+        for record in delta.records { try writer.frame(record) }
+        return writer.bytes
+    }
+
+    // MARK: Decoding
+
+    public static func decodeRecord(_ bytes: [UInt8]) throws(CodecError) -> Record {
+        try decode(bytes) { reader throws(CodecError) in
+            try reader.header(kind: recordKind, name: "a record")
+            let zoneID = try reader.zoneID()
+            let record = try reader.frame(zoneID: zoneID)
+            try reader.end()
+            return record
+        }
+    }
+
+    public static func decodeDelta(_ bytes: [UInt8]) throws(CodecError) -> ZoneDelta {
+        try decode(bytes) { reader throws(CodecError) in
+            try reader.header(kind: deltaKind, name: "a zone delta")
+            let zoneID = try reader.zoneID()
+            let since = try reader.versionVector()
+            let version = try reader.versionVector()
+            let count = try reader.count(minimumElementSize: 4 + 1 + 1 + 1 + 9 + 1 + 1, "record count")
+            var records: [Record] = []
+            records.reserveCapacity(count)
+            for _ in 0..<count {
+                let start = reader.offset
+                let record = try reader.frame(zoneID: zoneID)
+                if let last = records.last, compareBytes(last.id.recordName, record.id.recordName) >= 0 {
+                    throw CodecError(code: .malformed, context: "delta (records not in name order)", offset: start)
+                }
+                records.append(record)
+            }
+            try reader.end()
+            return ZoneDelta(zoneID: zoneID, since: since, version: version, records: records)
+        }
+    }
+
+    private static func decode<T>(_ bytes: [UInt8], _ body: (inout BinaryReader) throws(CodecError) -> T)
+        throws(CodecError) -> T {
+        do {
+            return try bytes.withUnsafeBytes { raw in
+                var reader = BinaryReader(raw)
+                return try body(&reader)
+            }
+        } catch let error as CodecError {
+            throw error
+        } catch {
+            throw CodecError(code: .malformed, context: "input", offset: 0)
+        }
+    }
+}
+
+// MARK: - Writer
+
+struct BinaryWriter {
+    var bytes: [UInt8]
+
+    init(capacity: Int) {
+        bytes = []
+        bytes.reserveCapacity(capacity)
+    }
+
+    mutating func header(kind: UInt8) {
+        bytes.append(contentsOf: BinaryCodec.magic)
+        bytes.append(BinaryCodec.formatVersion)
+        bytes.append(kind)
+    }
+
+    @inline(__always)
+    mutating func u8(_ value: UInt8) { bytes.append(value) }
+
+    @inline(__always)
+    mutating func u64(_ value: UInt64) {
+        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    @inline(__always)
+    mutating func varint(_ value: UInt64) {
+        var value = value
+        while value >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
+            value >>= 7
+        }
+        bytes.append(UInt8(value))
+    }
+
+    @inline(__always)
+    mutating func string(_ value: String) {
+        var value = value
+        value.withUTF8 { utf8 in
+            varint(UInt64(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    mutating func zoneID(_ zoneID: ZoneID) {
+        string(zoneID.zoneName)
+        string(zoneID.ownerRecordName)
+    }
+
+    @inline(__always)
+    mutating func stamp(_ stamp: Stamp) {
+        u64(stamp.hlc.rawValue)
+        varint(stamp.replica.rawValue)
+    }
+
+    mutating func versionVector(_ vector: VersionVector) {
+        varint(UInt64(vector.entries.count))
+        for entry in vector.entries {
+            varint(entry.replica.rawValue)
+            u64(entry.hlc.rawValue)
+        }
+    }
+
+    mutating func value(_ value: ScalarValue?) {
+        guard let value else { u8(0); return }
+        u8(value.type.rawValue)
+        switch value {
+        case .string(let s): string(s)
+        case .int64(let i), .timestamp(let i): u64(UInt64(bitPattern: i))
+        case .double(let d): u64(d.bitPattern)
+        case .bytes(let b):
+            varint(UInt64(b.count))
+            bytes.append(contentsOf: b)
+        case .reference(let r):
+            string(r.recordName)
+            u8((r.zoneID == nil ? 0 : 1) | (r.action == .deleteSelf ? 2 : 0))
+            if let zoneID = r.zoneID { self.zoneID(zoneID) }
+        case .location(let l):
+            u64(l.latitude.bitPattern)
+            u64(l.longitude.bitPattern)
+            let optionals = l.optionalDoubles
+            var mask: UInt8 = 0
+            for (bit, part) in optionals.enumerated() where part != nil { mask |= 1 << UInt8(bit) }
+            if l.timestamp != nil { mask |= 1 << 5 }
+            u8(mask)
+            for part in optionals { if let part { u64(part.bitPattern) } }
+            if let timestamp = l.timestamp { u64(UInt64(bitPattern: timestamp)) }
+        }
+    }
+
+    /// Writes a record frame; rolls the buffer back and throws if the record exceeds the size limit.
+    mutating func frame(_ record: Record) throws(RecordError) {
+        let lengthAt = bytes.count
+        u64(0) // placeholder; only 4 bytes are kept
+        bytes.removeLast(4)
+        let start = bytes.count
+        string(record.id.recordName)
+        string(record.recordType)
+        varint(UInt64(record.generation))
+        stamp(record.created)
+        u8((record.deletion == nil ? 0 : 1) | (record.parentRegister == nil ? 0 : 2))
+        if let deletion = record.deletion { stamp(deletion) }
+        if let parent = record.parentRegister {
+            stamp(parent.stamp)
+            value(parent.value)
+        }
+        varint(UInt64(record.fields.count))
+        for field in record.fields {
+            string(field.name)
+            switch field.state {
+            case .register(let register):
+                u8(0)
+                stamp(register.stamp)
+                value(register.value)
+            case .set(let set):
+                u8(1)
+                versionVector(set.context)
+                varint(UInt64(set.entries.count))
+                for entry in set.entries {
+                    value(entry.element)
+                    stamp(entry.dot)
+                }
+            }
+        }
+        let length = bytes.count - start
+        if length > Record.maximumEncodedSize {
+            bytes.removeSubrange(lengthAt...)
+            throw RecordError(code: .tooLarge, message: "record \(record.id.recordName) encodes to \(length) bytes; "
+                              + "the limit is \(Record.maximumEncodedSize) bytes (1 MiB)")
+        }
+        let le = UInt32(length).littleEndian
+        withUnsafeBytes(of: le) { raw in
+            for index in 0..<4 { bytes[lengthAt + index] = raw[index] }
+        }
+    }
+}
+
+// MARK: - Reader
+
+struct BinaryReader {
+    let buffer: UnsafeRawBufferPointer
+    var offset: Int = 0
+    /// Set while reading a frame: no read may pass it.
+    var limit: Int
+
+    init(_ buffer: UnsafeRawBufferPointer) {
+        self.buffer = buffer
+        self.limit = buffer.count
+    }
+
+    var remaining: Int { limit - offset }
+
+    func fail(_ code: CodecError.Code, _ context: String) -> CodecError {
+        CodecError(code: code, context: context, offset: offset)
+    }
+
+    mutating func header(kind: UInt8, name: String) throws(CodecError) {
+        guard remaining >= 5 else { throw fail(.truncated, "header") }
+        for index in 0..<3 where buffer[index] != BinaryCodec.magic[index] { throw fail(.badMagic, "header") }
+        guard buffer[3] == BinaryCodec.formatVersion else { throw fail(.unsupportedVersion, "\(buffer[3])") }
+        guard buffer[4] == kind else { throw fail(.wrongKind, name) }
+        offset = 5
+    }
+
+    func end() throws(CodecError) {
+        if offset != buffer.count { throw fail(.trailingBytes, "end") }
+    }
+
+    @inline(__always)
+    mutating func u8(_ context: @autoclosure () -> String) throws(CodecError) -> UInt8 {
+        guard offset < limit else { throw fail(.truncated, context()) }
+        let value = buffer[offset]
+        offset += 1
+        return value
+    }
+
+    @inline(__always)
+    mutating func u64(_ context: @autoclosure () -> String) throws(CodecError) -> UInt64 {
+        guard limit - offset >= 8 else { throw fail(.truncated, context()) }
+        let value = buffer.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+        offset += 8
+        return UInt64(littleEndian: value)
+    }
+
+    @inline(__always)
+    mutating func u32(_ context: @autoclosure () -> String) throws(CodecError) -> UInt32 {
+        guard limit - offset >= 4 else { throw fail(.truncated, context()) }
+        let value = buffer.loadUnaligned(fromByteOffset: offset, as: UInt32.self)
+        offset += 4
+        return UInt32(littleEndian: value)
+    }
+
+    @inline(__always)
+    mutating func varint(_ context: @autoclosure () -> String) throws(CodecError) -> UInt64 {
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            guard offset < limit else { throw fail(.truncated, context()) }
+            let byte = buffer[offset]
+            offset += 1
+            if shift == 63 && byte > 1 { throw fail(.malformed, context() + " (varint overflows 64 bits)") }
+            result |= UInt64(byte & 0x7F) << shift
+            if byte & 0x80 == 0 {
+                if byte == 0 && shift > 0 { throw fail(.malformed, context() + " (non-minimal varint)") }
+                return result
+            }
+            shift += 7
+        }
+    }
+
+    /// Reads a count and checks it against the bytes that remain before anyone allocates for it.
+    @inline(__always)
+    mutating func count(minimumElementSize: Int, _ context: @autoclosure () -> String) throws(CodecError) -> Int {
+        let value = try varint(context())
+        guard value <= UInt64(remaining / minimumElementSize) else {
+            throw fail(.truncated, context() + " (\(value) elements cannot fit in \(remaining) bytes)")
+        }
+        return Int(value)
+    }
+
+    @inline(__always)
+    mutating func string(_ context: @autoclosure () -> String) throws(CodecError) -> String {
+        let length = try count(minimumElementSize: 1, context())
+        let bytes = UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + length)])
+        var ascii = true
+        for byte in bytes where byte >= 0x80 { ascii = false; break }
+        let result: String?
+        if ascii {
+            result = String(decoding: bytes, as: UTF8.self)
+        } else {
+            result = String(validating: bytes, as: UTF8.self)
+        }
+        guard let result else { throw fail(.malformed, context() + " (invalid UTF-8)") }
+        offset += length
+        return result
+    }
+
+    mutating func name(_ kind: Names.Kind) throws(CodecError) -> String {
+        let start = offset
+        let value = try string(kind.rawValue)
+        guard Names.isValid(value, kind: kind) else {
+            throw CodecError(code: .invalidName, context: kind.rawValue, offset: start)
+        }
+        return value
+    }
+
+    mutating func zoneID() throws(CodecError) -> ZoneID {
+        let zoneName = try name(.zoneName)
+        let owner = try name(.ownerRecordName)
+        return ZoneID(validatedZoneName: zoneName, ownerRecordName: owner)
+    }
+
+    @inline(__always)
+    mutating func stamp(_ context: @autoclosure () -> String) throws(CodecError) -> Stamp {
+        let hlc = try u64(context())
+        let replica = try varint(context())
+        return Stamp(hlc: HLC(rawValue: hlc), replica: ReplicaID(replica))
+    }
+
+    mutating func versionVector() throws(CodecError) -> VersionVector {
+        let count = try count(minimumElementSize: 9, "version vector")
+        var entries: [VersionVector.Entry] = []
+        entries.reserveCapacity(count)
+        for _ in 0..<count {
+            let replica = ReplicaID(try varint("version vector replica"))
+            let hlc = HLC(rawValue: try u64("version vector clock"))
+            if hlc == .zero { throw fail(.malformed, "version vector (zero clock)") }
+            if let last = entries.last, last.replica >= replica {
+                throw fail(.malformed, "version vector (replicas not ascending)")
+            }
+            entries.append(VersionVector.Entry(replica: replica, hlc: hlc))
+        }
+        return VersionVector(sortedEntries: entries)
+    }
+
+    mutating func double(_ context: String) throws(CodecError) -> Double {
+        Double(bitPattern: try u64(context))
+    }
+
+    mutating func value() throws(CodecError) -> ScalarValue? {
+        let tag = try u8("value type")
+        if tag == 0 { return nil }
+        guard let type = ValueType(rawValue: tag) else { throw fail(.malformed, "value (unknown type \(tag))") }
+        switch type {
+        case .string: return .string(try string("string value"))
+        case .int64: return .int64(Int64(bitPattern: try u64("int64 value")))
+        case .double: return .double(try double("double value"))
+        case .timestamp: return .timestamp(Int64(bitPattern: try u64("timestamp value")))
+        case .bytes:
+            let length = try count(minimumElementSize: 1, "bytes value")
+            let bytes = [UInt8](UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + length)]))
+            offset += length
+            return .bytes(bytes)
+        case .reference:
+            let recordName = try name(.recordName)
+            let flags = try u8("reference flags")
+            guard flags & ~3 == 0 else { throw fail(.malformed, "reference flags") }
+            let zoneID = flags & 1 != 0 ? try self.zoneID() : nil
+            return .reference(Reference(validatedRecordName: recordName, zoneID: zoneID,
+                                        action: flags & 2 != 0 ? .deleteSelf : .none))
+        case .location:
+            var location = Location(latitude: try double("latitude"), longitude: try double("longitude"))
+            let mask = try u8("location mask")
+            guard mask & ~0x3F == 0 else { throw fail(.malformed, "location mask") }
+            if mask & 1 != 0 { location.altitude = try double("altitude") }
+            if mask & 2 != 0 { location.horizontalAccuracy = try double("horizontal accuracy") }
+            if mask & 4 != 0 { location.verticalAccuracy = try double("vertical accuracy") }
+            if mask & 8 != 0 { location.course = try double("course") }
+            if mask & 16 != 0 { location.speed = try double("speed") }
+            if mask & 32 != 0 { location.timestamp = Int64(bitPattern: try u64("location timestamp")) }
+            return .location(location)
+        }
+    }
+
+    /// Reads one length-prefixed record frame and checks that it is canonical.
+    mutating func frame(zoneID: ZoneID) throws(CodecError) -> Record {
+        let length = Int(try u32("record frame length"))
+        guard length <= Record.maximumEncodedSize else { throw fail(.tooLarge, "record") }
+        guard length <= remaining else { throw fail(.truncated, "record frame (\(length) bytes declared)") }
+        let outerLimit = limit
+        limit = offset + length
+        let recordName = try name(.recordName)
+        let recordType = try name(.recordType)
+        let generation = try varint("generation")
+        guard generation >= 1 && generation <= UInt64(UInt32.max) else { throw fail(.malformed, "generation") }
+        let created = try stamp("creation stamp")
+        let flags = try u8("record flags")
+        guard flags & ~3 == 0 else { throw fail(.malformed, "record flags") }
+        let deletion = flags & 1 != 0 ? try stamp("deletion stamp") : nil
+        var parent: LWWRegister? = nil
+        if flags & 2 != 0 {
+            if deletion != nil { throw fail(.malformed, "record (a deleted record has no parent)") }
+            let parentStamp = try stamp("parent stamp")
+            let value = try value()
+            if let value, value.type != .reference { throw fail(.malformed, "parent (not a reference)") }
+            parent = LWWRegister(value: value, stamp: parentStamp)
+        }
+        let fieldCount = try count(minimumElementSize: 2 + 9 + 1, "field count")
+        if deletion != nil && fieldCount != 0 { throw fail(.malformed, "record (a deleted record has no fields)") }
+        var fields: [Field] = []
+        fields.reserveCapacity(fieldCount)
+        for _ in 0..<fieldCount {
+            let start = offset
+            let fieldName = try name(.fieldName)
+            if let last = fields.last, compareBytes(last.name, fieldName) >= 0 {
+                throw CodecError(code: .malformed, context: "record (fields not in name order)", offset: start)
+            }
+            let kind = try u8("field kind")
+            switch kind {
+            case 0:
+                let stamp = try stamp("field stamp")
+                fields.append(Field(name: fieldName, state: .register(LWWRegister(value: try value(), stamp: stamp))))
+            case 1:
+                let context = try versionVector()
+                let entryCount = try count(minimumElementSize: 1 + 1 + 9, "set entry count")
+                var entries: [ORSet.Entry] = []
+                entries.reserveCapacity(entryCount)
+                for _ in 0..<entryCount {
+                    guard let element = try value() else { throw fail(.malformed, "set entry (nil element)") }
+                    let dot = try stamp("set entry dot")
+                    let entry = ORSet.Entry(element: element, dot: dot)
+                    if let last = entries.last, !ORSet.entryPrecedes(last, entry) {
+                        throw fail(.malformed, "set (entries not in order)")
+                    }
+                    if !context.covers(dot) { throw fail(.malformed, "set (dot outside its causal context)") }
+                    entries.append(entry)
+                }
+                fields.append(Field(name: fieldName, state: .set(ORSet(sortedEntries: entries, context: context))))
+            default:
+                throw fail(.malformed, "field kind \(kind)")
+            }
+        }
+        guard offset == limit else { throw fail(.malformed, "record frame (length does not match contents)") }
+        limit = outerLimit
+        let id = RecordID(validatedRecordName: recordName, zoneID: zoneID)
+        return Record(id: id, recordType: recordType, generation: UInt32(generation), created: created,
+                      deletion: deletion, parent: parent, fields: fields)
+    }
+}

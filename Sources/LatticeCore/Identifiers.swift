@@ -1,0 +1,145 @@
+/// The identity of one replica (a device, a server, a benchmark peer).
+///
+/// Replica ids break ties between equal hybrid-logical-clock values, so two replicas must never share one.
+public struct ReplicaID: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+    public var rawValue: UInt64
+
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+    public init(_ rawValue: UInt64) { self.rawValue = rawValue }
+
+    /// Parses the 16-hex-digit form printed by `description`.
+    public init?(hex: String) {
+        guard (1...16).contains(hex.utf8.count), let value = UInt64(hex, radix: 16) else { return nil }
+        self.rawValue = value
+    }
+
+    public static func < (lhs: ReplicaID, rhs: ReplicaID) -> Bool { lhs.rawValue < rhs.rawValue }
+
+    /// Sixteen lower-case hex digits, e.g. `000000000000002a`.
+    public var description: String {
+        let digits = String(rawValue, radix: 16)
+        return String(repeating: "0", count: 16 - digits.count) + digits
+    }
+}
+
+/// A zone: a named container of records in one owner's database (CloudKit's `CKRecordZone.ID`).
+public struct ZoneID: Hashable, Sendable, CustomStringConvertible {
+    public let zoneName: String
+    public let ownerRecordName: String
+
+    /// Creates a zone id after checking both names with CloudKit's naming rules.
+    /// - Throws: `NameError` for an empty, over-long, non-ASCII or otherwise illegal name.
+    public init(zoneName: String, ownerRecordName: String) throws(NameError) {
+        try Names.validate(zoneName, kind: .zoneName)
+        try Names.validate(ownerRecordName, kind: .ownerRecordName)
+        self.zoneName = zoneName
+        self.ownerRecordName = ownerRecordName
+    }
+
+    /// For names that were validated before (decoders re-validate; this skips nothing silently).
+    init(validatedZoneName zoneName: String, ownerRecordName: String) {
+        self.zoneName = zoneName
+        self.ownerRecordName = ownerRecordName
+    }
+
+    public var description: String { "\(zoneName):\(ownerRecordName)" }
+}
+
+/// A record's identity: its name inside a zone (CloudKit's `CKRecord.ID`).
+public struct RecordID: Hashable, Sendable, CustomStringConvertible {
+    public let recordName: String
+    public let zoneID: ZoneID
+
+    /// - Throws: `NameError` when `recordName` breaks CloudKit's rules (see `Names`).
+    public init(recordName: String, zoneID: ZoneID) throws(NameError) {
+        try Names.validate(recordName, kind: .recordName)
+        self.recordName = recordName
+        self.zoneID = zoneID
+    }
+
+    init(validatedRecordName recordName: String, zoneID: ZoneID) {
+        self.recordName = recordName
+        self.zoneID = zoneID
+    }
+
+    public var description: String { "\(recordName)@\(zoneID)" }
+}
+
+/// A name that breaks the naming rules, with the rule it broke.
+public struct NameError: Error, Hashable, Sendable, CustomStringConvertible {
+    public enum Rule: String, Sendable {
+        case empty, tooLong, notASCII, controlCharacter, reservedPrefix, pathSeparator, dotSegment, notIdentifier
+    }
+    public let kind: Names.Kind
+    public let rule: Rule
+
+    public var description: String {
+        switch rule {
+        case .empty: return "\(kind.rawValue) must not be empty"
+        case .tooLong: return "\(kind.rawValue) is longer than \(Names.maximumLength) characters"
+        case .notASCII: return "\(kind.rawValue) must be ASCII"
+        case .controlCharacter: return "\(kind.rawValue) must not contain control characters such as NUL"
+        case .reservedPrefix: return "\(kind.rawValue) must not start with '_' (reserved)"
+        case .pathSeparator: return "\(kind.rawValue) must not contain '/' or '\\'"
+        case .dotSegment: return "\(kind.rawValue) must not be '.' or '..'"
+        case .notIdentifier:
+            return "\(kind.rawValue) must start with a letter and hold only letters, digits, '_' and '.'"
+        }
+    }
+}
+
+/// CloudKit's naming rules for record names and zone names.
+///
+/// A name is 1...255 printable ASCII characters, does not start with `_` (reserved for the system),
+/// contains no `/` or `\` and is not a dot segment (`.`, `..`). Owner record names are the one place
+/// a leading `_` is required by CloudKit's own format (`_9a1c...`), so they skip the prefix rule.
+public enum Names {
+    public enum Kind: String, Sendable {
+        case recordName = "record name"
+        case zoneName = "zone name"
+        case ownerRecordName = "owner record name"
+        case fieldName = "field name"
+        case recordType = "record type"
+    }
+
+    public static let maximumLength = 255
+
+    /// Names the system itself may use although they start with `_` or contain dots.
+    public static let systemZoneName = "_defaultZone"
+
+    public static func validate(_ name: String, kind: Kind) throws(NameError) {
+        let bytes = name.utf8
+        if bytes.isEmpty { throw NameError(kind: kind, rule: .empty) }
+        if bytes.count > maximumLength { throw NameError(kind: kind, rule: .tooLong) }
+        for byte in bytes {
+            if byte >= 0x80 { throw NameError(kind: kind, rule: .notASCII) }
+            if byte < 0x20 || byte == 0x7F { throw NameError(kind: kind, rule: .controlCharacter) }
+            if byte == UInt8(ascii: "/") || byte == UInt8(ascii: "\\") {
+                throw NameError(kind: kind, rule: .pathSeparator)
+            }
+        }
+        if name == "." || name == ".." { throw NameError(kind: kind, rule: .dotSegment) }
+        switch kind {
+        case .ownerRecordName:
+            break
+        case .zoneName where name == systemZoneName:
+            break
+        case .recordName, .zoneName, .fieldName, .recordType:
+            if bytes.first == UInt8(ascii: "_") { throw NameError(kind: kind, rule: .reservedPrefix) }
+        }
+        if kind == .fieldName || kind == .recordType {
+            // Field names and record types are identifiers: letters, digits, '_' and '.', starting with a letter.
+            guard let first = bytes.first, isLetter(first),
+                  bytes.allSatisfy({ isLetter($0) || isDigit($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") })
+            else { throw NameError(kind: kind, rule: .notIdentifier) }
+        }
+    }
+
+    /// True when `name` passes `validate(_:kind:)`.
+    public static func isValid(_ name: String, kind: Kind) -> Bool {
+        (try? validate(name, kind: kind)) != nil
+    }
+
+    private static func isLetter(_ b: UInt8) -> Bool { (b | 0x20) >= UInt8(ascii: "a") && (b | 0x20) <= UInt8(ascii: "z") }
+    private static func isDigit(_ b: UInt8) -> Bool { b >= UInt8(ascii: "0") && b <= UInt8(ascii: "9") }
+}

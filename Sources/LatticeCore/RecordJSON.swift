@@ -1,0 +1,342 @@
+import Foundation
+
+/// A JSON record dictionary that does not describe a valid record. The message names the offending key path.
+public struct RecordJSONError: Error, Hashable, Sendable, CustomStringConvertible {
+    public let path: String
+    public let message: String
+    public init(path: String, message: String) {
+        self.path = path
+        self.message = message
+    }
+    public var description: String { "\(path): \(message)" }
+}
+
+// MARK: - Values
+
+extension ScalarValue {
+    /// The CloudKit Web Services JSON form of the value alone (without its type).
+    public var cloudKitJSON: JSON {
+        switch self {
+        case .string(let s): return .string(s)
+        case .int64(let i), .timestamp(let i): return .int(i)
+        case .double(let d): return .double(d)
+        case .bytes(let b): return .string(Data(b).base64EncodedString())
+        case .reference(let r):
+            var object: [String: JSON] = ["recordName": .string(r.recordName), "action": .string(r.action.cloudKitName)]
+            if let zoneID = r.zoneID { object["zoneID"] = zoneID.cloudKitJSON }
+            return .object(object)
+        case .location(let l):
+            var object: [String: JSON] = ["latitude": .double(l.latitude), "longitude": .double(l.longitude)]
+            if let v = l.altitude { object["altitude"] = .double(v) }
+            if let v = l.horizontalAccuracy { object["horizontalAccuracy"] = .double(v) }
+            if let v = l.verticalAccuracy { object["verticalAccuracy"] = .double(v) }
+            if let v = l.course { object["course"] = .double(v) }
+            if let v = l.speed { object["speed"] = .double(v) }
+            if let v = l.timestamp { object["timestamp"] = .int(v) }
+            return .object(object)
+        }
+    }
+
+    /// Parses a JSON value of the given type. - Throws: `RecordJSONError` naming `path`.
+    public init(cloudKitJSON json: JSON, type: ValueType, path: String) throws(RecordJSONError) {
+        func fail(_ message: String) -> RecordJSONError { RecordJSONError(path: path, message: message) }
+        switch type {
+        case .string:
+            guard let s = json.stringValue else { throw fail("expected a string for STRING") }
+            self = .string(s)
+        case .int64:
+            guard case .int(let i) = json else { throw fail("expected an integer for INT64") }
+            self = .int64(i)
+        case .double:
+            guard let d = json.doubleValue else { throw fail("expected a number for DOUBLE") }
+            self = .double(d)
+        case .timestamp:
+            guard let i = json.intValue else { throw fail("expected milliseconds since 1970 for TIMESTAMP") }
+            self = .timestamp(i)
+        case .bytes:
+            guard let s = json.stringValue, let data = Data(base64Encoded: s) else {
+                throw fail("expected a base64 string for BYTES")
+            }
+            self = .bytes([UInt8](data))
+        case .reference:
+            guard let object = json.objectValue, let name = object["recordName"]?.stringValue else {
+                throw fail("expected {\"recordName\": ...} for REFERENCE")
+            }
+            let action: Reference.Action
+            switch object["action"]?.stringValue {
+            case nil, "NONE": action = .none
+            case "DELETE_SELF": action = .deleteSelf
+            default: throw fail("action must be NONE or DELETE_SELF")
+            }
+            let zoneID = try object["zoneID"].map { (z: JSON) throws(RecordJSONError) in
+                try ZoneID(cloudKitJSON: z, defaultOwner: nil, path: path + ".zoneID")
+            }
+            do throws(NameError) {
+                self = .reference(try Reference(recordName: name, zoneID: zoneID, action: action))
+            } catch {
+                throw fail(error.description)
+            }
+        case .location:
+            guard let object = json.objectValue, let latitude = object["latitude"]?.doubleValue,
+                  let longitude = object["longitude"]?.doubleValue else {
+                throw fail("expected {\"latitude\": ..., \"longitude\": ...} for LOCATION")
+            }
+            self = .location(Location(
+                latitude: latitude, longitude: longitude, altitude: object["altitude"]?.doubleValue,
+                horizontalAccuracy: object["horizontalAccuracy"]?.doubleValue,
+                verticalAccuracy: object["verticalAccuracy"]?.doubleValue, course: object["course"]?.doubleValue,
+                speed: object["speed"]?.doubleValue, timestamp: object["timestamp"]?.intValue))
+        }
+    }
+}
+
+extension FieldValue {
+    /// `{"value": ..., "type": "..."}` as in CloudKit Web Services.
+    public var cloudKitJSON: JSON {
+        switch self {
+        case .scalar(let value):
+            return .object(["value": value.cloudKitJSON, "type": .string(value.type.cloudKitName)])
+        case .list(let type, let elements):
+            return .object(["value": .array(elements.map(\.cloudKitJSON)), "type": .string(type.cloudKitName + "_LIST")])
+        }
+    }
+
+    /// Parses `{"value": ..., "type": "..."}`; the type may be omitted for strings, integers and lists of them.
+    public init(cloudKitJSON json: JSON, path: String) throws(RecordJSONError) {
+        guard let object = json.objectValue, let value = object["value"] else {
+            throw RecordJSONError(path: path, message: "expected {\"value\": ..., \"type\": ...}")
+        }
+        let typeName = object["type"]?.stringValue ?? FieldValue.inferredType(value)
+        guard let typeName else { throw RecordJSONError(path: path, message: "missing \"type\"") }
+        if typeName.hasSuffix("_LIST") {
+            guard let type = ValueType(cloudKitName: String(typeName.dropLast(5))) else {
+                throw RecordJSONError(path: path + ".type", message: "unknown type \(typeName)")
+            }
+            guard let array = value.arrayValue else {
+                throw RecordJSONError(path: path + ".value", message: "expected an array for \(typeName)")
+            }
+            var elements: [ScalarValue] = []
+            for (index, element) in array.enumerated() {
+                elements.append(try ScalarValue(cloudKitJSON: element, type: type, path: "\(path).value[\(index)]"))
+            }
+            self = .list(type, elements)
+        } else {
+            guard let type = ValueType(cloudKitName: typeName) else {
+                throw RecordJSONError(path: path + ".type", message: "unknown type \(typeName)")
+            }
+            self = .scalar(try ScalarValue(cloudKitJSON: value, type: type, path: path + ".value"))
+        }
+    }
+
+    static func inferredType(_ value: JSON) -> String? {
+        switch value {
+        case .string: return "STRING"
+        case .int: return "INT64"
+        case .double: return "DOUBLE"
+        case .array(let elements): return elements.first.flatMap(inferredType).map { $0 + "_LIST" } ?? "STRING_LIST"
+        default: return nil
+        }
+    }
+}
+
+extension ZoneID {
+    /// `{"zoneName": ..., "ownerRecordName": ...}`.
+    public var cloudKitJSON: JSON {
+        .object(["zoneName": .string(zoneName), "ownerRecordName": .string(ownerRecordName)])
+    }
+
+    /// Parses a zone id; `defaultOwner` fills a missing `ownerRecordName` (CloudKit's "current user").
+    public init(cloudKitJSON json: JSON, defaultOwner: String?, path: String) throws(RecordJSONError) {
+        guard let object = json.objectValue, let zoneName = object["zoneName"]?.stringValue else {
+            throw RecordJSONError(path: path, message: "expected {\"zoneName\": ...}")
+        }
+        guard let owner = object["ownerRecordName"]?.stringValue ?? defaultOwner else {
+            throw RecordJSONError(path: path, message: "missing ownerRecordName")
+        }
+        do throws(NameError) {
+            try self.init(zoneName: zoneName, ownerRecordName: owner)
+        } catch {
+            throw RecordJSONError(path: path, message: error.description)
+        }
+    }
+}
+
+// MARK: - CRDT metadata
+
+extension Stamp {
+    /// `{"ms": ..., "counter": ..., "replica": "16 hex digits"}`: every number fits a JSON double exactly.
+    public var json: JSON {
+        .object(["ms": .int(Int64(hlc.milliseconds)), "counter": .int(Int64(hlc.counter)),
+                 "replica": .string(replica.description)])
+    }
+
+    public init(json: JSON, path: String) throws(RecordJSONError) {
+        guard let object = json.objectValue, let ms = object["ms"]?.intValue, let counter = object["counter"]?.intValue,
+              let replicaText = object["replica"]?.stringValue else {
+            throw RecordJSONError(path: path, message: "expected {\"ms\", \"counter\", \"replica\"}")
+        }
+        guard ms >= 0 && UInt64(ms) <= HLC.maximumMilliseconds, (0...Int64(UInt16.max)).contains(counter),
+              let replica = ReplicaID(hex: replicaText) else {
+            throw RecordJSONError(path: path, message: "stamp out of range")
+        }
+        self.init(hlc: HLC(milliseconds: UInt64(ms), counter: UInt16(counter)), replica: replica)
+    }
+}
+
+extension VersionVector {
+    /// `[{"replica": ..., "ms": ..., "counter": ...}, ...]` in replica order.
+    public var json: JSON {
+        .array(entries.map { Stamp(hlc: $0.hlc, replica: $0.replica).json })
+    }
+
+    public init(json: JSON, path: String) throws(RecordJSONError) {
+        guard let array = json.arrayValue else { throw RecordJSONError(path: path, message: "expected an array") }
+        var entries: [Entry] = []
+        for (index, element) in array.enumerated() {
+            let stamp = try Stamp(json: element, path: "\(path)[\(index)]")
+            entries.append(Entry(replica: stamp.replica, hlc: stamp.hlc))
+        }
+        self.init(entries)
+    }
+}
+
+// MARK: - Records
+
+extension Record {
+    /// The record as a CloudKit Web Services record dictionary, with CRDT metadata under `crdt` keys
+    /// (see Docs/Merge.md, "JSON form"). CloudKit clients can ignore every `crdt` key.
+    public var cloudKitJSON: JSON {
+        var fieldsJSON: [String: JSON] = [:]
+        for field in fields {
+            switch field.state {
+            case .register(let register):
+                var object: [String: JSON] = ["crdt": .object(["stamp": register.stamp.json])]
+                if let value = register.value {
+                    object["value"] = value.cloudKitJSON
+                    object["type"] = .string(value.type.cloudKitName)
+                } else {
+                    object["value"] = .null
+                }
+                fieldsJSON[field.name] = .object(object)
+            case .set(let set):
+                guard case .list(let type, let elements)? = field.state.value else { continue }
+                let entries: [JSON] = set.entries.map { entry in
+                    var object: [String: JSON] = ["value": entry.element.cloudKitJSON, "stamp": entry.dot.json]
+                    if entry.element.type != type { object["type"] = .string(entry.element.type.cloudKitName) }
+                    return .object(object)
+                }
+                fieldsJSON[field.name] = .object([
+                    "value": .array(elements.map(\.cloudKitJSON)),
+                    "type": .string(type.cloudKitName + "_LIST"),
+                    "crdt": .object(["entries": .array(entries), "context": set.context.json]),
+                ])
+            }
+        }
+        var crdt: [String: JSON] = ["generation": .int(Int64(generation)), "created": created.json]
+        if let deletion { crdt["deletion"] = deletion.json }
+        if let parentRegister { crdt["parent"] = parentRegister.stamp.json }
+        var object: [String: JSON] = [
+            "recordName": .string(id.recordName),
+            "recordType": .string(recordType),
+            "zoneID": id.zoneID.cloudKitJSON,
+            "fields": .object(fieldsJSON),
+            "deleted": .bool(isDeleted),
+            "crdt": .object(crdt),
+        ]
+        if let parentRegister {
+            object["parent"] = parentRegister.value?.cloudKitJSON ?? .null
+        }
+        return .object(object)
+    }
+
+    /// Parses a record dictionary that carries full CRDT metadata (as produced by `cloudKitJSON`).
+    ///
+    /// Plain CloudKit dictionaries without `crdt` keys are not records yet: a server stamps their values
+    /// with its own clock (see the HTTP API).
+    public init(cloudKitJSON json: JSON, zoneID defaultZoneID: ZoneID? = nil) throws(RecordJSONError) {
+        func fail(_ path: String, _ message: String) -> RecordJSONError { RecordJSONError(path: path, message: message) }
+        guard let object = json.objectValue else { throw fail("record", "expected an object") }
+        guard let recordName = object["recordName"]?.stringValue else { throw fail("recordName", "missing") }
+        guard let recordType = object["recordType"]?.stringValue else { throw fail("recordType", "missing") }
+        let zoneID: ZoneID
+        if let zoneJSON = object["zoneID"] {
+            zoneID = try ZoneID(cloudKitJSON: zoneJSON, defaultOwner: defaultZoneID?.ownerRecordName, path: "zoneID")
+        } else if let defaultZoneID {
+            zoneID = defaultZoneID
+        } else {
+            throw fail("zoneID", "missing")
+        }
+        guard let crdt = object["crdt"]?.objectValue else { throw fail("crdt", "missing CRDT metadata") }
+        guard let generation = crdt["generation"]?.intValue, (1...Int64(UInt32.max)).contains(generation) else {
+            throw fail("crdt.generation", "expected an integer from 1")
+        }
+        guard let createdJSON = crdt["created"] else { throw fail("crdt.created", "missing") }
+        let created = try Stamp(json: createdJSON, path: "crdt.created")
+        let deletion = try crdt["deletion"].map { (j: JSON) throws(RecordJSONError) in
+            try Stamp(json: j, path: "crdt.deletion")
+        }
+        let id: RecordID
+        do throws(NameError) {
+            id = try RecordID(recordName: recordName, zoneID: zoneID)
+            try Names.validate(recordType, kind: .recordType)
+        } catch {
+            throw fail("recordName", error.description)
+        }
+        var parent: LWWRegister? = nil
+        if let parentStampJSON = crdt["parent"] {
+            let stamp = try Stamp(json: parentStampJSON, path: "crdt.parent")
+            var value: ScalarValue? = nil
+            if let parentJSON = object["parent"], parentJSON != .null {
+                value = try ScalarValue(cloudKitJSON: parentJSON, type: .reference, path: "parent")
+            }
+            parent = LWWRegister(value: value, stamp: stamp)
+        }
+        var fields: [Field] = []
+        for (name, fieldJSON) in object["fields"]?.objectValue ?? [:] {
+            let path = "fields.\(name)"
+            guard Names.isValid(name, kind: .fieldName) else { throw fail(path, "invalid field name") }
+            guard let fieldObject = fieldJSON.objectValue, let fieldCRDT = fieldObject["crdt"]?.objectValue else {
+                throw fail(path, "missing CRDT metadata")
+            }
+            if let stampJSON = fieldCRDT["stamp"] {
+                let stamp = try Stamp(json: stampJSON, path: path + ".crdt.stamp")
+                var value: ScalarValue? = nil
+                if fieldObject["value"] != .null {
+                    guard case .scalar(let scalar) = try FieldValue(cloudKitJSON: fieldJSON, path: path) else {
+                        throw fail(path, "a register holds a scalar")
+                    }
+                    value = scalar
+                }
+                fields.append(Field(name: name, state: .register(LWWRegister(value: value, stamp: stamp))))
+            } else {
+                guard let typeName = fieldObject["type"]?.stringValue, typeName.hasSuffix("_LIST"),
+                      let listType = ValueType(cloudKitName: String(typeName.dropLast(5))) else {
+                    throw fail(path + ".type", "a list field needs a _LIST type")
+                }
+                guard let entriesJSON = fieldCRDT["entries"]?.arrayValue, let contextJSON = fieldCRDT["context"] else {
+                    throw fail(path + ".crdt", "expected entries and context")
+                }
+                let context = try VersionVector(json: contextJSON, path: path + ".crdt.context")
+                var entries: [ORSet.Entry] = []
+                for (index, entryJSON) in entriesJSON.enumerated() {
+                    let entryPath = "\(path).crdt.entries[\(index)]"
+                    guard let valueJSON = entryJSON["value"], let stampJSON = entryJSON["stamp"] else {
+                        throw fail(entryPath, "expected value and stamp")
+                    }
+                    var type = listType
+                    if let name = entryJSON["type"]?.stringValue {
+                        guard let explicit = ValueType(cloudKitName: name) else { throw fail(entryPath, "unknown type") }
+                        type = explicit
+                    }
+                    let element = try ScalarValue(cloudKitJSON: valueJSON, type: type, path: entryPath + ".value")
+                    let dot = try Stamp(json: stampJSON, path: entryPath + ".stamp")
+                    entries.append(ORSet.Entry(element: element, dot: dot))
+                }
+                fields.append(Field(name: name, state: .set(ORSet(entries: entries, context: context))))
+            }
+        }
+        fields.sort { compareBytes($0.name, $1.name) < 0 }
+        self.init(id: id, recordType: recordType, generation: UInt32(generation), created: created,
+                  deletion: deletion, parent: parent, fields: fields)
+    }
+}
