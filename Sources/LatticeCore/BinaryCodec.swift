@@ -59,7 +59,7 @@ public enum BinaryCodec {
         writer.header(kind: recordKind)
         writer.zoneID(record.id.zoneID)
         try writer.frame(record)
-        return writer.bytes
+        return writer.finish()
     }
 
     /// Encodes a zone delta or whole state. - Throws: `RecordError.tooLarge` if any record exceeds 1 MiB.
@@ -70,8 +70,14 @@ public enum BinaryCodec {
         writer.versionVector(delta.since)
         writer.versionVector(delta.version)
         writer.varint(UInt64(delta.records.count))
-        for record in delta.records { try writer.frame(record) }
-        return writer.bytes
+        for record in delta.records {
+            guard record.id.zoneID == delta.zoneID else {
+                throw RecordError(code: .wrongZone, message: "record \(record.id.recordName) belongs to zone "
+                                  + "\(record.id.zoneID), not to the delta's zone \(delta.zoneID)")
+            }
+            try writer.frame(record)
+        }
+        return writer.finish()
     }
 
     // MARK: Decoding
@@ -80,32 +86,16 @@ public enum BinaryCodec {
         try decode(bytes) { reader throws(CodecError) in
             try reader.header(kind: recordKind, name: "a record")
             let zoneID = try reader.zoneID()
-            let record = try reader.frame(zoneID: zoneID)
+            let start = reader.offset
+            _ = try reader.scanFrame()
             try reader.end()
-            return record
+            reader.offset = start
+            return try reader.frame(zoneID: zoneID)
         }
     }
 
     public static func decodeDelta(_ bytes: [UInt8]) throws(CodecError) -> ZoneDelta {
-        try decode(bytes) { reader throws(CodecError) in
-            try reader.header(kind: deltaKind, name: "a zone delta")
-            let zoneID = try reader.zoneID()
-            let since = try reader.versionVector()
-            let version = try reader.versionVector()
-            let count = try reader.count(minimumElementSize: 4 + 1 + 1 + 1 + 9 + 1 + 1, "record count")
-            var records: [Record] = []
-            records.reserveCapacity(count)
-            for _ in 0..<count {
-                let start = reader.offset
-                let record = try reader.frame(zoneID: zoneID)
-                if let last = records.last, compareBytes(last.id.recordName, record.id.recordName) >= 0 {
-                    throw CodecError(code: .malformed, context: "delta (records not in name order)", offset: start)
-                }
-                records.append(record)
-            }
-            try reader.end()
-            return ZoneDelta(zoneID: zoneID, since: since, version: version, records: records)
-        }
+        try EncodedDelta(validating: bytes).decoded()
     }
 
     private static func decode<T>(_ bytes: [UInt8], _ body: (inout BinaryReader) throws(CodecError) -> T)
@@ -125,36 +115,150 @@ public enum BinaryCodec {
 
 // MARK: - Writer
 
-struct BinaryWriter {
-    var bytes: [UInt8]
+/// A growable byte buffer for encoders: raw stores, no per-byte bounds or uniqueness checks.
+/// `finish()` hands the bytes over as an array of exactly the written size.
+struct BinaryWriter: ~Copyable {
+    private var base: UnsafeMutableRawPointer
+    private var capacity: Int
+    private(set) var count = 0
 
     init(capacity: Int) {
-        bytes = []
-        bytes.reserveCapacity(capacity)
+        self.capacity = max(capacity, 64)
+        base = UnsafeMutableRawPointer.allocate(byteCount: self.capacity, alignment: 8)
+    }
+
+    deinit { base.deallocate() }
+
+    /// The written bytes as an array (one copy of exactly `count` bytes).
+    consuming func finish() -> [UInt8] {
+        let base = self.base, count = self.count
+        let result = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            if count > 0 { buffer.baseAddress!.initialize(from: base.assumingMemoryBound(to: UInt8.self), count: count) }
+            initialized = count
+        }
+        return result
+    }
+
+    /// The bytes written so far, for comparisons before `finish()`.
+    func withWrittenBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        body(UnsafeRawBufferPointer(start: base, count: count))
+    }
+
+    @inline(__always)
+    mutating func reserve(_ extra: Int) {
+        if count &+ extra > capacity { grow(count + extra) }
+    }
+
+    @inline(never)
+    private mutating func grow(_ needed: Int) {
+        var newCapacity = capacity * 2
+        while newCapacity < needed { newCapacity *= 2 }
+        let newBase = UnsafeMutableRawPointer.allocate(byteCount: newCapacity, alignment: 8)
+        newBase.copyMemory(from: base, byteCount: count)
+        base.deallocate()
+        base = newBase
+        capacity = newCapacity
+    }
+
+    /// Reserves one byte for a count that is written later with `patchCount(_:at:)`.
+    @inline(__always)
+    mutating func countPlaceholder() -> Int {
+        u8(0)
+        return count - 1
+    }
+
+    /// Writes `value` as a varint at `offset` (reserved by `countPlaceholder()`), moving what follows
+    /// forward when the varint needs more than one byte.
+    @inline(__always)
+    mutating func patchCount(_ value: Int, at offset: Int) {
+        if value < 0x80 {
+            base.storeBytes(of: UInt8(value), toByteOffset: offset, as: UInt8.self)
+            return
+        }
+        var length = 1
+        var rest = UInt64(value) >> 7
+        while rest > 0 { length += 1; rest >>= 7 }
+        reserve(length - 1)
+        let tail = count - offset - 1
+        (base + offset + length).copyMemory(from: base + offset + 1, byteCount: tail)
+        var v = UInt64(value)
+        for index in 0..<length {
+            let more = index < length - 1
+            base.storeBytes(of: UInt8(truncatingIfNeeded: v & 0x7F) | (more ? 0x80 : 0), toByteOffset: offset + index,
+                            as: UInt8.self)
+            v >>= 7
+        }
+        count += length - 1
+    }
+
+    /// Drops everything written after `count`.
+    mutating func truncate(to count: Int) {
+        precondition(count <= self.count)
+        self.count = count
     }
 
     mutating func header(kind: UInt8) {
-        bytes.append(contentsOf: BinaryCodec.magic)
-        bytes.append(BinaryCodec.formatVersion)
-        bytes.append(kind)
+        append(BinaryCodec.magic)
+        u8(BinaryCodec.formatVersion)
+        u8(kind)
     }
 
     @inline(__always)
-    mutating func u8(_ value: UInt8) { bytes.append(value) }
+    mutating func u8(_ value: UInt8) {
+        reserve(1)
+        base.storeBytes(of: value, toByteOffset: count, as: UInt8.self)
+        count &+= 1
+    }
+
+    @inline(__always)
+    mutating func u32(_ value: UInt32) {
+        reserve(4)
+        base.storeBytes(of: value.littleEndian, toByteOffset: count, as: UInt32.self)
+        count &+= 4
+    }
+
+    /// Overwrites four bytes written earlier (a length placeholder).
+    @inline(__always)
+    mutating func patchU32(_ value: UInt32, at offset: Int) {
+        base.storeBytes(of: value.littleEndian, toByteOffset: offset, as: UInt32.self)
+    }
 
     @inline(__always)
     mutating func u64(_ value: UInt64) {
-        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+        reserve(8)
+        base.storeBytes(of: value.littleEndian, toByteOffset: count, as: UInt64.self)
+        count &+= 8
     }
 
     @inline(__always)
     mutating func varint(_ value: UInt64) {
+        reserve(10)
         var value = value
         while value >= 0x80 {
-            bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
+            base.storeBytes(of: UInt8(truncatingIfNeeded: value) | 0x80, toByteOffset: count, as: UInt8.self)
+            count &+= 1
             value >>= 7
         }
-        bytes.append(UInt8(value))
+        base.storeBytes(of: UInt8(value), toByteOffset: count, as: UInt8.self)
+        count &+= 1
+    }
+
+    /// Appends `bytes[range]` with one memcpy.
+    @inline(__always)
+    mutating func append(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) {
+        let length = range.count
+        guard length > 0 else { return }
+        reserve(length)
+        (base + count).copyMemory(from: bytes.baseAddress! + range.lowerBound, byteCount: length)
+        count &+= length
+    }
+
+    @inline(__always)
+    mutating func append(_ bytes: UnsafeRawBufferPointer) { append(bytes, 0..<bytes.count) }
+
+    @inline(__always)
+    mutating func append(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { append($0) }
     }
 
     @inline(__always)
@@ -162,7 +266,7 @@ struct BinaryWriter {
         var value = value
         value.withUTF8 { utf8 in
             varint(UInt64(utf8.count))
-            bytes.append(contentsOf: utf8)
+            append(UnsafeRawBufferPointer(utf8))
         }
     }
 
@@ -194,7 +298,7 @@ struct BinaryWriter {
         case .double(let d): u64(d.bitPattern)
         case .bytes(let b):
             varint(UInt64(b.count))
-            bytes.append(contentsOf: b)
+            append(b)
         case .reference(let r):
             string(r.recordName)
             u8((r.zoneID == nil ? 0 : 1) | (r.action == .deleteSelf ? 2 : 0))
@@ -214,10 +318,9 @@ struct BinaryWriter {
 
     /// Writes a record frame; rolls the buffer back and throws if the record exceeds the size limit.
     mutating func frame(_ record: Record) throws(RecordError) {
-        let lengthAt = bytes.count
-        u64(0) // placeholder; only 4 bytes are kept
-        bytes.removeLast(4)
-        let start = bytes.count
+        let lengthAt = count
+        u32(0) // the frame length, patched below
+        let start = count
         string(record.id.recordName)
         string(record.recordType)
         varint(UInt64(record.generation))
@@ -246,16 +349,13 @@ struct BinaryWriter {
                 }
             }
         }
-        let length = bytes.count - start
+        let length = count - start
         if length > Record.maximumEncodedSize {
-            bytes.removeSubrange(lengthAt...)
+            truncate(to: lengthAt)
             throw RecordError(code: .tooLarge, message: "record \(record.id.recordName) encodes to \(length) bytes; "
                               + "the limit is \(Record.maximumEncodedSize) bytes (1 MiB)")
         }
-        let le = UInt32(length).littleEndian
-        withUnsafeBytes(of: le) { raw in
-            for index in 0..<4 { bytes[lengthAt + index] = raw[index] }
-        }
+        patchU32(UInt32(length), at: lengthAt)
     }
 }
 
@@ -266,6 +366,8 @@ struct BinaryReader {
     var offset: Int = 0
     /// Set while reading a frame: no read may pass it.
     var limit: Int
+    /// The greatest clock value read so far (stamps and version vectors).
+    var maximumHLC = HLC.zero
 
     init(_ buffer: UnsafeRawBufferPointer) {
         self.buffer = buffer
@@ -378,6 +480,7 @@ struct BinaryReader {
     mutating func stamp(_ context: @autoclosure () -> String) throws(CodecError) -> Stamp {
         let hlc = try u64(context())
         let replica = try varint(context())
+        if hlc > maximumHLC.rawValue { maximumHLC = HLC(rawValue: hlc) }
         return Stamp(hlc: HLC(rawValue: hlc), replica: ReplicaID(replica))
     }
 
@@ -389,6 +492,7 @@ struct BinaryReader {
             let replica = ReplicaID(try varint("version vector replica"))
             let hlc = HLC(rawValue: try u64("version vector clock"))
             if hlc == .zero { throw fail(.malformed, "version vector (zero clock)") }
+            if hlc > maximumHLC { maximumHLC = hlc }
             if let last = entries.last, last.replica >= replica {
                 throw fail(.malformed, "version vector (replicas not ascending)")
             }
@@ -459,7 +563,7 @@ struct BinaryReader {
             if let value, value.type != .reference { throw fail(.malformed, "parent (not a reference)") }
             parent = LWWRegister(value: value, stamp: parentStamp)
         }
-        let fieldCount = try count(minimumElementSize: 2 + 9 + 1, "field count")
+        let fieldCount = try count(minimumElementSize: 5, "field count")
         if deletion != nil && fieldCount != 0 { throw fail(.malformed, "record (a deleted record has no fields)") }
         var fields: [Field] = []
         fields.reserveCapacity(fieldCount)
@@ -499,5 +603,144 @@ struct BinaryReader {
         let id = RecordID(validatedRecordName: recordName, zoneID: zoneID)
         return Record(id: id, recordType: recordType, generation: UInt32(generation), created: created,
                       deletion: deletion, parent: parent, fields: fields)
+    }
+}
+
+// MARK: - Validation without materializing
+
+extension BinaryReader {
+    /// Validates one record frame exactly as strictly as `frame(zoneID:)` and returns its byte range
+    /// (length prefix included) and the range of its name's payload, without building any value.
+    mutating func scanFrame() throws(CodecError) -> (frame: Range<Int>, name: Range<Int>) {
+        let frameStart = offset
+        let length = Int(try u32("record frame length"))
+        guard length <= Record.maximumEncodedSize else { throw fail(.tooLarge, "record") }
+        guard length <= remaining else { throw fail(.truncated, "record frame (\(length) bytes declared)") }
+        let outerLimit = limit
+        limit = offset + length
+        let name = try scanName(.recordName)
+        _ = try scanName(.recordType)
+        let generation = try varint("generation")
+        guard generation >= 1 && generation <= UInt64(UInt32.max) else { throw fail(.malformed, "generation") }
+        _ = try stamp("creation stamp")
+        let flags = try u8("record flags")
+        guard flags & ~3 == 0 else { throw fail(.malformed, "record flags") }
+        let deleted = flags & 1 != 0
+        if deleted { _ = try stamp("deletion stamp") }
+        if flags & 2 != 0 {
+            if deleted { throw fail(.malformed, "record (a deleted record has no parent)") }
+            _ = try stamp("parent stamp")
+            let tag = try scanValue()
+            if tag != 0 && tag != ValueType.reference.rawValue { throw fail(.malformed, "parent (not a reference)") }
+        }
+        let fieldCount = try count(minimumElementSize: 5, "field count")
+        if deleted && fieldCount != 0 { throw fail(.malformed, "record (a deleted record has no fields)") }
+        var previousName: Range<Int>? = nil
+        for _ in 0..<fieldCount {
+            let start = offset
+            let fieldName = try scanName(.fieldName)
+            if let previousName, EncodedOrder.compare(buffer, previousName, buffer, fieldName) >= 0 {
+                throw CodecError(code: .malformed, context: "record (fields not in name order)", offset: start)
+            }
+            previousName = fieldName
+            let kind = try u8("field kind")
+            switch kind {
+            case 0:
+                _ = try stamp("field stamp")
+                _ = try scanValue()
+            case 1:
+                let context = try scanVersionVector()
+                let entryCount = try count(minimumElementSize: 1 + 1 + 9, "set entry count")
+                var previous: (value: Int, dot: Stamp)? = nil
+                for _ in 0..<entryCount {
+                    let valueAt = offset
+                    guard try scanValue() != 0 else { throw fail(.malformed, "set entry (nil element)") }
+                    let dot = try stamp("set entry dot")
+                    if let previous {
+                        var order = EncodedOrder.compareValues(buffer, previous.value, buffer, valueAt)
+                        if order == 0 { order = previous.dot == dot ? 0 : (previous.dot < dot ? -1 : 1) }
+                        if order >= 0 { throw fail(.malformed, "set (entries not in order)") }
+                    }
+                    if !EncodedOrder.covers(buffer, context, dot) {
+                        throw fail(.malformed, "set (dot outside its causal context)")
+                    }
+                    previous = (valueAt, dot)
+                }
+            default:
+                throw fail(.malformed, "field kind \(kind)")
+            }
+        }
+        guard offset == limit else { throw fail(.malformed, "record frame (length does not match contents)") }
+        limit = outerLimit
+        return (frameStart..<offset, name)
+    }
+
+    /// Validates a version vector in place and returns its byte range (count included).
+    mutating func scanVersionVector() throws(CodecError) -> Range<Int> {
+        let start = offset
+        let count = try count(minimumElementSize: 9, "version vector")
+        var previous: UInt64? = nil
+        for _ in 0..<count {
+            let replica = try varint("version vector replica")
+            let hlc = HLC(rawValue: try u64("version vector clock"))
+            if hlc == .zero { throw fail(.malformed, "version vector (zero clock)") }
+            if hlc > maximumHLC { maximumHLC = hlc }
+            if let previous, previous >= replica { throw fail(.malformed, "version vector (replicas not ascending)") }
+            previous = replica
+        }
+        return start..<offset
+    }
+
+    /// Validates a length-prefixed name in place and returns its payload range.
+    mutating func scanName(_ kind: Names.Kind) throws(CodecError) -> Range<Int> {
+        let start = offset
+        let length = try count(minimumElementSize: 1, kind.rawValue)
+        let range = offset..<(offset + length)
+        if Names.brokenRule(UnsafeRawBufferPointer(rebasing: buffer[range]), kind: kind) != nil {
+            throw CodecError(code: .invalidName, context: kind.rawValue, offset: start)
+        }
+        offset += length
+        return range
+    }
+
+    /// Validates a length-prefixed UTF-8 string in place.
+    mutating func scanString(_ context: @autoclosure () -> String) throws(CodecError) {
+        let length = try count(minimumElementSize: 1, context())
+        let bytes = UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + length)])
+        var ascii = true
+        for byte in bytes where byte >= 0x80 { ascii = false; break }
+        if !ascii && String(validating: bytes, as: UTF8.self) == nil {
+            throw fail(.malformed, context() + " (invalid UTF-8)")
+        }
+        offset += length
+    }
+
+    /// Validates an optional value in place and returns its type byte (0 for nil).
+    mutating func scanValue() throws(CodecError) -> UInt8 {
+        let tag = try u8("value type")
+        if tag == 0 { return 0 }
+        guard let type = ValueType(rawValue: tag) else { throw fail(.malformed, "value (unknown type \(tag))") }
+        switch type {
+        case .string: try scanString("string value")
+        case .int64, .double, .timestamp: _ = try u64("\(type) value")
+        case .bytes:
+            let length = try count(minimumElementSize: 1, "bytes value")
+            offset += length
+        case .reference:
+            _ = try scanName(.recordName)
+            let flags = try u8("reference flags")
+            guard flags & ~3 == 0 else { throw fail(.malformed, "reference flags") }
+            if flags & 1 != 0 {
+                _ = try scanName(.zoneName)
+                _ = try scanName(.ownerRecordName)
+            }
+        case .location:
+            _ = try u64("latitude")
+            _ = try u64("longitude")
+            let mask = try u8("location mask")
+            guard mask & ~0x3F == 0 else { throw fail(.malformed, "location mask") }
+            for _ in 0..<mask.nonzeroBitCount { _ = try u64("location part") }
+        }
+        return tag
     }
 }

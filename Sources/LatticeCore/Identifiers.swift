@@ -108,30 +108,37 @@ public enum Names {
     public static let systemZoneName = "_defaultZone"
 
     public static func validate(_ name: String, kind: Kind) throws(NameError) {
-        let bytes = name.utf8
-        if bytes.isEmpty { throw NameError(kind: kind, rule: .empty) }
-        if bytes.count > maximumLength { throw NameError(kind: kind, rule: .tooLong) }
+        if let rule = brokenRule(name.utf8, kind: kind) { throw NameError(kind: kind, rule: rule) }
+    }
+
+    /// The first rule the UTF-8 bytes of a name break, or `nil` for a legal name.
+    @inline(__always)
+    static func brokenRule<Bytes: Collection>(_ bytes: Bytes, kind: Kind) -> NameError.Rule? where Bytes.Element == UInt8 {
+        let count = bytes.count
+        if count == 0 { return .empty }
+        if count > maximumLength { return .tooLong }
+        let identifier = kind == .fieldName || kind == .recordType
+        var index = 0
         for byte in bytes {
-            if byte >= 0x80 { throw NameError(kind: kind, rule: .notASCII) }
-            if byte < 0x20 || byte == 0x7F { throw NameError(kind: kind, rule: .controlCharacter) }
-            if byte == UInt8(ascii: "/") || byte == UInt8(ascii: "\\") {
-                throw NameError(kind: kind, rule: .pathSeparator)
+            if byte >= 0x80 { return .notASCII }
+            if byte < 0x20 || byte == 0x7F { return .controlCharacter }
+            if byte == UInt8(ascii: "/") || byte == UInt8(ascii: "\\") { return .pathSeparator }
+            if identifier {
+                let legal = isLetter(byte) || (index > 0 && (isDigit(byte) || byte == UInt8(ascii: "_")
+                    || byte == UInt8(ascii: ".")))
+                if !legal { return index == 0 && byte == UInt8(ascii: "_") ? .reservedPrefix : .notIdentifier }
             }
+            index += 1
         }
-        if name == "." || name == ".." { throw NameError(kind: kind, rule: .dotSegment) }
+        let first = bytes.first!
+        if first == UInt8(ascii: "."), count <= 2, bytes.allSatisfy({ $0 == UInt8(ascii: ".") }) { return .dotSegment }
         switch kind {
         case .ownerRecordName:
-            break
-        case .zoneName where name == systemZoneName:
-            break
+            return nil
+        case .zoneName where bytes.elementsEqual(systemZoneName.utf8):
+            return nil
         case .recordName, .zoneName, .fieldName, .recordType:
-            if bytes.first == UInt8(ascii: "_") { throw NameError(kind: kind, rule: .reservedPrefix) }
-        }
-        if kind == .fieldName || kind == .recordType {
-            // Field names and record types are identifiers: letters, digits, '_' and '.', starting with a letter.
-            guard let first = bytes.first, isLetter(first),
-                  bytes.allSatisfy({ isLetter($0) || isDigit($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") })
-            else { throw NameError(kind: kind, rule: .notIdentifier) }
+            return first == UInt8(ascii: "_") ? .reservedPrefix : nil
         }
     }
 

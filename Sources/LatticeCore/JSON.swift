@@ -56,7 +56,8 @@ public enum JSON: Hashable, Sendable {
         case .int(let i): out.append(contentsOf: String(i).utf8)
         case .double(let d):
             if d.isFinite {
-                if d.rounded() == d && abs(d) < 1e15 { out.append(contentsOf: String(Int64(d)).utf8) }
+                if d == 0 && d.sign == .minus { out.append(contentsOf: "-0.0".utf8) }
+                else if d.rounded() == d && abs(d) < 1e15 { out.append(contentsOf: String(Int64(d)).utf8) }
                 else { out.append(contentsOf: "\(d)".utf8) }
             } else {
                 out.append(contentsOf: "null".utf8) // JSON has no NaN or infinity

@@ -99,6 +99,10 @@ public struct RecordError: Error, Hashable, Sendable, CustomStringConvertible {
         case tooLarge
         /// A field name that is not an identifier (see `Names`).
         case invalidFieldName
+        /// A parent that is not a same-zone reference with action NONE.
+        case invalidParent
+        /// A record placed in a delta of another zone.
+        case wrongZone
     }
     public let code: Code
     public let message: String
@@ -212,8 +216,19 @@ public struct Record: Hashable, Sendable {
     }
 
     /// Sets or clears the parent reference.
+    /// - Throws: `RecordError.invalidParent` unless the reference has action NONE and stays in this zone
+    ///   (CloudKit's rule: sharing follows `parent`, which never crosses zones).
     public mutating func setParent(_ parent: Reference?, at stamp: Stamp) throws(RecordError) {
         try checkWritable(nil)
+        if let parent {
+            guard parent.action == .none, parent.zoneID == nil || parent.zoneID == id.zoneID else {
+                throw RecordError(code: .invalidParent,
+                                  message: "a parent must be a reference with action NONE in the same zone")
+            }
+            guard parent.recordName != id.recordName || parent.zoneID != nil && parent.zoneID != id.zoneID else {
+                throw RecordError(code: .invalidParent, message: "a record cannot be its own parent")
+            }
+        }
         let write = LWWRegister(value: parent.map(ScalarValue.reference), stamp: stamp)
         if parentRegister == nil { parentRegister = write } else { parentRegister!.merge(write) }
     }

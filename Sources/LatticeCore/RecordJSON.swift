@@ -19,7 +19,11 @@ extension ScalarValue {
         switch self {
         case .string(let s): return .string(s)
         case .int64(let i), .timestamp(let i): return .int(i)
-        case .double(let d): return .double(d)
+        case .double(let d):
+            // JSON has no NaN or infinity: those travel as strings (NaN payload bits are not kept).
+            if d.isNaN { return .string("NaN") }
+            if d.isInfinite { return .string(d < 0 ? "-Infinity" : "Infinity") }
+            return .double(d)
         case .bytes(let b): return .string(Data(b).base64EncodedString())
         case .reference(let r):
             var object: [String: JSON] = ["recordName": .string(r.recordName), "action": .string(r.action.cloudKitName)]
@@ -48,8 +52,14 @@ extension ScalarValue {
             guard case .int(let i) = json else { throw fail("expected an integer for INT64") }
             self = .int64(i)
         case .double:
-            guard let d = json.doubleValue else { throw fail("expected a number for DOUBLE") }
-            self = .double(d)
+            switch json.stringValue {
+            case "NaN"?: self = .double(.nan)
+            case "Infinity"?: self = .double(.infinity)
+            case "-Infinity"?: self = .double(-.infinity)
+            default:
+                guard let d = json.doubleValue else { throw fail("expected a number (or NaN, Infinity) for DOUBLE") }
+                self = .double(d)
+            }
         case .timestamp:
             guard let i = json.intValue else { throw fail("expected milliseconds since 1970 for TIMESTAMP") }
             self = .timestamp(i)
@@ -278,9 +288,16 @@ extension Record {
         let id: RecordID
         do throws(NameError) {
             id = try RecordID(recordName: recordName, zoneID: zoneID)
-            try Names.validate(recordType, kind: .recordType)
         } catch {
             throw fail("recordName", error.description)
+        }
+        do throws(NameError) {
+            try Names.validate(recordType, kind: .recordType)
+        } catch {
+            throw fail("recordType", error.description)
+        }
+        if let deleted = object["deleted"], deleted != .bool(deletion != nil) {
+            throw fail("deleted", "disagrees with crdt.deletion")
         }
         var parent: LWWRegister? = nil
         if let parentStampJSON = crdt["parent"] {

@@ -119,8 +119,13 @@ public struct Location: Hashable, Sendable, Comparable {
                 }
             }
         }
-        if order == 0 && a.timestamp != b.timestamp {
-            order = (a.timestamp ?? .min) < (b.timestamp ?? .min) ? -1 : 1
+        if order == 0 {
+            switch (a.timestamp, b.timestamp) {
+            case (nil, nil): order = 0
+            case (nil, _): order = -1
+            case (_, nil): order = 1
+            case let (x?, y?): order = x == y ? 0 : (x < y ? -1 : 1)
+            }
         }
         return order
     }
