@@ -2,7 +2,7 @@ import LatticeCore
 
 // The merge scenarios of workload lww-orset-v1 on LatticeCore's real code paths: zones hold
 // encoded records, B exports with `encodedChanges(since:)` / `encodedFullState()`, and A imports
-// with `EncodedDelta(validating:)` + `ZoneState.merge(_:clock:)`, exactly as the server and the sync
+// with `ZoneState.merge(encoded:clock:)` (validate, check the clock bound, join), exactly as the server and the sync
 // engine do. Clocks are deterministic: a fixed physical time, so only the HLC counter moves.
 
 /// The `version` reported in run and summary lines.
@@ -53,6 +53,7 @@ func runScenario(_ scenario: Scenario, workload: Workload, verify: Bool) throws 
 
     // 1. A builds the common base; B starts from a copy and has observed A's clock.
     var a = Replica(id: WorkloadReplica.a.id, zone: ZoneState(zoneID: zoneID))
+    let rssBeforeBase = ProcStatus.rssKiB
     let buildBase = try measureSeconds { () throws -> Void in
         for index in workload.base.indices {
             let base = workload.base[index]
@@ -66,6 +67,9 @@ func runScenario(_ scenario: Scenario, workload: Workload, verify: Bool) throws 
         }
     }
     let baseVersion = a.zone.version
+    // Memory of one replica: the resident growth while A alone built the base, per record.
+    let replicaBytesPerRecord = Double(max(0, ProcStatus.rssKiB - rssBeforeBase)) * 1024
+        / Double(workload.parameters.records)
     var b = Replica(id: WorkloadReplica.b.id, zone: a.zone, after: a.clock.latest)
 
     // 2. Both edit independently.
@@ -84,7 +88,7 @@ func runScenario(_ scenario: Scenario, workload: Workload, verify: Bool) throws 
         },
         importing: { bytes in
             guard !bytes.isEmpty else { return }
-            try a.zone.merge(EncodedDelta(validating: bytes), clock: &a.clock)
+            try a.zone.merge(encoded: bytes, clock: &a.clock)
         })
 
     // 4. Checks after timing.
@@ -97,7 +101,11 @@ func runScenario(_ scenario: Scenario, workload: Workload, verify: Bool) throws 
         }
     }
     return ScenarioMeasurement(buildBaseSeconds: buildBase.seconds, applyEditsSeconds: applyEdits.seconds, merge: timing,
-                               verify: result)
+                               verify: result, extra: [
+                                   "replica_rss_bytes_per_record": .double(replicaBytesPerRecord.rounded()),
+                                   "replica_encoded_bytes_per_record": .double(
+                                       (Double(a.zone.encodedSize) / Double(workload.parameters.records)).rounded()),
+                               ])
 }
 
 /// (a) every record only B edited equals B's values in A; (b) after B merges A's changes, A == B.

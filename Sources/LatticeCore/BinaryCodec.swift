@@ -34,7 +34,7 @@ public struct CodecError: Error, Hashable, Sendable, CustomStringConvertible {
 /// frame   = length:u32 (<= 1 MiB) recordBody
 /// recordBody = string(name) string(type) generation:varint created:stamp flags:u8
 ///              [deletion:stamp] [parent:register] fieldCount:varint field*   (flags: 1 deleted, 2 parent)
-/// field   = string(name) kind:u8 (0 register | 1 set) (register | set)
+/// field   = string(name) kind:u8 (0 register | 1 set) length:varint (register | set)   (length of the payload)
 /// register= stamp optionalValue
 /// set     = context:vv count:varint (value stamp)*
 /// vv      = count:varint (replica:varint hlc:u64)*    replicas strictly ascending, hlc > 0
@@ -75,7 +75,7 @@ public enum BinaryCodec {
                 throw RecordError(code: .wrongZone, message: "record \(record.id.recordName) belongs to zone "
                                   + "\(record.id.zoneID), not to the delta's zone \(delta.zoneID)")
             }
-            try writer.frame(record)
+            try writer.frame(record, limit: Record.maximumMergedSize)
         }
         return writer.finish()
     }
@@ -121,13 +121,23 @@ struct BinaryWriter: ~Copyable {
     private var base: UnsafeMutableRawPointer
     private var capacity: Int
     private(set) var count = 0
+    /// False when writing into memory someone else owns (and sized): such a writer never grows.
+    private let owned: Bool
 
     init(capacity: Int) {
         self.capacity = max(capacity, 64)
         base = UnsafeMutableRawPointer.allocate(byteCount: self.capacity, alignment: 8)
+        owned = true
     }
 
-    deinit { base.deallocate() }
+    /// Writes into `memory`, whose size must bound everything written.
+    init(into memory: UnsafeMutableRawBufferPointer) {
+        base = memory.baseAddress!
+        capacity = memory.count
+        owned = false
+    }
+
+    deinit { if owned { base.deallocate() } }
 
     /// The written bytes as an array (one copy of exactly `count` bytes).
     consuming func finish() -> [UInt8] {
@@ -137,6 +147,11 @@ struct BinaryWriter: ~Copyable {
             initialized = count
         }
         return result
+    }
+
+    /// A copy of the bytes written so far; the writer stays usable.
+    func copyBytes() -> [UInt8] {
+        withWrittenBytes { LatticeCore.copyBytes($0) }
     }
 
     /// The bytes written so far, for comparisons before `finish()`.
@@ -151,6 +166,7 @@ struct BinaryWriter: ~Copyable {
 
     @inline(never)
     private mutating func grow(_ needed: Int) {
+        precondition(owned, "a writer over borrowed memory outgrew its bound")
         var newCapacity = capacity * 2
         while newCapacity < needed { newCapacity *= 2 }
         let newBase = UnsafeMutableRawPointer.allocate(byteCount: newCapacity, alignment: 8)
@@ -316,8 +332,8 @@ struct BinaryWriter: ~Copyable {
         }
     }
 
-    /// Writes a record frame; rolls the buffer back and throws if the record exceeds the size limit.
-    mutating func frame(_ record: Record) throws(RecordError) {
+    /// Writes a record frame; rolls the buffer back and throws if the frame exceeds `limit` bytes.
+    mutating func frame(_ record: Record, limit: Int = Record.maximumEncodedSize) throws(RecordError) {
         let lengthAt = count
         u32(0) // the frame length, patched below
         let start = count
@@ -337,23 +353,27 @@ struct BinaryWriter: ~Copyable {
             switch field.state {
             case .register(let register):
                 u8(0)
+                let lengthAt = countPlaceholder()
                 stamp(register.stamp)
                 value(register.value)
+                patchCount(count - lengthAt - 1, at: lengthAt)
             case .set(let set):
                 u8(1)
+                let lengthAt = countPlaceholder()
                 versionVector(set.context)
                 varint(UInt64(set.entries.count))
                 for entry in set.entries {
                     value(entry.element)
                     stamp(entry.dot)
                 }
+                patchCount(count - lengthAt - 1, at: lengthAt)
             }
         }
         let length = count - start
-        if length > Record.maximumEncodedSize {
+        if length > limit {
             truncate(to: lengthAt)
             throw RecordError(code: .tooLarge, message: "record \(record.id.recordName) encodes to \(length) bytes; "
-                              + "the limit is \(Record.maximumEncodedSize) bytes (1 MiB)")
+                              + "the limit is \(limit) bytes")
         }
         patchU32(UInt32(length), at: lengthAt)
     }
@@ -418,6 +438,13 @@ struct BinaryReader {
 
     @inline(__always)
     mutating func varint(_ context: @autoclosure () -> String) throws(CodecError) -> UInt64 {
+        if offset < limit {
+            let first = buffer[offset]
+            if first < 0x80 {
+                offset &+= 1
+                return UInt64(first)
+            }
+        }
         var result: UInt64 = 0
         var shift: UInt64 = 0
         while true {
@@ -448,10 +475,8 @@ struct BinaryReader {
     mutating func string(_ context: @autoclosure () -> String) throws(CodecError) -> String {
         let length = try count(minimumElementSize: 1, context())
         let bytes = UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + length)])
-        var ascii = true
-        for byte in bytes where byte >= 0x80 { ascii = false; break }
         let result: String?
-        if ascii {
+        if BinaryReader.isASCII(bytes) {
             result = String(decoding: bytes, as: UTF8.self)
         } else {
             result = String(validating: bytes, as: UTF8.self)
@@ -540,10 +565,25 @@ struct BinaryReader {
         }
     }
 
+    /// Reads a field's payload length and confines reads to the payload; returns the limit to restore.
+    @inline(__always)
+    mutating func beginFieldPayload() throws(CodecError) -> Int {
+        let length = try count(minimumElementSize: 1, "field length")
+        let outer = limit
+        limit = offset + length
+        return outer
+    }
+
+    @inline(__always)
+    mutating func endFieldPayload(restoring outer: Int) throws(CodecError) {
+        guard offset == limit else { throw fail(.malformed, "field (length does not match contents)") }
+        limit = outer
+    }
+
     /// Reads one length-prefixed record frame and checks that it is canonical.
     mutating func frame(zoneID: ZoneID) throws(CodecError) -> Record {
         let length = Int(try u32("record frame length"))
-        guard length <= Record.maximumEncodedSize else { throw fail(.tooLarge, "record") }
+        guard length <= Record.maximumMergedSize else { throw fail(.tooLarge, "record") }
         guard length <= remaining else { throw fail(.truncated, "record frame (\(length) bytes declared)") }
         let outerLimit = limit
         limit = offset + length
@@ -560,10 +600,15 @@ struct BinaryReader {
             if deletion != nil { throw fail(.malformed, "record (a deleted record has no parent)") }
             let parentStamp = try stamp("parent stamp")
             let value = try value()
-            if let value, value.type != .reference { throw fail(.malformed, "parent (not a reference)") }
+            if let value {
+                guard case .reference(let reference) = value, reference.zoneID == nil, reference.action == .none,
+                      compareBytes(reference.recordName, recordName) != 0 else {
+                    throw fail(.malformed, "parent (must be a same-zone reference with action NONE to another record)")
+                }
+            }
             parent = LWWRegister(value: value, stamp: parentStamp)
         }
-        let fieldCount = try count(minimumElementSize: 5, "field count")
+        let fieldCount = try count(minimumElementSize: 6, "field count")
         if deletion != nil && fieldCount != 0 { throw fail(.malformed, "record (a deleted record has no fields)") }
         var fields: [Field] = []
         fields.reserveCapacity(fieldCount)
@@ -574,6 +619,7 @@ struct BinaryReader {
                 throw CodecError(code: .malformed, context: "record (fields not in name order)", offset: start)
             }
             let kind = try u8("field kind")
+            let outer = try beginFieldPayload()
             switch kind {
             case 0:
                 let stamp = try stamp("field stamp")
@@ -597,6 +643,7 @@ struct BinaryReader {
             default:
                 throw fail(.malformed, "field kind \(kind)")
             }
+            try endFieldPayload(restoring: outer)
         }
         guard offset == limit else { throw fail(.malformed, "record frame (length does not match contents)") }
         limit = outerLimit
@@ -614,7 +661,7 @@ extension BinaryReader {
     mutating func scanFrame() throws(CodecError) -> (frame: Range<Int>, name: Range<Int>) {
         let frameStart = offset
         let length = Int(try u32("record frame length"))
-        guard length <= Record.maximumEncodedSize else { throw fail(.tooLarge, "record") }
+        guard length <= Record.maximumMergedSize else { throw fail(.tooLarge, "record") }
         guard length <= remaining else { throw fail(.truncated, "record frame (\(length) bytes declared)") }
         let outerLimit = limit
         limit = offset + length
@@ -630,10 +677,19 @@ extension BinaryReader {
         if flags & 2 != 0 {
             if deleted { throw fail(.malformed, "record (a deleted record has no parent)") }
             _ = try stamp("parent stamp")
+            let valueAt = offset
             let tag = try scanValue()
-            if tag != 0 && tag != ValueType.reference.rawValue { throw fail(.malformed, "parent (not a reference)") }
+            if tag != 0 {
+                // Canonical parent: a reference with no zone (same zone) and action NONE, to another record.
+                var cursor = ByteCursor(buffer, at: valueAt + 1)
+                let parentName = cursor.string()
+                guard tag == ValueType.reference.rawValue, cursor.u8() == 0,
+                      EncodedOrder.compare(buffer, parentName, buffer, name) != 0 else {
+                    throw fail(.malformed, "parent (must be a same-zone reference with action NONE to another record)")
+                }
+            }
         }
-        let fieldCount = try count(minimumElementSize: 5, "field count")
+        let fieldCount = try count(minimumElementSize: 6, "field count")
         if deleted && fieldCount != 0 { throw fail(.malformed, "record (a deleted record has no fields)") }
         var previousName: Range<Int>? = nil
         for _ in 0..<fieldCount {
@@ -644,6 +700,7 @@ extension BinaryReader {
             }
             previousName = fieldName
             let kind = try u8("field kind")
+            let outer = try beginFieldPayload()
             switch kind {
             case 0:
                 _ = try stamp("field stamp")
@@ -669,6 +726,7 @@ extension BinaryReader {
             default:
                 throw fail(.malformed, "field kind \(kind)")
             }
+            try endFieldPayload(restoring: outer)
         }
         guard offset == limit else { throw fail(.malformed, "record frame (length does not match contents)") }
         limit = outerLimit
@@ -707,12 +765,29 @@ extension BinaryReader {
     mutating func scanString(_ context: @autoclosure () -> String) throws(CodecError) {
         let length = try count(minimumElementSize: 1, context())
         let bytes = UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + length)])
-        var ascii = true
-        for byte in bytes where byte >= 0x80 { ascii = false; break }
-        if !ascii && String(validating: bytes, as: UTF8.self) == nil {
+        if !BinaryReader.isASCII(bytes) && String(validating: bytes, as: UTF8.self) == nil {
             throw fail(.malformed, context() + " (invalid UTF-8)")
         }
         offset += length
+    }
+
+    /// True when every byte is below 0x80 (checked eight bytes at a time).
+    @inline(__always)
+    static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        let count = bytes.count
+        guard count > 0 else { return true }
+        let base = bytes.baseAddress!
+        var index = 0
+        var high: UInt64 = 0
+        while index &+ 8 <= count {
+            high |= base.loadUnaligned(fromByteOffset: index, as: UInt64.self)
+            index &+= 8
+        }
+        while index < count {
+            high |= UInt64(base.load(fromByteOffset: index, as: UInt8.self))
+            index &+= 1
+        }
+        return high & 0x8080_8080_8080_8080 == 0
     }
 
     /// Validates an optional value in place and returns its type byte (0 for nil).

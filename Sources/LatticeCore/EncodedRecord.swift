@@ -152,63 +152,68 @@ struct FrameHeader {
     }
 }
 
-/// One field inside a frame.
+/// One field inside a frame: `string(name) kind:u8 length:varint payload`.
 struct FieldView {
     var whole: Range<Int>
     var name: Range<Int>
     var isSet: Bool
-    /// Register: the winning write's stamp and the offset of its value's type byte.
-    var stamp: Stamp
-    var value: Int
-    /// Set: the causal context (count included), the entry count and the offset of the first entry.
-    var context: Range<Int>
-    var entryCount: Int
-    var entries: Int
+    /// Start of the payload (after the length).
+    var payload: Int
 
-    /// Reads the field at `cursor` and moves past it.
+    /// Reads the field header at `cursor` and moves past the whole field without parsing its payload.
     @inline(__always) init(_ c: inout ByteCursor) {
         let start = c.offset
         name = c.string()
         isSet = c.u8() == 1
-        if isSet {
-            stamp = Stamp(hlc: .zero, replica: ReplicaID(0))
-            value = 0
-            context = c.skipVersionVector()
-            entryCount = Int(c.varint())
-            entries = c.offset
-            for _ in 0..<entryCount {
-                c.skipValue()
-                _ = c.stamp()
-            }
-        } else {
-            stamp = c.stamp()
-            value = c.offset
-            c.skipValue()
-            context = 0..<0
-            entryCount = 0
-            entries = 0
-        }
+        let length = Int(c.varint())
+        payload = c.offset
+        c.offset += length
         whole = start..<c.offset
+    }
+
+    /// A register's winning stamp.
+    @inline(__always) func stamp(_ p: UnsafeRawBufferPointer) -> Stamp {
+        var c = ByteCursor(p, at: payload)
+        return c.stamp()
+    }
+
+    /// A register's value (offset of its type byte).
+    @inline(__always) func valueOffset(_ p: UnsafeRawBufferPointer) -> Int {
+        var c = ByteCursor(p, at: payload)
+        _ = c.stamp()
+        return c.offset
+    }
+
+    /// A set's causal context (count included), entry count and first entry.
+    @inline(__always) func setLayout(_ p: UnsafeRawBufferPointer) -> (context: Range<Int>, entryCount: Int, entries: Int) {
+        var c = ByteCursor(p, at: payload)
+        let context = c.skipVersionVector()
+        let count = Int(c.varint())
+        return (context, count, c.offset)
     }
 }
 
 // MARK: - Comparisons on encoded bytes
 
 enum EncodedOrder {
-    /// Lexicographic comparison of two byte ranges: -1, 0 or 1.
+    /// Lexicographic comparison of two byte ranges: -1, 0 or 1 (eight bytes at a time).
     @inline(__always)
     static func compare(_ p: UnsafeRawBufferPointer, _ a: Range<Int>, _ q: UnsafeRawBufferPointer, _ b: Range<Int>) -> Int {
         let count = min(a.count, b.count)
-        if count <= 16 {
+        if count > 0 {
+            let x = p.baseAddress! + a.lowerBound, y = q.baseAddress! + b.lowerBound
             var index = 0
+            while index &+ 8 <= count {
+                let u = x.loadUnaligned(fromByteOffset: index, as: UInt64.self).bigEndian
+                let v = y.loadUnaligned(fromByteOffset: index, as: UInt64.self).bigEndian
+                if u != v { return u < v ? -1 : 1 }
+                index &+= 8
+            }
             while index < count {
-                let x = p[a.lowerBound &+ index], y = q[b.lowerBound &+ index]
-                if x != y { return x < y ? -1 : 1 }
+                let u = x.load(fromByteOffset: index, as: UInt8.self), v = y.load(fromByteOffset: index, as: UInt8.self)
+                if u != v { return u < v ? -1 : 1 }
                 index &+= 1
             }
-        } else {
-            let order = memcmp(p.baseAddress! + a.lowerBound, q.baseAddress! + b.lowerBound, count)
-            if order != 0 { return order < 0 ? -1 : 1 }
         }
         return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
     }
@@ -281,19 +286,23 @@ enum EncodedOrder {
 /// Joins encoded frames of the same record (same name): the byte-level twin of `Record.merge`.
 enum FrameMerge {
     /// The join of `mine` and `theirs`, or `nil` when `mine` already reflects everything in `theirs`.
-    static func merge(_ mine: [UInt8], _ theirs: UnsafeRawBufferPointer) -> [UInt8]? {
+    /// `scratch` is working memory reused across calls.
+    static func merge(_ mine: [UInt8], _ theirs: UnsafeRawBufferPointer, scratch out: inout BinaryWriter) -> [UInt8]? {
         mine.withUnsafeBytes { p in
             if p.count == theirs.count && memcmp(p.baseAddress!, theirs.baseAddress!, p.count) == 0 { return nil }
-            return merge(p, theirs, mineIsResult: true)
+            out.truncate(to: 0)
+            return merge(p, theirs, mineIsResult: true, into: &out)
         }
     }
 
     /// The join of two frames (used by tests on arbitrary pairs); always returns the joined frame.
     static func merged(_ a: [UInt8], _ b: [UInt8]) -> [UInt8] {
-        a.withUnsafeBytes { p in b.withUnsafeBytes { q in merge(p, q, mineIsResult: false) ?? a } }
+        var out = BinaryWriter(capacity: a.count + b.count)
+        return a.withUnsafeBytes { p in b.withUnsafeBytes { q in merge(p, q, mineIsResult: false, into: &out) ?? a } }
     }
 
-    private static func merge(_ p: UnsafeRawBufferPointer, _ q: UnsafeRawBufferPointer, mineIsResult: Bool) -> [UInt8]? {
+    private static func merge(_ p: UnsafeRawBufferPointer, _ q: UnsafeRawBufferPointer, mineIsResult: Bool,
+                              into out: inout BinaryWriter) -> [UInt8]? {
         let a = FrameHeader(p), b = FrameHeader(q)
         if a.generation != b.generation {
             return a.generation > b.generation ? (mineIsResult ? nil : copyBytes(p)) : copyBytes(q)
@@ -307,7 +316,7 @@ enum FrameMerge {
         case let (nil, y?): y
         case let (x?, y?): max(x, y)
         }
-        var out = BinaryWriter(capacity: p.count + q.count)
+        out.reserve(p.count + q.count)
         out.u32(0)
         out.varint(UInt64(a.name.count))
         out.append(p, a.name)
@@ -322,7 +331,7 @@ enum FrameMerge {
             out.u8(1)
             out.stamp(deletion)
             out.varint(0)
-            return finish(out, comparedTo: mineIsResult ? p : nil)
+            return finish(&out, comparedTo: mineIsResult ? p : nil)
         }
         // Parent register.
         var parentFrom: Int = 0 // 0 none, 1 mine, 2 theirs
@@ -341,18 +350,18 @@ enum FrameMerge {
         if parentFrom == 1 { out.append(p, a.parentWhole!) }
         if parentFrom == 2 { out.append(q, b.parentWhole!) }
         mergeFields(p, a, q, b, into: &out)
-        return finish(out, comparedTo: mineIsResult ? p : nil)
+        return finish(&out, comparedTo: mineIsResult ? p : nil)
     }
 
     /// Patches the frame length; returns nil when the result equals `original`.
     @inline(__always)
-    private static func finish(_ out: consuming BinaryWriter, comparedTo original: UnsafeRawBufferPointer?) -> [UInt8]? {
+    private static func finish(_ out: inout BinaryWriter, comparedTo original: UnsafeRawBufferPointer?) -> [UInt8]? {
         out.patchU32(UInt32(out.count - 4), at: 0)
         if let original, original.count == out.count {
             let same = out.withWrittenBytes { memcmp($0.baseAddress!, original.baseAddress!, original.count) == 0 }
             if same { return nil }
         }
-        return out.finish()
+        return out.copyBytes()
     }
 
     @inline(__always)
@@ -390,19 +399,21 @@ enum FrameMerge {
         }
         switch (x.isSet, y.isSet) {
         case (false, false):
-            let theirsWins = x.stamp != y.stamp ? x.stamp < y.stamp
-                : EncodedOrder.compareValues(p, x.value, q, y.value) < 0
+            let sx = x.stamp(p), sy = y.stamp(q)
+            let theirsWins = sx != sy ? sx < sy
+                : EncodedOrder.compareValues(p, x.valueOffset(p), q, y.valueOffset(q)) < 0
             if theirsWins { out.append(q, y.whole) } else { out.append(p, x.whole) }
         case (true, false):
             out.append(p, x.whole)
         case (false, true):
             out.append(q, y.whole)
         case (true, true):
-            out.varint(UInt64(x.name.count))
-            out.append(p, x.name)
-            out.u8(1)
-            mergeContexts(p, x.context, q, y.context, into: &out)
-            mergeEntries(p, x, q, y, into: &out)
+            out.append(p, x.whole.lowerBound..<(x.name.upperBound + 1)) // the name and the kind byte
+            let lengthAt = out.countPlaceholder()
+            let lx = x.setLayout(p), ly = y.setLayout(q)
+            mergeContexts(p, lx.context, q, ly.context, into: &out)
+            mergeEntries(p, lx, q, ly, into: &out)
+            out.patchCount(out.count - lengthAt - 1, at: lengthAt)
         }
     }
 
@@ -433,8 +444,9 @@ enum FrameMerge {
     }
 
     /// Writes the surviving OR-set entries: in both, or in one whose dot the other side never saw.
-    private static func mergeEntries(_ p: UnsafeRawBufferPointer, _ x: FieldView, _ q: UnsafeRawBufferPointer,
-                                     _ y: FieldView, into out: inout BinaryWriter) {
+    private static func mergeEntries(_ p: UnsafeRawBufferPointer, _ x: (context: Range<Int>, entryCount: Int, entries: Int),
+                                     _ q: UnsafeRawBufferPointer, _ y: (context: Range<Int>, entryCount: Int, entries: Int),
+                                     into out: inout BinaryWriter) {
         let contextA = DecodedVector(p, x.context), contextB = DecodedVector(q, y.context)
         let countAt = out.countPlaceholder()
         var ea = EntryCursor(p, at: x.entries, count: x.entryCount)
@@ -463,24 +475,20 @@ enum FrameMerge {
     }
 }
 
-/// A version vector read once from its encoding; small vectors (the usual case) stay inline.
+/// A version vector read once from its encoding; up to four entries are kept inline, larger vectors
+/// are consulted in place.
 struct DecodedVector {
     private var inline: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
     private var count = 0
-    private var spilled: VersionVector? = nil
+    private let bytes: UnsafeRawBufferPointer
+    private let range: Range<Int>
 
     @inline(__always) init(_ p: UnsafeRawBufferPointer, _ range: Range<Int>) {
+        bytes = p
+        self.range = range
         var cursor = ByteCursor(p, at: range.lowerBound)
         let entries = Int(cursor.varint())
-        if entries > 4 {
-            var vector = VersionVector()
-            for _ in 0..<entries {
-                let replica = cursor.varint()
-                vector.advance(ReplicaID(replica), to: HLC(rawValue: cursor.u64()))
-            }
-            spilled = vector
-            return
-        }
+        guard entries <= 4 else { count = -1; return }
         count = entries
         withUnsafeMutableBytes(of: &inline) { raw in
             let slots = raw.bindMemory(to: UInt64.self)
@@ -492,7 +500,7 @@ struct DecodedVector {
     }
 
     @inline(__always) func covers(_ stamp: Stamp) -> Bool {
-        if let spilled { return spilled.covers(stamp) }
+        if count < 0 { return EncodedOrder.covers(bytes, range, stamp) }
         return withUnsafeBytes(of: inline) { raw in
             let slots = raw.bindMemory(to: UInt64.self)
             for index in 0..<count where slots[2 * index] == stamp.replica.rawValue {

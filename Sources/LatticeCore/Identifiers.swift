@@ -108,30 +108,36 @@ public enum Names {
     public static let systemZoneName = "_defaultZone"
 
     public static func validate(_ name: String, kind: Kind) throws(NameError) {
-        if let rule = brokenRule(name.utf8, kind: kind) { throw NameError(kind: kind, rule: rule) }
+        var name = name
+        let rule = name.withUTF8 { utf8 in brokenRule(UnsafeRawBufferPointer(utf8), kind: kind) }
+        if let rule { throw NameError(kind: kind, rule: rule) }
     }
 
     /// The first rule the UTF-8 bytes of a name break, or `nil` for a legal name.
     @inline(__always)
-    static func brokenRule<Bytes: Collection>(_ bytes: Bytes, kind: Kind) -> NameError.Rule? where Bytes.Element == UInt8 {
+    static func brokenRule(_ bytes: UnsafeRawBufferPointer, kind: Kind) -> NameError.Rule? {
         let count = bytes.count
         if count == 0 { return .empty }
         if count > maximumLength { return .tooLong }
         let identifier = kind == .fieldName || kind == .recordType
-        var index = 0
-        for byte in bytes {
+        let base = bytes.baseAddress!
+        for index in 0..<count {
+            let byte = base.load(fromByteOffset: index, as: UInt8.self)
             if byte >= 0x80 { return .notASCII }
             if byte < 0x20 || byte == 0x7F { return .controlCharacter }
             if byte == UInt8(ascii: "/") || byte == UInt8(ascii: "\\") { return .pathSeparator }
             if identifier {
-                let legal = isLetter(byte) || (index > 0 && (isDigit(byte) || byte == UInt8(ascii: "_")
-                    || byte == UInt8(ascii: ".")))
+                let lower = byte | 0x20
+                let letter = lower >= UInt8(ascii: "a") && lower <= UInt8(ascii: "z")
+                let legal = letter || (index > 0 && ((byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9"))
+                    || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")))
                 if !legal { return index == 0 && byte == UInt8(ascii: "_") ? .reservedPrefix : .notIdentifier }
             }
-            index += 1
         }
-        let first = bytes.first!
-        if first == UInt8(ascii: "."), count <= 2, bytes.allSatisfy({ $0 == UInt8(ascii: ".") }) { return .dotSegment }
+        let first = base.load(as: UInt8.self)
+        if first == UInt8(ascii: "."), count <= 2, count == 1 || base.load(fromByteOffset: 1, as: UInt8.self) == first {
+            return .dotSegment
+        }
         switch kind {
         case .ownerRecordName:
             return nil
@@ -147,6 +153,4 @@ public enum Names {
         (try? validate(name, kind: kind)) != nil
     }
 
-    private static func isLetter(_ b: UInt8) -> Bool { (b | 0x20) >= UInt8(ascii: "a") && (b | 0x20) <= UInt8(ascii: "z") }
-    private static func isDigit(_ b: UInt8) -> Bool { b >= UInt8(ascii: "0") && b <= UInt8(ascii: "9") }
 }

@@ -120,8 +120,13 @@ public struct RecordError: Error, Hashable, Sendable, CustomStringConvertible {
 ///   generation replaces a lower one wholesale (so a recreate is only possible after seeing the delete).
 /// - Within a generation the record type follows the latest creation stamp.
 public struct Record: Hashable, Sendable {
-    /// CloudKit's limit on one record's size, enforced on the binary encoding: 1 MiB.
+    /// CloudKit's limit on one record's size, enforced on the binary encoding of every local write: 1 MiB.
     public static let maximumEncodedSize = 1 << 20
+
+    /// The largest frame a decoder accepts: 16 MiB. A join of legal records can exceed the write limit
+    /// (replicas concurrently adding different fields), and refusing a join would break convergence, so
+    /// receivers accept merged states up to this sanity bound; only writes are held to 1 MiB.
+    public static let maximumMergedSize = 16 << 20
 
     public let id: RecordID
     public private(set) var recordType: String
@@ -225,10 +230,12 @@ public struct Record: Hashable, Sendable {
                 throw RecordError(code: .invalidParent,
                                   message: "a parent must be a reference with action NONE in the same zone")
             }
-            guard parent.recordName != id.recordName || parent.zoneID != nil && parent.zoneID != id.zoneID else {
+            guard parent.recordName != id.recordName else {
                 throw RecordError(code: .invalidParent, message: "a record cannot be its own parent")
             }
         }
+        // Stored canonically: same zone, so no zone.
+        let parent = parent.map { Reference(validatedRecordName: $0.recordName, zoneID: nil, action: .none) }
         let write = LWWRegister(value: parent.map(ScalarValue.reference), stamp: stamp)
         if parentRegister == nil { parentRegister = write } else { parentRegister!.merge(write) }
     }

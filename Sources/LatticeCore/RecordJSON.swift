@@ -20,22 +20,19 @@ extension ScalarValue {
         case .string(let s): return .string(s)
         case .int64(let i), .timestamp(let i): return .int(i)
         case .double(let d):
-            // JSON has no NaN or infinity: those travel as strings (NaN payload bits are not kept).
-            if d.isNaN { return .string("NaN") }
-            if d.isInfinite { return .string(d < 0 ? "-Infinity" : "Infinity") }
-            return .double(d)
+            return ScalarValue.json(d)
         case .bytes(let b): return .string(Data(b).base64EncodedString())
         case .reference(let r):
             var object: [String: JSON] = ["recordName": .string(r.recordName), "action": .string(r.action.cloudKitName)]
             if let zoneID = r.zoneID { object["zoneID"] = zoneID.cloudKitJSON }
             return .object(object)
         case .location(let l):
-            var object: [String: JSON] = ["latitude": .double(l.latitude), "longitude": .double(l.longitude)]
-            if let v = l.altitude { object["altitude"] = .double(v) }
-            if let v = l.horizontalAccuracy { object["horizontalAccuracy"] = .double(v) }
-            if let v = l.verticalAccuracy { object["verticalAccuracy"] = .double(v) }
-            if let v = l.course { object["course"] = .double(v) }
-            if let v = l.speed { object["speed"] = .double(v) }
+            var object: [String: JSON] = ["latitude": ScalarValue.json(l.latitude), "longitude": ScalarValue.json(l.longitude)]
+            if let v = l.altitude { object["altitude"] = ScalarValue.json(v) }
+            if let v = l.horizontalAccuracy { object["horizontalAccuracy"] = ScalarValue.json(v) }
+            if let v = l.verticalAccuracy { object["verticalAccuracy"] = ScalarValue.json(v) }
+            if let v = l.course { object["course"] = ScalarValue.json(v) }
+            if let v = l.speed { object["speed"] = ScalarValue.json(v) }
             if let v = l.timestamp { object["timestamp"] = .int(v) }
             return .object(object)
         }
@@ -52,14 +49,8 @@ extension ScalarValue {
             guard case .int(let i) = json else { throw fail("expected an integer for INT64") }
             self = .int64(i)
         case .double:
-            switch json.stringValue {
-            case "NaN"?: self = .double(.nan)
-            case "Infinity"?: self = .double(.infinity)
-            case "-Infinity"?: self = .double(-.infinity)
-            default:
-                guard let d = json.doubleValue else { throw fail("expected a number (or NaN, Infinity) for DOUBLE") }
-                self = .double(d)
-            }
+            guard let d = ScalarValue.double(json) else { throw fail("expected a number (or NaN, Infinity) for DOUBLE") }
+            self = .double(d)
         case .timestamp:
             guard let i = json.intValue else { throw fail("expected milliseconds since 1970 for TIMESTAMP") }
             self = .timestamp(i)
@@ -87,15 +78,44 @@ extension ScalarValue {
                 throw fail(error.description)
             }
         case .location:
-            guard let object = json.objectValue, let latitude = object["latitude"]?.doubleValue,
-                  let longitude = object["longitude"]?.doubleValue else {
+            guard let object = json.objectValue, let latitude = object["latitude"].flatMap(ScalarValue.double),
+                  let longitude = object["longitude"].flatMap(ScalarValue.double) else {
                 throw fail("expected {\"latitude\": ..., \"longitude\": ...} for LOCATION")
             }
+            func part(_ key: String) throws(RecordJSONError) -> Double? {
+                guard let value = object[key], value != .null else { return nil }
+                guard let number = ScalarValue.double(value) else { throw fail("\(key) must be a number") }
+                return number
+            }
+            var timestamp: Int64? = nil
+            if let value = object["timestamp"], value != .null {
+                guard let milliseconds = value.intValue else { throw fail("timestamp must be an integer") }
+                timestamp = milliseconds
+            }
             self = .location(Location(
-                latitude: latitude, longitude: longitude, altitude: object["altitude"]?.doubleValue,
-                horizontalAccuracy: object["horizontalAccuracy"]?.doubleValue,
-                verticalAccuracy: object["verticalAccuracy"]?.doubleValue, course: object["course"]?.doubleValue,
-                speed: object["speed"]?.doubleValue, timestamp: object["timestamp"]?.intValue))
+                latitude: latitude, longitude: longitude, altitude: try part("altitude"),
+                horizontalAccuracy: try part("horizontalAccuracy"), verticalAccuracy: try part("verticalAccuracy"),
+                course: try part("course"), speed: try part("speed"), timestamp: timestamp))
+        }
+    }
+}
+
+extension ScalarValue {
+    /// A double in JSON: a number, or for values JSON cannot hold, the strings "NaN", "Infinity" and
+    /// "-Infinity" (a NaN's payload bits are not kept).
+    static func json(_ d: Double) -> JSON {
+        if d.isNaN { return .string("NaN") }
+        if d.isInfinite { return .string(d < 0 ? "-Infinity" : "Infinity") }
+        return .double(d)
+    }
+
+    /// The inverse of `json(_:)`.
+    static func double(_ json: JSON) -> Double? {
+        switch json.stringValue {
+        case "NaN"?: return .nan
+        case "Infinity"?: return .infinity
+        case "-Infinity"?: return -.infinity
+        default: return json.doubleValue
         }
     }
 }
@@ -304,7 +324,13 @@ extension Record {
             let stamp = try Stamp(json: parentStampJSON, path: "crdt.parent")
             var value: ScalarValue? = nil
             if let parentJSON = object["parent"], parentJSON != .null {
-                value = try ScalarValue(cloudKitJSON: parentJSON, type: .reference, path: "parent")
+                guard case .reference(let reference) = try ScalarValue(cloudKitJSON: parentJSON, type: .reference,
+                                                                       path: "parent"),
+                      reference.action == .none, reference.zoneID == nil || reference.zoneID == zoneID,
+                      reference.recordName != recordName else {
+                    throw fail("parent", "must be a reference with action NONE to another record in the same zone")
+                }
+                value = .reference(Reference(validatedRecordName: reference.recordName, zoneID: nil, action: .none))
             }
             parent = LWWRegister(value: value, stamp: stamp)
         }

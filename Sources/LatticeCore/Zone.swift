@@ -1,3 +1,5 @@
+import Foundation
+
 /// A batch of record states for one zone, as values: either the changes since a version, or a whole state.
 ///
 /// This is the readable form used by tests, tools and small clients; zones exchange the same content
@@ -44,8 +46,11 @@ public struct EncodedDelta: Sendable {
 
     public var recordCount: Int { frames.count }
 
+    /// - Parameter known: a zone whose stored frames are already valid: an incoming frame byte-identical
+    ///   to one of them is accepted without re-checking its contents (whole-state imports repeat most
+    ///   records). Pass `nil` to check everything.
     /// - Throws: `CodecError` for anything that is not a canonical version-1 zone delta.
-    public init(validating bytes: [UInt8]) throws(CodecError) {
+    public init(validating bytes: [UInt8], knownFrames known: ZoneState? = nil) throws(CodecError) {
         var zoneID: ZoneID? = nil
         var since = VersionVector(), version = VersionVector()
         var frames: [Range<Int>] = [], names: [Range<Int>] = []
@@ -60,8 +65,18 @@ public struct EncodedDelta: Sendable {
                 let count = try reader.count(minimumElementSize: 20, "record count")
                 frames.reserveCapacity(count)
                 names.reserveCapacity(count)
+                var knownIndex = 0
+                let knownFrames = known?.frames ?? []
                 for _ in 0..<count {
                     let start = reader.offset
+                    if let skipped = try ZoneState.skipKnownFrame(&reader, raw, knownFrames, &knownIndex) {
+                        if let last = names.last, EncodedOrder.compare(raw, last, raw, skipped.name) >= 0 {
+                            throw CodecError(code: .malformed, context: "delta (records not in name order)", offset: start)
+                        }
+                        frames.append(skipped.frame)
+                        names.append(skipped.name)
+                        continue
+                    }
                     let (frame, name) = try reader.scanFrame()
                     if let last = names.last, EncodedOrder.compare(raw, last, raw, name) >= 0 {
                         throw CodecError(code: .malformed, context: "delta (records not in name order)", offset: start)
@@ -114,7 +129,7 @@ public struct ZoneState: Hashable, Sendable {
     /// `h` is in this state (see Docs/Merge.md).
     public private(set) var version: VersionVector
     /// Encoded record frames, sorted by record name (UTF-8 bytes).
-    private var frames: ContiguousArray<[UInt8]>
+    fileprivate var frames: ContiguousArray<[UInt8]>
 
     public init(zoneID: ZoneID) {
         self.zoneID = zoneID
@@ -124,6 +139,9 @@ public struct ZoneState: Hashable, Sendable {
 
     /// Number of records, tombstones included.
     public var count: Int { frames.count }
+
+    /// Bytes of encoded record frames held (tombstones included): the zone's storage size.
+    public var encodedSize: Int { frames.reduce(0) { $0 + $1.count } }
 
     public subscript(recordName: String) -> Record? {
         guard case .found(let index) = find(recordName) else { return nil }
@@ -202,30 +220,55 @@ public struct ZoneState: Hashable, Sendable {
 
     // MARK: Deltas
 
-    /// What this state holds that `since` does not reflect, encoded, or `nil` when there is nothing to send.
+    /// What this state holds that `since` does not reflect, encoded, or `nil` when there is nothing to send
+    /// (no record to send and `since` already covers this state's version).
     ///
     /// A record travels with its header and only the fields (and parent) that hold an operation `since`
     /// does not cover; a record created, recreated or deleted after `since` travels whole.
     public func encodedChanges(since: VersionVector) -> [UInt8]? {
-        var body = BinaryWriter(capacity: 4096)
-        var count = 0
-        for frame in frames {
-            frame.withUnsafeBytes { p in
-                if ZoneState.appendChanges(of: p, since: since, to: &body) { count += 1 }
+        var records = 0
+        let bytes = encode(since: since) { writer in
+            for frame in frames {
+                frame.withUnsafeBytes { p in
+                    if ZoneState.appendChanges(of: p, since: since, to: &writer) { records += 1 }
+                }
             }
+            return records
         }
-        if count == 0 { return nil }
-        return body.withWrittenBytes { assemble(since: since, count: count, body: $0) }
+        // Nothing to send only when the receiver also knows every operation we know of; otherwise an
+        // empty delta still carries our version, so versions converge along with the records.
+        return records == 0 && since.dominates(version) ? nil : bytes
     }
 
     /// The whole state, encoded as a delta since nothing.
     public func encodedFullState() -> [UInt8] {
+        encode(since: VersionVector()) { writer in
+            for frame in frames { writer.append(frame) }
+            return frames.count
+        }
+    }
+
+    /// Writes a delta into one allocation bounded by the stored frames (a delta never exceeds them);
+    /// `body` appends frames and returns how many.
+    private func encode(since: VersionVector, _ body: (inout BinaryWriter) -> Int) -> [UInt8] {
+        var header = BinaryWriter(capacity: 256)
+        header.header(kind: BinaryCodec.deltaKind)
+        header.zoneID(zoneID)
+        header.versionVector(since)
+        header.versionVector(version)
         var total = 0
         for frame in frames { total += frame.count }
-        var writer = BinaryWriter(capacity: total + 256)
-        writeHeader(into: &writer, since: VersionVector(), count: frames.count)
-        for frame in frames { writer.append(frame) }
-        return writer.finish()
+        let bound = header.count + 10 + total
+        return header.withWrittenBytes { prefix in
+            [UInt8](unsafeUninitializedCapacity: bound) { buffer, initialized in
+                var writer = BinaryWriter(into: UnsafeMutableRawBufferPointer(buffer))
+                writer.append(prefix)
+                let countAt = writer.countPlaceholder()
+                let count = body(&writer)
+                writer.patchCount(count, at: countAt)
+                initialized = writer.count
+            }
+        }
     }
 
     /// `encodedChanges(since:)` as values.
@@ -253,6 +296,13 @@ public struct ZoneState: Hashable, Sendable {
         join(delta)
     }
 
+    /// Validates received bytes (reusing this zone's frames, see `EncodedDelta(validating:knownFrames:)`)
+    /// and joins them: the path a server or client takes for every delta it receives.
+    /// - Throws: `CodecError`, `ClockError` or `ZoneError`; on any error nothing is merged.
+    public mutating func merge(encoded bytes: [UInt8], clock: inout HybridLogicalClock) throws {
+        try merge(EncodedDelta(validating: bytes, knownFrames: self), clock: &clock)
+    }
+
     /// Joins an in-process delta. Deltas built from values skip the drift check, which guards the wire.
     /// - Throws: `ZoneError.wrongZone`, `RecordError` if a record does not fit the binary format.
     public mutating func merge(_ delta: ZoneDelta) throws {
@@ -264,6 +314,7 @@ public struct ZoneState: Hashable, Sendable {
     private mutating func join(_ delta: EncodedDelta) {
         delta.bytes.withUnsafeBytes { q in
             var inserts: [(index: Int, frame: [UInt8])] = []
+            var scratch = BinaryWriter(capacity: 4096)
             var index = 0
             frames.withUnsafeMutableBufferPointer { stored in
                 for (frameRange, nameRange) in zip(delta.frames, delta.names) {
@@ -277,7 +328,7 @@ public struct ZoneState: Hashable, Sendable {
                     }
                     let incoming = UnsafeRawBufferPointer(rebasing: q[frameRange])
                     if index < stored.count && order == 0 {
-                        if let merged = FrameMerge.merge(stored[index], incoming) { stored[index] = merged }
+                        if let merged = FrameMerge.merge(stored[index], incoming, scratch: &scratch) { stored[index] = merged }
                         index += 1
                     } else {
                         inserts.append((index, copyBytes(incoming)))
@@ -315,6 +366,37 @@ public struct ZoneState: Hashable, Sendable {
 
     // MARK: Internals
 
+    /// If the frame at the reader is byte-identical to a known (stored, hence valid) frame, moves past
+    /// it and returns its ranges; otherwise leaves the reader where it was. `index` walks `known` in
+    /// name order alongside the delta.
+    fileprivate static func skipKnownFrame(_ reader: inout BinaryReader, _ raw: UnsafeRawBufferPointer,
+                                           _ known: ContiguousArray<[UInt8]>, _ index: inout Int)
+        throws(CodecError) -> (frame: Range<Int>, name: Range<Int>)? {
+        guard !known.isEmpty, reader.remaining >= 5 else { return nil }
+        let start = reader.offset
+        let length = Int(raw.loadUnaligned(fromByteOffset: start, as: UInt32.self).littleEndian)
+        guard length <= reader.remaining - 4 else { return nil }
+        let frame = start..<(start + 4 + length)
+        let incoming = UnsafeRawBufferPointer(rebasing: raw[frame])
+        var cursor = ByteCursor(incoming, at: 4)
+        let first = incoming[4]
+        guard first < 0x80, 5 + Int(first) <= incoming.count else { return nil } // names are < 128 bytes
+        let name = cursor.string()
+        while index < known.count {
+            let order = known[index].withUnsafeBytes { p in EncodedOrder.compare(p, nameRange(p), incoming, name) }
+            if order > 0 { return nil }
+            if order == 0 { break }
+            index += 1
+        }
+        guard index < known.count else { return nil }
+        let identical = known[index].withUnsafeBytes { p in
+            p.count == incoming.count && memcmp(p.baseAddress!, incoming.baseAddress!, p.count) == 0
+        }
+        guard identical else { return nil }
+        reader.offset = frame.upperBound
+        return (frame, (name.lowerBound + start)..<(name.upperBound + start))
+    }
+
     private enum Position { case found(Int), insert(Int) }
 
     private func find(_ recordName: String) -> Position {
@@ -342,9 +424,13 @@ public struct ZoneState: Hashable, Sendable {
         return record
     }
 
+    /// Re-encodes a locally edited record. The write limit is 1 MiB, or the current size of a record that
+    /// merges made larger (so an edit may still shrink it).
     private mutating func store(_ record: Record, at position: Position) throws(RecordError) {
+        var limit = Record.maximumEncodedSize
+        if case .found(let index) = position { limit = max(limit, frames[index].count - 4) }
         var writer = BinaryWriter(capacity: 256)
-        try writer.frame(record)
+        try writer.frame(record, limit: limit)
         let frame = writer.finish()
         switch position {
         case .found(let index): frames[index] = frame
@@ -377,21 +463,6 @@ public struct ZoneState: Hashable, Sendable {
         return delta
     }
 
-    private func assemble(since: VersionVector, count: Int, body: UnsafeRawBufferPointer) -> [UInt8] {
-        var writer = BinaryWriter(capacity: body.count + 256)
-        writeHeader(into: &writer, since: since, count: count)
-        writer.append(body)
-        return writer.finish()
-    }
-
-    private func writeHeader(into writer: inout BinaryWriter, since: VersionVector, count: Int) {
-        writer.header(kind: BinaryCodec.deltaKind)
-        writer.zoneID(zoneID)
-        writer.versionVector(since)
-        writer.versionVector(version)
-        writer.varint(UInt64(count))
-    }
-
     /// Appends the part of one frame that `since` does not reflect; returns false when there is none.
     @inline(__always)
     static func appendChanges(of p: UnsafeRawBufferPointer, since: VersionVector, to out: inout BinaryWriter) -> Bool {
@@ -402,31 +473,35 @@ public struct ZoneState: Hashable, Sendable {
         }
         if header.deletion != nil { return false }
         let parentChanged = header.parentWhole != nil && !since.covers(header.parentStamp)
-        var changed = 0
-        var cursor = ByteCursor(p, at: header.fieldsStart)
-        for _ in 0..<header.fieldCount {
-            let field = FieldView(&cursor)
-            if field.isSet ? EncodedOrder.exceeds(p, field.context, since) : !since.covers(field.stamp) { changed += 1 }
-        }
-        if changed == 0 && !parentChanged { return false }
-        if changed == header.fieldCount && (parentChanged || header.parentWhole == nil) {
-            out.append(p)
-            return true
-        }
-        let lengthAt = out.count
+        // Write a partial frame optimistically and drop it if nothing changed.
+        let start = out.count
         out.u32(0)
         out.append(p, 4..<header.createdWhole.upperBound)
         out.u8(parentChanged ? 2 : 0)
         if parentChanged { out.append(p, header.parentWhole!) }
-        out.varint(UInt64(changed))
-        cursor = ByteCursor(p, at: header.fieldsStart)
+        let countAt = out.countPlaceholder()
+        var changed = 0
+        var cursor = ByteCursor(p, at: header.fieldsStart)
         for _ in 0..<header.fieldCount {
             let field = FieldView(&cursor)
-            if field.isSet ? EncodedOrder.exceeds(p, field.context, since) : !since.covers(field.stamp) {
+            let isNew = field.isSet ? EncodedOrder.exceeds(p, field.setLayout(p).context, since)
+                : !since.covers(field.stamp(p))
+            if isNew {
+                changed += 1
                 out.append(p, field.whole)
             }
         }
-        out.patchU32(UInt32(out.count - lengthAt - 4), at: lengthAt)
+        if changed == 0 && !parentChanged {
+            out.truncate(to: start)
+            return false
+        }
+        if changed == header.fieldCount && (parentChanged || header.parentWhole == nil) {
+            out.truncate(to: start)
+            out.append(p)
+            return true
+        }
+        out.patchCount(changed, at: countAt)
+        out.patchU32(UInt32(out.count - start - 4), at: start)
         return true
     }
 }
