@@ -87,7 +87,10 @@ public enum BinaryCodec {
             try reader.header(kind: recordKind, name: "a record")
             let zoneID = try reader.zoneID()
             let start = reader.offset
-            _ = try reader.scanFrame()
+            let (frame, _) = try reader.scanFrame()
+            guard frame.count - 4 <= Record.maximumEncodedSize else {
+                throw CodecError(code: .tooLarge, context: "record", offset: start)
+            }
             try reader.end()
             reader.offset = start
             return try reader.frame(zoneID: zoneID)

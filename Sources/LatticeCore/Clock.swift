@@ -103,7 +103,8 @@ public struct HybridLogicalClock: Sendable {
     /// Checks a remote timestamp against the drift bound without moving the clock.
     public func check(_ remote: HLC) throws(ClockError) {
         let physical = time()
-        if remote.milliseconds > physical &+ maximumDriftMilliseconds {
+        let (bound, overflow) = physical.addingReportingOverflow(maximumDriftMilliseconds)
+        if !overflow && remote.milliseconds > bound {
             throw ClockError(remote: remote, localMilliseconds: physical,
                              maximumDriftMilliseconds: maximumDriftMilliseconds)
         }

@@ -103,6 +103,8 @@ public struct RecordError: Error, Hashable, Sendable, CustomStringConvertible {
         case invalidParent
         /// A record placed in a delta of another zone.
         case wrongZone
+        /// `recreate` on a record that is not deleted.
+        case notDeleted
     }
     public let code: Code
     public let message: String
@@ -248,7 +250,12 @@ public struct Record: Hashable, Sendable {
     }
 
     /// Starts a new, empty generation of a deleted record.
-    public mutating func recreate(recordType: String, at stamp: Stamp) throws(NameError) {
+    /// - Throws: `RecordError.notDeleted` for a live record (a recreate would wipe concurrent edits),
+    ///   `NameError` for an illegal record type.
+    public mutating func recreate(recordType: String, at stamp: Stamp) throws {
+        guard isDeleted else {
+            throw RecordError(code: .notDeleted, message: "record \(id.recordName) is live; only a deleted record is recreated")
+        }
         try Names.validate(recordType, kind: .recordType)
         self = Record(id: id, recordType: recordType, generation: generation &+ 1, created: stamp, deletion: nil,
                       parent: nil, fields: [])

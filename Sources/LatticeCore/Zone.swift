@@ -37,7 +37,8 @@ public struct EncodedDelta: Sendable {
     public let zoneID: ZoneID
     public let since: VersionVector
     public let version: VersionVector
-    /// The newest clock value anywhere in the delta.
+    /// The newest clock value in the delta's header and in every frame it carries that is new to the zone
+    /// it was validated against (frames byte-identical to held ones were observed when they arrived).
     public let maximumHLC: HLC
     /// Byte ranges of the record frames, in name order.
     let frames: [Range<Int>]
@@ -375,7 +376,7 @@ public struct ZoneState: Hashable, Sendable {
         guard !known.isEmpty, reader.remaining >= 5 else { return nil }
         let start = reader.offset
         let length = Int(raw.loadUnaligned(fromByteOffset: start, as: UInt32.self).littleEndian)
-        guard length <= reader.remaining - 4 else { return nil }
+        guard length >= 1, length <= reader.remaining - 4 else { return nil } // `incoming[4]` below needs a body byte
         let frame = start..<(start + 4 + length)
         let incoming = UnsafeRawBufferPointer(rebasing: raw[frame])
         var cursor = ByteCursor(incoming, at: 4)

@@ -1,0 +1,55 @@
+import Testing
+@testable import LatticeCore
+
+/// Zones join encoded frames byte-wise (`FrameMerge`); `Record.merge` is the readable reference of the
+/// same join. These tests hold the two equal on reachable states from `RecordWorld`.
+@Suite struct FrameMergeTests {
+    private func frame(_ record: Record) -> [UInt8] {
+        var writer = BinaryWriter(capacity: 256)
+        try! writer.frame(record)
+        return writer.finish()
+    }
+
+    @Test func byteJoinEqualsReferenceJoin() {
+        var coverage = Coverage()
+        let checks = runCases("frame join = Record.merge", minimumChecks: 10_000, regressions: RegressionSeeds.recordLaws) { rng in
+            let snapshots = RecordWorld.run(&rng, coverage: &coverage)
+            guard snapshots.count >= 2 else { return 0 }
+            var made = 0
+            for _ in 0 ..< 8 {
+                let a = rng.pick(snapshots), b = rng.pick(snapshots)
+                let expected = frame(a.merging(b))
+                let joined = FrameMerge.merged(frame(a), frame(b))
+                try require(joined == expected, "byte join differs from Record.merge for \(a) and \(b)")
+                // The zone path: nil means "mine already reflects theirs", which must mean the join is mine.
+                var scratch = BinaryWriter(capacity: 64)
+                let mineFrame = frame(a)
+                let update = frame(b).withUnsafeBytes { FrameMerge.merge(mineFrame, $0, scratch: &scratch) }
+                try require((update ?? mineFrame) == expected, "zone merge differs from Record.merge")
+                made += 1
+            }
+            return made
+        }
+        #expect(checks >= 10_000)
+        print("frame join coverage: \(coverage)")
+    }
+
+    @Test func zoneMergeOfEncodedBytesEqualsValueMerge() throws {
+        var coverage = Coverage()
+        runCases("zone encoded merge = value merge", minimumChecks: 300, regressions: RegressionSeeds.zoneLaws) { rng in
+            let snapshots = RecordWorld.run(&rng, coverage: &coverage)
+            guard let first = snapshots.first, let last = snapshots.last else { return 0 }
+            var byValue = ZoneState(zoneID: Fixtures.zone)
+            try byValue.merge(ZoneDelta(zoneID: Fixtures.zone, since: VersionVector(), version: VersionVector(),
+                                        records: [first]))
+            var byBytes = byValue
+            let delta = ZoneDelta(zoneID: Fixtures.zone, since: VersionVector(), version: VersionVector(), records: [last])
+            try byValue.merge(delta)
+            var clock = HybridLogicalClock(replica: ReplicaID(99), time: { Fixtures.epoch + 1_000_000 })
+            try byBytes.merge(encoded: BinaryCodec.encode(delta), clock: &clock)
+            try require(byValue == byBytes, "encoded and value merges differ")
+            try require(byValue[first.id.recordName] == first.merging(last), "zone merge differs from Record.merge")
+            return 1
+        }
+    }
+}
