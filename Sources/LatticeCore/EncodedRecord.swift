@@ -373,20 +373,28 @@ enum FrameMerge {
         var x = leftA > 0 ? FieldView(&ca) : nil
         var y = leftB > 0 ? FieldView(&cb) : nil
         var union = 0
+        // Consecutive fields only `mine` holds are copied as one run.
+        var run = a.fieldsStart..<a.fieldsStart
         while x != nil || y != nil {
             let order: Int
             if let x, let y { order = EncodedOrder.compare(p, x.name, q, y.name) } else { order = x == nil ? 1 : -1 }
             if order < 0 {
-                out.append(p, x!.whole)
-            } else if order > 0 {
-                out.append(q, y!.whole)
+                let whole = x!.whole
+                if run.upperBound != whole.lowerBound {
+                    out.append(p, run)
+                    run = whole.lowerBound..<whole.lowerBound
+                }
+                run = run.lowerBound..<whole.upperBound
             } else {
-                mergeField(p, x!, q, y!, into: &out)
+                out.append(p, run)
+                run = 0..<0
+                if order > 0 { out.append(q, y!.whole) } else { mergeField(p, x!, q, y!, into: &out) }
             }
             union += 1
             if order <= 0 { leftA -= 1; x = leftA > 0 ? FieldView(&ca) : nil }
             if order >= 0 { leftB -= 1; y = leftB > 0 ? FieldView(&cb) : nil }
         }
+        out.append(p, run)
         out.patchCount(union, at: countAt)
     }
 
