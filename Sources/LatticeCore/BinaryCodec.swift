@@ -717,7 +717,7 @@ extension BinaryReader {
                     guard try scanValue() != 0 else { throw fail(.malformed, "set entry (nil element)") }
                     let dot = try stamp("set entry dot")
                     if let previous {
-                        var order = EncodedOrder.compareValues(buffer, previous.value, buffer, valueAt)
+                        var order = EncodedOrder.compareValuesFast(buffer, previous.value, buffer, valueAt)
                         if order == 0 { order = previous.dot == dot ? 0 : (previous.dot < dot ? -1 : 1) }
                         if order >= 0 { throw fail(.malformed, "set (entries not in order)") }
                     }

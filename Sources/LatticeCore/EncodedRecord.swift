@@ -223,6 +223,25 @@ enum EncodedOrder {
         a.count == b.count && compare(p, a, q, b) == 0
     }
 
+    /// `compareValues` with the common cases (two strings, two integers) inline.
+    @inline(__always)
+    static func compareValuesFast(_ p: UnsafeRawBufferPointer, _ i: Int, _ q: UnsafeRawBufferPointer, _ j: Int) -> Int {
+        let ta = p[i]
+        if ta == q[j] {
+            if ta == ValueType.string.rawValue {
+                let la = p[i + 1], lb = q[j + 1]
+                if la < 0x80 && lb < 0x80 {
+                    return compare(p, (i + 2)..<(i + 2 + Int(la)), q, (j + 2)..<(j + 2 + Int(lb)))
+                }
+            } else if ta == ValueType.int64.rawValue {
+                let x = Int64(bitPattern: UInt64(littleEndian: p.loadUnaligned(fromByteOffset: i + 1, as: UInt64.self)))
+                let y = Int64(bitPattern: UInt64(littleEndian: q.loadUnaligned(fromByteOffset: j + 1, as: UInt64.self)))
+                return x == y ? 0 : (x < y ? -1 : 1)
+            }
+        }
+        return compareValues(p, i, q, j)
+    }
+
     /// Compares two encoded optional values in `ScalarValue` order (nil lowest), like `LWWRegister.valueOrder`.
     static func compareValues(_ p: UnsafeRawBufferPointer, _ i: Int, _ q: UnsafeRawBufferPointer, _ j: Int) -> Int {
         let ta = p[i], tb = q[j]
@@ -463,7 +482,7 @@ enum FrameMerge {
         while !ea.done || !eb.done {
             var order: Int
             if ea.done { order = 1 } else if eb.done { order = -1 } else {
-                order = EncodedOrder.compareValues(p, ea.value, q, eb.value)
+                order = EncodedOrder.compareValuesFast(p, ea.value, q, eb.value)
                 if order == 0 { order = ea.dot == eb.dot ? 0 : (ea.dot < eb.dot ? -1 : 1) }
             }
             if order < 0 {
