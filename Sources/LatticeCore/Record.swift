@@ -196,20 +196,16 @@ public struct Record: Hashable, Sendable {
 
     /// Adds an element to a list field (creating the field if needed).
     public mutating func add(_ element: ScalarValue, to name: String, at stamp: Stamp) throws(RecordError) {
-        try checkWritable(name)
-        try update(name, kind: "list") { state in
-            var set = ORSet()
-            if let state {
-                guard case .set(let existing) = state else { return nil }
-                set = existing
-            }
-            set.add(element, at: stamp)
-            return .set(set)
-        }
+        try updateSet(name) { $0.add(element, at: stamp) }
     }
 
     /// Removes an element from a list field; removing what was never seen changes only the causal context.
     public mutating func remove(_ element: ScalarValue, from name: String, at stamp: Stamp) throws(RecordError) {
+        try updateSet(name) { $0.remove(element, at: stamp) }
+    }
+
+    /// Applies an OR-set operation to a list field, creating the field if needed.
+    private mutating func updateSet(_ name: String, _ operation: (inout ORSet) -> Void) throws(RecordError) {
         try checkWritable(name)
         try update(name, kind: "list") { state in
             var set = ORSet()
@@ -217,7 +213,7 @@ public struct Record: Hashable, Sendable {
                 guard case .set(let existing) = state else { return nil }
                 set = existing
             }
-            set.remove(element, at: stamp)
+            operation(&set)
             return .set(set)
         }
     }
