@@ -367,19 +367,6 @@ public struct Record: Hashable, Sendable {
         }
     }
 
-    /// Records every operation this state reflects into `version`.
-    public func recordOperations(into version: inout VersionVector) {
-        version.record(created)
-        if let deletion { version.record(deletion) }
-        if let parentRegister { version.record(parentRegister.stamp) }
-        for field in fields {
-            switch field.state {
-            case .register(let register): version.record(register.stamp)
-            case .set(let set): version.merge(set.context)
-            }
-        }
-    }
-
     /// The newest clock value anywhere in the record (checked against the clock's drift bound on receipt).
     public var maximumHLC: HLC {
         var result = max(created.hlc, deletion?.hlc ?? .zero, parentRegister?.stamp.hlc ?? .zero)

@@ -34,6 +34,28 @@ import Testing
         print("frame join coverage: \(coverage)")
     }
 
+    /// The zone cuts partial frames byte-wise; `Record.changes(since:)` states the same rule on values.
+    @Test func byteChangesEqualReferenceChanges() {
+        var coverage = Coverage()
+        runCases("frame changes = Record.changes", minimumChecks: 5_000, regressions: RegressionSeeds.recordLaws) { rng in
+            let snapshots = RecordWorld.run(&rng, coverage: &coverage)
+            guard snapshots.count >= 2 else { return 0 }
+            var made = 0
+            for _ in 0 ..< 8 {
+                let record = rng.pick(snapshots)
+                var since = VersionVector()
+                rng.pick(snapshots).recordStamps(into: &since)
+                let expected = record.changes(since: since).map(frame)
+                var writer = BinaryWriter(capacity: 256)
+                let wrote = frame(record).withUnsafeBytes { ZoneState.appendChanges(of: $0, since: since, to: &writer) }
+                let actual = wrote ? writer.finish() : nil
+                try require(actual == expected, "byte changes differ from Record.changes for \(record) since \(since)")
+                made += 1
+            }
+            return made
+        }
+    }
+
     @Test func zoneMergeOfEncodedBytesEqualsValueMerge() throws {
         var coverage = Coverage()
         runCases("zone encoded merge = value merge", minimumChecks: 300, regressions: RegressionSeeds.zoneLaws) { rng in
@@ -50,6 +72,21 @@ import Testing
             try require(byValue == byBytes, "encoded and value merges differ")
             try require(byValue[first.id.recordName] == first.merging(last), "zone merge differs from Record.merge")
             return 1
+        }
+    }
+}
+
+private extension Record {
+    /// Every stamp the record holds, as a version (a plausible "what a peer has seen").
+    func recordStamps(into version: inout VersionVector) {
+        version.record(created)
+        if let deletion { version.record(deletion) }
+        if let parentRegister { version.record(parentRegister.stamp) }
+        for field in fields {
+            switch field.state {
+            case .register(let register): version.record(register.stamp)
+            case .set(let set): version.merge(set.context)
+            }
         }
     }
 }
