@@ -51,8 +51,8 @@ struct MergeOptions: Sendable {
           --tag-vocab V           size of the tag vocabulary (default 64)
           --edit-frac E           probability that a replica edits a given record, in [0, 1]
                                   (default 0.5)
-          --fields-per-edit K     scalar fields updated per edited record (default 2; the
-                                  workload uses min(K, F))
+          --fields-per-edit K     scalar fields updated per edited record (default 2; at
+                                  most F)
           --seed S                RNG seed (default 42; a negative seed is taken mod 2^64)
           --reps R                repetitions per scenario (default 5)
           --scenarios LIST        comma list from delta,full (default delta,full)

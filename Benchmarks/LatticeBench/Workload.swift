@@ -172,6 +172,11 @@ struct WorkloadParameters: Hashable, Sendable {
             try fail("--edit-frac must be a number in [0, 1] (got \(editFraction))")
         }
         if fieldsPerEdit < 0 { try fail("--fields-per-edit must not be negative (got \(fieldsPerEdit))") }
+        // The reference silently uses min(K, F); an edit cannot touch more fields than a record has, so
+        // asking for it is a usage error here.
+        if fieldsPerEdit > fields {
+            try fail("--fields-per-edit must not exceed --fields (got --fields-per-edit \(fieldsPerEdit), --fields \(fields))")
+        }
         let totalValues = records.multipliedReportingOverflow(by: max(fields, 1))
         let totalTags = records.multipliedReportingOverflow(by: max(tags, 1))
         if totalValues.overflow || totalValues.partialValue > 1 << 40
