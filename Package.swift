@@ -31,10 +31,14 @@ let package = Package(
         // The CRDT record model. Foundation only, no I/O.
         .target(name: "LatticeCore"),
 
+        // Storage: the only module that speaks SQL.
+        .target(name: "LatticeStore", dependencies: ["LatticeCore", "CSQLite"]),
+
         .executableTarget(name: "LatticeCLI", dependencies: ["LatticeCore"]),
         .executableTarget(name: "LatticeBench", dependencies: ["LatticeCore", "CLibCrypto"], path: "Benchmarks/LatticeBench"),
 
         .testTarget(name: "LatticeCoreTests", dependencies: ["LatticeCore"]),
+        .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore"]),
         .testTarget(
             name: "SystemLibraryTests",
             dependencies: ["CSQLite", "CLibCrypto", "CMicroHTTPD", "CHTTPShims"]

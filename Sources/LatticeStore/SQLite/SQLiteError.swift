@@ -1,0 +1,33 @@
+import CSQLite
+
+/// A failed SQLite call: the result code, SQLite's message and what Lattice was doing.
+///
+/// The description never includes bound values, so it is safe to log; SQL text stays out of HTTP
+/// responses (the server maps this error to `INTERNAL_ERROR`).
+public struct SQLiteError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The primary result code (`SQLITE_BUSY`, `SQLITE_CONSTRAINT`, ...).
+    public let code: Int32
+    /// The extended result code (`SQLITE_CONSTRAINT_UNIQUE`, ...).
+    public let extendedCode: Int32
+    /// SQLite's own message.
+    public let message: String
+    /// What was being done, e.g. "prepare", "step", "open /data/lattice.sqlite".
+    public let context: String
+
+    public var isBusy: Bool { code == SQLITE_BUSY || code == SQLITE_LOCKED }
+    public var isConstraintViolation: Bool { code == SQLITE_CONSTRAINT }
+
+    public var description: String { "SQLite error \(code)/\(extendedCode) during \(context): \(message)" }
+
+    init(code: Int32, connection: OpaquePointer?, context: String) {
+        self.code = code & 0xFF
+        if let connection {
+            extendedCode = sqlite3_extended_errcode(connection)
+            message = String(cString: sqlite3_errmsg(connection))
+        } else {
+            extendedCode = code
+            message = String(cString: sqlite3_errstr(code))
+        }
+        self.context = context
+    }
+}

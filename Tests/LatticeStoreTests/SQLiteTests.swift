@@ -1,0 +1,79 @@
+import Foundation
+import Testing
+import LatticeStore
+
+@Suite("SQLite layer")
+struct SQLiteTests {
+    private func temporaryPath() -> String {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("lattice-store-\(UUID().uuidString)")
+        try! FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return directory.appendingPathComponent("test.sqlite").path
+    }
+
+    @Test func fileDatabasesUseWALWithFullSync() throws {
+        let connection = try Connection(path: temporaryPath())
+        #expect(try connection.journalMode == "wal")
+        let sync = try connection.prepare("PRAGMA synchronous").rows()
+        #expect(sync == [[.integer(2)]]) // FULL
+    }
+
+    @Test func valuesRoundTripByteForByte() throws {
+        let connection = try Connection(path: ":memory:")
+        try connection.execute("CREATE TABLE t (a, b, c, d, e)")
+        let odd = "'; DROP TABLE t;-- % \" \u{0}x é"
+        let row: [SQLiteValue] = [.integer(.min), .real(-0.5), .text(odd), .blob([0, 255, 1]), .null]
+        try connection.prepare("INSERT INTO t VALUES (?, ?, ?, ?, ?)").run(row)
+        try connection.prepare("INSERT INTO t VALUES (?, ?, ?, ?, ?)").run([.blob([]), .null, .null, .null, .null])
+        let rows = try connection.prepare("SELECT * FROM t ORDER BY rowid").rows()
+        #expect(rows[0] == row)
+        #expect(rows[1][0] == .blob([]))
+    }
+
+    @Test func badSQLThrowsWithContextAndNoValues() throws {
+        let connection = try Connection(path: ":memory:")
+        let error = try #require(throws: SQLiteError.self) { try connection.prepare("SELEKT 1") }
+        #expect(error.context == "prepare")
+        #expect(error.description.contains("syntax error"))
+    }
+
+    @Test func aFailedTransactionWritesNothing() throws {
+        let queue = try DatabaseQueue(path: temporaryPath())
+        try queue.write { try $0.execute("CREATE TABLE t (x INTEGER PRIMARY KEY)") }
+        #expect(throws: SQLiteError.self) {
+            try queue.write { db in
+                try db.prepare("INSERT INTO t VALUES (1)").run()
+                try db.prepare("INSERT INTO t VALUES (1)").run() // unique violation
+            }
+        }
+        let count = try queue.read { try $0.prepare("SELECT count(*) FROM t").rows() }
+        #expect(count == [[.integer(0)]])
+    }
+
+    @Test func migrationsRunOnceInOrderAndRefuseNewerSchemas() throws {
+        let path = temporaryPath()
+        let migrator = Migrator([
+            .init("create", sql: "CREATE TABLE zones (name TEXT PRIMARY KEY)"),
+            .init("column", sql: "ALTER TABLE zones ADD COLUMN owner TEXT"),
+        ])
+        let connection = try Connection(path: path)
+        #expect(try migrator.migrate(connection) == 2)
+        #expect(try migrator.migrate(connection) == 0)
+        #expect(try connection.userVersion == 2)
+        try connection.prepare("INSERT INTO zones (name, owner) VALUES (?, ?)").run([.text("Lists"), .text("_a")])
+
+        let older = Migrator([.init("create", sql: "CREATE TABLE zones (name TEXT PRIMARY KEY)")])
+        #expect(throws: MigrationError.newerSchema(found: 2, known: 1)) { try older.migrate(connection) }
+    }
+
+    @Test func aBrokenMigrationLeavesTheSchemaAtAWholeVersion() throws {
+        let connection = try Connection(path: temporaryPath())
+        let migrator = Migrator([
+            .init("create", sql: "CREATE TABLE a (x)"),
+            .init("broken", sql: "CREATE TABLE b (x); CREATE TABLE a (x)"),
+        ])
+        #expect(throws: SQLiteError.self) { try migrator.migrate(connection) }
+        #expect(try connection.userVersion == 1)
+        let tables = try connection.prepare("SELECT name FROM sqlite_master WHERE name = 'b'").rows()
+        #expect(tables.isEmpty)
+    }
+}
