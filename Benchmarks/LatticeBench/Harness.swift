@@ -154,7 +154,10 @@ enum Harness {
         }
         let stdoutText = String(decoding: child.stdout, as: UTF8.self)
         for line in stdoutText.split(separator: "\n").reversed() where line.hasPrefix("{") {
-            if case .object(let record)? = try? JSONValue.parse(String(line)) { return record }
+            if case .object(var record)? = try? JSONValue.parse(String(line)) {
+                record["seed"] = .integer(options.parameters.seed) // exact, even above Int64.max
+                return record
+            }
             break
         }
         var reason: String

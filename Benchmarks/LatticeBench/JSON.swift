@@ -1,7 +1,9 @@
+import LatticeCore
+
 // A tiny JSON value with output byte-identical in style to Python's
 // `json.dumps(obj, sort_keys=True)`: keys sorted by code point, ", " and ": " separators,
-// non-ASCII escaped as \uXXXX, floats as Python's repr. Also a small parser, for reading the
-// worker's line back.
+// non-ASCII escaped as \uXXXX, floats as Python's repr. Worker lines are read back with
+// LatticeCore's parser.
 
 /// A JSON value.
 enum JSONValue: Equatable, Sendable {
@@ -145,187 +147,24 @@ enum JSONValue: Equatable, Sendable {
     }
 }
 
-// MARK: Parsing
-
-/// Malformed JSON text.
-struct JSONParseError: Error, CustomStringConvertible {
-    let message: String
-    let offset: Int
-    var description: String { "invalid JSON at byte \(offset): \(message)" }
-}
+// MARK: Reading a worker's line back
 
 extension JSONValue {
-    /// Parses one JSON value (surrounding whitespace allowed).
+    /// Parses one JSON value with LatticeCore's parser. Integers beyond `Int64` come back as doubles;
+    /// the only such key a worker writes is `seed`, which the orchestrator sets from its own options.
     static func parse(_ text: String) throws -> JSONValue {
-        var parser = JSONParser(bytes: Array(text.utf8))
-        let value = try parser.value()
-        parser.skipWhitespace()
-        guard parser.position == parser.bytes.count else { throw parser.error("trailing characters") }
-        return value
-    }
-}
-
-private struct JSONParser {
-    let bytes: [UInt8]
-    var position = 0
-
-    init(bytes: [UInt8]) { self.bytes = bytes }
-
-    func error(_ message: String) -> JSONParseError { JSONParseError(message: message, offset: position) }
-
-    mutating func skipWhitespace() {
-        while position < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[position]) { position += 1 }
+        JSONValue(try JSON.parse(text))
     }
 
-    mutating func expect(_ literal: String, _ value: JSONValue) throws -> JSONValue {
-        let expected = Array(literal.utf8)
-        guard bytes.count - position >= expected.count,
-              Array(bytes[position ..< position + expected.count]) == expected else { throw error("expected \(literal)") }
-        position += expected.count
-        return value
-    }
-
-    mutating func value() throws -> JSONValue {
-        skipWhitespace()
-        guard position < bytes.count else { throw error("unexpected end") }
-        switch bytes[position] {
-        case UInt8(ascii: "n"): return try expect("null", .null)
-        case UInt8(ascii: "t"): return try expect("true", .bool(true))
-        case UInt8(ascii: "f"): return try expect("false", .bool(false))
-        case UInt8(ascii: "N"): return try expect("NaN", .double(.nan))
-        case UInt8(ascii: "I"): return try expect("Infinity", .double(.infinity))
-        case UInt8(ascii: "\""): return .string(try string())
-        case UInt8(ascii: "["):
-            position += 1
-            var elements: [JSONValue] = []
-            skipWhitespace()
-            if position < bytes.count && bytes[position] == UInt8(ascii: "]") { position += 1; return .array(elements) }
-            while true {
-                elements.append(try value())
-                skipWhitespace()
-                guard position < bytes.count else { throw error("unterminated array") }
-                if bytes[position] == UInt8(ascii: ",") { position += 1; continue }
-                if bytes[position] == UInt8(ascii: "]") { position += 1; return .array(elements) }
-                throw error("expected , or ]")
-            }
-        case UInt8(ascii: "{"):
-            position += 1
-            var members: [String: JSONValue] = [:]
-            skipWhitespace()
-            if position < bytes.count && bytes[position] == UInt8(ascii: "}") { position += 1; return .object(members) }
-            while true {
-                skipWhitespace()
-                guard position < bytes.count, bytes[position] == UInt8(ascii: "\"") else { throw error("expected a key") }
-                let key = try string()
-                skipWhitespace()
-                guard position < bytes.count, bytes[position] == UInt8(ascii: ":") else { throw error("expected :") }
-                position += 1
-                members[key] = try value()
-                skipWhitespace()
-                guard position < bytes.count else { throw error("unterminated object") }
-                if bytes[position] == UInt8(ascii: ",") { position += 1; continue }
-                if bytes[position] == UInt8(ascii: "}") { position += 1; return .object(members) }
-                throw error("expected , or }")
-            }
-        default:
-            return try number()
+    init(_ json: JSON) {
+        switch json {
+        case .null: self = .null
+        case .bool(let value): self = .bool(value)
+        case .int(let value): self = .int(value)
+        case .double(let value): self = .double(value)
+        case .string(let value): self = .string(value)
+        case .array(let values): self = .array(values.map(JSONValue.init))
+        case .object(let values): self = .object(values.mapValues(JSONValue.init))
         }
-    }
-
-    mutating func number() throws -> JSONValue {
-        let start = position
-        var isInteger = true
-        if position < bytes.count && bytes[position] == UInt8(ascii: "-") {
-            position += 1
-            if position < bytes.count && bytes[position] == UInt8(ascii: "I") {
-                _ = try expect("Infinity", .null)
-                return .double(-.infinity)
-            }
-        }
-        while position < bytes.count {
-            let byte = bytes[position]
-            if byte >= 0x30 && byte <= 0x39 { position += 1; continue }
-            if byte == UInt8(ascii: ".") || byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E")
-                || byte == UInt8(ascii: "+") || byte == UInt8(ascii: "-") {
-                isInteger = false
-                position += 1
-                continue
-            }
-            break
-        }
-        let text = String(decoding: bytes[start..<position], as: UTF8.self)
-        guard !text.isEmpty else { throw error("unexpected character") }
-        if isInteger {
-            if let value = Int64(text) { return .int(value) }
-            if let value = UInt64(text) { return .uint(value) }
-        }
-        guard let value = Double(text) else { position = start; throw error("bad number \(text)") }
-        return .double(value)
-    }
-
-    mutating func string() throws -> String {
-        position += 1   // opening quote
-        var scalars = String.UnicodeScalarView()
-        var raw: [UInt8] = []
-        func flushRaw() {
-            if !raw.isEmpty { scalars.append(contentsOf: String(decoding: raw, as: UTF8.self).unicodeScalars); raw.removeAll() }
-        }
-        while true {
-            guard position < bytes.count else { throw error("unterminated string") }
-            let byte = bytes[position]
-            position += 1
-            if byte == UInt8(ascii: "\"") { break }
-            if byte != UInt8(ascii: "\\") { raw.append(byte); continue }
-            guard position < bytes.count else { throw error("unterminated escape") }
-            let escaped = bytes[position]
-            position += 1
-            switch escaped {
-            case UInt8(ascii: "\""): raw.append(0x22)
-            case UInt8(ascii: "\\"): raw.append(0x5C)
-            case UInt8(ascii: "/"): raw.append(0x2F)
-            case UInt8(ascii: "b"): raw.append(0x08)
-            case UInt8(ascii: "f"): raw.append(0x0C)
-            case UInt8(ascii: "n"): raw.append(0x0A)
-            case UInt8(ascii: "r"): raw.append(0x0D)
-            case UInt8(ascii: "t"): raw.append(0x09)
-            case UInt8(ascii: "u"):
-                flushRaw()
-                var unit = try hex4()
-                if (0xD800..<0xDC00).contains(unit), position + 1 < bytes.count,
-                   bytes[position] == UInt8(ascii: "\\"), bytes[position + 1] == UInt8(ascii: "u") {
-                    position += 2
-                    let low = try hex4()
-                    if (0xDC00..<0xE000).contains(low) {
-                        unit = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
-                    } else {
-                        scalars.append(Unicode.Scalar(0xFFFD)!)
-                        unit = low
-                    }
-                }
-                scalars.append(Unicode.Scalar(unit) ?? Unicode.Scalar(0xFFFD)!)
-            default:
-                throw error("bad escape")
-            }
-        }
-        flushRaw()
-        return String(scalars)
-    }
-
-    mutating func hex4() throws -> UInt32 {
-        guard bytes.count - position >= 4 else { throw error("short \\u escape") }
-        var value: UInt32 = 0
-        for _ in 0..<4 {
-            let byte = bytes[position]
-            position += 1
-            let digit: UInt8
-            switch byte {
-            case 0x30...0x39: digit = byte - 0x30
-            case 0x61...0x66: digit = byte - 0x61 + 10
-            case 0x41...0x46: digit = byte - 0x41 + 10
-            default: throw error("bad \\u escape")
-            }
-            value = value << 4 | UInt32(digit)
-        }
-        return value
     }
 }

@@ -44,17 +44,15 @@ struct Device {
         zone = ZoneState(zoneID: zoneID)
     }
 
-    /// Receives bytes from another device: decode, check the clock bound, merge.
+    /// Receives bytes from another device: validate, check the clock bound, merge.
     mutating func receive(_ bytes: [UInt8]) throws {
-        let delta = try BinaryCodec.decodeDelta(bytes)
-        try clock.observe(delta.maximumHLC)
-        try zone.merge(delta)
+        guard !bytes.isEmpty else { return } // the peer had nothing to send
+        try zone.merge(encoded: bytes, clock: &clock)
     }
 
     /// What this device would send to a peer holding `peerVersion`, encoded.
-    func bytesToSend(to peerVersion: VersionVector) throws -> [UInt8] {
-        guard let delta = zone.changes(since: peerVersion) else { return [] }
-        return try BinaryCodec.encode(delta)
+    func bytesToSend(to peerVersion: VersionVector) -> [UInt8] {
+        zone.encodedChanges(since: peerVersion) ?? []
     }
 
     func describe(_ recordName: String) -> String {
@@ -101,7 +99,7 @@ func runDemo(json: Bool) throws {
     }
 
     // 2. The phone receives the whole zone.
-    let initial = try BinaryCodec.encode(laptop.zone.fullState())
+    let initial = laptop.zone.encodedFullState()
     try phone.receive(initial)
     if !json {
         print("1. laptop creates list \"Groceries\" with item \"milk\"; phone receives it (\(initial.count) bytes)")
@@ -128,13 +126,13 @@ func runDemo(json: Bool) throws {
     }
 
     // 4. They sync: each sends what the other has not seen, in binary.
-    let toPhone = try laptop.bytesToSend(to: phone.zone.version)
-    let toLaptop = try phone.bytesToSend(to: laptop.zone.version)
+    let toPhone = laptop.bytesToSend(to: phone.zone.version)
+    let toLaptop = phone.bytesToSend(to: laptop.zone.version)
     try phone.receive(toPhone)
     try laptop.receive(toLaptop)
 
-    let laptopBytes = try BinaryCodec.encode(laptop.zone.fullState())
-    let phoneBytes = try BinaryCodec.encode(phone.zone.fullState())
+    let laptopBytes = laptop.zone.encodedFullState()
+    let phoneBytes = phone.zone.encodedFullState()
     let converged = laptopBytes == phoneBytes
     guard let merged = laptop.zone["milk"] else { throw ZoneError.recordNotFound("milk") }
 
