@@ -5,6 +5,7 @@ let package = Package(
     name: "Lattice",
     products: [
         .library(name: "LatticeCore", targets: ["LatticeCore"]),
+        .library(name: "LatticeServer", targets: ["LatticeServer"]),
         .executable(name: "lattice", targets: ["LatticeCLI"]),
         .executable(name: "lattice-bench", targets: ["LatticeBench"]),
     ],
@@ -34,11 +35,22 @@ let package = Package(
         // Storage: the only module that speaks SQL.
         .target(name: "LatticeStore", dependencies: ["LatticeCore", "CSQLite"]),
 
-        .executableTarget(name: "LatticeCLI", dependencies: ["LatticeCore"]),
+        // Secrets: bearer tokens now, share-signing keys next. The only module that touches secrets.
+        .target(name: "LatticeSharing", dependencies: ["LatticeCore", "CLibCrypto"]),
+
+        // The service: Request -> Response core (routing, auth, endpoints, errors). Only its HTTP/ folder
+        // imports CMicroHTTPD.
+        .target(
+            name: "LatticeServer",
+            dependencies: ["LatticeCore", "LatticeStore", "LatticeSharing", "CMicroHTTPD", "CHTTPShims"]
+        ),
+
+        .executableTarget(name: "LatticeCLI", dependencies: ["LatticeCore", "LatticeServer"]),
         .executableTarget(name: "LatticeBench", dependencies: ["LatticeCore", "CLibCrypto"], path: "Benchmarks/LatticeBench"),
 
         .testTarget(name: "LatticeCoreTests", dependencies: ["LatticeCore"]),
         .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore"]),
+        .testTarget(name: "LatticeServerTests", dependencies: ["LatticeServer", "LatticeStore", "LatticeCore"]),
         .testTarget(
             name: "SystemLibraryTests",
             dependencies: ["CSQLite", "CLibCrypto", "CMicroHTTPD", "CHTTPShims"]

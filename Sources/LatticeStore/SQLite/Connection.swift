@@ -9,6 +9,7 @@ import Foundation
 /// enforces that.
 public final class Connection {
     let handle: OpaquePointer
+    private var statementCache: [String: Statement] = [:]
 
     /// Opens (creating if needed) the database at `path`; `":memory:"` opens a private in-memory one.
     public init(path: String, busyTimeoutMilliseconds: Int32 = 5_000) throws(SQLiteError) {
@@ -28,7 +29,10 @@ public final class Connection {
         try execute("PRAGMA foreign_keys=ON")
     }
 
-    deinit { sqlite3_close_v2(handle) }
+    deinit {
+        statementCache.removeAll()
+        sqlite3_close_v2(handle)
+    }
 
     /// Runs one or more statements that take no parameters (schema changes, pragmas).
     public func execute(_ sql: String) throws(SQLiteError) {
@@ -38,6 +42,14 @@ public final class Connection {
 
     public func prepare(_ sql: String) throws(SQLiteError) -> Statement {
         try Statement(self, sql: sql)
+    }
+
+    /// A prepared statement kept for reuse on this connection: for the hot, fixed SQL of a storage backend.
+    public func cached(_ sql: String) throws(SQLiteError) -> Statement {
+        if let statement = statementCache[sql] { return statement }
+        let statement = try Statement(self, sql: sql)
+        statementCache[sql] = statement
+        return statement
     }
 
     /// Runs `body` in an immediate transaction: committed if it returns, rolled back if it throws.
@@ -80,23 +92,35 @@ public final class Connection {
 /// `@unchecked Sendable` is sound because the connection is only reachable through `lock`.
 public final class DatabaseQueue: @unchecked Sendable {
     private let lock = NSLock()
-    private let connection: Connection
+    private var connection: Connection?
 
-    public init(path: String) throws(SQLiteError) {
-        connection = try Connection(path: path)
+    public init(path: String, busyTimeoutMilliseconds: Int32 = 5_000) throws(SQLiteError) {
+        connection = try Connection(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
     }
 
     /// Runs `body` with the connection (no transaction).
-    public func read<T>(_ body: (Connection) throws -> T) rethrows -> T {
+    public func read<T>(_ body: (Connection) throws -> T) throws -> T {
         lock.lock()
         defer { lock.unlock() }
-        return try body(connection)
+        return try body(try open())
     }
 
     /// Runs `body` in an immediate transaction; on error nothing is written.
     public func write<T>(_ body: (Connection) throws -> T) throws -> T {
         lock.lock()
         defer { lock.unlock() }
-        return try connection.transaction(body)
+        return try open().transaction(body)
+    }
+
+    /// Closes the connection after any use in progress; later uses throw `SQLITE_MISUSE`.
+    public func close() {
+        lock.lock()
+        defer { lock.unlock() }
+        connection = nil
+    }
+
+    private func open() throws(SQLiteError) -> Connection {
+        guard let connection else { throw SQLiteError(code: SQLITE_MISUSE, connection: nil, context: "use after close") }
+        return connection
     }
 }

@@ -16,6 +16,11 @@ public struct SQLiteError: Error, Hashable, Sendable, CustomStringConvertible {
 
     public var isBusy: Bool { code == SQLITE_BUSY || code == SQLITE_LOCKED }
     public var isConstraintViolation: Bool { code == SQLITE_CONSTRAINT }
+    /// A UNIQUE or PRIMARY KEY constraint failed: the row exists already.
+    public var isUniqueViolation: Bool {
+        // SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY are macros Swift cannot import.
+        extendedCode == SQLITE_CONSTRAINT | (8 << 8) || extendedCode == SQLITE_CONSTRAINT | (6 << 8)
+    }
 
     public var description: String { "SQLite error \(code)/\(extendedCode) during \(context): \(message)" }
 

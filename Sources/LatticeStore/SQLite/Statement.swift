@@ -65,6 +65,7 @@ public final class Statement {
     public func run(_ values: [SQLiteValue] = []) throws(SQLiteError) -> Int {
         try bind(values)
         while try step() {}
+        sqlite3_reset(handle) // release the statement's hold on the database at once
         return Int(sqlite3_changes(connection.handle))
     }
 
@@ -73,6 +74,7 @@ public final class Statement {
         try bind(values)
         var rows: [[SQLiteValue]] = []
         while try step() { rows.append(row()) }
+        sqlite3_reset(handle)
         return rows
     }
 

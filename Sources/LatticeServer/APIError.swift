@@ -1,0 +1,85 @@
+import Foundation
+import LatticeCore
+
+/// The error taxonomy of the HTTP API, mirroring CloudKit Web Services' `serverErrorCode` strings.
+public enum ServerErrorCode: String, Sendable, CaseIterable {
+    case accessDenied = "ACCESS_DENIED"
+    case atomicError = "ATOMIC_ERROR"
+    case authenticationFailed = "AUTHENTICATION_FAILED"
+    case authenticationRequired = "AUTHENTICATION_REQUIRED"
+    case badRequest = "BAD_REQUEST"
+    case conflict = "CONFLICT"
+    case exists = "EXISTS"
+    case internalError = "INTERNAL_ERROR"
+    case limitExceeded = "LIMIT_EXCEEDED"
+    case notFound = "NOT_FOUND"
+    case quotaExceeded = "QUOTA_EXCEEDED"
+    case throttled = "THROTTLED"
+    case tryAgainLater = "TRY_AGAIN_LATER"
+    case zoneNotFound = "ZONE_NOT_FOUND"
+    case changeTokenExpired = "CHANGE_TOKEN_EXPIRED"
+
+    /// The HTTP status of a whole-request error with this code.
+    public var httpStatus: Int {
+        switch self {
+        case .accessDenied: return 403
+        case .atomicError, .badRequest: return 400
+        case .authenticationFailed: return 401
+        case .authenticationRequired: return 421
+        case .conflict, .exists: return 409
+        case .internalError: return 500
+        case .limitExceeded, .quotaExceeded: return 413
+        case .notFound, .zoneNotFound: return 404
+        case .throttled: return 429
+        case .tryAgainLater: return 503
+        case .changeTokenExpired: return 410
+        }
+    }
+}
+
+/// An error the API reports: a code from the taxonomy and a human reason. It never carries SQL, stack
+/// traces or secrets: internal failures are logged on the server and reported as INTERNAL_ERROR.
+public struct APIError: Error, Sendable, CustomStringConvertible {
+    public let code: ServerErrorCode
+    public let reason: String
+    /// Seconds to wait, for THROTTLED and TRY_AGAIN_LATER.
+    public let retryAfter: Int?
+    /// For CONFLICT: the server's current record.
+    public let serverRecord: JSON?
+
+    public init(_ code: ServerErrorCode, _ reason: String, retryAfter: Int? = nil, serverRecord: JSON? = nil) {
+        self.code = code
+        self.reason = reason
+        self.retryAfter = retryAfter ?? ((code == .throttled || code == .tryAgainLater) ? 1 : nil)
+        self.serverRecord = serverRecord
+    }
+
+    public var description: String { "\(code.rawValue): \(reason)" }
+
+    static func badRequest(_ reason: String) -> APIError { APIError(.badRequest, reason) }
+
+    /// The error's JSON, as a whole-request body or, with `itemKey`, as one item of a batch answer.
+    func json(item: (key: String, value: String)? = nil) -> JSON {
+        var object: [String: JSON] = ["serverErrorCode": .string(code.rawValue), "reason": .string(reason)]
+        if let item { object[item.key] = .string(item.value) } else { object["uuid"] = .string(UUID().uuidString.lowercased()) }
+        if let retryAfter { object["retryAfter"] = .int(Int64(retryAfter)) }
+        if let serverRecord { object["serverRecord"] = serverRecord }
+        return .object(object)
+    }
+
+    /// The whole-request response.
+    var response: HTTPResponse {
+        var response = HTTPResponse.json(json(), status: code.httpStatus)
+        if let retryAfter { response.headers.append((name: "Retry-After", value: String(retryAfter))) }
+        return response
+    }
+}
+
+extension HTTPResponse {
+    /// A JSON response; the body is always JSON.
+    static func json(_ value: JSON, status: Int = 200) -> HTTPResponse {
+        HTTPResponse(status: status, headers: [(name: "Content-Type", value: "application/json; charset=utf-8"),
+                                               (name: "Cache-Control", value: "no-store")],
+                     body: value.serializedBytes())
+    }
+}

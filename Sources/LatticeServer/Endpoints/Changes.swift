@@ -1,0 +1,167 @@
+import Foundation
+import LatticeCore
+import LatticeStore
+
+extension LatticeService {
+    /// `changes/database {"syncToken"?, "resultsLimit"?}`: the zones changed (or deleted) since the token.
+    func databaseChanges(_ context: RequestContext) throws -> JSON {
+        guard context.kind != .public else {
+            throw APIError.badRequest("the public database has no change feed (as in CloudKit)")
+        }
+        let limit = try resultsLimit(context.body["resultsLimit"])
+        let token = try context.body["syncToken"].map { json in
+            guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
+            return try SyncToken(text: text, expected: .database)
+        }
+        if context.kind == .shared {
+            // The sharing service fills the shared database; until then it never changes.
+            return .object(["zones": .array([]), "moreComing": .bool(false),
+                            "syncToken": .string(SyncToken(log: .database, owner: 0, position: 0).text)])
+        }
+        return try storage.read { tx in
+            let database = try tx.database(context.databaseKey)
+            let cursor = try databaseCursor(token, database)
+            let changes = try tx.zoneChanges(databaseID: database.id, after: cursor, limit: limit)
+            let moreComing = changes.count == limit && changes.last.map { $0.databaseSeq < database.lastSeq } == true
+            let position = moreComing ? changes.last!.databaseSeq : database.lastSeq
+            // A zone deleted and recreated inside one page is reported once, as it is now.
+            var latest: [String: StoredZone] = [:]
+            for zone in changes where latest[zone.name].map({ $0.deleted || !zone.deleted }) ?? true {
+                latest[zone.name] = zone
+            }
+            let zones: [JSON] = latest.values.sorted { $0.databaseSeq < $1.databaseSeq }.map { zone in
+                var object: [String: JSON] = [
+                    "zoneID": .object(["zoneName": .string(zone.name), "ownerRecordName": .string(zone.ownerRecordName)]),
+                ]
+                if zone.deleted { object["deleted"] = .bool(true) }
+                return .object(object)
+            }
+            return .object([
+                "zones": .array(zones),
+                "syncToken": .string(SyncToken(log: .database, owner: database.id, position: position).text),
+                "moreComing": .bool(moreComing),
+            ])
+        }
+    }
+
+    /// Checks a database token against the database; returns the position to read after.
+    private func databaseCursor(_ token: SyncToken?, _ database: StoredDatabase) throws -> Int64 {
+        guard let token else { return 0 }
+        if token.owner == 0 && token.position == 0 { return 0 } // issued before the database existed
+        guard token.owner == database.id else {
+            throw APIError(.changeTokenExpired, "the sync token belongs to another database; fetch again without one")
+        }
+        guard token.position <= database.lastSeq else { throw APIError.badRequest("the sync token is from the future") }
+        guard token.position >= database.purgedSeq else {
+            throw APIError(.changeTokenExpired, "the sync token is older than the tombstone horizon; fetch again without one")
+        }
+        return token.position
+    }
+
+    /// `changes/zone {"zones": [{"zoneID", "syncToken"?, "resultsLimit"?}]}`: each zone's records changed
+    /// since its token, in commit order, deletions included, with `moreComing` while more are left.
+    func zoneChanges(_ context: RequestContext) throws -> JSON {
+        guard context.kind != .public else {
+            throw APIError.badRequest("the public database has no change feed (as in CloudKit)")
+        }
+        let requests = try items(context.body, "zones", limit: configuration.maximumResultsLimit)
+        return try storage.read { tx in
+            var results: [JSON] = []
+            for (index, request) in requests.enumerated() {
+                let path = "zones[\(index)]"
+                let zoneName = request["zoneID"]?["zoneName"]?.stringValue ?? ""
+                do {
+                    let resolved = try resolveZone(request["zoneID"], context, tx, path: path + ".zoneID")
+                    let limit = try resultsLimit(request["resultsLimit"] ?? context.body["resultsLimit"])
+                    let token = try request["syncToken"].map { json in
+                        guard let text = json.stringValue else { throw APIError.badRequest("\(path).syncToken must be a string") }
+                        return try SyncToken(text: text, expected: .zone)
+                    }
+                    guard let zone = resolved.zone else {
+                        if resolved.zoneID.zoneName == Names.systemZoneName, token == nil || token?.owner == 0 {
+                            results.append(.object(["zoneID": resolved.zoneID.cloudKitJSON, "records": .array([]),
+                                                    "syncToken": .string(SyncToken(log: .zone, owner: 0, position: 0).text),
+                                                    "moreComing": .bool(false)]))
+                            continue
+                        }
+                        throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
+                    }
+                    let cursor = try zoneCursor(token, zone)
+                    let records = try tx.recordChanges(zoneRowID: zone.rowID, after: cursor, limit: limit)
+                    let moreComing = records.count == limit && records.last.map { $0.seq < zone.lastSeq } == true
+                    let position = moreComing ? records.last!.seq : zone.lastSeq
+                    results.append(.object([
+                        "zoneID": resolved.zoneID.cloudKitJSON,
+                        "records": .array(try records.map { try recordJSON($0, decode($0), desiredKeys: nil) }),
+                        "syncToken": .string(SyncToken(log: .zone, owner: zone.rowID, position: position).text),
+                        "moreComing": .bool(moreComing),
+                    ]))
+                } catch let error as APIError {
+                    var item = error.json(item: (key: "zoneName", value: zoneName))
+                    if case .object(var object) = item, let zoneID = request["zoneID"] {
+                        object["zoneID"] = zoneID
+                        item = .object(object)
+                    }
+                    results.append(item)
+                }
+            }
+            return .object(["zones": .array(results)])
+        }
+    }
+
+    private func zoneCursor(_ token: SyncToken?, _ zone: StoredZone) throws -> Int64 {
+        guard let token else { return 0 }
+        if token.owner == 0 && token.position == 0 { return 0 } // issued before the zone was first written
+        guard token.owner == zone.rowID else {
+            throw APIError(.changeTokenExpired, "the zone was deleted and recreated since this sync token; fetch it "
+                           + "again without a token")
+        }
+        guard token.position <= zone.lastSeq else { throw APIError.badRequest("the sync token is from the future") }
+        guard token.position >= zone.purgedSeq else {
+            throw APIError(.changeTokenExpired, "the sync token is older than the tombstone horizon; fetch the zone "
+                           + "again without a token")
+        }
+        return token.position
+    }
+
+    /// `changes/wait {"syncToken"?, "timeout"?}`: a long poll, the push path in place of CloudKit's
+    /// database subscriptions. Answers `{"changed": true}` as soon as the database's change log moves past
+    /// the token (a `changes/database` token; without one, past its position now), or
+    /// `{"changed": false}` after `timeout` seconds.
+    func waitForChanges(_ context: RequestContext, respond: @escaping HTTPResponder) throws {
+        guard context.kind == .private else {
+            throw APIError.badRequest("changes/wait watches the private database (the shared one comes with sharing)")
+        }
+        var timeout = configuration.defaultWaitSeconds
+        if let json = context.body["timeout"] {
+            guard let seconds = json.intValue, seconds >= 0 else {
+                throw APIError.badRequest("timeout must be a non-negative number of seconds")
+            }
+            timeout = Int(min(seconds, Int64(configuration.maximumWaitSeconds)))
+        }
+        let token = try context.body["syncToken"].map { json in
+            guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
+            return try SyncToken(text: text, expected: .database)
+        }
+        // The database must exist so its id can be watched; reading it inside a write creates it.
+        let database = try write { tx, _ in try tx.database(context.databaseKey) }
+        let cursor = try token.map { try databaseCursor($0, database) } ?? database.lastSeq
+        let answer: @Sendable (ChangeNotifier.WaitOutcome) -> Void = { outcome in
+            switch outcome {
+            case .changed: respond(.json(.object(["changed": .bool(true)])))
+            case .timedOut: respond(.json(.object(["changed": .bool(false)])))
+            case .shuttingDown: respond(APIError(.tryAgainLater, "the server is shutting down").response)
+            }
+        }
+        guard let waiter = notifier.register(cursors: [database.id: cursor], timeoutSeconds: timeout, fire: answer) else {
+            throw APIError(.tryAgainLater, "the server is shutting down")
+        }
+        // Registered first, then re-read: a commit that landed before the registration is seen here.
+        let now = try storage.read { tx in try tx.database(id: database.id) }
+        if let now, now.lastSeq > cursor {
+            notifier.finish(waiter, .changed)
+        } else if timeout == 0 {
+            notifier.finish(waiter, .timedOut)
+        }
+    }
+}

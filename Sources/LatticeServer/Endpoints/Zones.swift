@@ -1,0 +1,166 @@
+import LatticeCore
+import LatticeStore
+
+/// A zone named by a request, resolved against the caller's database.
+struct ResolvedZone {
+    let database: StoredDatabase
+    /// Nil when the zone does not exist (yet).
+    let zone: StoredZone?
+    let zoneID: ZoneID
+}
+
+extension LatticeService {
+    /// The owner name of the public database's zone, as CloudKit spells it.
+    static let publicOwner = "_defaultOwner"
+    /// CloudKit's placeholder for "the current user" in a zone id.
+    static let currentUserPlaceholder = "__defaultOwner__"
+
+    /// Parses a zone id from a request and finds it in the caller's database.
+    ///
+    /// - Private database: the owner must be the caller (or left out); another user's private database
+    ///   is ACCESS_DENIED. `_defaultZone` always exists (it is created on first write).
+    /// - Public database: only `_defaultZone`, owned by `_defaultOwner`.
+    /// - Shared database: zones of shares the caller accepted (none until the sharing service lands).
+    func resolveZone(_ json: JSON?, _ context: RequestContext, _ tx: any StorageTransaction, path: String,
+                     creatingDefault: Bool = false) throws -> ResolvedZone {
+        guard let json else { throw APIError.badRequest("\(path) is missing") }
+        let owner = context.kind == .public ? Self.publicOwner : context.user.recordName
+        let zoneID: ZoneID
+        do {
+            var object = json.objectValue ?? [:]
+            if object["ownerRecordName"]?.stringValue == Self.currentUserPlaceholder { object["ownerRecordName"] = nil }
+            zoneID = try ZoneID(cloudKitJSON: .object(object), defaultOwner: owner, path: path)
+        } catch {
+            throw APIError.badRequest(error.description)
+        }
+        switch context.kind {
+        case .private:
+            guard zoneID.ownerRecordName == owner else {
+                throw APIError(.accessDenied, "zone \(zoneID.zoneName) belongs to another user's private database")
+            }
+        case .public:
+            guard zoneID.ownerRecordName == owner, zoneID.zoneName == Names.systemZoneName else {
+                throw APIError(.zoneNotFound, "the public database has only \(Names.systemZoneName) (owner \(Self.publicOwner))")
+            }
+        case .shared:
+            throw APIError(.zoneNotFound, "no accepted share has zone \(zoneID.zoneName) of \(zoneID.ownerRecordName)")
+        }
+        let database = try tx.database(context.databaseKey)
+        var zone = try tx.zone(databaseID: database.id, name: zoneID.zoneName)
+        if zone == nil, creatingDefault, zoneID.zoneName == Names.systemZoneName {
+            zone = try tx.createZone(databaseID: database.id, name: zoneID.zoneName, ownerRecordName: owner,
+                                     nowMs: configuration.now())
+        }
+        return ResolvedZone(database: database, zone: zone, zoneID: zoneID)
+    }
+
+    func zoneJSON(_ zone: StoredZone) -> JSON {
+        .object([
+            "zoneID": .object(["zoneName": .string(zone.name), "ownerRecordName": .string(zone.ownerRecordName)]),
+            "atomic": .bool(true),
+            "syncToken": .string(SyncToken(log: .zone, owner: zone.rowID, position: zone.lastSeq).text),
+        ])
+    }
+
+    /// A zone that is implied but not stored yet (`_defaultZone` before its first write).
+    private func impliedZoneJSON(_ zoneID: ZoneID) -> JSON {
+        .object(["zoneID": zoneID.cloudKitJSON, "atomic": .bool(true)])
+    }
+
+    /// `zones/list`: every zone of the database; `_defaultZone` is always listed for private and public.
+    func listZones(_ context: RequestContext) throws -> JSON {
+        if context.kind == .shared { return .object(["zones": .array([])]) }
+        let owner = context.kind == .public ? Self.publicOwner : context.user.recordName
+        let zones = try storage.read { tx in try tx.liveZones(databaseID: tx.database(context.databaseKey).id) }
+        var list = zones.map(zoneJSON)
+        if !zones.contains(where: { $0.name == Names.systemZoneName }),
+           let defaultZone = try? ZoneID(zoneName: Names.systemZoneName, ownerRecordName: owner) {
+            list.insert(impliedZoneJSON(defaultZone), at: 0)
+        }
+        return .object(["zones": .array(list)])
+    }
+
+    /// `zones/lookup {"zones": [zoneID, ...]}`.
+    func lookupZones(_ context: RequestContext) throws -> JSON {
+        let requested = try items(context.body, "zones", limit: configuration.maximumResultsLimit)
+        return try storage.read { tx in
+            var results: [JSON] = []
+            for (index, item) in requested.enumerated() {
+                let path = "zones[\(index)]"
+                do {
+                    let resolved = try resolveZone(item["zoneID"] ?? item, context, tx, path: path)
+                    if let zone = resolved.zone {
+                        results.append(zoneJSON(zone))
+                    } else if resolved.zoneID.zoneName == Names.systemZoneName {
+                        results.append(impliedZoneJSON(resolved.zoneID))
+                    } else {
+                        throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
+                    }
+                } catch let error as APIError {
+                    results.append(error.json(item: (key: "zoneName", value: item["zoneID"]?["zoneName"]?.stringValue
+                                                     ?? item["zoneName"]?.stringValue ?? "")))
+                }
+            }
+            return .object(["zones": .array(results)])
+        }
+    }
+
+    /// `zones/modify {"operations": [{"operationType": "create" | "delete", "zone": {"zoneID": ...}}]}`.
+    ///
+    /// Each operation stands alone. Creating a zone that exists returns it (as CloudKit's save does);
+    /// deleting a zone deletes its records and moves it to the database log as deleted.
+    func modifyZones(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+        -> HTTPResponse {
+        guard context.kind == .private else {
+            throw APIError.badRequest("zones can only be created and deleted in the private database")
+        }
+        let operations = try items(context.body, "operations", limit: configuration.maximumOperations)
+        var results: [JSON] = []
+        for (index, operation) in operations.enumerated() {
+            let path = "operations[\(index)]"
+            let zoneJSON = operation["zone"]?["zoneID"] ?? operation["zone"]
+            do {
+                let result = try tx.savepoint { () throws -> JSON in
+                    let resolved = try resolveZone(zoneJSON, context, tx, path: path + ".zone.zoneID")
+                    guard resolved.zoneID.zoneName != Names.systemZoneName else {
+                        throw APIError.badRequest("\(Names.systemZoneName) always exists and cannot be created or deleted")
+                    }
+                    switch operation["operationType"]?.stringValue {
+                    case "create":
+                        if let zone = resolved.zone { return self.zoneJSON(zone) }
+                        let zone = try tx.createZone(databaseID: resolved.database.id, name: resolved.zoneID.zoneName,
+                                                     ownerRecordName: resolved.zoneID.ownerRecordName,
+                                                     nowMs: configuration.now())
+                        touched.insert(zone.databaseID)
+                        return self.zoneJSON(zone)
+                    case "delete":
+                        guard let zone = resolved.zone else {
+                            throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
+                        }
+                        try tx.deleteZone(rowID: zone.rowID, nowMs: configuration.now())
+                        touched.insert(zone.databaseID)
+                        return .object(["zoneID": resolved.zoneID.cloudKitJSON, "deleted": .bool(true)])
+                    default:
+                        throw APIError.badRequest("\(path).operationType must be create or delete")
+                    }
+                }
+                results.append(result)
+            } catch let error as APIError {
+                results.append(error.json(item: (key: "zoneName", value: zoneJSON?["zoneName"]?.stringValue ?? "")))
+            }
+        }
+        return .json(.object(["zones": .array(results)]))
+    }
+
+    /// The array under `key` in a body, each element an object, at most `limit` of them.
+    func items(_ body: [String: JSON], _ key: String, limit: Int) throws -> [JSON] {
+        guard let array = body[key]?.arrayValue else { throw APIError.badRequest("expected \"\(key)\": [...]") }
+        guard array.count <= limit else {
+            throw APIError(.limitExceeded, "\(array.count) items in \(key); the limit is \(limit) per request")
+        }
+        for (index, item) in array.enumerated() where item.objectValue == nil {
+            throw APIError.badRequest("\(key)[\(index)] must be an object")
+        }
+        return array
+    }
+}

@@ -1,0 +1,258 @@
+import Foundation
+import LatticeCore
+import LatticeSharing
+import LatticeStore
+import Synchronization
+
+/// The Lattice service core: routes a request, authenticates it, runs the operation against storage and
+/// renders the answer. It holds no socket; `HTTPServer` feeds it from libmicrohttpd, tests call it directly.
+///
+/// Merge rules come from LatticeCore and SQL stays in LatticeStore; this type maps requests to them.
+public final class LatticeService: HTTPHandler, Sendable {
+    public let configuration: ServiceConfiguration
+    public let replicaID: ReplicaID
+    let storage: any Storage
+    let clock: Mutex<HybridLogicalClock>
+    let notifier = ChangeNotifier()
+    private let limiter: RateLimiter?
+    private let shuttingDown = Atomic<Bool>(false)
+    private let log: @Sendable (String) -> Void
+
+    /// - Parameter log: where internal errors are written (never to clients).
+    public init(storage: any Storage, configuration: ServiceConfiguration = ServiceConfiguration(),
+                log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(("lattice: " + $0 + "\n").utf8)) }) throws {
+        self.storage = storage
+        self.configuration = configuration
+        self.log = log
+        limiter = configuration.rateLimit.map(RateLimiter.init)
+        // The server's replica id stamps plain writes; it is made once and kept in the database.
+        let replica: ReplicaID = try storage.write { tx in
+            if let text = try tx.metadata("replica_id"), let replica = ReplicaID(hex: text) { return replica }
+            var random = SystemRandomNumberGenerator()
+            let replica = ReplicaID(random.next() | 1)
+            try tx.setMetadata("replica_id", replica.description)
+            return replica
+        }
+        replicaID = replica
+        let now = configuration.now
+        clock = Mutex(HybridLogicalClock(replica: replica, maximumDriftMilliseconds: configuration.maximumClockDriftMilliseconds,
+                                         time: { UInt64(max(0, now())) }))
+    }
+
+    public var maximumBodySize: Int { configuration.maximumRequestBytes }
+
+    public func responseForOversizedBody() -> HTTPResponse {
+        APIError(.limitExceeded, "the request body is over the limit of \(configuration.maximumRequestBytes) bytes").response
+    }
+
+    public func beginShutdown() {
+        shuttingDown.store(true, ordering: .sequentiallyConsistent)
+        notifier.shutDown()
+    }
+
+    /// Removes tombstones, deleted zones and remembered operation ids past their horizons.
+    @discardableResult
+    public func purgeExpired() throws -> PurgeReport {
+        let now = configuration.now()
+        return try storage.write { tx in
+            try tx.purge(before: now - configuration.tombstoneHorizonMilliseconds,
+                         operationsBeforeMs: now - configuration.clientOperationHorizonMilliseconds)
+        }
+    }
+
+    // MARK: Routing
+
+    /// Every route the service answers, as `METHOD /path/{parameter}`; Docs/openapi.json must list each.
+    public static let routes: [String] = ["GET /healthz", "POST /auth/signup"]
+        + DatabaseOperation.allCases.map { "POST /database/1/{container}/{environment}/{database}/\($0.rawValue)" }
+
+    enum DatabaseOperation: String, CaseIterable {
+        case usersCurrent = "users/current"
+        case zonesList = "zones/list"
+        case zonesLookup = "zones/lookup"
+        case zonesModify = "zones/modify"
+        case recordsModify = "records/modify"
+        case recordsLookup = "records/lookup"
+        case recordsQuery = "records/query"
+        case changesDatabase = "changes/database"
+        case changesZone = "changes/zone"
+        case changesWait = "changes/wait"
+    }
+
+    public func handle(_ request: HTTPRequest, respond: @escaping HTTPResponder) {
+        do {
+            try route(request, respond: respond)
+        } catch let error as APIError {
+            respond(error.response)
+        } catch let failure as AtomicBatchFailure {
+            respond(failure.response)
+        } catch {
+            respond(internalError(error).response)
+        }
+    }
+
+    private func route(_ request: HTTPRequest, respond: @escaping HTTPResponder) throws {
+        if shuttingDown.load(ordering: .sequentiallyConsistent) {
+            throw APIError(.tryAgainLater, "the server is shutting down")
+        }
+        let path = request.path
+        if path == "/healthz" {
+            guard request.method == "GET" || request.method == "HEAD" else { throw methodNotAllowed(request, "GET") }
+            return respond(.json(.object(["status": .string("ok")])))
+        }
+        if path == "/auth/signup" {
+            guard request.method == "POST" else { throw methodNotAllowed(request, "POST") }
+            try throttle(key: "ip:" + request.remoteAddress)
+            return respond(try signUp(parseBody(request)))
+        }
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count >= 7, parts[0].isEmpty, parts[1] == "database", parts[2] == "1" else {
+            throw APIError(.notFound, "no such endpoint: \(request.method) \(path.prefix(200))")
+        }
+        guard let operation = DatabaseOperation(rawValue: parts[6...].joined(separator: "/")) else {
+            throw APIError(.notFound, "no such operation: \(parts[6...].joined(separator: "/").prefix(100))")
+        }
+        guard request.method == "POST" else { throw methodNotAllowed(request, "POST") }
+        guard parts[3] == configuration.container else {
+            throw APIError(.notFound, "unknown container \(parts[3].prefix(100)); this server serves \(configuration.container)")
+        }
+        guard parts[4] == "development" || parts[4] == "production" else {
+            throw APIError.badRequest("environment must be development or production")
+        }
+        guard let kind = DatabaseKind(rawValue: parts[5]) else {
+            throw APIError.badRequest("database must be private, public or shared")
+        }
+        let user = try authenticate(request)
+        try throttle(key: "user:\(user.id)")
+        let context = RequestContext(user: user, kind: kind, environment: parts[4], body: try parseBody(request),
+                                     rawBody: request.body, path: path)
+        switch operation {
+        case .changesWait:
+            try waitForChanges(context, respond: respond)
+        default:
+            respond(try perform(operation, context))
+        }
+    }
+
+    private func perform(_ operation: DatabaseOperation, _ context: RequestContext) throws -> HTTPResponse {
+        switch operation {
+        case .usersCurrent:
+            return .json(.object(["userRecordName": .string(context.user.recordName), "name": .string(context.user.name)]))
+        case .zonesList: return .json(try listZones(context))
+        case .zonesLookup: return .json(try lookupZones(context))
+        case .zonesModify: return try idempotent(context) { try modifyZones(context, $0, &$1) }
+        case .recordsModify: return try idempotent(context) { try modifyRecords(context, $0, &$1) }
+        case .recordsLookup: return .json(try lookupRecords(context))
+        case .recordsQuery: return .json(try queryRecords(context))
+        case .changesDatabase: return .json(try databaseChanges(context))
+        case .changesZone: return .json(try zoneChanges(context))
+        case .changesWait: throw APIError(.internalError, "changes/wait is asynchronous")
+        }
+    }
+
+    private func methodNotAllowed(_ request: HTTPRequest, _ allowed: String) -> APIError {
+        APIError(.notFound, "\(request.path.prefix(200)) answers \(allowed), not \(request.method.prefix(20))")
+    }
+
+    // MARK: Authentication and throttling
+
+    private func authenticate(_ request: HTTPRequest) throws -> UserAccount {
+        guard let header = request.header("authorization") else {
+            throw APIError(.authenticationRequired, "sign in: send Authorization: Bearer <token> (POST /auth/signup makes one)")
+        }
+        let parts = header.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "bearer", let token = BearerToken(text: String(parts[1])) else {
+            throw APIError(.authenticationFailed, "the Authorization header is not a Lattice bearer token")
+        }
+        guard let user = try storage.read({ try $0.user(tokenHash: token.storedHash) }) else {
+            throw APIError(.authenticationFailed, "unknown or revoked token")
+        }
+        return user
+    }
+
+    private func throttle(key: String) throws {
+        guard let limiter, let wait = limiter.take(key, nowMs: configuration.now()) else { return }
+        throw APIError(.throttled, "too many requests; retry after \(wait) s", retryAfter: wait)
+    }
+
+    // MARK: Bodies and errors
+
+    private func parseBody(_ request: HTTPRequest) throws -> [String: JSON] {
+        if request.body.isEmpty { return [:] }
+        let json: JSON
+        do {
+            json = try JSON.parse(request.body)
+        } catch {
+            throw APIError.badRequest("the body is not valid JSON: \(error.description)")
+        }
+        guard let object = json.objectValue else { throw APIError.badRequest("the body must be a JSON object") }
+        return object
+    }
+
+    /// Maps a non-API error: a busy database is TRY_AGAIN_LATER; anything else is logged and reported as
+    /// INTERNAL_ERROR with no detail.
+    func internalError(_ error: any Error) -> APIError {
+        if let error = error as? APIError { return error }
+        if case StorageError.busy = error { return APIError(.tryAgainLater, "the database is busy; retry shortly") }
+        if case StorageError.closed = error { return APIError(.tryAgainLater, "the server is shutting down") }
+        let reference = UUID().uuidString.lowercased()
+        log("internal error \(reference): \(error)")
+        return APIError(.internalError, "internal error (reference \(reference))")
+    }
+
+    /// Runs a write under a client operation id, if the body has one: a retried request with the same id
+    /// and body gets the first answer again instead of applying twice.
+    private func idempotent(_ context: RequestContext,
+                            _ body: (any StorageTransaction, inout Set<Int64>) throws -> HTTPResponse) throws -> HTTPResponse {
+        guard let idJSON = context.body["clientOperationID"] else {
+            return try write { tx, touched in try body(tx, &touched) }
+        }
+        guard let operationID = idJSON.stringValue, (1...128).contains(operationID.utf8.count) else {
+            throw APIError.badRequest("clientOperationID must be a string of 1 to 128 bytes")
+        }
+        let requestHash = Secrets.sha256(Array(context.path.utf8) + [0] + context.rawBody)
+        return try write { tx, touched in
+            if let earlier = try tx.clientOperation(userID: context.user.id, operationID: operationID) {
+                guard earlier.requestHash == requestHash else {
+                    throw APIError.badRequest("clientOperationID \(operationID) was already used for a different request")
+                }
+                var response = HTTPResponse.json(.null, status: earlier.status)
+                response.body = earlier.response
+                response.headers.append((name: "Lattice-Replayed", value: "true"))
+                return response
+            }
+            let response = try body(tx, &touched)
+            try tx.saveClientOperation(userID: context.user.id, operationID: operationID,
+                                       ClientOperation(requestHash: requestHash, status: response.status,
+                                                       response: response.body),
+                                       nowMs: configuration.now())
+            return response
+        }
+    }
+
+    /// A write transaction. `touched` collects the databases whose logs it moved; after the commit their
+    /// long polls are woken with the committed positions.
+    func write<T>(_ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
+        var touched = Set<Int64>()
+        let result = try storage.write { tx in try body(tx, &touched) }
+        if !touched.isEmpty {
+            let positions = try storage.read { tx in try touched.compactMap { try tx.database(id: $0) } }
+            for database in positions { notifier.notify(databaseID: database.id, position: database.lastSeq) }
+        }
+        return result
+    }
+}
+
+/// What a request is about, once routed and authenticated.
+struct RequestContext {
+    let user: UserAccount
+    let kind: DatabaseKind
+    let environment: String
+    let body: [String: JSON]
+    let rawBody: [UInt8]
+    let path: String
+
+    var databaseKey: DatabaseKey {
+        DatabaseKey(kind: kind, environment: environment, ownerID: kind == .public ? 0 : user.id)
+    }
+}

@@ -1,0 +1,45 @@
+import Foundation
+import LatticeCore
+
+/// What a Lattice service enforces and how it tells time. Defaults follow CloudKit's limits.
+public struct ServiceConfiguration: Sendable {
+    /// The one container this server serves (`/database/1/{container}/...`).
+    public var container: String = "lattice"
+    /// The URL clients reach the server at; share URLs are built from it.
+    public var publicURL: String = "http://127.0.0.1:8080"
+    /// Whether `POST /auth/signup` creates accounts; when false, `lattice admin add-user` does.
+    public var registrationOpen = true
+    /// Operations per `records/modify` or `zones/modify` request.
+    public var maximumOperations = 400
+    /// Bytes per request body: 2 MB, checked before the body is buffered.
+    public var maximumRequestBytes = 2 * 1024 * 1024
+    /// Bytes of stored record state per database (private database of a user, or the public one).
+    public var quotaBytesPerDatabase: Int64 = 1 << 30
+    /// Items per response for lookups, queries and change feeds, and tokens per `changes/zone` request.
+    public var maximumResultsLimit = 200
+    /// Tombstones (deleted records and zones) are purged this long after the deletion; older sync tokens
+    /// then get CHANGE_TOKEN_EXPIRED.
+    public var tombstoneHorizonMilliseconds: Int64 = 30 * 24 * 3_600_000
+    /// How long a client operation id is remembered for idempotent retries.
+    public var clientOperationHorizonMilliseconds: Int64 = 7 * 24 * 3_600_000
+    /// Default and largest `timeout` (seconds) of `changes/wait`.
+    public var defaultWaitSeconds = 30
+    public var maximumWaitSeconds = 60
+    /// Per-user (or, before sign-in, per-address) request rate; nil turns throttling off.
+    public var rateLimit: RateLimit? = RateLimit(requestsPerSecond: 200, burst: 400)
+    /// The wall clock in milliseconds since 1970. Injected so tests control time; merge code never reads it.
+    public var now: @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
+    /// How far ahead of this server's clock a client's CRDT stamp may be.
+    public var maximumClockDriftMilliseconds: UInt64 = HybridLogicalClock.defaultMaximumDrift
+
+    public struct RateLimit: Sendable {
+        public var requestsPerSecond: Double
+        public var burst: Double
+        public init(requestsPerSecond: Double, burst: Double) {
+            self.requestsPerSecond = requestsPerSecond
+            self.burst = burst
+        }
+    }
+
+    public init() {}
+}

@@ -1,0 +1,43 @@
+import Foundation
+
+/// The opaque sync tokens of the change feeds.
+///
+/// A token names a log and a position in it: `z1.<zone row id>.<position>` for a zone's record log and
+/// `d1.<database id>.<position>` for a database's zone log, base64url-encoded. Clients must treat them
+/// as opaque. Zone row ids are never reused, so a token from before a zone was deleted and recreated
+/// names a row that is gone, and gets CHANGE_TOKEN_EXPIRED.
+struct SyncToken: Hashable, Sendable {
+    enum Log: String, Sendable {
+        case zone = "z1"
+        case database = "d1"
+    }
+
+    let log: Log
+    let owner: Int64
+    let position: Int64
+
+    var text: String {
+        Data("\(log.rawValue).\(owner).\(position)".utf8).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    init(log: Log, owner: Int64, position: Int64) {
+        self.log = log
+        self.owner = owner
+        self.position = position
+    }
+
+    /// Parses a token of the expected log. - Throws: BAD_REQUEST for anything that is not one.
+    init(text: String, expected: Log) throws(APIError) {
+        let invalid = APIError.badRequest("syncToken is not a token this server issued for a \(expected == .zone ? "zone" : "database") feed")
+        guard text.utf8.count <= 200 else { throw invalid }
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.utf8.count % 4 != 0 { base64 += "=" }
+        guard let data = Data(base64Encoded: base64) else { throw invalid }
+        let parts = String(decoding: data, as: UTF8.self).split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0] == expected.rawValue, let owner = Int64(parts[1]), let position = Int64(parts[2]),
+              owner >= 0, position >= 0 else { throw invalid }
+        self.init(log: expected, owner: owner, position: position)
+    }
+}

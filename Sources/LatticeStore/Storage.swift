@@ -1,0 +1,264 @@
+/// The storage seam: everything the service keeps, behind one protocol, so a PostgreSQL backend can
+/// replace the embedded SQLite one without touching the HTTP layer. No SQL type or text crosses it.
+///
+/// ## Change feeds and commit order
+///
+/// Each zone has a commit-ordered change log: every saved record gets the zone's next sequence number
+/// (`StoredRecord.seq`), and a reader pages by `seq > cursor`. Each database has a log of changed zones
+/// (`StoredZone.databaseSeq`). For paging by position to be correct, **positions must become visible in
+/// the order they were allocated**. A backend guarantees that by allocating positions from a counter row
+/// that stays locked until its transaction commits:
+/// - SQLite has one writer at a time (`BEGIN IMMEDIATE`), so allocation order is commit order.
+/// - A multi-writer database (PostgreSQL) must allocate with `UPDATE zones SET last_seq = last_seq + 1
+///   ... RETURNING` inside the writing transaction, never from a free-running sequence: the row lock is
+///   held to commit, so a later position cannot commit before an earlier one in the same log.
+///
+/// ## Tombstones
+///
+/// A deleted record stays as a tombstone (`deleted == true`, its frame holds the deletion stamp) until
+/// `purge(before:)` removes tombstones older than the horizon and raises the zone's `purgedSeq`; a
+/// cursor below `purgedSeq` has missed a deletion and must start over (`CHANGE_TOKEN_EXPIRED`).
+public protocol Storage: Sendable {
+    /// Runs `body` on a consistent snapshot of committed data.
+    func read<T>(_ body: (any StorageTransaction) throws -> T) throws -> T
+    /// Runs `body` in one write transaction: committed durably before this returns, or, if `body`
+    /// throws, rolled back so nothing is written.
+    func write<T>(_ body: (any StorageTransaction) throws -> T) throws -> T
+    /// Closes the backend; later calls fail with `StorageError.closed`.
+    func close()
+}
+
+/// The operations available inside a transaction. Writes fail in a read transaction.
+public protocol StorageTransaction {
+    // MARK: Server metadata
+    func metadata(_ key: String) throws -> String?
+    func setMetadata(_ key: String, _ value: String) throws
+
+    // MARK: Users and tokens
+    /// - Throws: `StorageError.duplicate` when the name or record name is taken.
+    func insertUser(name: String, recordName: String, nowMs: Int64) throws -> UserAccount
+    func user(named name: String) throws -> UserAccount?
+    func user(recordName: String) throws -> UserAccount?
+    func user(tokenHash: [UInt8]) throws -> UserAccount?
+    func insertToken(hash: [UInt8], userID: Int64, nowMs: Int64) throws
+
+    // MARK: Databases and zones
+    /// The database for a kind, environment and owner (0 for the public database), created on first use.
+    func database(_ key: DatabaseKey) throws -> StoredDatabase
+    func database(id: Int64) throws -> StoredDatabase?
+    /// The live zone with this name, if any.
+    func zone(databaseID: Int64, name: String) throws -> StoredZone?
+    /// A zone row by id, live or deleted.
+    func zone(rowID: Int64) throws -> StoredZone?
+    func liveZones(databaseID: Int64) throws -> [StoredZone]
+    /// - Throws: `StorageError.duplicate` if a live zone has this name.
+    func createZone(databaseID: Int64, name: String, ownerRecordName: String, nowMs: Int64) throws -> StoredZone
+    /// Marks the zone deleted (a new position in the database log) and deletes its records.
+    func deleteZone(rowID: Int64, nowMs: Int64) throws
+    /// Zones whose database position is after `cursor`, live or deleted, in log order.
+    func zoneChanges(databaseID: Int64, after cursor: Int64, limit: Int) throws -> [StoredZone]
+
+    // MARK: Records
+    func record(zoneRowID: Int64, name: String) throws -> StoredRecord?
+    /// Records of a type (all types when nil), live only, in name order.
+    func records(zoneRowID: Int64, recordType: String?) throws -> [StoredRecord]
+    /// Saves a record's new state: the next position in the zone log, a new change tag, and the zone's
+    /// next position in its database's log. Keeps `created` from the existing row.
+    func saveRecord(zoneRowID: Int64, _ write: RecordWrite) throws -> StoredRecord
+    /// Records whose zone position is after `cursor` (tombstones included), in log order.
+    func recordChanges(zoneRowID: Int64, after cursor: Int64, limit: Int) throws -> [StoredRecord]
+
+    // MARK: Idempotent requests
+    func clientOperation(userID: Int64, operationID: String) throws -> ClientOperation?
+    func saveClientOperation(userID: Int64, operationID: String, _ operation: ClientOperation, nowMs: Int64) throws
+
+    /// Runs `body` so that, if it throws, only its own writes are undone (a savepoint).
+    func savepoint<T>(_ body: () throws -> T) throws -> T
+
+    // MARK: Maintenance
+    /// Removes tombstones and deleted zones last changed before `horizonMs`, and remembered client
+    /// operations older than `operationsBeforeMs`.
+    func purge(before horizonMs: Int64, operationsBeforeMs: Int64) throws -> PurgeReport
+}
+
+/// The kind of a database, as in CloudKit.
+public enum DatabaseKind: String, Sendable, Hashable, CaseIterable {
+    case `private`
+    case `public`
+    case shared
+}
+
+/// Which database: kind, environment and owner (0 for the public database).
+public struct DatabaseKey: Sendable, Hashable {
+    public var kind: DatabaseKind
+    public var environment: String
+    public var ownerID: Int64
+
+    public init(kind: DatabaseKind, environment: String, ownerID: Int64) {
+        self.kind = kind
+        self.environment = environment
+        self.ownerID = ownerID
+    }
+}
+
+public struct UserAccount: Sendable, Hashable {
+    public let id: Int64
+    /// CloudKit's user record name: `_` and 32 hex digits.
+    public let recordName: String
+    public let name: String
+    public let createdMs: Int64
+
+    public init(id: Int64, recordName: String, name: String, createdMs: Int64) {
+        self.id = id
+        self.recordName = recordName
+        self.name = name
+        self.createdMs = createdMs
+    }
+}
+
+public struct StoredDatabase: Sendable, Hashable {
+    public let id: Int64
+    public let key: DatabaseKey
+    /// The last position allocated in the database's log of changed zones.
+    public let lastSeq: Int64
+    /// Positions up to this one may have been purged; a cursor below it has expired.
+    public let purgedSeq: Int64
+    /// Bytes of record frames stored in the database's zones, for the quota.
+    public let bytesUsed: Int64
+
+    public init(id: Int64, key: DatabaseKey, lastSeq: Int64, purgedSeq: Int64, bytesUsed: Int64) {
+        self.id = id
+        self.key = key
+        self.lastSeq = lastSeq
+        self.purgedSeq = purgedSeq
+        self.bytesUsed = bytesUsed
+    }
+}
+
+public struct StoredZone: Sendable, Hashable {
+    /// Never reused, so a token naming an older incarnation of a zone can be told apart.
+    public let rowID: Int64
+    public let databaseID: Int64
+    public let name: String
+    public let ownerRecordName: String
+    public let deleted: Bool
+    /// The last position allocated in the zone's record log.
+    public let lastSeq: Int64
+    /// Record positions up to this one may have been purged (tombstones); a cursor below it has expired.
+    public let purgedSeq: Int64
+    /// The zone's latest position in its database's log.
+    public let databaseSeq: Int64
+    public let createdMs: Int64
+    public let modifiedMs: Int64
+
+    public init(rowID: Int64, databaseID: Int64, name: String, ownerRecordName: String, deleted: Bool, lastSeq: Int64,
+                purgedSeq: Int64, databaseSeq: Int64, createdMs: Int64, modifiedMs: Int64) {
+        self.rowID = rowID
+        self.databaseID = databaseID
+        self.name = name
+        self.ownerRecordName = ownerRecordName
+        self.deleted = deleted
+        self.lastSeq = lastSeq
+        self.purgedSeq = purgedSeq
+        self.databaseSeq = databaseSeq
+        self.createdMs = createdMs
+        self.modifiedMs = modifiedMs
+    }
+}
+
+/// A record as stored: its CRDT state as one binary frame (LatticeCore's codec) plus server fields.
+public struct StoredRecord: Sendable, Hashable {
+    public let recordName: String
+    public let recordType: String
+    public let frame: [UInt8]
+    public let deleted: Bool
+    /// Position in the zone's log.
+    public let seq: Int64
+    /// CloudKit's `recordChangeTag`: new on every change.
+    public let changeTag: String
+    public let createdMs: Int64
+    public let createdBy: String
+    public let modifiedMs: Int64
+    public let modifiedBy: String
+
+    public init(recordName: String, recordType: String, frame: [UInt8], deleted: Bool, seq: Int64, changeTag: String,
+                createdMs: Int64, createdBy: String, modifiedMs: Int64, modifiedBy: String) {
+        self.recordName = recordName
+        self.recordType = recordType
+        self.frame = frame
+        self.deleted = deleted
+        self.seq = seq
+        self.changeTag = changeTag
+        self.createdMs = createdMs
+        self.createdBy = createdBy
+        self.modifiedMs = modifiedMs
+        self.modifiedBy = modifiedBy
+    }
+}
+
+/// A record's new state, to save.
+public struct RecordWrite: Sendable {
+    public var recordName: String
+    public var recordType: String
+    public var frame: [UInt8]
+    public var deleted: Bool
+    public var userRecordName: String
+    public var nowMs: Int64
+
+    public init(recordName: String, recordType: String, frame: [UInt8], deleted: Bool, userRecordName: String,
+                nowMs: Int64) {
+        self.recordName = recordName
+        self.recordType = recordType
+        self.frame = frame
+        self.deleted = deleted
+        self.userRecordName = userRecordName
+        self.nowMs = nowMs
+    }
+}
+
+/// A remembered answer to a request that carried a client operation id.
+public struct ClientOperation: Sendable, Hashable {
+    /// SHA-256 of what was asked, so a reused id with a different request is refused.
+    public let requestHash: [UInt8]
+    public let status: Int
+    public let response: [UInt8]
+
+    public init(requestHash: [UInt8], status: Int, response: [UInt8]) {
+        self.requestHash = requestHash
+        self.status = status
+        self.response = response
+    }
+}
+
+public struct PurgeReport: Sendable, Hashable {
+    public var tombstones: Int
+    public var zones: Int
+    public var clientOperations: Int
+
+    public init(tombstones: Int = 0, zones: Int = 0, clientOperations: Int = 0) {
+        self.tombstones = tombstones
+        self.zones = zones
+        self.clientOperations = clientOperations
+    }
+}
+
+/// A storage failure, in terms the service can map without knowing the backend.
+public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The database stayed locked past the busy timeout: try again later.
+    case busy
+    /// A uniqueness rule was violated (a taken user name, a live zone name).
+    case duplicate(String)
+    /// The backend was closed.
+    case closed
+    /// Anything else. The text is for logs, never for clients (it may name tables).
+    case failure(String)
+
+    public var description: String {
+        switch self {
+        case .busy: return "the database is busy"
+        case .duplicate(let what): return "\(what) already exists"
+        case .closed: return "the storage is closed"
+        case .failure(let text): return text
+        }
+    }
+}
