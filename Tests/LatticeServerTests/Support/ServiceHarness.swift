@@ -1,0 +1,121 @@
+import Foundation
+import LatticeCore
+@testable import LatticeServer
+import LatticeStore
+import Synchronization
+
+/// A wall clock tests move by hand.
+final class TestClock: Sendable {
+    private let milliseconds: Mutex<Int64>
+
+    init(_ start: Int64 = 1_764_489_600_000) { milliseconds = Mutex(start) }
+
+    var now: Int64 { milliseconds.withLock { $0 } }
+    func advance(_ delta: Int64) { milliseconds.withLock { $0 += delta } }
+}
+
+/// A fresh data directory under the temporary directory.
+func temporaryDirectory(_ label: String = "lattice-server") -> String {
+    let path = NSTemporaryDirectory() + "\(label)-\(UUID().uuidString)"
+    try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+/// A service on a fresh SQLite file with a hand-moved clock, and helpers to call it as JSON.
+final class ServiceHarness: @unchecked Sendable {
+    let clock: TestClock
+    let storage: SQLiteStorage
+    let service: LatticeService
+    let directory: String
+
+    init(configure: (inout ServiceConfiguration) -> Void = { _ in }) throws {
+        directory = temporaryDirectory()
+        clock = TestClock()
+        storage = try SQLiteStorage(path: directory + "/" + SQLiteStorage.fileName)
+        var configuration = ServiceConfiguration()
+        let clock = self.clock
+        configuration.now = { clock.now }
+        configuration.rateLimit = nil
+        configure(&configuration)
+        service = try LatticeService(storage: storage, configuration: configuration, log: { _ in })
+    }
+
+    deinit {
+        storage.close()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    struct Reply {
+        let status: Int
+        let json: JSON
+        let response: HTTPResponse
+
+        subscript(key: String) -> JSON? { json[key] }
+        var code: String? { json["serverErrorCode"]?.stringValue }
+        var records: [JSON] { json["records"]?.arrayValue ?? [] }
+        var zones: [JSON] { json["zones"]?.arrayValue ?? [] }
+    }
+
+    func raw(_ method: String, _ path: String, body: [UInt8] = [], token: String? = nil,
+             headers: [String: String] = [:]) -> Reply {
+        var headers = headers
+        if let token { headers["Authorization"] = "Bearer " + token }
+        let response = service.respond(to: HTTPRequest(method: method, path: path, headers: headers, body: body,
+                                                       remoteAddress: "127.0.0.1"))
+        let json = (try? JSON.parse(response.body)) ?? .null
+        return Reply(status: response.status, json: json, response: response)
+    }
+
+    func post(_ path: String, _ body: JSON, token: String?) -> Reply {
+        raw("POST", path, body: body.serializedBytes(), token: token)
+    }
+
+    /// `POST /database/1/lattice/production/{database}/{operation}`.
+    func call(_ operation: String, _ body: JSON = .object([:]), token: String?, database: String = "private") -> Reply {
+        post("/database/1/lattice/production/\(database)/\(operation)", body, token: token)
+    }
+
+    /// Signs a user up; returns (token, userRecordName).
+    func signUp(_ name: String) throws -> (token: String, recordName: String) {
+        let reply = post("/auth/signup", .object(["name": .string(name)]), token: nil)
+        guard reply.status == 200, let token = reply["token"]?.stringValue,
+              let recordName = reply["userRecordName"]?.stringValue else {
+            throw HarnessError("signup failed: \(reply.status) \(reply.json.serialized())")
+        }
+        return (token, recordName)
+    }
+
+    func createZone(_ name: String, token: String) throws {
+        let reply = call("zones/modify", .object(["operations": .array([
+            .object(["operationType": .string("create"), "zone": .object(["zoneID": .object(["zoneName": .string(name)])])]),
+        ])]), token: token)
+        guard reply.status == 200, reply.zones.first?["serverErrorCode"] == nil else {
+            throw HarnessError("zone create failed: \(reply.json.serialized())")
+        }
+    }
+
+    /// One `records/modify` with the given operations in `zone`.
+    func modify(_ zone: String, _ operations: [JSON], token: String, extra: [String: JSON] = [:]) -> Reply {
+        var body: [String: JSON] = ["zoneID": .object(["zoneName": .string(zone)]), "operations": .array(operations)]
+        for (key, value) in extra { body[key] = value }
+        return call("records/modify", .object(body), token: token)
+    }
+}
+
+struct HarnessError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// `{"operationType": type, "record": {...}}` with plain values.
+func operation(_ type: String, _ name: String, recordType: String? = "Item", fields: [String: JSON] = [:],
+               tag: String? = nil, extra: [String: JSON] = [:]) -> JSON {
+    var record: [String: JSON] = ["recordName": .string(name)]
+    if let recordType { record["recordType"] = .string(recordType) }
+    if !fields.isEmpty { record["fields"] = .object(fields) }
+    if let tag { record["recordChangeTag"] = .string(tag) }
+    for (key, value) in extra { record[key] = value }
+    return .object(["operationType": .string(type), "record": .object(record)])
+}
+
+func value(_ v: JSON) -> JSON { .object(["value": v]) }
