@@ -1,0 +1,112 @@
+import Dispatch
+import Foundation
+import LatticeStore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Everything `lattice serve` runs: the SQLite storage under a data directory, the service, the HTTP
+/// server and the hourly purge of expired tombstones.
+/// `@unchecked Sendable`: every stored property is immutable, and a dispatch timer may be cancelled from any thread.
+public final class ServerProcess: @unchecked Sendable {
+    public struct Options: Sendable {
+        public var dataDirectory: String
+        public var http = HTTPServerConfiguration()
+        public var service = ServiceConfiguration()
+        /// Seconds between purges of expired tombstones and operation ids.
+        public var purgeIntervalSeconds = 3600
+
+        public init(dataDirectory: String) {
+            self.dataDirectory = dataDirectory
+        }
+    }
+
+    public let url: String
+    private let storage: SQLiteStorage
+    private let server: HTTPServer
+    private let purgeTimer: any DispatchSourceTimer
+    private let lockDescriptor: Int32
+
+    /// Opens the data directory (creating it, mode 0700), takes its lock so a second server cannot use it,
+    /// migrates the database and starts listening.
+    public init(_ options: Options) throws {
+        let data = try DataDirectory.open(options.dataDirectory)
+        lockDescriptor = data.lockDescriptor
+        do {
+            storage = try SQLiteStorage(path: data.databasePath)
+            let service = try LatticeService(storage: storage, configuration: options.service)
+            try service.purgeExpired()
+            server = try HTTPServer(handler: service, configuration: options.http)
+            url = "http://\(options.http.host):\(server.port)"
+            let timer = DispatchSource.makeTimerSource(queue: .global(qos: .utility))
+            let interval = DispatchTimeInterval.seconds(options.purgeIntervalSeconds)
+            timer.schedule(deadline: .now() + interval, repeating: interval)
+            timer.setEventHandler {
+                do { try service.purgeExpired() } catch {
+                    FileHandle.standardError.write(Data("lattice: purge failed: \(error)\n".utf8))
+                }
+            }
+            timer.resume()
+            purgeTimer = timer
+        } catch {
+            close(data.lockDescriptor)
+            throw error
+        }
+    }
+
+    /// Graceful stop: no new connections, open long polls answered, in-flight requests finished, then the
+    /// database is checkpointed and closed and the lock released.
+    public func stop() {
+        purgeTimer.cancel()
+        server.shutdown()
+        storage.close()
+        close(lockDescriptor)
+    }
+}
+
+/// The data directory of a server: `lattice.sqlite` (with its WAL) and `lattice.lock`.
+public struct DataDirectory: Sendable {
+    public let path: String
+    public var databasePath: String { path + "/" + SQLiteStorage.fileName }
+    let lockDescriptor: Int32
+
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// Creates the directory if needed and takes its exclusive lock.
+    static func open(_ path: String) throws -> DataDirectory {
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
+            guard isDirectory.boolValue else { throw Failure(description: "\(path) exists and is not a directory") }
+        } else {
+            do {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
+                                                        attributes: [.posixPermissions: 0o700])
+            } catch {
+                throw Failure(description: "cannot create the data directory \(path): \(error.localizedDescription)")
+            }
+        }
+        let descriptor = Glibc.open(path + "/lattice.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            throw Failure(description: "cannot open \(path)/lattice.lock: \(String(cString: strerror(errno)))")
+        }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            close(descriptor)
+            throw Failure(description: "another lattice server is using \(path)")
+        }
+        return DataDirectory(path: path, lockDescriptor: descriptor)
+    }
+
+    /// Opens (creating if needed) the storage and service of a data directory without serving it, for
+    /// `lattice admin`. SQLite coordinates with a running server, so this is safe while one runs.
+    public static func openService(_ path: String, configuration: ServiceConfiguration = ServiceConfiguration()) throws
+        -> (storage: SQLiteStorage, service: LatticeService) {
+        if !FileManager.default.fileExists(atPath: path) {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        }
+        let storage = try SQLiteStorage(path: path + "/" + SQLiteStorage.fileName)
+        return (storage, try LatticeService(storage: storage, configuration: configuration))
+    }
+}
