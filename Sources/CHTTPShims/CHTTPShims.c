@@ -6,7 +6,8 @@
 
 struct MHD_Daemon *lattice_mhd_start(const lattice_mhd_config *config,
                                      MHD_AccessHandlerCallback handler, void *handler_context,
-                                     MHD_RequestCompletedCallback completed, void *completed_context) {
+                                     MHD_RequestCompletedCallback completed, void *completed_context,
+                                     lattice_mhd_uri_logger uri_logger, void *uri_logger_context) {
     if (config == NULL || handler == NULL || config->thread_pool_size == 0) {
         return NULL;
     }
@@ -16,10 +17,12 @@ struct MHD_Daemon *lattice_mhd_start(const lattice_mhd_config *config,
     address.sin_port = htons(config->port);
     address.sin_addr.s_addr = config->bind_address_be;
 
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
-#ifdef MHD_USE_EPOLL
-    flags |= MHD_USE_EPOLL;
-#endif
+    // MHD_ALLOW_SUSPEND_RESUME implies MHD_USE_ITC, which MHD_quiesce_daemon needs in thread-pool mode.
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
+    // MHD_USE_EPOLL is an enum constant, not a macro, so ask the library at run time.
+    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES) {
+        flags |= MHD_USE_EPOLL;
+    }
     return MHD_start_daemon(
         flags, config->port, NULL, NULL, handler, handler_context,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&address,
@@ -29,6 +32,7 @@ struct MHD_Daemon *lattice_mhd_start(const lattice_mhd_config *config,
         MHD_OPTION_CONNECTION_LIMIT, config->connection_limit,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, config->connection_memory_limit,
         MHD_OPTION_NOTIFY_COMPLETED, completed, completed_context,
+        MHD_OPTION_URI_LOG_CALLBACK, uri_logger, uri_logger_context,
         MHD_OPTION_END);
 }
 
@@ -38,4 +42,30 @@ uint16_t lattice_mhd_bound_port(struct MHD_Daemon *daemon) {
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
     return info == NULL ? 0 : info->port;
+}
+
+int lattice_mhd_quiesce(struct MHD_Daemon *daemon) {
+    if (daemon == NULL) {
+        return -1;
+    }
+    MHD_socket socket = MHD_quiesce_daemon(daemon);
+    return socket == MHD_INVALID_SOCKET ? -1 : (int)socket;
+}
+
+int lattice_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_t size) {
+    if (connection == NULL || buffer == NULL || size == 0) {
+        return 0;
+    }
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (info == NULL || info->client_addr == NULL) {
+        return 0;
+    }
+    const struct sockaddr *address = info->client_addr;
+    const char *written = NULL;
+    if (address->sa_family == AF_INET) {
+        written = inet_ntop(AF_INET, &((const struct sockaddr_in *)address)->sin_addr, buffer, (socklen_t)size);
+    } else if (address->sa_family == AF_INET6) {
+        written = inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)address)->sin6_addr, buffer, (socklen_t)size);
+    }
+    return written == NULL ? 0 : 1;
 }

@@ -29,10 +29,23 @@ import Testing
             bind_address_be: UInt32(0x7F00_0001).bigEndian, port: 0, thread_pool_size: 2,
             connection_timeout_s: 30, per_ip_connection_limit: 16, connection_limit: 64,
             connection_memory_limit: 64 * 1024)
-        let daemon = lattice_mhd_start(&config, refuseEverything, nil, nil, nil)
+        let daemon = lattice_mhd_start(&config, refuseEverything, nil, nil, nil, nil, nil)
         #expect(daemon != nil)
         #expect(lattice_mhd_bound_port(daemon) != 0)
         MHD_stop_daemon(daemon)
+    }
+
+    @Test func microhttpdShimQuiescesThenStops() {
+        var config = lattice_mhd_config(
+            bind_address_be: UInt32(0x7F00_0001).bigEndian, port: 0, thread_pool_size: 2,
+            connection_timeout_s: 30, per_ip_connection_limit: 16, connection_limit: 64,
+            connection_memory_limit: 64 * 1024)
+        let daemon = lattice_mhd_start(&config, refuseEverything, nil, nil, nil, nil, nil)
+        #expect(daemon != nil)
+        let listening = lattice_mhd_quiesce(daemon)
+        #expect(listening >= 0)
+        MHD_stop_daemon(daemon)
+        if listening >= 0 { close(listening) }
     }
 
     @Test func microhttpdShimRejectsAZeroSizedThreadPool() {
@@ -40,7 +53,7 @@ import Testing
             bind_address_be: UInt32(0x7F00_0001).bigEndian, port: 0, thread_pool_size: 0,
             connection_timeout_s: 30, per_ip_connection_limit: 16, connection_limit: 64,
             connection_memory_limit: 64 * 1024)
-        #expect(lattice_mhd_start(&config, refuseEverything, nil, nil, nil) == nil)
+        #expect(lattice_mhd_start(&config, refuseEverything, nil, nil, nil, nil, nil) == nil)
     }
 }
 

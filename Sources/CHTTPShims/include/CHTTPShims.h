@@ -1,6 +1,7 @@
 #ifndef LATTICE_CHTTPSHIMS_H
 #define LATTICE_CHTTPSHIMS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <microhttpd.h>
 
@@ -12,7 +13,7 @@ typedef struct lattice_mhd_config {
     uint16_t port;
     /// Worker threads in the internal thread pool (>= 1).
     unsigned int thread_pool_size;
-    /// Seconds an idle connection may stay open (the library's default is "forever").
+    /// Seconds an idle connection may stay open; 0 means forever (the library's default).
     unsigned int connection_timeout_s;
     /// Simultaneous connections accepted from one IP address.
     unsigned int per_ip_connection_limit;
@@ -22,13 +23,29 @@ typedef struct lattice_mhd_config {
     size_t connection_memory_limit;
 } lattice_mhd_config;
 
+/// Called once per request with the request target exactly as sent (path and query, not decoded), before
+/// the headers are parsed. What it returns becomes the request's initial `*con_cls`.
+typedef void *(*lattice_mhd_uri_logger)(void *context, const char *uri, struct MHD_Connection *connection);
+
 /// Non-variadic wrapper around MHD_start_daemon (which Swift cannot call: it is variadic).
+///
+/// The daemon runs a thread pool with an internal polling thread (epoll when the library has it), allows
+/// suspending and resuming connections and can be quiesced. `uri_logger` and `completed` may be NULL.
 /// Returns NULL when the daemon could not start.
 struct MHD_Daemon *lattice_mhd_start(const lattice_mhd_config *config,
                                      MHD_AccessHandlerCallback handler, void *handler_context,
-                                     MHD_RequestCompletedCallback completed, void *completed_context);
+                                     MHD_RequestCompletedCallback completed, void *completed_context,
+                                     lattice_mhd_uri_logger uri_logger, void *uri_logger_context);
 
 /// The port the daemon is bound to, or 0 if unknown.
 uint16_t lattice_mhd_bound_port(struct MHD_Daemon *daemon);
+
+/// Stops accepting new connections; existing ones keep being served. Returns the listening socket, which
+/// the caller closes after MHD_stop_daemon, or -1 if the daemon was not listening (any more).
+int lattice_mhd_quiesce(struct MHD_Daemon *daemon);
+
+/// Writes the client's address as text (dotted IPv4, or IPv6) into `buffer`, NUL-terminated.
+/// Returns 1 on success and 0 when the address is unknown or does not fit.
+int lattice_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_t size);
 
 #endif
