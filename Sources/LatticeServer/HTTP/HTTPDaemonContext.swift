@@ -1,0 +1,114 @@
+import CMicroHTTPD
+import Foundation
+import Synchronization
+
+/// What libmicrohttpd's callbacks reach through their context pointer: the handler and the requests in
+/// flight (from request line to completion), which shutdown waits for.
+final class HTTPDaemonContext: Sendable {
+    let handler: any HTTPHandler
+
+    private struct Registry {
+        var exchanges: [ObjectIdentifier: HTTPExchange] = [:]
+        /// Shutdown started: answers carry `Connection: close`.
+        var isDraining = false
+        /// The grace period is over: every request, present or future, gets `refusal` instead of a handler.
+        var refusal: HTTPResponse?
+    }
+
+    private let registry = Mutex(Registry())
+
+    init(handler: any HTTPHandler) {
+        self.handler = handler
+    }
+
+    var isDraining: Bool { registry.withLock { $0.isDraining } }
+
+    var inFlightCount: Int { registry.withLock { $0.exchanges.count } }
+
+    /// Starts tracking a new request.
+    func open(connection: OpaquePointer, target: String) -> HTTPExchange {
+        let exchange = HTTPExchange(connection: connection, target: target)
+        let refusal = registry.withLock { registry in
+            registry.exchanges[ObjectIdentifier(exchange)] = exchange
+            return registry.refusal
+        }
+        if let refusal { exchange.deliver(refusal) }
+        return exchange
+    }
+
+    /// Stops tracking a request: libmicrohttpd is done with it.
+    func close(_ exchange: HTTPExchange) {
+        _ = registry.withLock { $0.exchanges.removeValue(forKey: ObjectIdentifier(exchange)) }
+    }
+
+    func beginDraining() {
+        registry.withLock { $0.isDraining = true }
+    }
+
+    /// Answers every request in flight with `response` (those already answered keep their answer) and every
+    /// later one too, without calling the handler. Afterwards no connection can be left suspended.
+    func refuseEverything(with response: HTTPResponse) {
+        let pending = registry.withLock { registry in
+            registry.isDraining = true
+            registry.refusal = response
+            return Array(registry.exchanges.values)
+        }
+        for exchange in pending { exchange.deliver(response) }
+    }
+
+    /// Waits until no request is in flight or `deadline` passes; returns whether it went quiet.
+    func waitUntilQuiet(before deadline: ContinuousClock.Instant) -> Bool {
+        while inFlightCount > 0 {
+            if ContinuousClock.now >= deadline { return false }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        return true
+    }
+}
+
+// MARK: - Callbacks
+//
+// Plain non-isolated functions with C calling convention; the context arrives as an unretained pointer to
+// the `HTTPDaemonContext`, which the `HTTPServer` keeps alive until the daemon has stopped. Each request's
+// `HTTPExchange` is retained into `*con_cls` and released in `requestCompleted`.
+
+/// `MHD_OPTION_URI_LOG_CALLBACK`: the first thing the library reports about a request, with the target
+/// exactly as sent. Its result becomes the request's `*con_cls`.
+func requestStarted(_ context: UnsafeMutableRawPointer?, _ uri: UnsafePointer<CChar>?,
+                    _ connection: OpaquePointer?) -> UnsafeMutableRawPointer? {
+    guard let context, let connection else { return nil }
+    let daemon = Unmanaged<HTTPDaemonContext>.fromOpaque(context).takeUnretainedValue()
+    let target = uri.map { String(cString: $0) } ?? "/"
+    return Unmanaged.passRetained(daemon.open(connection: connection, target: target)).toOpaque()
+}
+
+/// `MHD_AccessHandlerCallback`.
+func accessRequest(
+    _ context: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ url: UnsafePointer<CChar>?,
+    _ method: UnsafePointer<CChar>?, _ version: UnsafePointer<CChar>?, _ uploadData: UnsafePointer<CChar>?,
+    _ uploadSize: UnsafeMutablePointer<Int>?, _ requestContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+) -> MHD_Result {
+    guard let context, let connection, let uploadSize, let requestContext else { return .NO }
+    let daemon = Unmanaged<HTTPDaemonContext>.fromOpaque(context).takeUnretainedValue()
+    let exchange: HTTPExchange
+    if let existing = requestContext.pointee {
+        exchange = Unmanaged<HTTPExchange>.fromOpaque(existing).takeUnretainedValue()
+    } else {
+        // Only if the request-line callback did not run; the library's decoded URL is the best left.
+        exchange = daemon.open(connection: connection, target: url.map { String(cString: $0) } ?? "/")
+        requestContext.pointee = Unmanaged.passRetained(exchange).toOpaque()
+    }
+    let healthy = exchange.advance(in: daemon, method: method, uploadData: uploadData, uploadSize: uploadSize)
+    return healthy ? .YES : .NO
+}
+
+/// `MHD_RequestCompletedCallback`: the answer went out, or the connection failed, timed out or closed.
+func requestCompleted(_ context: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
+                      _ requestContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
+                      _ reason: MHD_RequestTerminationCode) {
+    guard let context, let requestContext, let raw = requestContext.pointee else { return }
+    requestContext.pointee = nil
+    let daemon = Unmanaged<HTTPDaemonContext>.fromOpaque(context).takeUnretainedValue()
+    let exchange = Unmanaged<HTTPExchange>.fromOpaque(raw).takeRetainedValue()
+    daemon.close(exchange)
+}

@@ -1,0 +1,95 @@
+import CHTTPShims
+import CMicroHTTPD
+import Foundation
+import Synchronization
+
+/// Serves an `HTTPHandler` over HTTP/1.1 with libmicrohttpd: a pool of worker threads polling the
+/// connections, request bodies capped before they are buffered, and late answers (long polls) that park
+/// their connection instead of a thread.
+///
+/// ```swift
+/// let server = try HTTPServer(handler: service, configuration: HTTPServerConfiguration(port: 0))
+/// print("listening on 127.0.0.1:\(server.port)")
+/// // ...
+/// server.shutdown()
+/// ```
+///
+/// The server listens from `init` until `shutdown()`, which also runs when the last reference goes away.
+public final class HTTPServer: Sendable {
+    /// The port the server listens on: the configured one, or the one picked for port 0.
+    public let port: UInt16
+
+    private let context: HTTPDaemonContext
+    private let gracePeriod: Duration
+    /// The running daemon, `nil` once shut down. Held for the whole of `shutdown()`.
+    private let daemon: Mutex<DaemonHandle?>
+
+    /// Starts listening. Throws `HTTPServerError` when the configuration is invalid or the address cannot
+    /// be bound.
+    public init(handler: any HTTPHandler, configuration: HTTPServerConfiguration) throws {
+        let bindAddress = try configuration.validatedBindAddress()
+        let context = HTTPDaemonContext(handler: handler)
+        var settings = lattice_mhd_config(
+            bind_address_be: bindAddress,
+            port: configuration.port,
+            thread_pool_size: UInt32(configuration.threadPoolSize),
+            connection_timeout_s: UInt32(configuration.connectionTimeoutSeconds),
+            per_ip_connection_limit: UInt32(configuration.perIPConnectionLimit),
+            connection_limit: UInt32(configuration.connectionLimit),
+            connection_memory_limit: configuration.connectionMemoryLimit)
+        // Unretained: `self.context` outlives the daemon, which `shutdown()` stops before `self` goes away.
+        let pointer = Unmanaged.passUnretained(context).toOpaque()
+        guard let started = lattice_mhd_start(&settings, accessRequest, pointer, requestCompleted, pointer,
+                                              requestStarted, pointer)
+        else {
+            throw HTTPServerError.cannotListen(host: configuration.host, port: configuration.port)
+        }
+        self.port = lattice_mhd_bound_port(started)
+        self.context = context
+        self.gracePeriod = .seconds(configuration.shutdownGracePeriodSeconds)
+        self.daemon = Mutex(DaemonHandle(started))
+    }
+
+    deinit {
+        shutdown()
+    }
+
+    /// Stops gracefully, then returns; later calls do nothing.
+    ///
+    /// In order: stop accepting connections; call `HTTPHandler.beginShutdown()` once so the handler answers
+    /// whatever waits (long polls); let requests in flight finish and their answers go out, each closing its
+    /// connection; after the grace period answer the stragglers with 503; stop the daemon.
+    /// Call it from outside the handler: it blocks until requests in flight are done.
+    public func shutdown() {
+        daemon.withLock { handle in
+            guard let running = handle else { return }
+            handle = nil
+            context.beginDraining()
+            let listeningSocket = lattice_mhd_quiesce(running.pointer)
+            context.handler.beginShutdown()
+            if !context.waitUntilQuiet(before: .now + gracePeriod) {
+                context.refuseEverything(with: Self.shuttingDownResponse)
+                _ = context.waitUntilQuiet(before: .now + .seconds(2))
+            }
+            MHD_stop_daemon(running.pointer)
+            if listeningSocket >= 0 { close(listeningSocket) }
+        }
+    }
+
+    /// Requests between their request line and their completion (tests watch this go back to zero).
+    var inFlightRequestCount: Int { context.inFlightCount }
+
+    static let shuttingDownResponse = HTTPResponse(
+        status: 503,
+        headers: [("Content-Type", "text/plain; charset=utf-8"), ("Connection", "close"), ("Retry-After", "1")],
+        body: Array("The server is shutting down.\n".utf8))
+}
+
+/// The daemon pointer, so it can sit in a `Mutex`.
+private struct DaemonHandle {
+    let pointer: OpaquePointer
+
+    init(_ pointer: OpaquePointer) {
+        self.pointer = pointer
+    }
+}
