@@ -46,7 +46,10 @@ let package = Package(
         ),
 
         .executableTarget(name: "LatticeCLI", dependencies: ["LatticeCore", "LatticeServer"]),
-        .executableTarget(name: "LatticeBench", dependencies: ["LatticeCore", "CLibCrypto"], path: "Benchmarks/LatticeBench"),
+        .executableTarget(
+            name: "LatticeBench", dependencies: ["LatticeCore", "LatticeServer", "LatticeStore", "CLibCrypto"],
+            path: "Benchmarks/LatticeBench"
+        ),
 
         .testTarget(name: "LatticeCoreTests", dependencies: ["LatticeCore"]),
         .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore"]),

@@ -41,6 +41,18 @@ enum Harness {
             if options.worker { return runWorker(options) }
             if let path = options.dumpWorkloadPath { return dumpWorkload(options, to: path) }
             return runOrchestrator(options, argv: arguments)
+        case "serve":
+            do {
+                let options = try ServeLoadOptions.parse(Array(arguments.dropFirst()))
+                if options.help {
+                    writeText(1, ServeLoadOptions.usage + "\n")
+                    return 0
+                }
+                return ServeLoad.run(options)
+            } catch {
+                writeText(2, "lattice-bench serve: error: \(error.message)\n")
+                return 2
+            }
         case "-h", "--help", "help":
             writeText(1, topUsage)
             return 0
@@ -51,7 +63,8 @@ enum Harness {
     }
 
     static let topUsage = """
-        usage: lattice-bench merge [options]     (lattice-bench merge --help for the options)
+        usage: lattice-bench merge [options]     merge throughput (lattice-bench merge --help)
+               lattice-bench serve [options]     server request rate and latency (lattice-bench serve --help)
 
         """
 

@@ -7,6 +7,33 @@ import Testing
 
 /// The whole server on a real socket (127.0.0.1): many clients at once, then a check of what they were told.
 @Suite(.serialized) struct LoopbackTests {
+    /// The real service behind the real adapter: a body over 2 MiB is refused from its Content-Length with
+    /// the API's JSON error, malformed HTTP gets a 4xx, and the server keeps serving.
+    @Test func oversizedAndMalformedRequestsAgainstTheService() throws {
+        let directory = temporaryDirectory("lattice-limits")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let storage = try SQLiteStorage(path: directory + "/" + SQLiteStorage.fileName)
+        defer { storage.close() }
+        let service = try LatticeService(storage: storage, configuration: ServiceConfiguration())
+        let server = try HTTPServer(handler: service, configuration: HTTPServerConfiguration(port: 0))
+        defer { server.shutdown() }
+        let token = try service.createAccount(name: "ann").token.text
+
+        let big = [UInt8](repeating: UInt8(ascii: " "), count: 2 * 1024 * 1024 + 1)
+        let refused = try RawHTTPClient(port: server.port).send(
+            method: "POST", path: "/database/1/lattice/production/private/records/modify",
+            headers: ["Authorization": "Bearer " + token], body: big)
+        #expect(refused.status == 413)
+        #expect(try JSON.parse(refused.body)["serverErrorCode"]?.stringValue == "LIMIT_EXCEEDED")
+
+        let garbage = try RawHTTPClient(port: server.port).sendRaw(Array("GET / HTTP/9.9\r\nHost x\r\n\r\n".utf8))
+        let statusLine = String(decoding: garbage.prefix(12), as: UTF8.self)
+        #expect(statusLine.hasPrefix("HTTP/1.1 4") || statusLine.hasPrefix("HTTP/1.0 4") || statusLine.contains(" 505"))
+
+        let fine = try RawHTTPClient(port: server.port).send(method: "GET", path: "/healthz")
+        #expect(fine.status == 200)
+    }
+
     /// 32 clients run `records/modify` for 10 seconds. Afterwards every acknowledged write is present with
     /// its fields merged, and the change feed lists each record exactly once.
     @Test func thirtyTwoConcurrentClientsForTenSeconds() throws {
