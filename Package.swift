@@ -54,6 +54,7 @@ let package = Package(
         .testTarget(name: "LatticeCoreTests", dependencies: ["LatticeCore"]),
         .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore"]),
         .testTarget(name: "LatticeServerTests", dependencies: ["LatticeServer", "LatticeStore", "LatticeCore"]),
+        .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore"]),
         .testTarget(
             name: "SystemLibraryTests",
             dependencies: ["CSQLite", "CLibCrypto", "CMicroHTTPD", "CHTTPShims"]
