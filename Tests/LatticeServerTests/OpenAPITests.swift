@@ -1,0 +1,159 @@
+import Foundation
+import LatticeCore
+@testable import LatticeServer
+import Testing
+
+/// Docs/openapi.json and Docs/API.md against the code: the documented routes are exactly the router's,
+/// every operation documents its answers as JSON, and every error code is explained.
+@Suite struct OpenAPITests {
+    /// The package root: the nearest folder above this file that holds Package.swift.
+    static let packageRoot: URL = {
+        var folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        while folder.path != "/" {
+            if FileManager.default.fileExists(atPath: folder.appendingPathComponent("Package.swift").path) { return folder }
+            folder = folder.deletingLastPathComponent()
+        }
+        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+    }()
+
+    static let httpMethods = ["get", "put", "post", "delete", "options", "head", "patch", "trace"]
+
+    private func openAPI() throws -> JSON {
+        let url = Self.packageRoot.appendingPathComponent("Docs/openapi.json")
+        return try JSON.parse([UInt8](try Data(contentsOf: url)))
+    }
+
+    private func apiGuide() throws -> String {
+        try String(contentsOf: Self.packageRoot.appendingPathComponent("Docs/API.md"), encoding: .utf8)
+    }
+
+    /// `METHOD /path` for every operation in the document.
+    private func documentedRoutes(_ document: JSON) throws -> Set<String> {
+        let paths = try #require(document["paths"]?.objectValue)
+        var routes = Set<String>()
+        for (path, item) in paths {
+            for method in Self.httpMethods where item[method] != nil {
+                routes.insert(method.uppercased() + " " + path)
+            }
+        }
+        return routes
+    }
+
+    /// Follows a local `$ref` such as `#/components/responses/Throttled`.
+    private func resolve(_ value: JSON, in document: JSON) throws -> JSON {
+        guard let reference = value["$ref"]?.stringValue else { return value }
+        #expect(reference.hasPrefix("#/"), "only local references: \(reference)")
+        var target = document
+        for key in reference.dropFirst(2).split(separator: "/") {
+            target = try #require(target[String(key)], "dangling reference \(reference)")
+        }
+        return try resolve(target, in: document)
+    }
+
+    @Test func everyRouteIsDocumentedAndEveryDocumentedRouteExists() throws {
+        let documented = try documentedRoutes(try openAPI())
+        let routed = Set(LatticeService.routes)
+        #expect(routed.count == LatticeService.routes.count, "the router lists a route twice")
+        let undocumented = routed.subtracting(documented).sorted()
+        let unrouted = documented.subtracting(routed).sorted()
+        #expect(undocumented.isEmpty, "routes missing from Docs/openapi.json: \(undocumented)")
+        #expect(unrouted.isEmpty, "Docs/openapi.json documents routes the router does not have: \(unrouted)")
+    }
+
+    @Test func documentIsOpenAPI303WithBearerAuthAndPathParameters() throws {
+        let document = try openAPI()
+        #expect(document["openapi"]?.stringValue == "3.0.3")
+        #expect(document["components"]?["securitySchemes"]?["bearerAuth"]?["scheme"]?.stringValue == "bearer")
+        #expect(document["security"] == .array([.object(["bearerAuth": .array([])])]))
+
+        let paths = try #require(document["paths"]?.objectValue)
+        for (path, item) in paths {
+            let isDatabase = path.hasPrefix("/database/1/")
+            for method in Self.httpMethods {
+                guard let operation = item[method] else { continue }
+                // Only the database operations need a token.
+                if isDatabase {
+                    #expect(operation["security"] == nil, "\(method) \(path) must use bearerAuth")
+                } else {
+                    #expect(operation["security"] == .array([]), "\(method) \(path) needs no token")
+                }
+            }
+            guard isDatabase else { continue }
+            let parameters = try (item["parameters"]?.arrayValue ?? []).map { try resolve($0, in: document) }
+            func parameter(_ name: String) -> JSON? { parameters.first { $0["name"]?.stringValue == name } }
+            for name in ["container", "environment", "database"] {
+                #expect(parameter(name)?["in"]?.stringValue == "path", "\(path): path parameter \(name)")
+                #expect(parameter(name)?["required"] == .bool(true), "\(path): \(name) is required")
+            }
+            #expect(parameter("environment")?["schema"]?["enum"] == .array([.string("development"), .string("production")]))
+            #expect(parameter("database")?["schema"]?["enum"] == .array([.string("private"), .string("public"),
+                                                                         .string("shared")]))
+        }
+    }
+
+    @Test func everyOperationDeclaresJSONSuccessAndErrorResponses() throws {
+        let document = try openAPI()
+        let errorStatuses = Set(ServerErrorCode.allCases.map(\.httpStatus))
+        let paths = try #require(document["paths"]?.objectValue)
+        var operations = 0
+        for (path, item) in paths {
+            for method in Self.httpMethods {
+                guard let operation = item[method] else { continue }
+                operations += 1
+                let name = "\(method.uppercased()) \(path)"
+                let responses = try #require(operation["responses"]?.objectValue, "\(name) has no responses")
+                #expect(responses["200"] != nil, "\(name) declares no 200 response")
+                var errors = 0
+                for (status, declared) in responses {
+                    let response = try resolve(declared, in: document)
+                    let schema = response["content"]?["application/json"]?["schema"]
+                    #expect(schema != nil, "\(name) \(status) is not application/json")
+                    guard let code = Int(status), code >= 400 else { continue }
+                    errors += 1
+                    #expect(errorStatuses.contains(code), "\(name) declares \(status), which no error code uses")
+                    #expect(schema?["$ref"]?.stringValue == "#/components/schemas/Error",
+                            "\(name) \(status) must answer the Error schema")
+                    if code == 429 || code == 503 {
+                        #expect(response["headers"]?["Retry-After"] != nil, "\(name) \(status) carries Retry-After")
+                    }
+                }
+                #expect(errors > 0, "\(name) declares no error responses")
+            }
+        }
+        #expect(operations == LatticeService.routes.count)
+    }
+
+    @Test func errorCodesInTheDocumentMatchTheTaxonomy() throws {
+        let document = try openAPI()
+        let documented = try #require(document["components"]?["schemas"]?["ServerErrorCode"]?["enum"]?.arrayValue)
+        #expect(Set(documented.compactMap(\.stringValue)) == Set(ServerErrorCode.allCases.map(\.rawValue)))
+        #expect(documented.count == ServerErrorCode.allCases.count)
+    }
+
+    @Test func everyErrorCodeIsExplainedInTheGuideWithItsStatus() throws {
+        let guide = try apiGuide()
+        let lines = guide.split(separator: "\n").map(String.init)
+        for code in ServerErrorCode.allCases {
+            #expect(guide.contains(code.rawValue), "Docs/API.md never mentions \(code.rawValue)")
+            // The taxonomy table has a row `| `CODE` | status | ...`.
+            let row = lines.first { $0.hasPrefix("| `\(code.rawValue)` |") }
+            #expect(row != nil, "Docs/API.md has no table row for \(code.rawValue)")
+            if let row {
+                let cells = row.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+                #expect(cells.count > 1 && cells[1] == String(code.httpStatus),
+                        "Docs/API.md gives \(code.rawValue) the wrong HTTP status: \(row)")
+            }
+        }
+    }
+
+    /// Each route has a section: `### GET /healthz`, `### POST /auth/signup`, `### records/modify`, ...
+    @Test func everyRouteHasASectionInTheGuide() throws {
+        let headings = Set(try apiGuide().split(separator: "\n").filter { $0.hasPrefix("### ") }.map { String($0.dropFirst(4)) })
+        let prefix = "POST /database/1/{container}/{environment}/{database}/"
+        for route in LatticeService.routes {
+            let heading = route.hasPrefix(prefix) ? String(route.dropFirst(prefix.count)) : route
+            #expect(headings.contains(heading), "Docs/API.md has no section ### \(heading)")
+        }
+    }
+}
