@@ -18,11 +18,18 @@ public enum ServerErrorCode: String, Sendable, CaseIterable {
     case tryAgainLater = "TRY_AGAIN_LATER"
     case zoneNotFound = "ZONE_NOT_FOUND"
     case changeTokenExpired = "CHANGE_TOKEN_EXPIRED"
+    /// A share participant lacks the permission for the operation (CloudKit's permissionFailure).
+    case permissionFailure = "PERMISSION_FAILURE"
+    /// The record (or zone) already belongs to a share (CloudKit's alreadyShared).
+    case alreadyShared = "ALREADY_SHARED"
+    /// A share would have more than 100 participants (CloudKit's tooManyParticipants).
+    case tooManyParticipants = "TOO_MANY_PARTICIPANTS"
 
     /// The HTTP status of a whole-request error with this code.
     public var httpStatus: Int {
         switch self {
-        case .accessDenied: return 403
+        case .accessDenied, .permissionFailure: return 403
+        case .alreadyShared, .tooManyParticipants: return 409
         case .atomicError, .badRequest: return 400
         case .authenticationFailed: return 401
         case .authenticationRequired: return 421

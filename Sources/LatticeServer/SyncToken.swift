@@ -10,6 +10,8 @@ struct SyncToken: Hashable, Sendable {
     enum Log: String, Sendable {
         case zone = "z1"
         case database = "d1"
+        /// A hierarchy share's own log, for its participants.
+        case share = "s1"
     }
 
     let log: Log
@@ -30,7 +32,7 @@ struct SyncToken: Hashable, Sendable {
 
     /// Parses a token of the expected log. - Throws: BAD_REQUEST for anything that is not one.
     init(text: String, expected: Log) throws(APIError) {
-        let invalid = APIError.badRequest("syncToken is not a token this server issued for a \(expected == .zone ? "zone" : "database") feed")
+        let invalid = APIError.badRequest("syncToken is not a token this server issued for this feed")
         guard text.utf8.count <= 200 else { throw invalid }
         var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         while base64.utf8.count % 4 != 0 { base64 += "=" }

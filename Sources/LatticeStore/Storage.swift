@@ -67,6 +67,35 @@ public protocol StorageTransaction {
     func saveRecord(zoneRowID: Int64, _ write: RecordWrite) throws -> StoredRecord
     /// Records whose zone position is after `cursor` (tombstones included), in log order.
     func recordChanges(zoneRowID: Int64, after cursor: Int64, limit: Int) throws -> [StoredRecord]
+    /// Names of the live records whose parent is `parentName`.
+    func children(zoneRowID: Int64, parentName: String) throws -> [String]
+
+    // MARK: Shares
+    /// - Throws: `StorageError.duplicate` if the zone already has a live share record of that name.
+    func insertShare(_ share: NewShare) throws -> StoredShare
+    /// A share by its public id, live or deleted.
+    func share(publicID: String) throws -> StoredShare?
+    /// The live shares of a zone.
+    func shares(zoneRowID: Int64) throws -> [StoredShare]
+    /// Writes a share's title, public permission, URL epoch and deleted flag.
+    func updateShare(_ share: StoredShare) throws
+    func participants(shareID: Int64) throws -> [StoredParticipant]
+    /// Inserts or replaces the participant row of (share, user).
+    func saveParticipant(_ participant: StoredParticipant) throws
+    /// The shares a user participates in with the given status, and the participant rows.
+    func participations(userID: Int64, status: String) throws -> [(share: StoredShare, participant: StoredParticipant)]
+    /// How often a share link (by its `jti`) has been used to join.
+    func linkUses(tokenID: String) throws -> Int
+    func recordLinkUse(tokenID: String, shareID: Int64) throws
+    /// A hierarchy share's own log: whether a record is in the share, at the share's next position.
+    func setShareMembership(shareID: Int64, recordName: String, member: Bool) throws
+    func shareMembership(shareID: Int64, recordName: String) throws -> Bool?
+    /// Entries of a share's log after `cursor`, in log order.
+    func shareChanges(shareID: Int64, after cursor: Int64, limit: Int) throws -> [ShareLogEntry]
+    /// Moves a shared zone in a participant's shared database log (next position), live or deleted.
+    func markSharedZone(databaseID: Int64, shareID: Int64, deleted: Bool) throws
+    /// A participant's shared database log after `cursor`.
+    func sharedZoneChanges(databaseID: Int64, after cursor: Int64, limit: Int) throws -> [SharedZoneEntry]
 
     // MARK: Idempotent requests
     func clientOperation(userID: Int64, operationID: String) throws -> ClientOperation?
@@ -180,9 +209,12 @@ public struct StoredRecord: Sendable, Hashable {
     public let createdBy: String
     public let modifiedMs: Int64
     public let modifiedBy: String
+    /// The name its `parent` reference points at, if any.
+    public let parentName: String?
 
     public init(recordName: String, recordType: String, frame: [UInt8], deleted: Bool, seq: Int64, changeTag: String,
-                createdMs: Int64, createdBy: String, modifiedMs: Int64, modifiedBy: String) {
+                createdMs: Int64, createdBy: String, modifiedMs: Int64, modifiedBy: String, parentName: String? = nil) {
+        self.parentName = parentName
         self.recordName = recordName
         self.recordType = recordType
         self.frame = frame
@@ -202,17 +234,120 @@ public struct RecordWrite: Sendable {
     public var recordType: String
     public var frame: [UInt8]
     public var deleted: Bool
+    /// The record's parent (its `parent` reference's name), for hierarchy shares.
+    public var parentName: String?
     public var userRecordName: String
     public var nowMs: Int64
 
-    public init(recordName: String, recordType: String, frame: [UInt8], deleted: Bool, userRecordName: String,
-                nowMs: Int64) {
+    public init(recordName: String, recordType: String, frame: [UInt8], deleted: Bool, parentName: String? = nil,
+                userRecordName: String, nowMs: Int64) {
         self.recordName = recordName
         self.recordType = recordType
         self.frame = frame
         self.deleted = deleted
+        self.parentName = parentName
         self.userRecordName = userRecordName
         self.nowMs = nowMs
+    }
+}
+
+/// A share to create.
+public struct NewShare: Sendable {
+    public var publicID: String
+    public var zoneRowID: Int64
+    public var recordName: String
+    public var rootRecordName: String?
+    public var ownerID: Int64
+    public var title: String
+    public var publicPermission: String
+    public var nowMs: Int64
+
+    public init(publicID: String, zoneRowID: Int64, recordName: String, rootRecordName: String?, ownerID: Int64,
+                title: String, publicPermission: String, nowMs: Int64) {
+        self.publicID = publicID
+        self.zoneRowID = zoneRowID
+        self.recordName = recordName
+        self.rootRecordName = rootRecordName
+        self.ownerID = ownerID
+        self.title = title
+        self.publicPermission = publicPermission
+        self.nowMs = nowMs
+    }
+}
+
+/// A share as stored. Roles, permissions and rules are LatticeSharing's; these are the facts.
+public struct StoredShare: Sendable, Hashable {
+    public let id: Int64
+    /// The id in share links (`sub`).
+    public let publicID: String
+    public let zoneRowID: Int64
+    /// The name of the share's `cloudkit.share` record in the zone.
+    public let recordName: String
+    /// The root of a hierarchy share; nil for a zone-wide share.
+    public let rootRecordName: String?
+    public let ownerID: Int64
+    public var title: String
+    public var publicPermission: String
+    public var urlEpoch: Int64
+    public var deleted: Bool
+    /// The last position of the share's own log (hierarchy shares).
+    public let lastSeq: Int64
+
+    public init(id: Int64, publicID: String, zoneRowID: Int64, recordName: String, rootRecordName: String?, ownerID: Int64,
+                title: String, publicPermission: String, urlEpoch: Int64, deleted: Bool, lastSeq: Int64) {
+        self.id = id
+        self.publicID = publicID
+        self.zoneRowID = zoneRowID
+        self.recordName = recordName
+        self.rootRecordName = rootRecordName
+        self.ownerID = ownerID
+        self.title = title
+        self.publicPermission = publicPermission
+        self.urlEpoch = urlEpoch
+        self.deleted = deleted
+        self.lastSeq = lastSeq
+    }
+}
+
+public struct StoredParticipant: Sendable, Hashable {
+    public let shareID: Int64
+    public let userID: Int64
+    public var role: String
+    public var permission: String
+    public var status: String
+    public var modifiedMs: Int64
+
+    public init(shareID: Int64, userID: Int64, role: String, permission: String, status: String, modifiedMs: Int64) {
+        self.shareID = shareID
+        self.userID = userID
+        self.role = role
+        self.permission = permission
+        self.status = status
+        self.modifiedMs = modifiedMs
+    }
+}
+
+public struct ShareLogEntry: Sendable, Hashable {
+    public let recordName: String
+    public let member: Bool
+    public let seq: Int64
+
+    public init(recordName: String, member: Bool, seq: Int64) {
+        self.recordName = recordName
+        self.member = member
+        self.seq = seq
+    }
+}
+
+public struct SharedZoneEntry: Sendable, Hashable {
+    public let shareID: Int64
+    public let deleted: Bool
+    public let databaseSeq: Int64
+
+    public init(shareID: Int64, deleted: Bool, databaseSeq: Int64) {
+        self.shareID = shareID
+        self.deleted = deleted
+        self.databaseSeq = databaseSeq
     }
 }
 

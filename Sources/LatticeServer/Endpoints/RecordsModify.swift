@@ -177,7 +177,13 @@ extension LatticeService {
             }
         }
         if let refused { throw APIError.badRequest("\(operation.path): \(refused.description)") }
-        return existing.map { $0.merging(incoming) } ?? incoming
+        guard let existing, live else { return existing.map { $0.merging(incoming) } ?? incoming }
+        let merged = existing.merging(incoming)
+        guard merged.isDeleted || merged.recordType == existing.recordType else {
+            throw APIError.badRequest("\(operation.path).recordType: the record is a \(existing.recordType) on the server; "
+                                      + "a record's type cannot change")
+        }
+        return merged
     }
 
     /// Plain CloudKit values, as curl would send them: the server stamps each edit with its own clock.
@@ -236,6 +242,9 @@ extension LatticeService {
                     }
                     if reference.zoneID != nil, reference.zoneID != zoneID {
                         throw APIError.badRequest("\(path).parent must be in the same zone")
+                    }
+                    if reference.action != .none {
+                        throw APIError.badRequest("\(path).parent must have action NONE, as in CloudKit")
                     }
                     try record.setParent(Reference(recordName: reference.recordName), at: tick())
                 }

@@ -10,6 +10,7 @@ extension LatticeService {
         let desiredKeys = try parseDesiredKeys(context.body)
         return try storage.read { tx in
             let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
+            try requireZone(resolved)
             var results: [JSON] = []
             for (index, item) in requested.enumerated() {
                 let name = item["recordName"]?.stringValue ?? ""
@@ -65,6 +66,7 @@ extension LatticeService {
         }
         return try storage.read { tx in
             let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
+            try requireZone(resolved)
             guard let zone = resolved.zone else { return .object(["records": .array([])]) }
             var matches: [(StoredRecord, Record, QueryPosition)] = []
             for stored in try tx.records(zoneRowID: zone.rowID, recordType: recordType) {

@@ -54,12 +54,20 @@ extension LatticeService {
         return ResolvedZone(database: database, zone: zone, zoneID: zoneID)
     }
 
-    func zoneJSON(_ zone: StoredZone) -> JSON {
-        .object([
+    /// A zone that does not exist is ZONE_NOT_FOUND, except `_defaultZone`, which always exists.
+    func requireZone(_ resolved: ResolvedZone) throws {
+        if resolved.zone == nil && resolved.zoneID.zoneName != Names.systemZoneName {
+            throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
+        }
+    }
+
+    func zoneJSON(_ zone: StoredZone, withToken: Bool = true) -> JSON {
+        var object: [String: JSON] = [
             "zoneID": .object(["zoneName": .string(zone.name), "ownerRecordName": .string(zone.ownerRecordName)]),
             "atomic": .bool(true),
-            "syncToken": .string(SyncToken(log: .zone, owner: zone.rowID, position: zone.lastSeq).text),
-        ])
+        ]
+        if withToken { object["syncToken"] = .string(SyncToken(log: .zone, owner: zone.rowID, position: zone.lastSeq).text) }
+        return .object(object)
     }
 
     /// A zone that is implied but not stored yet (`_defaultZone` before its first write).
@@ -72,7 +80,7 @@ extension LatticeService {
         if context.kind == .shared { return .object(["zones": .array([])]) }
         let owner = context.kind == .public ? Self.publicOwner : context.user.recordName
         let zones = try storage.read { tx in try tx.liveZones(databaseID: tx.database(context.databaseKey).id) }
-        var list = zones.map(zoneJSON)
+        var list = zones.map { zoneJSON($0, withToken: context.kind != .public) }
         if !zones.contains(where: { $0.name == Names.systemZoneName }),
            let defaultZone = try? ZoneID(zoneName: Names.systemZoneName, ownerRecordName: owner) {
             list.insert(impliedZoneJSON(defaultZone), at: 0)

@@ -127,6 +127,51 @@ public final class SQLiteStorage: Storage, @unchecked Sendable {
                 PRIMARY KEY(user_id, operation_id)) WITHOUT ROWID;
             CREATE INDEX client_operations_age ON client_operations(created_ms);
             """),
+        Migrator.Migration("v2: record parents, shares, participants, link uses, share and shared-database logs", sql: """
+            ALTER TABLE records ADD COLUMN parent_name TEXT;
+            CREATE INDEX records_parent ON records(zone_id, parent_name) WHERE parent_name IS NOT NULL;
+            CREATE TABLE shares(
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                public_id TEXT NOT NULL UNIQUE,
+                zone_id INTEGER NOT NULL REFERENCES zones(id),
+                record_name TEXT NOT NULL,
+                root_record_name TEXT,
+                owner_id INTEGER NOT NULL REFERENCES users(id),
+                title TEXT NOT NULL,
+                public_permission TEXT NOT NULL,
+                url_epoch INTEGER NOT NULL DEFAULT 1,
+                deleted INTEGER NOT NULL DEFAULT 0,
+                last_seq INTEGER NOT NULL DEFAULT 0,
+                created_ms INTEGER NOT NULL);
+            CREATE UNIQUE INDEX shares_live_record ON shares(zone_id, record_name) WHERE deleted = 0;
+            CREATE TABLE share_participants(
+                share_id INTEGER NOT NULL REFERENCES shares(id),
+                user_id INTEGER NOT NULL REFERENCES users(id),
+                role TEXT NOT NULL,
+                permission TEXT NOT NULL,
+                status TEXT NOT NULL,
+                modified_ms INTEGER NOT NULL,
+                PRIMARY KEY(share_id, user_id)) WITHOUT ROWID;
+            CREATE INDEX share_participants_user ON share_participants(user_id, status);
+            CREATE TABLE share_link_uses(
+                token_id TEXT PRIMARY KEY,
+                share_id INTEGER NOT NULL,
+                uses INTEGER NOT NULL) WITHOUT ROWID;
+            CREATE TABLE share_records(
+                share_id INTEGER NOT NULL REFERENCES shares(id),
+                record_name TEXT NOT NULL,
+                member INTEGER NOT NULL,
+                seq INTEGER NOT NULL,
+                PRIMARY KEY(share_id, record_name)) WITHOUT ROWID;
+            CREATE UNIQUE INDEX share_records_log ON share_records(share_id, seq);
+            CREATE TABLE shared_zones(
+                database_id INTEGER NOT NULL REFERENCES databases(id),
+                share_id INTEGER NOT NULL REFERENCES shares(id),
+                deleted INTEGER NOT NULL,
+                db_seq INTEGER NOT NULL,
+                PRIMARY KEY(database_id, share_id)) WITHOUT ROWID;
+            CREATE INDEX shared_zones_log ON shared_zones(database_id, db_seq);
+            """),
     ])
 
     /// The schema version this build creates.
@@ -296,14 +341,14 @@ struct SQLiteTransaction: StorageTransaction {
     // MARK: Records
 
     private static let recordColumns =
-        "name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms, modified_by"
+        "name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms, modified_by, parent_name"
 
     private func record(_ row: [SQLiteValue], zoneRowID: Int64) -> StoredRecord {
         let seq = row[4].integer
         return StoredRecord(recordName: row[0].text ?? "", recordType: row[1].text ?? "", frame: row[2].blob,
                             deleted: row[3].integer != 0, seq: seq, changeTag: Self.changeTag(zoneRowID, seq),
                             createdMs: row[5].integer, createdBy: row[6].text ?? "", modifiedMs: row[7].integer,
-                            modifiedBy: row[8].text ?? "")
+                            modifiedBy: row[8].text ?? "", parentName: row[9].text)
     }
 
     /// A change tag names the zone incarnation and the log position, so it is new on every change.
@@ -338,29 +383,152 @@ struct SQLiteTransaction: StorageTransaction {
         guard let seq = seqRows.first?[0].integer else { throw StorageError.failure("zone \(zoneRowID) is missing") }
         let databaseSeq = try nextDatabaseSeq(zone.databaseID)
         try run("UPDATE zones SET db_seq = ? WHERE id = ?", [.integer(databaseSeq), .integer(zoneRowID)])
-        let createdMs = previous?.createdMs ?? write.nowMs
-        let createdBy = previous?.createdBy ?? write.userRecordName
+        // A record written over its tombstone is a new record: it gets a new creator.
+        let continues = previous.map { !$0.deleted || write.deleted } ?? false
+        let createdMs = continues ? previous!.createdMs : write.nowMs
+        let createdBy = continues ? previous!.createdBy : write.userRecordName
         try run("""
             INSERT INTO records(zone_id, name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms,
-                                modified_by)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                modified_by, parent_name)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(zone_id, name) DO UPDATE SET record_type = excluded.record_type, frame = excluded.frame,
                 deleted = excluded.deleted, seq = excluded.seq, modified_ms = excluded.modified_ms,
-                modified_by = excluded.modified_by
+                modified_by = excluded.modified_by, parent_name = excluded.parent_name
             """, [.integer(zoneRowID), .text(write.recordName), .text(write.recordType), .blob(write.frame),
                   .integer(write.deleted ? 1 : 0), .integer(seq), .integer(createdMs), .text(createdBy),
-                  .integer(write.nowMs), .text(write.userRecordName)])
+                  .integer(write.nowMs), .text(write.userRecordName),
+                  write.parentName.map { .text($0) } ?? .null])
         let growth = Int64(write.frame.count) - Int64(previous?.frame.count ?? 0)
         try run("UPDATE databases SET bytes_used = bytes_used + ? WHERE id = ?", [.integer(growth), .integer(zone.databaseID)])
         return StoredRecord(recordName: write.recordName, recordType: write.recordType, frame: write.frame,
                             deleted: write.deleted, seq: seq, changeTag: Self.changeTag(zoneRowID, seq),
                             createdMs: createdMs, createdBy: createdBy, modifiedMs: write.nowMs,
-                            modifiedBy: write.userRecordName)
+                            modifiedBy: write.userRecordName, parentName: write.parentName)
     }
 
     func recordChanges(zoneRowID: Int64, after cursor: Int64, limit: Int) throws -> [StoredRecord] {
         try rows("SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND seq > ? ORDER BY seq LIMIT ?",
                  [.integer(zoneRowID), .integer(cursor), .integer(Int64(limit))]).map { record($0, zoneRowID: zoneRowID) }
+    }
+
+    func children(zoneRowID: Int64, parentName: String) throws -> [String] {
+        try rows("SELECT name FROM records WHERE zone_id = ? AND parent_name = ? AND deleted = 0 ORDER BY name",
+                 [.integer(zoneRowID), .text(parentName)]).compactMap { $0[0].text }
+    }
+
+    // MARK: Shares
+
+    private static let shareColumns =
+        "id, public_id, zone_id, record_name, root_record_name, owner_id, title, public_permission, url_epoch, deleted, last_seq"
+
+    private func share(_ row: [SQLiteValue]) -> StoredShare {
+        StoredShare(id: row[0].integer, publicID: row[1].text ?? "", zoneRowID: row[2].integer, recordName: row[3].text ?? "",
+                    rootRecordName: row[4].text, ownerID: row[5].integer, title: row[6].text ?? "",
+                    publicPermission: row[7].text ?? "none", urlEpoch: row[8].integer, deleted: row[9].integer != 0,
+                    lastSeq: row[10].integer)
+    }
+
+    func insertShare(_ new: NewShare) throws -> StoredShare {
+        do {
+            try run("INSERT INTO shares(public_id, zone_id, record_name, root_record_name, owner_id, title, public_permission, "
+                    + "created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [.text(new.publicID), .integer(new.zoneRowID), .text(new.recordName),
+                     new.rootRecordName.map { .text($0) } ?? .null, .integer(new.ownerID), .text(new.title),
+                     .text(new.publicPermission), .integer(new.nowMs)])
+        } catch StorageError.duplicate {
+            throw StorageError.duplicate("a share record named \(new.recordName)")
+        }
+        return StoredShare(id: db.lastInsertRowID, publicID: new.publicID, zoneRowID: new.zoneRowID,
+                           recordName: new.recordName, rootRecordName: new.rootRecordName, ownerID: new.ownerID,
+                           title: new.title, publicPermission: new.publicPermission, urlEpoch: 1, deleted: false, lastSeq: 0)
+    }
+
+    func share(publicID: String) throws -> StoredShare? {
+        try rows("SELECT \(Self.shareColumns) FROM shares WHERE public_id = ?", [.text(publicID)]).first.map(share)
+    }
+
+    func shares(zoneRowID: Int64) throws -> [StoredShare] {
+        try rows("SELECT \(Self.shareColumns) FROM shares WHERE zone_id = ? AND deleted = 0 ORDER BY id",
+                 [.integer(zoneRowID)]).map(share)
+    }
+
+    func updateShare(_ share: StoredShare) throws {
+        try run("UPDATE shares SET title = ?, public_permission = ?, url_epoch = ?, deleted = ? WHERE id = ?",
+                [.text(share.title), .text(share.publicPermission), .integer(share.urlEpoch),
+                 .integer(share.deleted ? 1 : 0), .integer(share.id)])
+    }
+
+    private func participant(_ row: [SQLiteValue]) -> StoredParticipant {
+        StoredParticipant(shareID: row[0].integer, userID: row[1].integer, role: row[2].text ?? "",
+                          permission: row[3].text ?? "", status: row[4].text ?? "", modifiedMs: row[5].integer)
+    }
+
+    func participants(shareID: Int64) throws -> [StoredParticipant] {
+        try rows("SELECT share_id, user_id, role, permission, status, modified_ms FROM share_participants "
+                 + "WHERE share_id = ? ORDER BY user_id", [.integer(shareID)]).map(participant)
+    }
+
+    func saveParticipant(_ p: StoredParticipant) throws {
+        try run("""
+            INSERT INTO share_participants(share_id, user_id, role, permission, status, modified_ms) VALUES (?, ?, ?, ?, ?, ?)
+            ON CONFLICT(share_id, user_id) DO UPDATE SET role = excluded.role, permission = excluded.permission,
+                status = excluded.status, modified_ms = excluded.modified_ms
+            """, [.integer(p.shareID), .integer(p.userID), .text(p.role), .text(p.permission), .text(p.status),
+                  .integer(p.modifiedMs)])
+    }
+
+    func participations(userID: Int64, status: String) throws -> [(share: StoredShare, participant: StoredParticipant)] {
+        let columns = Self.shareColumns.split(separator: ",").map { "s." + $0.trimmingCharacters(in: .whitespaces) }
+            .joined(separator: ", ")
+        return try rows("SELECT \(columns), p.share_id, p.user_id, p.role, p.permission, p.status, p.modified_ms "
+                        + "FROM share_participants p JOIN shares s ON s.id = p.share_id "
+                        + "WHERE p.user_id = ? AND p.status = ? AND s.deleted = 0 ORDER BY s.id",
+                        [.integer(userID), .text(status)]).map { row in
+            (share(Array(row[0..<11])), participant(Array(row[11...])))
+        }
+    }
+
+    func linkUses(tokenID: String) throws -> Int {
+        Int(try rows("SELECT uses FROM share_link_uses WHERE token_id = ?", [.text(tokenID)]).first?[0].integer ?? 0)
+    }
+
+    func recordLinkUse(tokenID: String, shareID: Int64) throws {
+        try run("INSERT INTO share_link_uses(token_id, share_id, uses) VALUES (?, ?, 1) "
+                + "ON CONFLICT(token_id) DO UPDATE SET uses = uses + 1", [.text(tokenID), .integer(shareID)])
+    }
+
+    func setShareMembership(shareID: Int64, recordName: String, member: Bool) throws {
+        let seqRows = try rows("UPDATE shares SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq", [.integer(shareID)])
+        guard let seq = seqRows.first?[0].integer else { throw StorageError.failure("share \(shareID) is missing") }
+        try run("INSERT INTO share_records(share_id, record_name, member, seq) VALUES (?, ?, ?, ?) "
+                + "ON CONFLICT(share_id, record_name) DO UPDATE SET member = excluded.member, seq = excluded.seq",
+                [.integer(shareID), .text(recordName), .integer(member ? 1 : 0), .integer(seq)])
+    }
+
+    func shareMembership(shareID: Int64, recordName: String) throws -> Bool? {
+        try rows("SELECT member FROM share_records WHERE share_id = ? AND record_name = ?",
+                 [.integer(shareID), .text(recordName)]).first.map { $0[0].integer != 0 }
+    }
+
+    func shareChanges(shareID: Int64, after cursor: Int64, limit: Int) throws -> [ShareLogEntry] {
+        try rows("SELECT record_name, member, seq FROM share_records WHERE share_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                 [.integer(shareID), .integer(cursor), .integer(Int64(limit))]).map {
+            ShareLogEntry(recordName: $0[0].text ?? "", member: $0[1].integer != 0, seq: $0[2].integer)
+        }
+    }
+
+    func markSharedZone(databaseID: Int64, shareID: Int64, deleted: Bool) throws {
+        let seq = try nextDatabaseSeq(databaseID)
+        try run("INSERT INTO shared_zones(database_id, share_id, deleted, db_seq) VALUES (?, ?, ?, ?) "
+                + "ON CONFLICT(database_id, share_id) DO UPDATE SET deleted = excluded.deleted, db_seq = excluded.db_seq",
+                [.integer(databaseID), .integer(shareID), .integer(deleted ? 1 : 0), .integer(seq)])
+    }
+
+    func sharedZoneChanges(databaseID: Int64, after cursor: Int64, limit: Int) throws -> [SharedZoneEntry] {
+        try rows("SELECT share_id, deleted, db_seq FROM shared_zones WHERE database_id = ? AND db_seq > ? "
+                 + "ORDER BY db_seq LIMIT ?", [.integer(databaseID), .integer(cursor), .integer(Int64(limit))]).map {
+            SharedZoneEntry(shareID: $0[0].integer, deleted: $0[1].integer != 0, databaseSeq: $0[2].integer)
+        }
     }
 
     // MARK: Client operations
@@ -408,14 +576,16 @@ struct SQLiteTransaction: StorageTransaction {
         }
         try run("DELETE FROM records WHERE deleted = 1 AND modified_ms < ?", [.integer(horizonMs)])
         // Deleted zones: the same for each database's log.
-        let purgedByDatabase = try rows("SELECT database_id, MAX(db_seq), COUNT(*) FROM zones WHERE deleted = 1 "
-                                        + "AND modified_ms < ? GROUP BY database_id", [.integer(horizonMs)])
+        // Zones that held shares stay: shares and participants' logs refer to them.
+        let purgeable = "deleted = 1 AND modified_ms < ? AND id NOT IN (SELECT zone_id FROM shares)"
+        let purgedByDatabase = try rows("SELECT database_id, MAX(db_seq), COUNT(*) FROM zones WHERE \(purgeable) "
+                                        + "GROUP BY database_id", [.integer(horizonMs)])
         for row in purgedByDatabase {
             try run("UPDATE databases SET purged_seq = MAX(purged_seq, ?) WHERE id = ?",
                     [.integer(row[1].integer), .integer(row[0].integer)])
             report.zones += Int(row[2].integer)
         }
-        try run("DELETE FROM zones WHERE deleted = 1 AND modified_ms < ?", [.integer(horizonMs)])
+        try run("DELETE FROM zones WHERE \(purgeable)", [.integer(horizonMs)])
         report.clientOperations = try run("DELETE FROM client_operations WHERE created_ms < ?",
                                           [.integer(operationsBeforeMs)])
         return report
