@@ -53,7 +53,9 @@ let package = Package(
 
         .testTarget(name: "LatticeCoreTests", dependencies: ["LatticeCore"]),
         .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore"]),
-        .testTarget(name: "LatticeServerTests", dependencies: ["LatticeServer", "LatticeStore", "LatticeCore"]),
+        .testTarget(
+            name: "LatticeServerTests", dependencies: ["LatticeServer", "LatticeStore", "LatticeSharing", "LatticeCore"]
+        ),
         .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore"]),
         .testTarget(
             name: "SystemLibraryTests",

@@ -12,6 +12,8 @@ public final class LatticeService: HTTPHandler, Sendable {
     public let configuration: ServiceConfiguration
     public let replicaID: ReplicaID
     let storage: any Storage
+    /// Signs and verifies share URLs; nil on a server without share links (some tests).
+    let keyRing: ShareKeyRing?
     let clock: Mutex<HybridLogicalClock>
     let notifier = ChangeNotifier()
     private let limiter: RateLimiter?
@@ -20,9 +22,11 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     /// - Parameter log: where internal errors are written (never to clients).
     public init(storage: any Storage, configuration: ServiceConfiguration = ServiceConfiguration(),
+                keyRing: ShareKeyRing? = nil,
                 log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(("lattice: " + $0 + "\n").utf8)) }) throws {
         self.storage = storage
         self.configuration = configuration
+        self.keyRing = keyRing
         self.log = log
         limiter = configuration.rateLimit.map(RateLimiter.init)
         // The server's replica id stamps plain writes; it is made once and kept in the database.
@@ -63,7 +67,8 @@ public final class LatticeService: HTTPHandler, Sendable {
     // MARK: Routing
 
     /// Every route the service answers, as `METHOD /path/{parameter}`; Docs/openapi.json must list each.
-    public static let routes: [String] = ["GET /healthz", "POST /auth/signup"]
+    public static let routes: [String] = ["GET /healthz", "POST /auth/signup", "GET /.well-known/jwks.json",
+                                          "GET /share/{token}"]
         + DatabaseOperation.allCases.map { "POST /database/1/{container}/{environment}/{database}/\($0.rawValue)" }
 
     enum DatabaseOperation: String, CaseIterable {
@@ -77,6 +82,14 @@ public final class LatticeService: HTTPHandler, Sendable {
         case changesDatabase = "changes/database"
         case changesZone = "changes/zone"
         case changesWait = "changes/wait"
+        case sharesCreate = "shares/create"
+        case sharesLookup = "shares/lookup"
+        case sharesModify = "shares/modify"
+        case sharesURL = "shares/url"
+        case sharesLeave = "shares/leave"
+        case sharesDelete = "shares/delete"
+        case recordsResolve = "records/resolve"
+        case recordsAccept = "records/accept"
     }
 
     public func handle(_ request: HTTPRequest, respond: @escaping HTTPResponder) {
@@ -99,6 +112,23 @@ public final class LatticeService: HTTPHandler, Sendable {
         if path == "/healthz" {
             guard request.method == "GET" || request.method == "HEAD" else { throw methodNotAllowed(request, "GET") }
             return respond(.json(.object(["status": .string("ok")])))
+        }
+        if path == "/.well-known/jwks.json" {
+            guard request.method == "GET" || request.method == "HEAD" else { throw methodNotAllowed(request, "GET") }
+            guard let keyRing else { throw APIError(.notFound, "this server does not sign share links") }
+            var response = HTTPResponse.json(keyRing.jwks())
+            response.headers.removeAll { $0.name == "Cache-Control" }
+            response.headers.append((name: "Cache-Control", value: "public, max-age=300"))
+            return respond(response)
+        }
+        if path.hasPrefix("/share/") {
+            guard request.method == "GET" || request.method == "HEAD" else { throw methodNotAllowed(request, "GET") }
+            return respond(.json(.object([
+                "message": .string("This is a Lattice share link. Open it with: lattice accept <this URL>"),
+                "resolve": .string("POST /database/1/\(configuration.container)/production/shared/records/resolve "
+                                   + "with {\"shortGUIDs\": [{\"value\": \"<this URL>\"}]} and a bearer token"),
+                "jwks": .string("/.well-known/jwks.json"),
+            ])))
         }
         if path == "/auth/signup" {
             guard request.method == "POST" else { throw methodNotAllowed(request, "POST") }
@@ -147,6 +177,14 @@ public final class LatticeService: HTTPHandler, Sendable {
         case .changesDatabase: return .json(try databaseChanges(context))
         case .changesZone: return .json(try zoneChanges(context))
         case .changesWait: throw APIError(.internalError, "changes/wait is asynchronous")
+        case .sharesCreate: return try idempotent(context) { try createShare(context, $0, &$1) }
+        case .sharesLookup: return .json(try lookupShare(context))
+        case .sharesModify: return try idempotent(context) { try modifyShare(context, $0, &$1) }
+        case .sharesURL: return try write { tx, touched in try shareURL(context, tx, &touched) }
+        case .sharesLeave: return try idempotent(context) { try leaveShare(context, $0, &$1) }
+        case .sharesDelete: return try idempotent(context) { try deleteShare(context, $0, &$1) }
+        case .recordsResolve: return .json(try resolveShares(context))
+        case .recordsAccept: return try write { tx, touched in try acceptShares(context, tx, &touched) }
         }
     }
 

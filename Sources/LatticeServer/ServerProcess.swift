@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import LatticeSharing
 import LatticeStore
 #if canImport(Glibc)
 import Glibc
@@ -34,7 +35,8 @@ public final class ServerProcess: @unchecked Sendable {
         lockDescriptor = data.lockDescriptor
         do {
             storage = try SQLiteStorage(path: data.databasePath)
-            let service = try LatticeService(storage: storage, configuration: options.service)
+            let keyRing = try ShareKeyRing.open(directory: data.path, nowMilliseconds: options.service.now())
+            let service = try LatticeService(storage: storage, configuration: options.service, keyRing: keyRing)
             try service.purgeExpired()
             server = try HTTPServer(handler: service, configuration: options.http)
             url = "http://\(options.http.host):\(server.port)"
@@ -107,6 +109,7 @@ public struct DataDirectory: Sendable {
                                                     attributes: [.posixPermissions: 0o700])
         }
         let storage = try SQLiteStorage(path: path + "/" + SQLiteStorage.fileName)
-        return (storage, try LatticeService(storage: storage, configuration: configuration))
+        let keyRing = try ShareKeyRing.open(directory: path, nowMilliseconds: configuration.now())
+        return (storage, try LatticeService(storage: storage, configuration: configuration, keyRing: keyRing))
     }
 }

@@ -39,6 +39,7 @@ public protocol StorageTransaction {
     func insertUser(name: String, recordName: String, nowMs: Int64) throws -> UserAccount
     func user(named name: String) throws -> UserAccount?
     func user(recordName: String) throws -> UserAccount?
+    func user(id: Int64) throws -> UserAccount?
     func user(tokenHash: [UInt8]) throws -> UserAccount?
     func insertToken(hash: [UInt8], userID: Int64, nowMs: Int64) throws
 
@@ -75,6 +76,7 @@ public protocol StorageTransaction {
     func insertShare(_ share: NewShare) throws -> StoredShare
     /// A share by its public id, live or deleted.
     func share(publicID: String) throws -> StoredShare?
+    func share(id: Int64) throws -> StoredShare?
     /// The live shares of a zone.
     func shares(zoneRowID: Int64) throws -> [StoredShare]
     /// Writes a share's title, public permission, URL epoch and deleted flag.

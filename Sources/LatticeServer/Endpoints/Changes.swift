@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeSharing
 import LatticeStore
 
 extension LatticeService {
@@ -13,11 +14,7 @@ extension LatticeService {
             guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
             return try SyncToken(text: text, expected: .database)
         }
-        if context.kind == .shared {
-            // The sharing service fills the shared database; until then it never changes.
-            return .object(["zones": .array([]), "moreComing": .bool(false),
-                            "syncToken": .string(SyncToken(log: .database, owner: 0, position: 0).text)])
-        }
+        if context.kind == .shared { return try sharedDatabaseChanges(context, token: token, limit: limit) }
         return try storage.read { tx in
             let database = try tx.database(context.databaseKey)
             let cursor = try databaseCursor(token, database)
@@ -73,10 +70,11 @@ extension LatticeService {
                 do {
                     let resolved = try resolveZone(request["zoneID"], context, tx, path: path + ".zoneID")
                     let limit = try resultsLimit(request["resultsLimit"] ?? context.body["resultsLimit"])
-                    let token = try request["syncToken"].map { json in
+                    let hierarchy = resolved.grants.contains { $0.share.rootRecordName != nil }
+                    let token = try request["syncToken"].map { json -> SyncToken? in
                         guard let text = json.stringValue else { throw APIError.badRequest("\(path).syncToken must be a string") }
-                        return try SyncToken(text: text, expected: .zone)
-                    }
+                        return hierarchy ? nil : try SyncToken(text: text, expected: .zone)
+                    } ?? nil
                     guard let zone = resolved.zone else {
                         if resolved.zoneID.zoneName == Names.systemZoneName, token == nil || token?.owner == 0 {
                             results.append(.object(["zoneID": resolved.zoneID.cloudKitJSON, "records": .array([]),
@@ -85,6 +83,10 @@ extension LatticeService {
                             continue
                         }
                         throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
+                    }
+                    if resolved.isShared, resolved.grants.contains(where: { $0.share.rootRecordName != nil }) {
+                        results.append(try shareFeed(request, resolved, zone: zone, limit: limit, tx))
+                        continue
                     }
                     let cursor = try zoneCursor(token, zone)
                     let records = try tx.recordChanges(zoneRowID: zone.rowID, after: cursor, limit: limit)
@@ -129,8 +131,8 @@ extension LatticeService {
     /// the token (a `changes/database` token; without one, past its position now), or
     /// `{"changed": false}` after `timeout` seconds.
     func waitForChanges(_ context: RequestContext, respond: @escaping HTTPResponder) throws {
-        guard context.kind == .private else {
-            throw APIError.badRequest("changes/wait watches the private database (the shared one comes with sharing)")
+        guard context.kind != .public else {
+            throw APIError.badRequest("changes/wait watches the private or the shared database; the public one has no feed")
         }
         var timeout = configuration.defaultWaitSeconds
         if let json = context.body["timeout"] {
@@ -163,5 +165,103 @@ extension LatticeService {
         } else if timeout == 0 {
             notifier.finish(waiter, .timedOut)
         }
+    }
+
+    /// `changes/database` in the shared database: the caller's log of shared zones. A zone whose every
+    /// share the caller lost (removed, left, share deleted) is reported deleted.
+    private func sharedDatabaseChanges(_ context: RequestContext, token: SyncToken?, limit: Int) throws -> JSON {
+        try storage.read { tx in
+            let database = try tx.database(context.databaseKey)
+            let cursor = try databaseCursor(token, database)
+            let entries = try tx.sharedZoneChanges(databaseID: database.id, after: cursor, limit: limit)
+            let moreComing = entries.count == limit && entries.last.map { $0.databaseSeq < database.lastSeq } == true
+            let position = moreComing ? entries.last!.databaseSeq : database.lastSeq
+            let accepted = Set(try tx.participations(userID: context.user.id, status: AcceptanceStatus.accepted.rawValue)
+                .map(\.share.zoneRowID))
+            var reported: [Int64: JSON] = [:]
+            var order: [Int64] = []
+            for entry in entries {
+                guard let share = try tx.share(id: entry.shareID), let zone = try tx.zone(rowID: share.zoneRowID) else { continue }
+                var object: [String: JSON] = [
+                    "zoneID": .object(["zoneName": .string(zone.name), "ownerRecordName": .string(zone.ownerRecordName)]),
+                ]
+                if !accepted.contains(zone.rowID) || zone.deleted { object["deleted"] = .bool(true) }
+                if reported[zone.rowID] == nil { order.append(zone.rowID) }
+                reported[zone.rowID] = .object(object)
+            }
+            return .object([
+                "zones": .array(order.compactMap { reported[$0] }),
+                "syncToken": .string(SyncToken(log: .database, owner: database.id, position: position).text),
+                "moreComing": .bool(moreComing),
+            ])
+        }
+    }
+
+    /// `changes/zone` for a participant of hierarchy shares: the shares' own logs, where a record that left
+    /// the share (its parent moved out) comes as a deletion and one that entered comes whole. The token
+    /// keeps one position per share.
+    private func shareFeed(_ request: JSON, _ resolved: ResolvedZone, zone: StoredZone, limit: Int,
+                           _ tx: any StorageTransaction) throws -> JSON {
+        var positions: [Int64: Int64] = [:]
+        if let json = request["syncToken"] {
+            guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
+            positions = try ShareFeedToken.parse(text)
+        }
+        var records: [JSON] = []
+        var moreComing = false
+        for grant in resolved.grants.sorted(by: { $0.share.id < $1.share.id }) {
+            let share = try tx.share(id: grant.share.id) ?? grant.share
+            let cursor = positions[share.id] ?? 0
+            guard cursor <= share.lastSeq else { throw APIError.badRequest("the sync token is from the future") }
+            let room = limit - records.count
+            guard room > 0 else {
+                moreComing = moreComing || cursor < share.lastSeq
+                continue
+            }
+            let entries = try tx.shareChanges(shareID: share.id, after: cursor, limit: room)
+            for entry in entries {
+                if entry.member, let stored = try tx.record(zoneRowID: zone.rowID, name: entry.recordName) {
+                    records.append(recordJSON(stored, try decode(stored), desiredKeys: nil))
+                } else {
+                    records.append(.object(["recordName": .string(entry.recordName), "deleted": .bool(true)]))
+                }
+            }
+            let last = entries.last?.seq ?? share.lastSeq
+            let done = entries.count < room || last >= share.lastSeq
+            positions[share.id] = done ? share.lastSeq : last
+            moreComing = moreComing || !done
+        }
+        return .object([
+            "zoneID": resolved.zoneID.cloudKitJSON,
+            "records": .array(records),
+            "syncToken": .string(ShareFeedToken.text(positions)),
+            "moreComing": .bool(moreComing),
+        ])
+    }
+}
+
+/// The sync token of a hierarchy-share feed: one position per share, base64url of `s1.<id>:<pos>,...`.
+enum ShareFeedToken {
+    static func text(_ positions: [Int64: Int64]) -> String {
+        let body = "s1." + positions.keys.sorted().map { "\($0):\(positions[$0]!)" }.joined(separator: ",")
+        return Data(body.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    static func parse(_ text: String) throws -> [Int64: Int64] {
+        let invalid = APIError.badRequest("syncToken is not a token this server issued for this feed")
+        guard text.utf8.count <= 4096 else { throw invalid }
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.utf8.count % 4 != 0 { base64 += "=" }
+        guard let data = Data(base64Encoded: base64) else { throw invalid }
+        let body = String(decoding: data, as: UTF8.self)
+        guard body.hasPrefix("s1.") else { throw invalid }
+        var positions: [Int64: Int64] = [:]
+        for pair in body.dropFirst(3).split(separator: ",") {
+            let parts = pair.split(separator: ":")
+            guard parts.count == 2, let id = Int64(parts[0]), let position = Int64(parts[1]), position >= 0 else { throw invalid }
+            positions[id] = position
+        }
+        return positions
     }
 }

@@ -37,15 +37,15 @@ extension LatticeService {
             throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
         }
         var outcomes: [Result<JSON, APIError>] = []
-        var changed = false
+        var changedNames: [String] = []
         for (index, json) in operationsJSON.enumerated() {
             let path = "operations[\(index)]"
             do {
                 let operation = try parseOperation(json, path: path)
                 let result = try tx.savepoint { () throws -> (JSON, Bool) in
-                    try apply(operation, zone: zone, zoneID: resolved.zoneID, context: context, tx: tx)
+                    try apply(operation, zone: zone, resolved: resolved, context: context, tx: tx)
                 }
-                changed = changed || result.1
+                if result.1 { changedNames.append(operation.recordName) }
                 outcomes.append(.success(result.0))
             } catch {
                 outcomes.append(.failure(internalError(error)))
@@ -65,7 +65,18 @@ extension LatticeService {
             }
             throw AtomicBatchFailure(response: .json(.object(["records": .array(items)])))
         }
-        if changed { touched.insert(zone.databaseID) }
+        if !changedNames.isEmpty {
+            touched.insert(zone.databaseID)
+            // The owner deleting a hierarchy root deletes its share, as in CloudKit.
+            if !resolved.isShared {
+                for share in try tx.shares(zoneRowID: zone.rowID) {
+                    guard let root = share.rootRecordName, changedNames.contains(root),
+                          try tx.record(zoneRowID: zone.rowID, name: root)?.deleted == true else { continue }
+                    try removeShare(share, try roster(share, tx), zone: zone, context: context, tx, &touched)
+                }
+            }
+            try recordsChanged(changedNames, in: zone, context: context, tx, &touched)
+        }
         let items: [JSON] = zip(outcomes, names).map { outcome, name in
             switch outcome {
             case .success(let json): return json
@@ -93,12 +104,23 @@ extension LatticeService {
     }
 
     /// Applies one operation; returns the item to answer and whether anything was written.
-    private func apply(_ operation: RecordOperation, zone: StoredZone, zoneID: ZoneID, context: RequestContext,
+    private func apply(_ operation: RecordOperation, zone: StoredZone, resolved: ResolvedZone, context: RequestContext,
                        tx: any StorageTransaction) throws -> (JSON, Bool) {
+        let zoneID = resolved.zoneID
         let stored = try tx.record(zoneRowID: zone.rowID, name: operation.recordName)
         let existing = try stored.map(decode)
         let live = existing.map { !$0.isDeleted } ?? false
         let path = operation.path
+
+        // Shares: a participant writes only inside what they accepted, with readWrite; the owner changes
+        // share records only through shares/*.
+        if resolved.isShared {
+            let requestedParent: String?? = operation.record["parent"].map { $0 == .null ? nil : $0["recordName"]?.stringValue }
+            try checkParticipantWrite(operation, live: live, requestedParent: requestedParent, resolved, tx)
+        } else if context.kind == .private,
+                  try tx.shares(zoneRowID: zone.rowID).contains(where: { $0.recordName == operation.recordName }) {
+            throw APIError.badRequest("record \(operation.recordName) is a share; change it with shares/modify or shares/delete")
+        }
 
         if operation.kind.checksChangeTag {
             guard let stored, live else {
@@ -142,7 +164,7 @@ extension LatticeService {
         }
         let saved = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
             recordName: operation.recordName, recordType: record.recordType, frame: frame, deleted: record.isDeleted,
-            userRecordName: context.user.recordName, nowMs: configuration.now()))
+            parentName: record.parent?.recordName, userRecordName: context.user.recordName, nowMs: configuration.now()))
         if let database = try tx.database(id: zone.databaseID), database.bytesUsed > configuration.quotaBytesPerDatabase {
             throw APIError(.quotaExceeded, "the database would hold \(database.bytesUsed) bytes; its quota is "
                            + "\(configuration.quotaBytesPerDatabase)")

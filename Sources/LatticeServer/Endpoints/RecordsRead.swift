@@ -19,7 +19,7 @@ extension LatticeService {
                         throw APIError.badRequest("records[\(index)].recordName is missing")
                     }
                     guard let zone = resolved.zone, let stored = try tx.record(zoneRowID: zone.rowID, name: name),
-                          !stored.deleted else {
+                          !stored.deleted, try !resolved.isShared || grant(for: name, resolved, tx) != nil else {
                         throw APIError(.notFound, "record \(name) does not exist")
                     }
                     results.append(recordJSON(stored, try decode(stored), desiredKeys: desiredKeys))
@@ -72,6 +72,7 @@ extension LatticeService {
             for stored in try tx.records(zoneRowID: zone.rowID, recordType: recordType) {
                 let record = try decode(stored)
                 guard filters.allSatisfy({ $0.matches(record) }) else { continue }
+                if resolved.isShared, try grant(for: stored.recordName, resolved, tx) == nil { continue }
                 let position = QueryPosition(keys: sorts.map { record[$0.fieldName] }, recordName: stored.recordName)
                 if let after, !(after.precedes(position, sorts)) { continue }
                 matches.append((stored, record, position))

@@ -7,6 +7,11 @@ struct ResolvedZone {
     /// Nil when the zone does not exist (yet).
     let zone: StoredZone?
     let zoneID: ZoneID
+    /// In the shared database: the shares of this zone the caller has accepted. Empty for the caller's own
+    /// zones and the public zone.
+    var grants: [ShareGrant] = []
+
+    var isShared: Bool { !grants.isEmpty }
 }
 
 extension LatticeService {
@@ -43,7 +48,7 @@ extension LatticeService {
                 throw APIError(.zoneNotFound, "the public database has only \(Names.systemZoneName) (owner \(Self.publicOwner))")
             }
         case .shared:
-            throw APIError(.zoneNotFound, "no accepted share has zone \(zoneID.zoneName) of \(zoneID.ownerRecordName)")
+            return try resolveSharedZone(zoneID, context, tx)
         }
         let database = try tx.database(context.databaseKey)
         var zone = try tx.zone(databaseID: database.id, name: zoneID.zoneName)
@@ -76,8 +81,11 @@ extension LatticeService {
     }
 
     /// `zones/list`: every zone of the database; `_defaultZone` is always listed for private and public.
+    /// The shared database lists the zones of the shares the caller has accepted.
     func listZones(_ context: RequestContext) throws -> JSON {
-        if context.kind == .shared { return .object(["zones": .array([])]) }
+        if context.kind == .shared {
+            return .object(["zones": .array(try storage.read { tx in try sharedZones(context, tx) })])
+        }
         let owner = context.kind == .public ? Self.publicOwner : context.user.recordName
         let zones = try storage.read { tx in try tx.liveZones(databaseID: tx.database(context.databaseKey).id) }
         var list = zones.map { zoneJSON($0, withToken: context.kind != .public) }
@@ -161,12 +169,17 @@ extension LatticeService {
     }
 
     /// The array under `key` in a body, each element an object, at most `limit` of them.
-    func items(_ body: [String: JSON], _ key: String, limit: Int) throws -> [JSON] {
+    /// - Parameters:
+    ///   - optional: a missing key means no items.
+    ///   - allowStrings: items may be strings as well as objects.
+    func items(_ body: [String: JSON], _ key: String, limit: Int, optional: Bool = false, allowStrings: Bool = false)
+        throws -> [JSON] {
+        if optional && body[key] == nil { return [] }
         guard let array = body[key]?.arrayValue else { throw APIError.badRequest("expected \"\(key)\": [...]") }
         guard array.count <= limit else {
             throw APIError(.limitExceeded, "\(array.count) items in \(key); the limit is \(limit) per request")
         }
-        for (index, item) in array.enumerated() where item.objectValue == nil {
+        for (index, item) in array.enumerated() where item.objectValue == nil && !(allowStrings && item.stringValue != nil) {
             throw APIError.badRequest("\(key)[\(index)] must be an object")
         }
         return array

@@ -238,6 +238,10 @@ struct SQLiteTransaction: StorageTransaction {
         try rows("SELECT \(Self.userColumns) FROM users WHERE record_name = ?", [.text(recordName)]).first.map(user)
     }
 
+    func user(id: Int64) throws -> UserAccount? {
+        try rows("SELECT \(Self.userColumns) FROM users WHERE id = ?", [.integer(id)]).first.map(user)
+    }
+
     func user(tokenHash: [UInt8]) throws -> UserAccount? {
         try rows("SELECT u.id, u.record_name, u.name, u.created_ms FROM tokens t JOIN users u ON u.id = t.user_id "
                  + "WHERE t.hash = ?", [.blob(tokenHash)]).first.map(user)
@@ -445,6 +449,10 @@ struct SQLiteTransaction: StorageTransaction {
 
     func share(publicID: String) throws -> StoredShare? {
         try rows("SELECT \(Self.shareColumns) FROM shares WHERE public_id = ?", [.text(publicID)]).first.map(share)
+    }
+
+    func share(id: Int64) throws -> StoredShare? {
+        try rows("SELECT \(Self.shareColumns) FROM shares WHERE id = ?", [.integer(id)]).first.map(share)
     }
 
     func shares(zoneRowID: Int64) throws -> [StoredShare] {

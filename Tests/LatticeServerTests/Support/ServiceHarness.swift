@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 @testable import LatticeServer
+import LatticeSharing
 import LatticeStore
 import Synchronization
 
@@ -26,6 +27,7 @@ final class ServiceHarness: @unchecked Sendable {
     let clock: TestClock
     let storage: SQLiteStorage
     let service: LatticeService
+    let keyRing: ShareKeyRing
     let directory: String
 
     init(configure: (inout ServiceConfiguration) -> Void = { _ in }) throws {
@@ -37,7 +39,8 @@ final class ServiceHarness: @unchecked Sendable {
         configuration.now = { clock.now }
         configuration.rateLimit = nil
         configure(&configuration)
-        service = try LatticeService(storage: storage, configuration: configuration, log: { _ in })
+        keyRing = try ShareKeyRing.open(directory: directory, nowMilliseconds: clock.now)
+        service = try LatticeService(storage: storage, configuration: configuration, keyRing: keyRing, log: { _ in })
     }
 
     deinit {

@@ -1,0 +1,680 @@
+import Foundation
+import LatticeCore
+import LatticeSharing
+import LatticeStore
+
+/// One accepted share that gives the caller access to a zone in the shared database.
+struct ShareGrant {
+    let share: StoredShare
+    let roster: ShareRoster
+    /// The caller's permission through this share.
+    let permission: SharePermission
+    let role: ShareRole
+}
+
+extension LatticeService {
+    /// The name of a zone-wide share's record, as in CloudKit.
+    static let zoneShareRecordName = "cloudkit.zoneshare"
+    static let shareRecordType = "cloudkit.share"
+
+    // MARK: Rosters
+
+    func roster(_ share: StoredShare, _ tx: any StorageTransaction) throws -> ShareRoster {
+        let participants = try tx.participants(shareID: share.id).map { row in
+            ShareParticipant(userID: row.userID, role: ShareRole(rawValue: row.role) ?? .privateUser,
+                             permission: SharePermission(rawValue: row.permission) ?? .none,
+                             status: AcceptanceStatus(rawValue: row.status) ?? .removed)
+        }
+        return ShareRoster(publicPermission: SharePermission(rawValue: share.publicPermission) ?? .none,
+                           participants: participants)
+    }
+
+    /// Writes the roster's participants and public permission back, and moves the shared-database logs of
+    /// everyone whose access changed (so their feeds and long polls see it at once).
+    func saveRoster(_ roster: ShareRoster, of share: inout StoredShare, before: ShareRoster, context: RequestContext,
+                    _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
+        let now = configuration.now()
+        for participant in roster.participants where before.participant(participant.userID) != participant {
+            try tx.saveParticipant(StoredParticipant(shareID: share.id, userID: participant.userID,
+                                                     role: participant.role.rawValue,
+                                                     permission: participant.permission.rawValue,
+                                                     status: participant.status.rawValue, modifiedMs: now))
+            guard participant.role != .owner else { continue }
+            let wasIn = before.access(of: participant.userID) != .none
+            let isIn = roster.access(of: participant.userID) != .none
+            if wasIn || isIn {
+                try markShared(share, for: participant.userID, deleted: !isIn, context: context, tx, &touched)
+            }
+        }
+        share.publicPermission = roster.publicPermission.rawValue
+        try tx.updateShare(share)
+    }
+
+    private func markShared(_ share: StoredShare, for userID: Int64, deleted: Bool, context: RequestContext,
+                            _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
+        let database = try tx.database(DatabaseKey(kind: .shared, environment: context.environment, ownerID: userID))
+        try tx.markSharedZone(databaseID: database.id, shareID: share.id, deleted: deleted)
+        touched.insert(database.id)
+    }
+
+    /// Tells every accepted participant's shared database that the share's zone changed.
+    func fanOut(_ share: StoredShare, context: RequestContext, _ tx: any StorageTransaction,
+                _ touched: inout Set<Int64>) throws {
+        for participant in try tx.participants(shareID: share.id)
+        where participant.status == AcceptanceStatus.accepted.rawValue && participant.role != ShareRole.owner.rawValue {
+            try markShared(share, for: participant.userID, deleted: false, context: context, tx, &touched)
+        }
+    }
+
+    // MARK: Access in the shared database
+
+    /// Resolves a zone of the shared database: another user's zone in which the caller has accepted at
+    /// least one live share. Anything else is ZONE_NOT_FOUND, so nothing leaks about zones one cannot see.
+    func resolveSharedZone(_ zoneID: ZoneID, _ context: RequestContext, _ tx: any StorageTransaction) throws -> ResolvedZone {
+        let notFound = APIError(.zoneNotFound, "no accepted share has zone \(zoneID.zoneName) of \(zoneID.ownerRecordName)")
+        guard zoneID.ownerRecordName != context.user.recordName, let owner = try tx.user(recordName: zoneID.ownerRecordName)
+        else { throw notFound }
+        let database = try tx.database(DatabaseKey(kind: .private, environment: context.environment, ownerID: owner.id))
+        guard let zone = try tx.zone(databaseID: database.id, name: zoneID.zoneName) else { throw notFound }
+        var grants: [ShareGrant] = []
+        for share in try tx.shares(zoneRowID: zone.rowID) {
+            let roster = try roster(share, tx)
+            let permission = roster.access(of: context.user.id)
+            guard permission != .none, let participant = roster.participant(context.user.id) else { continue }
+            grants.append(ShareGrant(share: share, roster: roster, permission: permission, role: participant.role))
+        }
+        guard !grants.isEmpty else { throw notFound }
+        return ResolvedZone(database: database, zone: zone, zoneID: zoneID, grants: grants)
+    }
+
+    /// The grant under which a participant sees a record, or nil when the record is outside every share
+    /// they accepted.
+    func grant(for recordName: String, _ resolved: ResolvedZone, _ tx: any StorageTransaction) throws -> ShareGrant? {
+        guard let zone = resolved.zone else { return nil }
+        for grant in resolved.grants where try isMember(recordName, of: grant.share, zone: zone, tx) {
+            return grant
+        }
+        return nil
+    }
+
+    /// Whether a record is in a share: every record for a zone-wide share; for a hierarchy share the
+    /// share's record, the root, and every record whose parent chain reaches the root.
+    func isMember(_ recordName: String, of share: StoredShare, zone: StoredZone, _ tx: any StorageTransaction) throws -> Bool {
+        guard let root = share.rootRecordName else { return true }
+        if recordName == share.recordName { return true }
+        var name = recordName
+        var seen: Set<String> = []
+        while seen.count < 1_000 {
+            if name == root { return true }
+            guard seen.insert(name).inserted, let record = try tx.record(zoneRowID: zone.rowID, name: name),
+                  let parent = record.parentName else { return false }
+            name = parent
+        }
+        return false
+    }
+
+    /// The shared database's zones: one per zone holding a share the caller accepted.
+    func sharedZones(_ context: RequestContext, _ tx: any StorageTransaction) throws -> [JSON] {
+        var seen: Set<Int64> = []
+        var zones: [JSON] = []
+        for (share, _) in try tx.participations(userID: context.user.id, status: AcceptanceStatus.accepted.rawValue)
+        where share.ownerID != context.user.id && seen.insert(share.zoneRowID).inserted {
+            guard let zone = try tx.zone(rowID: share.zoneRowID), !zone.deleted else { continue }
+            zones.append(zoneJSON(zone, withToken: false))
+        }
+        return zones
+    }
+
+    // MARK: Record writes in zones with shares
+
+    /// Checks a participant's write to a shared zone. `requestedParent` is the parent the write sets:
+    /// nil when it does not touch the parent, `.some(nil)` when it clears it.
+    func checkParticipantWrite(_ operation: RecordOperation, live: Bool, requestedParent: String??,
+                               _ resolved: ResolvedZone, _ tx: any StorageTransaction) throws {
+        guard let zone = resolved.zone else { throw APIError(.zoneNotFound, "the zone does not exist") }
+        if try tx.shares(zoneRowID: zone.rowID).contains(where: { $0.recordName == operation.recordName }) {
+            throw APIError(.permissionFailure, "a share record is changed with shares/modify, by its owner or an administrator")
+        }
+        let target: ShareGrant
+        if live {
+            guard let found = try grant(for: operation.recordName, resolved, tx) else {
+                throw APIError(.notFound, "record \(operation.recordName) does not exist")
+            }
+            target = found
+        } else if let grant = resolved.grants.first(where: { $0.share.rootRecordName == nil }) {
+            target = grant // zone-wide: anything in the zone
+        } else {
+            guard case .some(.some(let parent)) = requestedParent, let found = try grant(for: parent, resolved, tx) else {
+                throw APIError(.permissionFailure, "a record created in a shared hierarchy needs a parent inside the share")
+            }
+            target = found
+        }
+        guard target.permission == .readWrite else {
+            throw APIError(.permissionFailure, "you have read-only access to this share")
+        }
+        if operation.kind.isDelete, operation.recordName == target.share.rootRecordName {
+            throw APIError(.permissionFailure, "only the owner deletes the root record of a share")
+        }
+        if target.share.rootRecordName != nil, case .some(let parent) = requestedParent, live {
+            guard let parent, try isMember(parent, of: target.share, zone: zone, tx) else {
+                throw APIError(.permissionFailure, "a participant cannot move a record out of the shared hierarchy")
+            }
+        }
+    }
+
+    /// After records of a zone changed: updates each hierarchy share's log (records that entered, left or
+    /// changed inside it, descendants included) and tells the participants' shared databases.
+    func recordsChanged(_ names: [String], in zone: StoredZone, context: RequestContext, _ tx: any StorageTransaction,
+                        _ touched: inout Set<Int64>) throws {
+        guard !names.isEmpty else { return }
+        for share in try tx.shares(zoneRowID: zone.rowID) {
+            guard share.rootRecordName != nil else {
+                try fanOut(share, context: context, tx, &touched)
+                continue
+            }
+            var logged = false
+            for name in names {
+                guard let stored = try tx.record(zoneRowID: zone.rowID, name: name) else { continue }
+                let old = try tx.shareMembership(shareID: share.id, recordName: name)
+                let member = stored.deleted ? (old ?? false) : try isMember(name, of: share, zone: zone, tx)
+                guard member || old == true else { continue }
+                try tx.setShareMembership(shareID: share.id, recordName: name, member: member)
+                logged = true
+                if (old ?? false) != member && !stored.deleted {
+                    try cascadeMembership(from: name, member: member, share: share, zone: zone, tx)
+                }
+            }
+            if logged { try fanOut(share, context: context, tx, &touched) }
+        }
+    }
+
+    /// Moves a record's descendants into or out of a share with it.
+    private func cascadeMembership(from name: String, member: Bool, share: StoredShare, zone: StoredZone,
+                                   _ tx: any StorageTransaction) throws {
+        var queue = [name]
+        var seen: Set<String> = [name]
+        while let next = queue.popLast() {
+            for child in try tx.children(zoneRowID: zone.rowID, parentName: next) where seen.insert(child).inserted {
+                if (try tx.shareMembership(shareID: share.id, recordName: child) ?? false) != member {
+                    try tx.setShareMembership(shareID: share.id, recordName: child, member: member)
+                }
+                queue.append(child)
+            }
+        }
+    }
+
+    // MARK: shares/*
+
+    private func shareRecordName(_ body: [String: JSON]) throws -> String? {
+        guard let json = body["shareRecordName"] else { return nil }
+        guard let name = json.stringValue else { throw APIError.badRequest("shareRecordName must be a string") }
+        return name
+    }
+
+    /// Finds the share a `shares/*` request is about, with the caller's standing in it.
+    private func targetShare(_ context: RequestContext, _ tx: any StorageTransaction, creatingDefault: Bool = false) throws
+        -> (resolved: ResolvedZone, share: StoredShare, roster: ShareRoster) {
+        let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
+        guard let zone = resolved.zone else { throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist") }
+        let wanted = try shareRecordName(context.body)
+        let candidates = context.kind == .shared ? resolved.grants.map(\.share) : try tx.shares(zoneRowID: zone.rowID)
+        let matches = candidates.filter { wanted == nil || $0.recordName == wanted }
+        guard let share = matches.first else { throw APIError(.notFound, "no such share in zone \(zone.name)") }
+        guard matches.count == 1 else { throw APIError.badRequest("the zone has several shares; name one with shareRecordName") }
+        return (resolved, share, try roster(share, tx))
+    }
+
+    /// `shares/create {"zoneID", "rootRecordName"?, "title"?, "publicPermission"?}` (private database, by the
+    /// owner): a hierarchy share rooted at a record, or a zone-wide share when no root is given.
+    func createShare(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+        -> HTTPResponse {
+        guard context.kind == .private else { throw APIError.badRequest("shares are created in the owner's private database") }
+        let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
+        guard let zone = resolved.zone, zone.name != Names.systemZoneName else {
+            throw APIError(resolved.zone == nil ? .zoneNotFound : .badRequest,
+                           resolved.zone == nil ? "zone \(resolved.zoneID.zoneName) does not exist"
+                                                : "the default zone cannot be shared (as in CloudKit); use a custom zone")
+        }
+        var root: String?
+        if let json = context.body["rootRecordName"] {
+            guard let name = json.stringValue else { throw APIError.badRequest("rootRecordName must be a string") }
+            guard let stored = try tx.record(zoneRowID: zone.rowID, name: name), !stored.deleted else {
+                throw APIError(.notFound, "record \(name) does not exist")
+            }
+            root = name
+        }
+        let title = try context.body["title"].map { json -> String in
+            guard let text = json.stringValue, text.utf8.count <= 1024 else {
+                throw APIError.badRequest("title must be a string of at most 1024 bytes")
+            }
+            return text
+        } ?? ""
+        let publicPermission = try permissionValue(context.body["publicPermission"], path: "publicPermission",
+                                                   allowNone: true) ?? .none
+        let existing = try tx.shares(zoneRowID: zone.rowID)
+        if let root {
+            if existing.contains(where: { $0.rootRecordName == nil }) {
+                throw APIError(.alreadyShared, "zone \(zone.name) has a zone-wide share")
+            }
+            for other in existing {
+                guard let otherRoot = other.rootRecordName else { continue }
+                if try isMember(root, of: other, zone: zone, tx) || isMember(otherRoot, of: sharePlaceholder(root, zone), zone: zone, tx) {
+                    throw APIError(.alreadyShared, "record \(root) or a record under it already belongs to a share")
+                }
+            }
+        } else if !existing.isEmpty {
+            throw APIError(.alreadyShared, "zone \(zone.name) already holds shares; a zone-wide share needs a zone without them")
+        }
+        let publicID = "sh_" + Secrets.hex(try Secrets.randomBytes(12))
+        let recordName = root == nil ? Self.zoneShareRecordName : "Share-" + publicID.dropFirst(3)
+        var share: StoredShare
+        do {
+            share = try tx.insertShare(NewShare(publicID: publicID, zoneRowID: zone.rowID, recordName: recordName,
+                                                rootRecordName: root, ownerID: context.user.id, title: title,
+                                                publicPermission: publicPermission.rawValue, nowMs: configuration.now()))
+        } catch StorageError.duplicate {
+            throw APIError(.alreadyShared, "zone \(zone.name) already has that share")
+        }
+        let roster = ShareRoster(publicPermission: publicPermission, participants: [
+            ShareParticipant(userID: context.user.id, role: .owner, permission: .readWrite, status: .accepted),
+        ])
+        try saveRoster(roster, of: &share, before: ShareRoster(publicPermission: publicPermission, participants: []),
+                       context: context, tx, &touched)
+        if let root {
+            // Everything under the root enters the share's log.
+            try tx.setShareMembership(shareID: share.id, recordName: root, member: true)
+            try cascadeMembership(from: root, member: true, share: share, zone: zone, tx)
+        }
+        try writeShareRecord(share, roster, zone: zone, zoneID: resolved.zoneID, context: context, tx, &touched)
+        return .json(try shareJSON(share, roster, zone: zone, tx))
+    }
+
+    /// A stand-in share rooted at `root`, to ask whether another share's root lies under it.
+    private func sharePlaceholder(_ root: String, _ zone: StoredZone) -> StoredShare {
+        StoredShare(id: 0, publicID: "", zoneRowID: zone.rowID, recordName: "", rootRecordName: root, ownerID: 0,
+                    title: "", publicPermission: "none", urlEpoch: 0, deleted: false, lastSeq: 0)
+    }
+
+    /// `shares/lookup {"zoneID", "shareRecordName"?}`: the share and its participants, for the owner and
+    /// accepted participants.
+    func lookupShare(_ context: RequestContext) throws -> JSON {
+        try storage.read { tx in
+            let (resolved, share, roster) = try targetShare(context, tx)
+            return try shareJSON(share, roster, zone: resolved.zone!, tx)
+        }
+    }
+
+    /// `shares/modify {"zoneID", "shareRecordName"?, "title"?, "publicPermission"?, "participants"?: [...]}`,
+    /// by the owner (private database) or an administrator (shared database). Participant operations:
+    /// `{"operation": "invite", "userName" | "userRecordName", "permission", "role"?}`,
+    /// `{"operation": "setPermission", ..., "permission"}`, `{"operation": "remove", ...}`.
+    func modifyShare(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+        -> HTTPResponse {
+        var (resolved, share, roster) = try targetShare(context, tx)
+        let before = roster
+        let actor = context.user.id
+        guard roster.canManage(actor) else {
+            throw APIError(.permissionFailure, "only the owner or an administrator changes a share")
+        }
+        if let json = context.body["title"] {
+            guard let title = json.stringValue, title.utf8.count <= 1024 else {
+                throw APIError.badRequest("title must be a string of at most 1024 bytes")
+            }
+            share.title = title
+        }
+        do {
+            if let permission = try permissionValue(context.body["publicPermission"], path: "publicPermission", allowNone: true) {
+                try roster.setPublicPermission(permission, by: actor)
+            }
+            for (index, item) in try items(context.body, "participants", limit: 200, optional: true).enumerated() {
+                let path = "participants[\(index)]"
+                let user = try participantUser(item, path: path, tx)
+                switch item["operation"]?.stringValue {
+                case "invite":
+                    guard let permission = try permissionValue(item["permission"], path: path + ".permission", allowNone: false)
+                    else { throw APIError.badRequest("\(path).permission is required") }
+                    var role = ShareRole.privateUser
+                    if let roleName = item["role"]?.stringValue {
+                        guard let parsed = ShareRole(rawValue: roleName), parsed == .privateUser || parsed == .administrator else {
+                            throw APIError.badRequest("\(path).role must be privateUser or administrator")
+                        }
+                        role = parsed
+                    }
+                    if role == .administrator, roster.participant(actor)?.role != .owner {
+                        throw APIError(.permissionFailure, "only the owner makes administrators")
+                    }
+                    try roster.invite(user.id, permission: permission, role: role, by: actor)
+                case "setPermission":
+                    guard let permission = try permissionValue(item["permission"], path: path + ".permission", allowNone: false)
+                    else { throw APIError.badRequest("\(path).permission is required") }
+                    try roster.setPermission(of: user.id, to: permission, by: actor)
+                case "remove":
+                    try roster.remove(user.id, by: actor)
+                default:
+                    throw APIError.badRequest("\(path).operation must be invite, setPermission or remove")
+                }
+            }
+        } catch let error as ShareRuleError {
+            throw apiError(error)
+        }
+        try saveRoster(roster, of: &share, before: before, context: context, tx, &touched)
+        try writeShareRecord(share, roster, zone: resolved.zone!, zoneID: ownerZoneID(resolved), context: context, tx, &touched)
+        return .json(try shareJSON(share, roster, zone: resolved.zone!, tx))
+    }
+
+    /// `shares/leave {"zoneID", "shareRecordName"?}` (shared database): the caller leaves the share.
+    func leaveShare(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+        -> HTTPResponse {
+        guard context.kind == .shared else { throw APIError.badRequest("leave a share through the shared database") }
+        var (resolved, share, roster) = try targetShare(context, tx)
+        let before = roster
+        do throws(ShareRuleError) {
+            try roster.remove(context.user.id, by: context.user.id)
+        } catch {
+            throw apiError(error)
+        }
+        try saveRoster(roster, of: &share, before: before, context: context, tx, &touched)
+        try writeShareRecord(share, roster, zone: resolved.zone!, zoneID: ownerZoneID(resolved), context: context, tx, &touched)
+        return .json(.object(["left": .bool(true), "zoneID": resolved.zoneID.cloudKitJSON]))
+    }
+
+    /// `shares/delete {"zoneID", "shareRecordName"?}` (private database, owner only): stops sharing. Every
+    /// participant loses access on their next request and sees the zone deleted in their shared database.
+    func deleteShare(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+        -> HTTPResponse {
+        guard context.kind == .private else {
+            throw APIError(.permissionFailure, "only the owner deletes a share; participants leave with shares/leave")
+        }
+        let (resolved, share, roster) = try targetShare(context, tx)
+        try removeShare(share, roster, zone: resolved.zone!, context: context, tx, &touched)
+        return .json(.object(["deleted": .bool(true), "shareRecordName": .string(share.recordName)]))
+    }
+
+    /// Deletes a share: marks it deleted, revokes every participant and deletes its record.
+    func removeShare(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, context: RequestContext,
+                     _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
+        var share = share
+        for participant in roster.participants where participant.role != .owner && participant.status == .accepted {
+            try markShared(share, for: participant.userID, deleted: true, context: context, tx, &touched)
+        }
+        share.deleted = true
+        try tx.updateShare(share)
+        if let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName), !stored.deleted {
+            var record = try decode(stored)
+            record.delete(at: tick())
+            _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
+                recordName: share.recordName, recordType: record.recordType, frame: try BinaryCodec.encode(record),
+                deleted: true, userRecordName: context.user.recordName, nowMs: configuration.now()))
+            touched.insert(zone.databaseID)
+        }
+    }
+
+    /// `shares/url {"zoneID", "shareRecordName"?, "permission"?, "expiresInSeconds"?, "maxUses"?, "rotate"?}`:
+    /// a signed share URL. `rotate` moves the share's URL epoch first, so every older URL stops working.
+    func shareURL(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws -> HTTPResponse {
+        guard let keyRing else { throw APIError(.internalError, "share links are not configured on this server") }
+        var (resolved, share, roster) = try targetShare(context, tx)
+        guard roster.canManage(context.user.id) else {
+            throw APIError(.permissionFailure, "only the owner or an administrator makes share URLs")
+        }
+        if let rotate = context.body["rotate"] {
+            guard let flag = rotate.boolValue else { throw APIError.badRequest("rotate must be true or false") }
+            if flag {
+                share.urlEpoch += 1
+                try tx.updateShare(share)
+            }
+        }
+        let permission = try permissionValue(context.body["permission"], path: "permission", allowNone: false)
+            ?? (roster.publicPermission == .none ? .readOnly : roster.publicPermission)
+        let now = configuration.now() / 1000
+        var expires: Int64?
+        if let json = context.body["expiresInSeconds"] {
+            guard let seconds = json.intValue, seconds >= 1, seconds <= 10 * 365 * 86_400 else {
+                throw APIError.badRequest("expiresInSeconds must be from 1 to 10 years in seconds")
+            }
+            expires = now + seconds
+        }
+        var maximumUses: Int?
+        if let json = context.body["maxUses"] {
+            guard let uses = json.intValue, uses >= 1, uses <= 1_000_000 else {
+                throw APIError.badRequest("maxUses must be a positive integer")
+            }
+            maximumUses = Int(uses)
+        }
+        let owner = ownerZoneID(resolved)
+        let claims = ShareClaims(issuer: configuration.publicURL, shareID: share.publicID, zoneName: owner.zoneName,
+                                 ownerRecordName: owner.ownerRecordName, issuedAt: now, expiresAt: expires,
+                                 maximumUses: maximumUses, tokenID: try ShareClaims.newTokenID(),
+                                 permission: permission.rawValue, epoch: share.urlEpoch)
+        let token = try keyRing.sign(claims)
+        var result: [String: JSON] = [
+            "url": .string(Self.shareURL(publicURL: configuration.publicURL, token: token)),
+            "token": .string(token),
+            "permission": .string(permission.rawValue),
+            "epoch": .int(share.urlEpoch),
+        ]
+        if let expires { result["expiresAt"] = .int(expires) }
+        if let maximumUses { result["maxUses"] = .int(Int64(maximumUses)) }
+        return .json(.object(result))
+    }
+
+    static func shareURL(publicURL: String, token: String) -> String {
+        (publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL) + "/share/" + token
+    }
+
+    // MARK: records/resolve and records/accept
+
+    /// The token of a share link, given as the token itself or the whole URL.
+    private func linkToken(_ json: JSON) -> String? {
+        guard let text = json["value"]?.stringValue ?? json.stringValue else { return nil }
+        if let range = text.range(of: "/share/") { return String(text[range.upperBound...]) }
+        return text
+    }
+
+    /// Verifies a link and finds its live share. Every failure is the same error.
+    private func verifiedLink(_ token: String, _ tx: any StorageTransaction) throws -> (ShareClaims, StoredShare) {
+        let invalid = APIError(.accessDenied, ShareTokenError.invalid.description)
+        guard let keyRing, let claims = try? keyRing.verify(token, nowSeconds: configuration.now() / 1000) else {
+            throw invalid
+        }
+        guard claims.issuer == configuration.publicURL, let share = try tx.share(publicID: claims.shareID), !share.deleted,
+              share.urlEpoch == claims.epoch, let zone = try tx.zone(rowID: share.zoneRowID), !zone.deleted,
+              zone.name == claims.zoneName, zone.ownerRecordName == claims.ownerRecordName,
+              SharePermission(rawValue: claims.permission) != nil else { throw invalid }
+        return (claims, share)
+    }
+
+    /// `records/resolve {"shortGUIDs": [{"value": token or URL}]}`: what accepting would give, granting nothing.
+    func resolveShares(_ context: RequestContext) throws -> JSON {
+        let links = try items(context.body, "shortGUIDs", limit: 20, allowStrings: true)
+        return try storage.read { tx in
+            .object(["results": .array(try links.map { link in
+                do {
+                    guard let token = linkToken(link) else { throw APIError.badRequest("expected {\"value\": token}") }
+                    let (claims, share) = try verifiedLink(token, tx)
+                    if let maximum = claims.maximumUses, try tx.linkUses(tokenID: claims.tokenID) >= maximum,
+                       try roster(share, tx).access(of: context.user.id) == .none {
+                        throw APIError(.accessDenied, ShareTokenError.invalid.description)
+                    }
+                    let roster = try roster(share, tx)
+                    let linkPermission = SharePermission(rawValue: claims.permission) ?? .readOnly
+                    return try shareMetadata(share, roster, claims: claims, user: context.user.id,
+                                             wouldBe: roster.wouldAccept(context.user.id, linkPermission: linkPermission), tx)
+                } catch let error as APIError {
+                    return error.json(item: (key: "value", value: ""))
+                }
+            })])
+        }
+    }
+
+    /// `records/accept {"shortGUIDs": [{"value": token or URL}]}`: joins the shares. Accepting again is a no-op;
+    /// a link's `max_uses` counts distinct joins and cannot be exceeded, even by concurrent accepts.
+    func acceptShares(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+        -> HTTPResponse {
+        let links = try items(context.body, "shortGUIDs", limit: 20, allowStrings: true)
+        var results: [JSON] = []
+        for link in links {
+            do {
+                let result = try tx.savepoint { () throws -> JSON in
+                    guard let token = linkToken(link) else { throw APIError.badRequest("expected {\"value\": token}") }
+                    var (claims, share) = try verifiedLink(token, tx)
+                    var roster = try roster(share, tx)
+                    let before = roster
+                    guard share.ownerID != context.user.id else {
+                        throw APIError.badRequest("this is your own share; it is in your private database")
+                    }
+                    let alreadyIn = roster.access(of: context.user.id) != .none
+                    if !alreadyIn, let maximum = claims.maximumUses, try tx.linkUses(tokenID: claims.tokenID) >= maximum {
+                        throw APIError(.accessDenied, ShareTokenError.invalid.description)
+                    }
+                    let linkPermission = SharePermission(rawValue: claims.permission) ?? .readOnly
+                    let participant: ShareParticipant
+                    do throws(ShareRuleError) {
+                        participant = try roster.accept(context.user.id, linkPermission: linkPermission)
+                    } catch {
+                        throw apiError(error)
+                    }
+                    if !alreadyIn {
+                        try tx.recordLinkUse(tokenID: claims.tokenID, shareID: share.id)
+                        try saveRoster(roster, of: &share, before: before, context: context, tx, &touched)
+                        let zone = try tx.zone(rowID: share.zoneRowID)!
+                        let zoneID = try ZoneID(zoneName: zone.name, ownerRecordName: zone.ownerRecordName)
+                        try writeShareRecord(share, roster, zone: zone, zoneID: zoneID, context: context, tx, &touched)
+                    }
+                    claims.maximumUses = nil
+                    return try shareMetadata(share, roster, claims: claims, user: context.user.id, wouldBe: participant, tx)
+                }
+                results.append(result)
+            } catch let error as APIError {
+                results.append(error.json(item: (key: "value", value: "")))
+            }
+        }
+        return .json(.object(["results": .array(results)]))
+    }
+
+    // MARK: Rendering
+
+    private func ownerZoneID(_ resolved: ResolvedZone) -> ZoneID { resolved.zoneID }
+
+    private func shareMetadata(_ share: StoredShare, _ roster: ShareRoster, claims: ShareClaims, user: Int64,
+                               wouldBe: ShareParticipant?, _ tx: any StorageTransaction) throws -> JSON {
+        guard let zone = try tx.zone(rowID: share.zoneRowID) else { throw APIError(.accessDenied, ShareTokenError.invalid.description) }
+        let owner = try tx.user(recordName: zone.ownerRecordName)
+        var object: [String: JSON] = [
+            "shareRecordName": .string(share.recordName),
+            "title": .string(share.title),
+            "zoneID": .object(["zoneName": .string(zone.name), "ownerRecordName": .string(zone.ownerRecordName)]),
+            "ownerIdentity": .object(["userRecordName": .string(zone.ownerRecordName), "name": .string(owner?.name ?? "")]),
+            "linkPermission": .string(claims.permission),
+            "publicPermission": .string(roster.publicPermission.rawValue),
+        ]
+        if let root = share.rootRecordName { object["rootRecordName"] = .string(root) }
+        object["currentStatus"] = .string(roster.participant(user)?.status.rawValue ?? "none")
+        if let wouldBe {
+            object["participantRole"] = .string(wouldBe.role.rawValue)
+            object["participantPermission"] = .string(wouldBe.permission.rawValue)
+            object["participantStatus"] = .string(wouldBe.status.rawValue)
+        } else {
+            object["participantStatus"] = .string(roster.participant(user)?.status.rawValue ?? "none")
+            object["participantPermission"] = .string("none")
+        }
+        return .object(object)
+    }
+
+    func shareJSON(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, _ tx: any StorageTransaction) throws -> JSON {
+        var participants: [JSON] = []
+        for participant in roster.participants {
+            guard let user = try userName(participant.userID, tx) else { continue }
+            participants.append(.object([
+                "userRecordName": .string(user.recordName), "name": .string(user.name),
+                "role": .string(participant.role.rawValue), "permission": .string(participant.permission.rawValue),
+                "acceptanceStatus": .string(participant.status.rawValue),
+            ]))
+        }
+        var object: [String: JSON] = [
+            "shareRecordName": .string(share.recordName),
+            "recordType": .string(Self.shareRecordType),
+            "zoneID": .object(["zoneName": .string(zone.name), "ownerRecordName": .string(zone.ownerRecordName)]),
+            "title": .string(share.title),
+            "publicPermission": .string(roster.publicPermission.rawValue),
+            "participants": .array(participants),
+            "urlEpoch": .int(share.urlEpoch),
+        ]
+        if let root = share.rootRecordName { object["rootRecordName"] = .string(root) }
+        return .object(object)
+    }
+
+    private func userName(_ id: Int64, _ tx: any StorageTransaction) throws -> UserAccount? {
+        try tx.user(id: id)
+    }
+
+    /// Keeps the share's `cloudkit.share` record in the owner's zone in step with the share, so it travels
+    /// in the zone's feeds (and reappears there on every participant change, as in CloudKit).
+    func writeShareRecord(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, zoneID: ZoneID,
+                          context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
+        let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName)
+        var record: Record
+        if let stored {
+            record = try decode(stored)
+            if record.isDeleted { try record.recreate(recordType: Self.shareRecordType, at: tick()) }
+        } else {
+            record = try Record(id: RecordID(recordName: share.recordName, zoneID: zoneID), recordType: Self.shareRecordType,
+                                createdAt: tick())
+        }
+        let before = record
+        try record.set("title", to: .string(share.title), at: tick())
+        try record.set("publicPermission", to: .string(roster.publicPermission.rawValue), at: tick())
+        if let root = share.rootRecordName { try record.set("rootRecordName", to: .string(root), at: tick()) }
+        var summaries: Set<ScalarValue> = []
+        for participant in roster.participants {
+            guard let user = try tx.user(id: participant.userID) else { continue }
+            summaries.insert(.string("\(user.recordName) \(participant.role.rawValue) \(participant.permission.rawValue) "
+                                     + participant.status.rawValue))
+        }
+        if case .list(_, let current)? = record["participants"] {
+            for element in current where !summaries.contains(element) { try record.remove(element, from: "participants", at: tick()) }
+            for element in summaries.sorted() where !current.contains(element) { try record.add(element, to: "participants", at: tick()) }
+        } else {
+            for element in summaries.sorted() { try record.add(element, to: "participants", at: tick()) }
+        }
+        guard record != before || stored == nil else { return }
+        let ownerName = try tx.user(id: share.ownerID)?.recordName ?? context.user.recordName
+        _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
+            recordName: share.recordName, recordType: Self.shareRecordType, frame: try BinaryCodec.encode(record),
+            deleted: false, userRecordName: ownerName, nowMs: configuration.now()))
+        touched.insert(zone.databaseID)
+        try recordsChanged([share.recordName], in: zone, context: context, tx, &touched)
+    }
+
+    // MARK: Parsing
+
+    private func permissionValue(_ json: JSON?, path: String, allowNone: Bool) throws -> SharePermission? {
+        guard let json else { return nil }
+        guard let text = json.stringValue, let permission = SharePermission(rawValue: text),
+              allowNone || permission != .none else {
+            throw APIError.badRequest("\(path) must be " + (allowNone ? "none, readOnly or readWrite" : "readOnly or readWrite"))
+        }
+        return permission
+    }
+
+    private func participantUser(_ item: JSON, path: String, _ tx: any StorageTransaction) throws -> UserAccount {
+        if let name = item["userName"]?.stringValue {
+            guard let user = try tx.user(named: name) else { throw APIError(.notFound, "no user named \(name)") }
+            return user
+        }
+        if let recordName = item["userRecordName"]?.stringValue {
+            guard let user = try tx.user(recordName: recordName) else { throw APIError(.notFound, "no user \(recordName)") }
+            return user
+        }
+        throw APIError.badRequest("\(path) needs userName or userRecordName")
+    }
+
+    func apiError(_ error: ShareRuleError) -> APIError {
+        switch error.code {
+        case .tooManyParticipants: return APIError(.tooManyParticipants, error.description)
+        case .permissionFailure: return APIError(.permissionFailure, error.description)
+        case .badRequest: return APIError.badRequest(error.description)
+        case .notFound: return APIError(.notFound, error.description)
+        }
+    }
+}
