@@ -196,6 +196,46 @@ import Glibc
         #expect(current.status == 200)
     }
 
+    @Test func closedRegistrationAndAdminAddUserOnARunningServer() throws {
+        let data = temporaryDirectory("lattice-admin")
+        defer { try? FileManager.default.removeItem(atPath: data) }
+        let server = try ServerUnderTest(data: data, extra: ["--registration", "closed"])
+        defer { server.kill(SIGTERM) }
+        let client = try RawHTTPClient(port: server.port)
+        let refused = try client.send(method: "POST", path: "/auth/signup", body: Array(#"{"name":"ann"}"#.utf8))
+        #expect(refused.status == 403)
+        #expect(try JSON.parse(refused.body)["serverErrorCode"]?.stringValue == "ACCESS_DENIED")
+
+        let admin = Process()
+        admin.executableURL = URL(fileURLWithPath: Self.latticeBinary)
+        admin.arguments = ["admin", "add-user", "ann", "--data", data, "--json"]
+        let output = Pipe()
+        admin.standardOutput = output
+        try admin.run()
+        admin.waitUntilExit()
+        #expect(admin.terminationStatus == 0)
+        let created = try JSON.parse([UInt8](output.fileHandleForReading.readDataToEndOfFile()))
+        let token = try #require(created["token"]?.stringValue)
+        let current = try client.send(method: "POST", path: "/database/1/lattice/production/private/users/current",
+                                      headers: ["Authorization": "Bearer " + token])
+        #expect(current.status == 200)
+        #expect(try JSON.parse(current.body)["userRecordName"] == created["userRecordName"])
+
+        // The same name again is an error (exit 1), and a usage mistake is exit 2.
+        for (arguments, status) in [(["admin", "add-user", "ann", "--data", data], Int32(1)),
+                                    (["admin", "add-user", "--data", data], Int32(2)),
+                                    (["serve", "--port", "99999", "--data", data], Int32(2))] {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Self.latticeBinary)
+            process.arguments = arguments
+            process.standardOutput = Pipe()
+            process.standardError = Pipe()
+            try process.run()
+            process.waitUntilExit()
+            #expect(process.terminationStatus == status, "\(arguments)")
+        }
+    }
+
     @Test func aSecondServerOnTheSameDataDirectoryIsRefused() throws {
         let data = temporaryDirectory("lattice-lock")
         defer { try? FileManager.default.removeItem(atPath: data) }

@@ -79,10 +79,11 @@ public final class HTTPServer: Sendable {
     /// Requests between their request line and their completion (tests watch this go back to zero).
     var inFlightRequestCount: Int { context.inFlightCount }
 
+    /// The adapter's own answer to stragglers at shutdown: JSON like every answer of the API.
     static let shuttingDownResponse = HTTPResponse(
         status: 503,
-        headers: [("Content-Type", "text/plain; charset=utf-8"), ("Connection", "close"), ("Retry-After", "1")],
-        body: Array("The server is shutting down.\n".utf8))
+        headers: [("Content-Type", "application/json; charset=utf-8"), ("Connection", "close"), ("Retry-After", "1")],
+        body: Array(#"{"reason":"the server is shutting down","retryAfter":1,"serverErrorCode":"TRY_AGAIN_LATER"}"#.utf8))
 }
 
 /// The daemon pointer, so it can sit in a `Mutex`.
