@@ -56,7 +56,7 @@ let package = Package(
         .testTarget(
             name: "LatticeServerTests", dependencies: ["LatticeServer", "LatticeStore", "LatticeSharing", "LatticeCore"]
         ),
-        .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore"]),
+        .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore", "CLibCrypto"]),
         .testTarget(
             name: "SystemLibraryTests",
             dependencies: ["CSQLite", "CLibCrypto", "CMicroHTTPD", "CHTTPShims"]

@@ -34,6 +34,9 @@ public final class ShareKeyRing: Sendable {
     private struct State {
         var entries: [Entry]
         var activeKeyID: String
+        /// Identity of the key file this state was read from or written to, so a change made by another
+        /// process (`lattice admin rotate-share-key`) is noticed and loaded.
+        var fileIdentity: KeyFile.Identity? = nil
 
         var active: Entry { entries.first { $0.keyID == activeKeyID }! }
     }
@@ -52,15 +55,34 @@ public final class ShareKeyRing: Sendable {
     public static func open(directory: String, nowMilliseconds: Int64) throws -> ShareKeyRing {
         let path = directory.hasSuffix("/") ? directory + fileName : directory + "/" + fileName
         if let contents = try KeyFile.read(path: path) {
-            return ShareKeyRing(directory: directory, path: path, state: try decode(contents, path: path))
+            var state = try decode(contents, path: path)
+            state.fileIdentity = KeyFile.identity(path: path)
+            return ShareKeyRing(directory: directory, path: path, state: state)
         }
         let key = try Ed25519Key.generate()
-        let state = State(
+        var state = State(
             entries: [Entry(keyID: key.thumbprint, createdMilliseconds: nowMilliseconds, key: key, retired: false)],
             activeKeyID: key.thumbprint
         )
         try KeyFile.write(try encode(state), directory: directory, path: path)
+        state.fileIdentity = KeyFile.identity(path: path)
         return ShareKeyRing(directory: directory, path: path, state: state)
+    }
+
+    /// Loads the key file again if another process replaced it (key files are only ever replaced by
+    /// rename, so a new inode or modification time means new contents). A file that cannot be read or
+    /// decoded leaves the keys in memory as they were.
+    /// Runs under the lock, so it cannot interleave with this ring's own writes.
+    func refreshFromDisk() {
+        state.withLock { state in
+            let current = KeyFile.identity(path: path)
+            guard current != state.fileIdentity else { return }
+            guard let contents = try? KeyFile.read(path: path), var next = try? Self.decode(contents, path: path) else {
+                return
+            }
+            next.fileIdentity = current
+            state = next
+        }
     }
 
     /// The key that signs new share links.
@@ -79,6 +101,7 @@ public final class ShareKeyRing: Sendable {
             ))
             next.activeKeyID = key.thumbprint
             try KeyFile.write(try Self.encode(next), directory: directory, path: path)
+            next.fileIdentity = KeyFile.identity(path: path)
             state = next
             return key.thumbprint
         }
@@ -96,6 +119,7 @@ public final class ShareKeyRing: Sendable {
             var next = state
             next.entries[index].retired = true
             try KeyFile.write(try Self.encode(next), directory: directory, path: path)
+            next.fileIdentity = KeyFile.identity(path: path)
             state = next
         }
     }
@@ -110,6 +134,7 @@ public final class ShareKeyRing: Sendable {
     /// The RFC 7517 JWK Set of the keys that verify (not retired), oldest first:
     /// `{"keys":[{"alg":"EdDSA","crv":"Ed25519","kid":...,"kty":"OKP","use":"sig","x":...}]}`.
     public func jwks() -> JSON {
+        refreshFromDisk()
         let entries = state.withLock { $0.entries.filter { !$0.retired } }
         let keys = entries.map { entry -> JSON in
             let x = Base64URL.encode(entry.key.publicKeyBytes)
@@ -127,6 +152,7 @@ public final class ShareKeyRing: Sendable {
     /// empty identifier, an unknown permission, `max_uses` below 1, a token over 4 KiB).
     public func sign(_ claims: ShareClaims) throws -> String {
         if let problem = claims.problem { throw ShareKeyRingError(.invalidClaims(problem)) }
+        refreshFromDisk()
         let (keyID, key) = state.withLock { ($0.activeKeyID, $0.active.key) }
         let token = try Self.sign(
             header: CompactJWS.header(keyID: keyID).serializedBytes(), payload: claims.json.serializedBytes(), key: key
@@ -151,6 +177,7 @@ public final class ShareKeyRing: Sendable {
     public func verify(_ token: String, nowSeconds: Int64, leewaySeconds: Int64 = 60) throws(ShareTokenError)
         -> ShareClaims
     {
+        refreshFromDisk()
         do {
             return try check(token, nowSeconds: nowSeconds, leewaySeconds: leewaySeconds)
         } catch {
@@ -276,6 +303,21 @@ public struct ShareKeyRingError: Error, Hashable, Sendable, CustomStringConverti
 /// Reading and atomically replacing the key file with POSIX calls, every one checked.
 private enum KeyFile {
     static let maximumSize = 1 << 20
+
+    /// What tells two versions of the file apart: inode, size and modification time.
+    struct Identity: Hashable, Sendable {
+        let inode: UInt64
+        let size: Int64
+        let modifiedSeconds: Int
+        let modifiedNanoseconds: Int
+    }
+
+    static func identity(path: String) -> Identity? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return Identity(inode: UInt64(info.st_ino), size: Int64(info.st_size), modifiedSeconds: info.st_mtim.tv_sec,
+                        modifiedNanoseconds: info.st_mtim.tv_nsec)
+    }
 
     /// The file's bytes, or nil when it does not exist. Tightens a mode looser than 0600.
     static func read(path: String) throws -> [UInt8]? {
