@@ -6,6 +6,7 @@ let package = Package(
     products: [
         .library(name: "LatticeCore", targets: ["LatticeCore"]),
         .library(name: "LatticeServer", targets: ["LatticeServer"]),
+        .library(name: "LatticeSync", targets: ["LatticeSync"]),
         .executable(name: "lattice", targets: ["LatticeCLI"]),
         .executable(name: "lattice-bench", targets: ["LatticeBench"]),
     ],
@@ -45,7 +46,10 @@ let package = Package(
             dependencies: ["LatticeCore", "LatticeStore", "LatticeSharing", "CMicroHTTPD", "CHTTPShims"]
         ),
 
-        .executableTarget(name: "LatticeCLI", dependencies: ["LatticeCore", "LatticeServer"]),
+        // The client engine (CKSyncEngine-like): local replica, pending changes, sync state, transport.
+        .target(name: "LatticeSync", dependencies: ["LatticeCore", "LatticeStore"]),
+
+        .executableTarget(name: "LatticeCLI", dependencies: ["LatticeCore", "LatticeServer", "LatticeSync"]),
         .executableTarget(
             name: "LatticeBench", dependencies: ["LatticeCore", "LatticeServer", "LatticeStore", "CLibCrypto"],
             path: "Benchmarks/LatticeBench"
@@ -56,6 +60,7 @@ let package = Package(
         .testTarget(
             name: "LatticeServerTests", dependencies: ["LatticeServer", "LatticeStore", "LatticeSharing", "LatticeCore"]
         ),
+        .testTarget(name: "LatticeSyncTests", dependencies: ["LatticeSync", "LatticeServer", "LatticeStore", "LatticeCore"]),
         .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore", "CLibCrypto"]),
         .testTarget(
             name: "SystemLibraryTests",

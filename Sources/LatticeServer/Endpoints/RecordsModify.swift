@@ -152,6 +152,11 @@ extension LatticeService {
             record = try applyPlainValues(operation, existing: existing, live: live, zoneID: zoneID)
         }
 
+        // A CRDT state can carry a deletion too: the root of a share is still the owner's to delete.
+        if resolved.isShared, record.isDeleted, live, !operation.kind.isDelete,
+           try grant(for: operation.recordName, resolved, tx)?.share.rootRecordName == operation.recordName {
+            throw APIError(.permissionFailure, "only the owner deletes the root record of a share")
+        }
         if let existing, existing == record {
             return (recordJSON(stored!, existing, desiredKeys: nil), false) // nothing new: no change, no new tag
         }

@@ -1,0 +1,73 @@
+import Foundation
+import LatticeCore
+
+/// An error the server answered with, in its taxonomy (`serverErrorCode`, `reason`).
+public struct ServerError: Error, CustomStringConvertible, Sendable {
+    public let code: String
+    public let reason: String
+    public let status: Int
+    public let retryAfter: Double?
+
+    public var description: String { "\(code): \(reason)" }
+}
+
+/// Calls the Lattice HTTP API with retries: THROTTLED and TRY_AGAIN_LATER (and a dropped connection) are
+/// retried with exponential backoff and jitter, honouring `Retry-After`; anything else is returned at once.
+public struct ServerClient: Sendable {
+    public let transport: any SyncTransport
+    public let container: String
+    public let environment: String
+    /// Attempts per call for retryable failures.
+    public var maximumAttempts = 5
+    /// Pauses between attempts; injected so tests need not wait.
+    public var sleep: @Sendable (Double) -> Void = { Thread.sleep(forTimeInterval: $0) }
+
+    public init(transport: any SyncTransport, container: String = "lattice", environment: String = "production") {
+        self.transport = transport
+        self.container = container
+        self.environment = environment
+    }
+
+    /// `POST /database/1/{container}/{environment}/{database}/{operation}`.
+    public func call(_ database: String, _ operation: String, _ body: JSON, token: String?, timeout: TimeInterval = 30) throws
+        -> JSON {
+        try post("/database/1/\(container)/\(environment)/\(database)/\(operation)", body, token: token, timeout: timeout)
+    }
+
+    public func post(_ path: String, _ body: JSON, token: String?, timeout: TimeInterval = 30) throws -> JSON {
+        var headers: [String: String] = [:]
+        if let token { headers["Authorization"] = "Bearer " + token }
+        let request = TransportRequest(method: "POST", path: path, headers: headers, body: body.serializedBytes())
+        var attempt = 0
+        while true {
+            attempt += 1
+            let response: TransportResponse
+            do {
+                response = try transport.send(request, timeout: timeout)
+            } catch let error as TransportError {
+                // Offline: one quick second try, then report it (edits stay queued).
+                if attempt < 2 {
+                    sleep(backoff(attempt))
+                    continue
+                }
+                throw error
+            }
+            let json = (try? JSON.parse(response.body)) ?? .null
+            if (200..<300).contains(response.status) { return json }
+            let error = ServerError(code: json["serverErrorCode"]?.stringValue ?? "HTTP_\(response.status)",
+                                    reason: json["reason"]?.stringValue ?? "HTTP \(response.status)",
+                                    status: response.status,
+                                    retryAfter: json["retryAfter"]?.doubleValue
+                                        ?? response.headers["retry-after"].flatMap(Double.init))
+            let retryable = error.code == "THROTTLED" || error.code == "TRY_AGAIN_LATER"
+            guard retryable, attempt < maximumAttempts else { throw error }
+            sleep(min(30, max(error.retryAfter ?? 0, backoff(attempt))))
+        }
+    }
+
+    /// 0.2 s, 0.4 s, 0.8 s ... capped at 10 s, each with up to 50% random jitter.
+    func backoff(_ attempt: Int) -> Double {
+        let base = min(10, 0.2 * pow(2, Double(attempt - 1)))
+        return base * (1 + Double.random(in: 0..<0.5))
+    }
+}
