@@ -58,7 +58,8 @@ let package = Package(
         .testTarget(name: "LatticeCoreTests", dependencies: ["LatticeCore"]),
         .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore"]),
         .testTarget(
-            name: "LatticeServerTests", dependencies: ["LatticeServer", "LatticeStore", "LatticeSharing", "LatticeCore"]
+            name: "LatticeServerTests",
+            dependencies: ["LatticeServer", "LatticeStore", "LatticeSharing", "LatticeSync", "LatticeCore"]
         ),
         .testTarget(name: "LatticeSyncTests", dependencies: ["LatticeSync", "LatticeServer", "LatticeStore", "LatticeCore"]),
         .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore", "CLibCrypto"]),
