@@ -30,17 +30,18 @@ public final class LatticeService: HTTPHandler, Sendable {
         self.log = log
         limiter = configuration.rateLimit.map(RateLimiter.init)
         // The server's replica id stamps plain writes; it is made once and kept in the database.
-        let replica: ReplicaID = try storage.write { tx in
-            if let text = try tx.metadata("replica_id"), let replica = ReplicaID(hex: text) { return replica }
+        let (replica, latest): (ReplicaID, UInt64) = try storage.write { tx in
+            let latest = try tx.metadata("clock_latest").flatMap(UInt64.init) ?? 0
+            if let text = try tx.metadata("replica_id"), let replica = ReplicaID(hex: text) { return (replica, latest) }
             var random = SystemRandomNumberGenerator()
             let replica = ReplicaID(random.next() | 1)
             try tx.setMetadata("replica_id", replica.description)
-            return replica
+            return (replica, latest)
         }
         replicaID = replica
         let now = configuration.now
         clock = Mutex(HybridLogicalClock(replica: replica, maximumDriftMilliseconds: configuration.maximumClockDriftMilliseconds,
-                                         time: { UInt64(max(0, now())) }))
+                                         latest: HLC(rawValue: latest), time: { UInt64(max(0, now())) }))
     }
 
     public var maximumBodySize: Int { configuration.maximumRequestBytes }
@@ -272,7 +273,13 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// long polls are woken with the committed positions.
     func write<T>(_ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
         var touched = Set<Int64>()
-        let result = try storage.write { tx in try body(tx, &touched) }
+        let result = try storage.write { tx in
+            let result = try body(tx, &touched)
+            // Keep the clock's high-water mark with the writes it stamped: after a restart the clock never
+            // goes back, even if the wall clock did.
+            try tx.setMetadata("clock_latest", String(clock.withLock { $0.latest.rawValue }))
+            return result
+        }
         if !touched.isEmpty {
             let positions = try storage.read { tx in try touched.compactMap { try tx.database(id: $0) } }
             for database in positions { notifier.notify(databaseID: database.id, position: database.lastSeq) }

@@ -102,8 +102,7 @@ public final class SyncEngine: @unchecked Sendable {
             }
             return (replica!, try tx.metadata("clock_latest").flatMap(UInt64.init) ?? 0)
         }
-        clock = HybridLogicalClock(replica: replica, time: now)
-        try? clock.observe(HLC(rawValue: latest))
+        clock = HybridLogicalClock(replica: replica, latest: HLC(rawValue: latest), time: now)
     }
 
     deinit { store.close() }
