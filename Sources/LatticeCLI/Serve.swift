@@ -64,7 +64,7 @@ func runServe(_ arguments: [String]) throws {
         return source
     }
 
-    options.service.publicURL = publicURL ?? "http://\(options.http.host):\(options.http.port)"
+    options.publicURL = publicURL
     let server = try ServerProcess(options)
     print("listening on \(server.url)")
     fflush(nil) // flush stdout: a supervisor reading the pipe sees the line now

@@ -18,6 +18,14 @@ public final class LatticeService: HTTPHandler, Sendable {
     let notifier = ChangeNotifier()
     private let limiter: RateLimiter?
     private let shuttingDown = Atomic<Bool>(false)
+    private let currentPublicURL: Mutex<String>
+
+    /// The URL clients reach the server at (share URLs and their `iss`): the configured one, or the one
+    /// the process learned after binding its port.
+    public var publicURL: String { currentPublicURL.withLock { $0 } }
+
+    /// Sets the public URL once the listening port is known (`lattice serve --port 0` without --public-url).
+    public func setPublicURL(_ url: String) { currentPublicURL.withLock { $0 = url } }
     private let log: @Sendable (String) -> Void
 
     /// - Parameter log: where internal errors are written (never to clients).
@@ -27,6 +35,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         self.storage = storage
         self.configuration = configuration
         self.keyRing = keyRing
+        currentPublicURL = Mutex(configuration.publicURL)
         self.log = log
         limiter = configuration.rateLimit.map(RateLimiter.init)
         // The server's replica id stamps plain writes; it is made once and kept in the database.
@@ -126,7 +135,7 @@ public final class LatticeService: HTTPHandler, Sendable {
             guard request.method == "GET" || request.method == "HEAD" else { throw methodNotAllowed(request, "GET") }
             return respond(.json(.object([
                 "message": .string("This is a Lattice share link. Open it with: lattice accept <this URL>"),
-                "resolve": .string("POST /database/1/\(configuration.container)/production/shared/records/resolve "
+                "resolve": .string("POST /database/1/\(configuration.container)/{environment}/shared/records/resolve "
                                    + "with {\"shortGUIDs\": [{\"value\": \"<this URL>\"}]} and a bearer token"),
                 "jwks": .string("/.well-known/jwks.json"),
             ])))

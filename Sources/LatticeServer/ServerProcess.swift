@@ -14,6 +14,8 @@ public final class ServerProcess: @unchecked Sendable {
         public var dataDirectory: String
         public var http = HTTPServerConfiguration()
         public var service = ServiceConfiguration()
+        /// The URL clients use; nil means the listening address, learned after binding.
+        public var publicURL: String?
         /// Seconds between purges of expired tombstones and operation ids.
         public var purgeIntervalSeconds = 3600
 
@@ -36,10 +38,13 @@ public final class ServerProcess: @unchecked Sendable {
         do {
             storage = try SQLiteStorage(path: data.databasePath)
             let keyRing = try ShareKeyRing.open(directory: data.path, nowMilliseconds: options.service.now())
-            let service = try LatticeService(storage: storage, configuration: options.service, keyRing: keyRing)
+            var serviceConfiguration = options.service
+            if let publicURL = options.publicURL { serviceConfiguration.publicURL = publicURL }
+            let service = try LatticeService(storage: storage, configuration: serviceConfiguration, keyRing: keyRing)
             try service.purgeExpired()
             server = try HTTPServer(handler: service, configuration: options.http)
             url = "http://\(options.http.host):\(server.port)"
+            if options.publicURL == nil { service.setPublicURL(url) }
             let timer = DispatchSource.makeTimerSource(queue: .global(qos: .utility))
             let interval = DispatchTimeInterval.seconds(options.purgeIntervalSeconds)
             timer.schedule(deadline: .now() + interval, repeating: interval)

@@ -118,6 +118,12 @@ public struct ShareRoster: Sendable, Hashable {
         if let index = participants.firstIndex(where: { $0.userID == userID }) {
             let existing = participants[index]
             guard existing.role != .owner else { throw ShareRuleError(.badRequest, "the owner is already in the share") }
+            if existing.role == .administrator, existing.status != .removed, participant(actor)?.role != .owner {
+                throw ShareRuleError(.permissionFailure, "only the owner changes an administrator")
+            }
+            if userID == actor {
+                throw ShareRuleError(.permissionFailure, "you cannot invite yourself")
+            }
             if existing.status == .removed {
                 guard activeCount < Self.maximumParticipants else { throw tooMany() }
                 participants[index] = ShareParticipant(userID: userID, role: role, permission: permission, status: .pending)
@@ -140,6 +146,13 @@ public struct ShareRoster: Sendable, Hashable {
             throw ShareRuleError(.notFound, "that user is not a participant")
         }
         guard participants[index].role != .owner else { throw ShareRuleError(.permissionFailure, "the owner always has readWrite") }
+        let actorRole = participant(actor)?.role
+        guard userID != actor || actorRole == .owner else {
+            throw ShareRuleError(.permissionFailure, "you cannot change your own permission")
+        }
+        guard participants[index].role != .administrator || actorRole == .owner else {
+            throw ShareRuleError(.permissionFailure, "only the owner changes an administrator")
+        }
         participants[index].permission = permission
     }
 
@@ -171,6 +184,11 @@ public struct ShareRoster: Sendable, Hashable {
         if permission == .none {
             for index in participants.indices where participants[index].role == .publicUser {
                 participants[index].status = .removed
+            }
+        } else {
+            // Public users never hold more than the public permission.
+            for index in participants.indices where participants[index].role == .publicUser {
+                participants[index].permission = min(participants[index].permission, permission)
             }
         }
         publicPermission = permission

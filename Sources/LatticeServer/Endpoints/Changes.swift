@@ -155,16 +155,15 @@ extension LatticeService {
             case .shuttingDown: respond(APIError(.tryAgainLater, "the server is shutting down").response)
             }
         }
+        // Already behind: answer at once, whatever the timeout.
+        if database.lastSeq > cursor { return answer(.changed) }
+        if timeout == 0 { return answer(.timedOut) }
         guard let waiter = notifier.register(cursors: [database.id: cursor], timeoutSeconds: timeout, fire: answer) else {
             throw APIError(.tryAgainLater, "the server is shutting down")
         }
         // Registered first, then re-read: a commit that landed before the registration is seen here.
         let now = try storage.read { tx in try tx.database(id: database.id) }
-        if let now, now.lastSeq > cursor {
-            notifier.finish(waiter, .changed)
-        } else if timeout == 0 {
-            notifier.finish(waiter, .timedOut)
-        }
+        if let now, now.lastSeq > cursor { notifier.finish(waiter, .changed) }
     }
 
     /// `changes/database` in the shared database: the caller's log of shared zones. A zone whose every

@@ -75,6 +75,7 @@ extension LatticeService {
                     try removeShare(share, try roster(share, tx), zone: zone, context: context, tx, &touched)
                 }
             }
+            try checkSharesStayDisjoint(zone, tx)
             try recordsChanged(changedNames, in: zone, context: context, tx, &touched)
         }
         let items: [JSON] = zip(outcomes, names).map { outcome, name in
@@ -115,7 +116,7 @@ extension LatticeService {
         // Shares: a participant writes only inside what they accepted, with readWrite; the owner changes
         // share records only through shares/*.
         if resolved.isShared {
-            let requestedParent: String?? = operation.record["parent"].map { $0 == .null ? nil : $0["recordName"]?.stringValue }
+            let requestedParent: String?? = operation.record["parent"].map { $0 == .null ? nil : $0["recordName"]?.stringValue ?? "" }
             try checkParticipantWrite(operation, live: live, requestedParent: requestedParent, resolved, tx)
         } else if context.kind == .private,
                   try tx.shares(zoneRowID: zone.rowID).contains(where: { $0.recordName == operation.recordName }) {
@@ -152,6 +153,7 @@ extension LatticeService {
             record = try applyPlainValues(operation, existing: existing, live: live, zoneID: zoneID)
         }
 
+        try checkParticipantPlacement(record, before: existing, live: live, resolved, tx)
         // A CRDT state can carry a deletion too: the root of a share is still the owner's to delete.
         if resolved.isShared, record.isDeleted, live, !operation.kind.isDelete,
            try grant(for: operation.recordName, resolved, tx)?.share.rootRecordName == operation.recordName {

@@ -162,6 +162,28 @@ extension LatticeService {
         }
     }
 
+    /// Checks where a participant's write puts a record: a record stays inside the share it is in (its new
+    /// parent must be in that share), and the root's place is the owner's to change. This looks at the
+    /// record as it will be stored, so a replace that drops the parent or a CRDT state with a newer parent
+    /// stamp is held to the same rule as an explicit `parent`.
+    func checkParticipantPlacement(_ record: Record, before: Record?, live: Bool, _ resolved: ResolvedZone,
+                                   _ tx: any StorageTransaction) throws {
+        guard resolved.isShared, !record.isDeleted, !resolved.grants.contains(where: { $0.share.rootRecordName == nil })
+        else { return }
+        let name = record.id.recordName
+        let oldParent = live ? before?.parent?.recordName : nil
+        let newParent = record.parent?.recordName
+        guard !live || oldParent != newParent else { return }
+        let current = live ? try grant(for: name, resolved, tx) : nil
+        if let current, current.share.rootRecordName == name {
+            throw APIError(.permissionFailure, "only the owner moves the root record of a share")
+        }
+        guard let newParent, let target = try grant(for: newParent, resolved, tx),
+              current == nil || target.share.id == current!.share.id else {
+            throw APIError(.permissionFailure, "a participant cannot move a record out of the shared hierarchy")
+        }
+    }
+
     /// After records of a zone changed: updates each hierarchy share's log (records that entered, left or
     /// changed inside it, descendants included) and tells the participants' shared databases.
     func recordsChanged(_ names: [String], in zone: StoredZone, context: RequestContext, _ tx: any StorageTransaction,
@@ -185,6 +207,21 @@ extension LatticeService {
                 }
             }
             if logged { try fanOut(share, context: context, tx, &touched) }
+        }
+    }
+
+    /// A record belongs to at most one share: a move that puts one share's root under another share's
+    /// hierarchy is refused (ALREADY_SHARED), and the whole request with it.
+    func checkSharesStayDisjoint(_ zone: StoredZone, _ tx: any StorageTransaction) throws {
+        let hierarchies = try tx.shares(zoneRowID: zone.rowID).filter { $0.rootRecordName != nil }
+        guard hierarchies.count > 1 else { return }
+        for inner in hierarchies {
+            for outer in hierarchies where outer.id != inner.id {
+                if try isMember(inner.rootRecordName!, of: outer, zone: zone, tx) {
+                    throw APIError(.alreadyShared, "record \(inner.rootRecordName!) is the root of a share and cannot be "
+                                   + "placed under \(outer.rootRecordName!), which is in another share")
+                }
+            }
         }
     }
 
@@ -230,10 +267,11 @@ extension LatticeService {
         -> HTTPResponse {
         guard context.kind == .private else { throw APIError.badRequest("shares are created in the owner's private database") }
         let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
-        guard let zone = resolved.zone, zone.name != Names.systemZoneName else {
-            throw APIError(resolved.zone == nil ? .zoneNotFound : .badRequest,
-                           resolved.zone == nil ? "zone \(resolved.zoneID.zoneName) does not exist"
-                                                : "the default zone cannot be shared (as in CloudKit); use a custom zone")
+        guard resolved.zoneID.zoneName != Names.systemZoneName else {
+            throw APIError.badRequest("the default zone cannot be shared (as in CloudKit); use a custom zone")
+        }
+        guard let zone = resolved.zone else {
+            throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
         }
         var root: String?
         if let json = context.body["rootRecordName"] {
@@ -382,10 +420,10 @@ extension LatticeService {
     /// participant loses access on their next request and sees the zone deleted in their shared database.
     func deleteShare(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
         -> HTTPResponse {
+        let (resolved, share, roster) = try targetShare(context, tx)
         guard context.kind == .private else {
             throw APIError(.permissionFailure, "only the owner deletes a share; participants leave with shares/leave")
         }
-        let (resolved, share, roster) = try targetShare(context, tx)
         try removeShare(share, roster, zone: resolved.zone!, context: context, tx, &touched)
         return .json(.object(["deleted": .bool(true), "shareRecordName": .string(share.recordName)]))
     }
@@ -442,13 +480,13 @@ extension LatticeService {
             maximumUses = Int(uses)
         }
         let owner = ownerZoneID(resolved)
-        let claims = ShareClaims(issuer: configuration.publicURL, shareID: share.publicID, zoneName: owner.zoneName,
+        let claims = ShareClaims(issuer: publicURL, shareID: share.publicID, zoneName: owner.zoneName,
                                  ownerRecordName: owner.ownerRecordName, issuedAt: now, expiresAt: expires,
                                  maximumUses: maximumUses, tokenID: try ShareClaims.newTokenID(),
                                  permission: permission.rawValue, epoch: share.urlEpoch)
         let token = try keyRing.sign(claims)
         var result: [String: JSON] = [
-            "url": .string(Self.shareURL(publicURL: configuration.publicURL, token: token)),
+            "url": .string(Self.shareURL(publicURL: publicURL, token: token)),
             "token": .string(token),
             "permission": .string(permission.rawValue),
             "epoch": .int(share.urlEpoch),
@@ -477,7 +515,7 @@ extension LatticeService {
         guard let keyRing, let claims = try? keyRing.verify(token, nowSeconds: configuration.now() / 1000) else {
             throw invalid
         }
-        guard claims.issuer == configuration.publicURL, let share = try tx.share(publicID: claims.shareID), !share.deleted,
+        guard claims.issuer == publicURL, let share = try tx.share(publicID: claims.shareID), !share.deleted,
               share.urlEpoch == claims.epoch, let zone = try tx.zone(rowID: share.zoneRowID), !zone.deleted,
               zone.name == claims.zoneName, zone.ownerRecordName == claims.ownerRecordName,
               SharePermission(rawValue: claims.permission) != nil else { throw invalid }
@@ -501,7 +539,7 @@ extension LatticeService {
                     return try shareMetadata(share, roster, claims: claims, user: context.user.id,
                                              wouldBe: roster.wouldAccept(context.user.id, linkPermission: linkPermission), tx)
                 } catch let error as APIError {
-                    return error.json(item: (key: "value", value: ""))
+                    return error.json(item: (key: "value", value: linkToken(link) ?? ""))
                 }
             })])
         }
@@ -546,7 +584,7 @@ extension LatticeService {
                 }
                 results.append(result)
             } catch let error as APIError {
-                results.append(error.json(item: (key: "value", value: "")))
+                results.append(error.json(item: (key: "value", value: linkToken(link) ?? "")))
             }
         }
         return .json(.object(["results": .array(results)]))

@@ -106,7 +106,7 @@ extension LatticeService {
                 do {
                     let resolved = try resolveZone(item["zoneID"] ?? item, context, tx, path: path)
                     if let zone = resolved.zone {
-                        results.append(zoneJSON(zone))
+                        results.append(zoneJSON(zone, withToken: context.kind == .private))
                     } else if resolved.zoneID.zoneName == Names.systemZoneName {
                         results.append(impliedZoneJSON(resolved.zoneID))
                     } else {
@@ -152,6 +152,10 @@ extension LatticeService {
                     case "delete":
                         guard let zone = resolved.zone else {
                             throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
+                        }
+                        // Its shares go with it: participants lose access and see the zone deleted.
+                        for share in try tx.shares(zoneRowID: zone.rowID) {
+                            try removeShare(share, try roster(share, tx), zone: zone, context: context, tx, &touched)
                         }
                         try tx.deleteZone(rowID: zone.rowID, nowMs: configuration.now())
                         touched.insert(zone.databaseID)
