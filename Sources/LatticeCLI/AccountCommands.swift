@@ -1,0 +1,125 @@
+import Foundation
+import LatticeCore
+import LatticeSync
+
+// lattice signup, login, whoami and sync.
+
+/// A home keeps one account's lists: switching to another account drops them, so unsent changes must go
+/// first. `newUser` is the account being signed in to, when known (nil: a new account).
+private func checkSwitch(_ engine: SyncEngine, server: String, newUser: (String) throws -> String?) throws {
+    guard let current = engine.account else { return }
+    let pending = try engine.pendingCount()
+    guard pending > 0 else { return }
+    if current.serverURL == server, let user = try newUser(server), user == current.userRecordName { return }
+    throw CommandFailure("this home holds \(pending) unsent \(plural(pending, "change")) of \(current.name); "
+                         + "run lattice sync first, or use another --home")
+}
+
+private func serverOption(_ options: ClientOptions) throws(UsageError) -> String {
+    guard let server = try options.parsed.value("server") else { throw UsageError("--server URL is required") }
+    guard let url = URL(string: server), url.scheme == "http" || url.scheme == "https", url.host != nil else {
+        throw UsageError("--server must be a URL such as http://127.0.0.1:8080")
+    }
+    return server
+}
+
+func runSignUp(_ arguments: [String]) throws {
+    let options = try ClientOptions(arguments, valueOptions: ["server"])
+    if options.help { return print(signupUsage) }
+    let name = try options.operands(options.positionals, "NAME")[0]
+    let server = try serverOption(options)
+    let engine = try options.openEngine(creating: true)
+    try checkSwitch(engine, server: server) { _ in nil }
+    let account = try engine.signUp(name: name, serverURL: server)
+    if options.json {
+        printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),
+                           "server": .string(account.serverURL), "token": .string(account.token)]))
+    } else {
+        print("signed up as \(account.name) (\(account.userRecordName)) on \(account.serverURL)")
+        print("home: \(engine.home)")
+        print("token: \(account.token)")
+        print("keep the token to sign in on another device: lattice login --server \(account.serverURL) --token TOKEN")
+    }
+}
+
+func runLogIn(_ arguments: [String]) throws {
+    let options = try ClientOptions(arguments, valueOptions: ["server", "token"])
+    if options.help { return print(loginUsage) }
+    _ = try options.operands(options.positionals)
+    let server = try serverOption(options)
+    guard let token = try options.parsed.value("token"), !token.isEmpty else {
+        throw UsageError("--token TOKEN is required")
+    }
+    let engine = try options.openEngine(creating: true)
+    try checkSwitch(engine, server: server) { server in
+        let client = ServerClient(transport: try HTTPTransport(serverURL: server))
+        return try client.call("private", "users/current", .object([:]), token: token)["userRecordName"]?.stringValue
+    }
+    let account = try engine.logIn(serverURL: server, token: token)
+    let outcome = options.noSync ? SyncOutcome() : try syncAfterChange(engine, Lists(engine: engine), options)
+    if options.json {
+        printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),
+                           "server": .string(account.serverURL)]))
+    } else {
+        print("signed in as \(account.name) (\(account.userRecordName)) on \(account.serverURL)")
+        if outcome.synced { print("\(try Lists(engine: engine).all().count) lists on this device") }
+    }
+    try outcome.finish()
+}
+
+func runWhoAmI(_ arguments: [String]) throws {
+    let options = try ClientOptions(arguments)
+    if options.help { return print(whoamiUsage) }
+    _ = try options.operands(options.positionals)
+    let engine = try options.openEngine()
+    guard let account = engine.account else { throw CommandFailure(SyncError.notSignedIn.description) }
+    let pending = try engine.pendingCount()
+    if options.json {
+        printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),
+                           "server": .string(account.serverURL), "home": .string(engine.home),
+                           "pending": .int(Int64(pending))]))
+    } else {
+        for line in alignedRows([["user", "\(account.name) (\(account.userRecordName))"],
+                                 ["server", account.serverURL],
+                                 ["home", engine.home],
+                                 ["pending", "\(pending) \(plural(pending, "change"))"]]) {
+            print(line)
+        }
+    }
+}
+
+func runSync(_ arguments: [String]) throws {
+    let options = try ClientOptions(arguments)
+    if options.help { return print(syncUsage) }
+    _ = try options.operands(options.positionals)
+    if options.noSync { throw UsageError("--no-sync and lattice sync contradict each other") }
+    let (engine, lists) = try options.openLists()
+    let labels = try RecordLabels(lists)
+    let report = try engine.sync()
+    let refusals = labels.refusals(report)
+    if options.json {
+        printJSON(.object([
+            "online": .bool(report.online), "sent": .int(Int64(report.sent)), "fetched": .int(Int64(report.fetched)),
+            "pending": .int(Int64(report.queued)),
+            "rejected": .array(report.rejected.map { rejected in
+                .object(["id": .string(rejected.recordName), "zone": .string(rejected.zone),
+                         "code": .string(rejected.code), "reason": .string(rejected.reason)])
+            }),
+            "removedZones": .array(report.removedZones.map { removed in
+                .object(["database": .string(removed.database), "zone": .string(removed.zone),
+                         "owner": .string(removed.owner)])
+            }),
+        ]))
+    } else if report.online {
+        var line = "synced: sent \(report.sent) \(plural(report.sent, "change")), fetched \(report.fetched) "
+            + plural(report.fetched, "record")
+        if report.queued > 0 { line += "; \(report.queued) still pending" }
+        print(line)
+    }
+    for line in labels.removals(report) { writeStandardError(line + "\n") }
+    if !report.online {
+        let server = engine.account?.serverURL ?? "the server"
+        throw CommandFailure("cannot reach \(server): \(report.queued) \(plural(report.queued, "change")) stay queued")
+    }
+    try SyncOutcome(synced: true, pending: report.queued, refusals: refusals).finish()
+}

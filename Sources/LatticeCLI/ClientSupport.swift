@@ -1,0 +1,298 @@
+import Foundation
+import LatticeCore
+import LatticeSync
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// What every client command (signup ... explain) shares: the global options and the home they pick,
+// the engine with its progress line, output for people or --json, and the sync after a change.
+
+/// A failure for people to read: the process prints it and exits with status 1.
+struct CommandFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A client command's arguments: its own options plus `--home DIR`, `--json`, `--no-sync` and `--help`.
+struct ClientOptions {
+    static let globalValueOptions: Set<String> = ["home"]
+    static let globalFlagOptions: Set<String> = ["json", "no-sync"]
+
+    let parsed: ParsedArguments
+    /// The device's home: `--home`, else `$LATTICE_HOME`, else `~/.lattice`.
+    let home: String
+
+    var json: Bool { parsed.flag("json") }
+    var noSync: Bool { parsed.flag("no-sync") }
+    var help: Bool { parsed.flag("help") }
+    var positionals: [String] { parsed.positionals }
+
+    init(_ arguments: [String], valueOptions: Set<String> = [], flagOptions: Set<String> = []) throws(UsageError) {
+        parsed = try ParsedArguments(arguments, valueOptions: valueOptions.union(Self.globalValueOptions),
+                                     flagOptions: flagOptions.union(Self.globalFlagOptions))
+        home = try Self.home(option: try parsed.value("home"))
+    }
+
+    static func home(option: String?) throws(UsageError) -> String {
+        if let option {
+            guard !option.isEmpty else { throw UsageError("--home needs a directory") }
+            return option
+        }
+        if let variable = ProcessInfo.processInfo.environment["LATTICE_HOME"], !variable.isEmpty { return variable }
+        return NSHomeDirectory() + "/.lattice"
+    }
+
+    /// Exactly the positionals `names` describes (after the subcommand, if any).
+    func operands(_ given: [String], _ names: String...) throws(UsageError) -> [String] {
+        guard given.count == names.count else {
+            let wanted = names.isEmpty ? "no arguments" : names.joined(separator: " ")
+            if given.count > names.count {
+                throw UsageError("unexpected argument \(given[names.count]) "
+                                 + "(expected \(wanted); quote text with spaces)")
+            }
+            let missing = names[given.count...].joined(separator: " ")
+            throw UsageError(given.isEmpty ? "missing \(missing)" : "missing \(missing) (expected \(wanted))")
+        }
+        for (value, name) in zip(given, names) where value.isEmpty { throw UsageError("\(name) cannot be empty") }
+        return given
+    }
+
+    /// Refuses value options that the subcommand does not take.
+    func allowOnly(_ allowed: Set<String>, in subcommand: String) throws(UsageError) {
+        let given = Set(parsed.values.keys).subtracting(Self.globalValueOptions)
+        if let extra = given.subtracting(allowed).sorted().first {
+            throw UsageError("--\(extra) is not an option of \(subcommand)")
+        }
+    }
+
+    func allowFlags(_ allowed: Set<String>, in subcommand: String) throws(UsageError) {
+        let given = parsed.flags.subtracting(Self.globalFlagOptions).subtracting(["help"])
+        if let extra = given.subtracting(allowed).sorted().first {
+            throw UsageError("--\(extra) is not an option of \(subcommand)")
+        }
+    }
+
+    /// Opens the home's replica. Files are owner-only (the replica holds the bearer token). A fetch of many
+    /// records shows progress on stderr when that is a terminal.
+    func openEngine(creating: Bool = false) throws -> SyncEngine {
+        if !creating && !FileManager.default.fileExists(atPath: home) {
+            throw CommandFailure("\(home) is not a Lattice home yet: " + SyncError.notSignedIn.description)
+        }
+        umask(0o077)
+        let engine = try SyncEngine(home: home)
+        if isatty(STDERR_FILENO) == 1 {
+            let progress = FetchProgressLine()
+            engine.onEvent = { progress.handle($0) }
+        }
+        return engine
+    }
+
+    /// The engine of a signed-in home, with its lists.
+    func openLists() throws -> (SyncEngine, Lists) {
+        let engine = try openEngine()
+        guard engine.account != nil else { throw CommandFailure(SyncError.notSignedIn.description) }
+        return (engine, Lists(engine: engine))
+    }
+}
+
+/// "fetched N records" on one rewritten stderr line while a sync fetches.
+final class FetchProgressLine {
+    private var shown = false
+
+    func handle(_ event: SyncEvent) {
+        switch event {
+        case .fetchProgress(let records) where records > 0:
+            writeStandardError("\rfetching changes: \(records) records")
+            shown = true
+        case .didFetchChanges:
+            if shown { writeStandardError("\n") }
+            shown = false
+        default:
+            break
+        }
+    }
+}
+
+func writeStandardError(_ text: String) {
+    FileHandle.standardError.write(Data(text.utf8))
+}
+
+/// A line for people: stdout normally, stderr under --json (stdout then holds only JSON).
+func notice(_ text: String, _ options: ClientOptions) {
+    if options.json { writeStandardError(text + "\n") } else { print(text) }
+}
+
+func printJSON(_ value: JSON) {
+    print(value.serialized())
+}
+
+// MARK: Vocabulary
+
+/// `read-only`/`read-write` as the API spells them, or nil.
+func apiPermission(_ word: String, allowNone: Bool = false) -> String? {
+    switch word {
+    case "read-only", "readOnly": return "readOnly"
+    case "read-write", "readWrite": return "readWrite"
+    case "none" where allowNone: return "none"
+    default: return nil
+    }
+}
+
+/// The API's permission or role words as people read them.
+func permissionWord(_ permission: String) -> String {
+    switch permission {
+    case "readOnly": return "read-only"
+    case "readWrite": return "read-write"
+    case "privateUser": return "invited user"
+    case "publicUser": return "public user"
+    default: return permission
+    }
+}
+
+func ownerLabel(_ list: ListSummary) -> String { list.ownerName ?? list.ownerRecordName }
+
+func listJSON(_ list: ListSummary) -> JSON {
+    .object(["id": .string(list.id), "title": .string(list.title), "owner": .string(ownerLabel(list)),
+             "shared": .bool(list.shared), "permission": .string(list.permission)])
+}
+
+func itemJSON(_ item: ListItem) -> JSON {
+    .object(["id": .string(item.id), "text": .string(item.text), "done": .bool(item.done),
+             "tags": .array(item.tags.map(JSON.string)), "position": .double(item.position)])
+}
+
+func checkbox(_ done: Bool) -> String { done ? "[x]" : "[ ]" }
+
+func tagWords(_ tags: [String]) -> String { tags.map { "#" + $0 }.joined(separator: " ") }
+
+/// Rows padded into columns (the last column is not padded).
+func alignedRows(_ rows: [[String]], indent: String = "") -> [String] {
+    let columns = rows.map(\.count).max() ?? 0
+    var widths = [Int](repeating: 0, count: columns)
+    for row in rows {
+        for (index, cell) in row.enumerated() { widths[index] = max(widths[index], cell.count) }
+    }
+    return rows.map { row in
+        var line = indent
+        for (index, cell) in row.enumerated() {
+            if index == row.count - 1 {
+                line += cell
+            } else {
+                line += cell + String(repeating: " ", count: widths[index] - cell.count + 2)
+            }
+        }
+        while line.hasSuffix(" ") { line.removeLast() }
+        return line
+    }
+}
+
+// MARK: Syncing after a change
+
+/// What a sync after a change did.
+struct SyncOutcome {
+    /// The sync reached the server.
+    var synced = false
+    /// Changes still waiting for the server.
+    var pending = 0
+    /// One line per refused change; the local copies went back to the server's state.
+    var refusals: [String] = []
+
+    /// Exit status 1 when the server refused something.
+    func finish() throws {
+        guard !refusals.isEmpty else { return }
+        throw CommandFailure(refusals.joined(separator: "\n"))
+    }
+
+    var json: [String: JSON] { ["synced": .bool(synced), "pending": .int(Int64(pending))] }
+}
+
+/// Syncs after a local change, unless --no-sync, and says what people need to know: that the change is
+/// queued (offline or --no-sync), that the server refused a change (the local copy was restored), that a
+/// list is no longer shared with them.
+func syncAfterChange(_ engine: SyncEngine, _ lists: Lists, _ options: ClientOptions) throws -> SyncOutcome {
+    var outcome = SyncOutcome()
+    if options.noSync {
+        outcome.pending = try engine.pendingCount()
+        notice("queued (\(outcome.pending) \(plural(outcome.pending, "change")) pending); "
+               + "run lattice sync when online", options)
+        return outcome
+    }
+    let labels = try RecordLabels(lists)
+    let report = try engine.sync()
+    outcome.pending = report.queued
+    outcome.synced = report.online
+    if !report.online {
+        notice("the server cannot be reached: queued (\(report.queued) \(plural(report.queued, "change")) pending); "
+               + "run lattice sync when online", options)
+    }
+    outcome.refusals = labels.refusals(report)
+    for line in labels.removals(report) { writeStandardError(line + "\n") }
+    return outcome
+}
+
+/// Names of this device's lists and items before a sync, so what the sync refused or removed can be named.
+struct RecordLabels {
+    private var names: [String: String] = [:]
+    private var listsByZone: [String: [ListSummary]] = [:]
+
+    init(_ lists: Lists) throws {
+        for list in try lists.all() {
+            names[list.id] = "list \"\(list.title)\""
+            let key = Self.zoneKey(list.zone.database, list.zone.zoneName, list.ownerRecordName)
+            listsByZone[key, default: []].append(list)
+            for item in try lists.items(of: list) { names[item.id] = "\"\(item.text)\" in \"\(list.title)\"" }
+        }
+    }
+
+    private static func zoneKey(_ database: String, _ zone: String, _ owner: String) -> String {
+        database + "/" + zone + "/" + owner
+    }
+
+    func label(_ recordName: String) -> String { names[recordName] ?? recordName }
+
+    func refusals(_ report: SyncReport) -> [String] {
+        report.rejected.map { rejected in
+            "the server refused the change to \(label(rejected.recordName)) (\(rejected.code): \(rejected.reason)); "
+                + "this device's copy was restored to the server's"
+        }
+    }
+
+    func removals(_ report: SyncReport) -> [String] {
+        var lines: [String] = []
+        for removed in report.removedZones {
+            let gone = listsByZone[Self.zoneKey(removed.database, removed.zone, removed.owner)] ?? []
+            if removed.database == "shared" {
+                if gone.isEmpty {
+                    lines.append("lists of zone \(removed.zone) are no longer shared with you")
+                }
+                for list in gone { lines.append("\"\(list.title)\" is no longer shared with you") }
+            } else {
+                let titles = gone.map { "\"\($0.title)\"" }.joined(separator: ", ")
+                lines.append("zone \(removed.zone) was deleted on the server"
+                             + (gone.isEmpty ? "" : ": " + titles + " went with it"))
+            }
+        }
+        return lines
+    }
+}
+
+func plural(_ count: Int, _ word: String) -> String { count == 1 ? word : word + "s" }
+
+/// Server and connection errors in words for people.
+func describeClientError(_ error: any Error) -> String {
+    if let error = error as? ServerError {
+        switch error.code {
+        case "AUTHENTICATION_FAILED":
+            return "the server no longer accepts this home's token (\(error.reason)); sign in again with lattice login"
+        case "ZONE_NOT_FOUND":
+            return "the server has no such zone (\(error.reason)); run lattice sync"
+        default:
+            return "the server refused: \(error.reason) (\(error.code))"
+        }
+    }
+    if let error = error as? TransportError {
+        return "the server cannot be reached (\(error.description)); this needs a connection"
+    }
+    return "\(error)"
+}

@@ -1,0 +1,237 @@
+import Foundation
+import LatticeCore
+import LatticeSync
+
+// lattice lists, lattice list <subcommand> and lattice explain.
+
+func runLists(_ arguments: [String]) throws {
+    let options = try ClientOptions(arguments)
+    if options.help { return print(listsUsage) }
+    _ = try options.operands(options.positionals)
+    let (engine, lists) = try options.openLists()
+    let all = try lists.all()
+    if options.json { return printJSON(.array(all.map(listJSON))) }
+    if all.isEmpty {
+        print("no lists yet: lattice list create TITLE makes one, lattice accept URL joins one")
+    } else {
+        var rows = [["TITLE", "OWNER", "SHARED", "ACCESS", "ID"]]
+        for list in all {
+            rows.append([list.title, ownerLabel(list), list.shared ? "yes" : "no", permissionWord(list.permission),
+                         list.id])
+        }
+        alignedRows(rows).forEach { print($0) }
+    }
+    try printPending(engine)
+}
+
+/// "(N changes pending ...)" under a listing when this device has unsent changes.
+private func printPending(_ engine: SyncEngine) throws {
+    let pending = try engine.pendingCount()
+    if pending > 0 { print("(\(pending) \(plural(pending, "change")) pending: lattice sync sends them)") }
+}
+
+func runList(_ arguments: [String]) throws {
+    let options = try ClientOptions(arguments, valueOptions: ["zone", "tag", "text", "add-tag", "remove-tag"])
+    if options.help { return print(listUsage) }
+    guard let subcommand = options.positionals.first else {
+        throw UsageError("missing subcommand: create, show, add, check, uncheck, edit, remove, rename or delete")
+    }
+    let operands = Array(options.positionals.dropFirst())
+    let valueOptions: [String: Set<String>] = [
+        "create": ["zone"], "add": ["tag"], "edit": ["text", "add-tag", "remove-tag"],
+    ]
+    let known = ["create", "show", "add", "check", "uncheck", "edit", "remove", "rename", "delete"]
+    guard known.contains(subcommand) else { throw UsageError("unknown subcommand list \(subcommand)") }
+    try options.allowOnly(valueOptions[subcommand] ?? [], in: "list \(subcommand)")
+    try options.allowFlags([], in: "list \(subcommand)")
+
+    switch subcommand {
+    case "create":
+        let title = try options.operands(operands, "TITLE")[0]
+        let zone = try options.parsed.value("zone")
+        if let zone, zone.isEmpty { throw UsageError("--zone needs a zone name") }
+        let (engine, lists) = try options.openLists()
+        let list = try lists.create(title: title, zone: zone)
+        let outcome = try syncAfterChange(engine, lists, options)
+        try report(options, outcome, ["id": .string(list.id)],
+               "created list \"\(list.title)\" (\(list.id)) in zone \(list.zone.zoneName)")
+    case "show":
+        let query = try options.operands(operands, "LIST")[0]
+        let (engine, lists) = try options.openLists()
+        let list = try lists.resolve(query)
+        try show(list, lists.items(of: list), options)
+        if !options.json { try printPending(engine) }
+    case "add":
+        let values = try options.operands(operands, "LIST", "TEXT")
+        let tags = options.parsed.values["tag"] ?? []
+        if tags.contains(where: \.isEmpty) { throw UsageError("--tag needs a tag") }
+        let (engine, lists) = try options.openLists()
+        let list = try lists.resolve(values[0])
+        let item = try lists.add(values[1], tags: tags, to: list)
+        let outcome = try syncAfterChange(engine, lists, options)
+        try report(options, outcome, ["id": .string(item.id), "list": .string(list.id)],
+               "added \(checkbox(false)) \(item.text)\(tags.isEmpty ? "" : "  " + tagWords(item.tags)) "
+                   + "to \"\(list.title)\"")
+    case "check", "uncheck":
+        let values = try options.operands(operands, "LIST", "ITEM")
+        let (engine, lists) = try options.openLists()
+        let list = try lists.resolve(values[0])
+        let item = try lists.resolveItem(values[1], in: list)
+        try lists.setDone(item, in: list, subcommand == "check")
+        let outcome = try syncAfterChange(engine, lists, options)
+        try report(options, outcome, ["id": .string(item.id), "list": .string(list.id)],
+               "\(checkbox(subcommand == "check")) \(item.text)")
+    case "edit":
+        let values = try options.operands(operands, "LIST", "ITEM")
+        let text = try options.parsed.value("text")
+        let addTags = options.parsed.values["add-tag"] ?? []
+        let removeTags = options.parsed.values["remove-tag"] ?? []
+        guard text != nil || !addTags.isEmpty || !removeTags.isEmpty else {
+            throw UsageError("nothing to change: give --text, --add-tag or --remove-tag")
+        }
+        if text == "" { throw UsageError("--text cannot be empty") }
+        if (addTags + removeTags).contains(where: \.isEmpty) { throw UsageError("a tag cannot be empty") }
+        let (engine, lists) = try options.openLists()
+        let list = try lists.resolve(values[0])
+        let item = try lists.resolveItem(values[1], in: list)
+        try lists.edit(item, in: list, text: text, addTags: addTags, removeTags: removeTags)
+        let edited = try lists.items(of: list).first { $0.id == item.id }
+        let outcome = try syncAfterChange(engine, lists, options)
+        let line = edited.map { "\(checkbox($0.done)) \($0.text)\($0.tags.isEmpty ? "" : "  " + tagWords($0.tags))" }
+            ?? "edited \(item.id)"
+        try report(options, outcome, ["id": .string(item.id), "list": .string(list.id)], line)
+    case "remove":
+        let values = try options.operands(operands, "LIST", "ITEM")
+        let (engine, lists) = try options.openLists()
+        let list = try lists.resolve(values[0])
+        let item = try lists.resolveItem(values[1], in: list)
+        try lists.remove(item, in: list)
+        let outcome = try syncAfterChange(engine, lists, options)
+        try report(options, outcome, ["id": .string(item.id), "list": .string(list.id)],
+               "removed \"\(item.text)\" from \"\(list.title)\"")
+    case "rename":
+        let values = try options.operands(operands, "LIST", "TITLE")
+        let (engine, lists) = try options.openLists()
+        let list = try lists.resolve(values[0])
+        try lists.rename(list, to: values[1])
+        let outcome = try syncAfterChange(engine, lists, options)
+        try report(options, outcome, ["id": .string(list.id)], "renamed \"\(list.title)\" to \"\(values[1])\"")
+    default: // delete
+        let query = try options.operands(operands, "LIST")[0]
+        let (engine, lists) = try options.openLists()
+        let list = try lists.resolve(query)
+        if list.zone.database == "shared" {
+            throw CommandFailure("only the owner deletes \"\(list.title)\"; "
+                                 + "to stop seeing it: lattice share leave \(list.id)")
+        }
+        let ids = [list.id] + (try lists.items(of: list).map(\.id))
+        try lists.delete(list)
+        let outcome = try syncAfterChange(engine, lists, options)
+        try report(options, outcome, ["id": .string(list.id), "ids": .array(ids.map(JSON.string))],
+               "deleted list \"\(list.title)\" and its \(ids.count - 1) \(plural(ids.count - 1, "item"))")
+    }
+}
+
+/// Prints a change's result (the affected ids under --json) and fails if the server refused it.
+func report(_ options: ClientOptions, _ outcome: SyncOutcome, _ ids: [String: JSON], _ line: String) throws {
+    if options.json {
+        printJSON(.object(ids.merging(outcome.json) { first, _ in first }))
+    } else {
+        print(line)
+    }
+    try outcome.finish()
+}
+
+private func show(_ list: ListSummary, _ items: [ListItem], _ options: ClientOptions) throws {
+    if options.json {
+        return printJSON(.object(["id": .string(list.id), "title": .string(list.title),
+                                  "owner": .string(ownerLabel(list)), "permission": .string(list.permission),
+                                  "items": .array(items.map(itemJSON))]))
+    }
+    var header = "\(list.title)  (owner \(ownerLabel(list))"
+    if list.permission != "owner" { header += ", you have \(permissionWord(list.permission)) access" }
+    header += list.shared ? ", shared)" : ")"
+    print(header)
+    if items.isEmpty {
+        print("  (no items: lattice list add \"\(list.title)\" TEXT)")
+        return
+    }
+    let rows = items.map { [checkbox($0.done) + " " + $0.text, tagWords($0.tags), $0.id] }
+    alignedRows(rows, indent: "  ").forEach { print($0) }
+    let done = items.filter(\.done).count
+    print("\(done) of \(items.count) done")
+}
+
+// MARK: explain
+
+func runExplain(_ arguments: [String]) throws {
+    let options = try ClientOptions(arguments)
+    if options.help { return print(explainUsage) }
+    let values = options.positionals.count == 2 ? try options.operands(options.positionals, "LIST", "FIELD")
+                                                : try options.operands(options.positionals, "LIST", "ITEM", "FIELD")
+    let (engine, lists) = try options.openLists()
+    let list = try lists.resolve(values[0])
+    let item = values.count == 3 ? try lists.resolveItem(values[1], in: list) : nil
+    let field = values[values.count - 1]
+    let name = item?.id ?? list.id
+    let subject = item.map { "\"\($0.text)\" in \"\(list.title)\"" } ?? "list \"\(list.title)\""
+    guard let record = try engine.record(name, in: list.zone), let provenance = record.provenance(of: field) else {
+        throw CommandFailure("\(subject) has no field \(field)")
+    }
+    let mine = engine.replicaID
+    func time(_ stamp: Stamp) -> String {
+        ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(stamp.hlc.milliseconds) / 1000))
+    }
+    func writer(_ stamp: Stamp) -> JSON {
+        .object(["replica": .string(stamp.replica.description), "thisDevice": .bool(stamp.replica == mine),
+                 "time": .string(time(stamp)), "hlc": .string(stamp.hlc.description)])
+    }
+    func device(_ stamp: Stamp) -> String {
+        (stamp.replica == mine ? "this device" : "device") + " \(stamp.replica) at \(time(stamp)) (hlc \(stamp.hlc))"
+    }
+    var object: [String: JSON] = ["record": .string(name), "field": .string(field)]
+    switch provenance {
+    case .register(let stamp):
+        let value = record[field].map(fieldJSON) ?? .null
+        guard options.json else {
+            print("\(field) of \(subject) = \(value == .null ? "(cleared)" : value.serialized())")
+            print("  last-writer-wins: the write of \(device(stamp)) won")
+            return
+        }
+        object["kind"] = .string("register")
+        object["value"] = value
+        object["winner"] = writer(stamp)
+    case .set(let elements, _):
+        guard options.json else {
+            print("\(field) of \(subject): an add-wins set" + (elements.isEmpty ? ", empty" : ""))
+            let rows = elements.map { value, stamps in
+                [scalarJSON(value).serialized(), "kept by the add of " + stamps.map(device).joined(separator: "; ")]
+            }
+            alignedRows(rows, indent: "  ").forEach { print($0) }
+            return
+        }
+        object["kind"] = .string("set")
+        object["elements"] = .array(elements.map { value, stamps in
+            .object(["value": scalarJSON(value), "addedBy": .array(stamps.map(writer))])
+        })
+    }
+    printJSON(.object(object))
+}
+
+private func fieldJSON(_ value: FieldValue) -> JSON {
+    switch value {
+    case .scalar(let scalar): return scalarJSON(scalar)
+    case .list(_, let elements): return .array(elements.map(scalarJSON))
+    }
+}
+
+private func scalarJSON(_ value: ScalarValue) -> JSON {
+    switch value {
+    case .string(let text): return .string(text)
+    case .int64(let number): return .int(number)
+    case .double(let number): return .double(number)
+    case .timestamp(let milliseconds): return .int(milliseconds)
+    case .bytes(let bytes): return .string(Data(bytes).base64EncodedString())
+    default: return .string("\(value)")
+    }
+}

@@ -1,0 +1,322 @@
+import Foundation
+import LatticeCore
+import Synchronization
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `lattice` client commands as people run them: the real binary against a real `lattice serve`, each
+/// home (device) in its own directory.
+@Suite(.serialized) struct CLITests {
+    // MARK: Harness
+
+    /// Everything a reader thread got from a pipe.
+    final class PipeReader: Sendable {
+        private let bytes = Mutex<[UInt8]>([])
+        private let done = DispatchSemaphore(value: 0)
+
+        init(_ handle: FileHandle) {
+            Thread { [self] in
+                while true {
+                    let data = handle.availableData
+                    if data.isEmpty { break }
+                    bytes.withLock { $0 += data }
+                }
+                done.signal()
+            }.start()
+        }
+
+        var text: String { String(decoding: bytes.withLock { $0 }, as: UTF8.self) }
+
+        /// Waits for end of file.
+        func finish() -> String {
+            done.wait()
+            done.signal()
+            return text
+        }
+    }
+
+    struct Outcome: CustomStringConvertible {
+        let status: Int32
+        let stdout: String
+        let stderr: String
+
+        var json: JSON { get throws { try JSON.parse(stdout.trimmingCharacters(in: .whitespacesAndNewlines)) } }
+        var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
+    }
+
+    /// A started `lattice` process with its output collected; stdin is /dev/null (not a terminal).
+    static func start(_ arguments: [String], home: String?, latticeHome: String? = nil) throws
+        -> (Process, PipeReader, PipeReader) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CrashRecoveryTests.latticeBinary)
+        process.arguments = arguments + (home.map { ["--home", $0] } ?? [])
+        var environment = ProcessInfo.processInfo.environment
+        environment["LATTICE_HOME"] = latticeHome
+        process.environment = environment
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        return (process, PipeReader(output.fileHandleForReading), PipeReader(errors.fileHandleForReading))
+    }
+
+    @discardableResult
+    static func lattice(_ arguments: String..., home: String? = nil) throws -> Outcome {
+        let (process, output, errors) = try start(arguments, home: home)
+        process.waitUntilExit()
+        return Outcome(status: process.terminationStatus, stdout: output.finish(), stderr: errors.finish())
+    }
+
+    /// Runs a command that must succeed.
+    @discardableResult
+    static func ok(_ arguments: String..., home: String? = nil) throws -> Outcome {
+        let (process, output, errors) = try start(arguments, home: home)
+        process.waitUntilExit()
+        let outcome = Outcome(status: process.terminationStatus, stdout: output.finish(), stderr: errors.finish())
+        guard outcome.status == 0 else {
+            throw HarnessError("lattice \(arguments.joined(separator: " ")) failed: \(outcome)")
+        }
+        return outcome
+    }
+
+    /// A server and two signed-up homes, alice's and bob's.
+    final class World {
+        let directory = temporaryDirectory("lattice-cli")
+        let server: CrashRecoveryTests.ServerUnderTest
+        var url: String { "http://127.0.0.1:\(server.port)" }
+        var alice: String { directory + "/alice" }
+        var bob: String { directory + "/bob" }
+
+        init() throws {
+            server = try CrashRecoveryTests.ServerUnderTest(data: directory + "/server")
+            try CLITests.ok("signup", "alice", "--server", url, home: alice)
+            try CLITests.ok("signup", "bob", "--server", url, "--json", home: bob)
+        }
+
+        /// alice's list "Groceries" with Milk (#dairy) and Eggs, shared by a public link bob accepted.
+        func sharedGroceries(permission: String = "read-write") throws -> (list: String, url: String) {
+            let created = try CLITests.ok("list", "create", "Groceries", "--json", home: alice)
+            let list = try #require(try created.json["id"]?.stringValue)
+            try CLITests.ok("list", "add", "Groceries", "Milk", "--tag", "dairy", home: alice)
+            try CLITests.ok("list", "add", list, "Eggs", home: alice)
+            try CLITests.ok("share", "create", "Groceries", "--public-permission", permission, home: alice)
+            let link = try CLITests.ok("share", "url", "Groceries", "--json", home: alice)
+            let url = try #require(try link.json["url"]?.stringValue)
+            try CLITests.ok("accept", url, "--yes", home: bob)
+            return (list, url)
+        }
+
+        deinit {
+            server.kill(SIGTERM)
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+    }
+
+    static let deadLink = "this share link is invalid, expired or revoked"
+
+    // MARK: Tests
+
+    @Test func twoHomesShareAListEditOfflineSyncAndShowTheSameList() throws {
+        let world = try World()
+        let created = try Self.ok("list", "create", "Groceries", "--json", home: world.alice)
+        let list = try #require(try created.json["id"]?.stringValue)
+        let milk = try Self.ok("list", "add", "Groceries", "Milk", "--tag", "dairy", "--json", home: world.alice).json
+        #expect(milk["list"]?.stringValue == list)
+        #expect(milk["synced"] == .bool(true))
+        try Self.ok("list", "add", "Groceries", "Eggs", home: world.alice)
+
+        let shown = try Self.ok("list", "show", "Groceries", "--json", home: world.alice).json
+        #expect(Set(shown.objectValue?.keys.map { $0 } ?? []) == ["id", "title", "owner", "permission", "items"])
+        #expect(shown["id"]?.stringValue == list && shown["title"]?.stringValue == "Groceries")
+        #expect(shown["owner"]?.stringValue == "alice" && shown["permission"]?.stringValue == "owner")
+        let items = try #require(shown["items"]?.arrayValue)
+        #expect(items.map { $0["text"]?.stringValue } == ["Milk", "Eggs"])
+        #expect(Set(items[0].objectValue?.keys.map { $0 } ?? []) == ["id", "text", "done", "tags", "position"])
+        #expect(items[0]["tags"] == .array([.string("dairy")]) && items[0]["done"] == .bool(false))
+
+        try Self.ok("share", "create", "Groceries", "--public-permission", "read-write", home: world.alice)
+        let link = try Self.ok("share", "url", "Groceries", "--json", home: world.alice)
+        let url = try #require(try link.json["url"]?.stringValue)
+        let accepted = try Self.ok("accept", url, "--yes", "--json", home: world.bob).json
+        #expect(accepted == .object(["id": .string(list), "title": .string("Groceries"), "owner": .string("alice"),
+                                     "permission": .string("readWrite")]))
+        // The home from --home given before the command, or from $LATTICE_HOME.
+        let bobsLists = try Self.ok("--home", world.bob, "--json", "lists").json
+        let (whoami, whoamiOutput, whoamiErrors) = try Self.start(["whoami", "--json"], home: nil,
+                                                                  latticeHome: world.bob)
+        whoami.waitUntilExit()
+        _ = whoamiErrors.finish()
+        #expect(try JSON.parse(whoamiOutput.finish())["name"]?.stringValue == "bob")
+        #expect(bobsLists == .array([.object(["id": .string(list), "title": .string("Groceries"),
+                                              "owner": .string("alice"), "shared": .bool(true),
+                                              "permission": .string("readWrite")])]))
+
+        // Both offline: the same item's text on both sides; the tag removed on one side and added on the other.
+        let queued = try Self.ok("list", "edit", "Groceries", "Milk", "--text", "Oat milk", "--remove-tag", "dairy",
+                                 "--no-sync", home: world.alice)
+        #expect(queued.stdout.contains("queued (1 change pending); run lattice sync when online"), "\(queued)")
+        try Self.ok("list", "edit", "Groceries", "milk", "--text", "Whole milk", "--add-tag", "dairy",
+                    "--add-tag", "cold", "--no-sync", home: world.bob)
+        let bread = try Self.ok("list", "add", "Groceries", "Bread", "--no-sync", "--json", home: world.bob).json
+        #expect(bread["synced"] == .bool(false) && bread["pending"] == .int(2))
+        try Self.ok("list", "check", "Groceries", "Eggs", "--no-sync", home: world.alice)
+
+        try Self.ok("sync", home: world.bob)
+        try Self.ok("sync", home: world.alice)
+        let last = try Self.ok("sync", "--json", home: world.bob).json
+        #expect(last["online"] == .bool(true) && last["pending"] == .int(0))
+
+        let aliceView = try Self.ok("list", "show", "Groceries", "--json", home: world.alice).json
+        let bobView = try Self.ok("list", "show", list, "--json", home: world.bob).json
+        #expect(aliceView["items"] == bobView["items"])
+        #expect(aliceView["title"] == bobView["title"] && aliceView["owner"] == bobView["owner"])
+        #expect(bobView["permission"]?.stringValue == "readWrite")
+        let merged = try #require(aliceView["items"]?.arrayValue)
+        #expect(merged.map { $0["text"]?.stringValue ?? "" }.filter { $0.hasSuffix("milk") }.count == 1)
+        let milkItem = try #require(merged.first { $0["text"]?.stringValue?.hasSuffix("milk") == true })
+        #expect(["Oat milk", "Whole milk"].contains(milkItem["text"]?.stringValue ?? ""))
+        #expect(milkItem["tags"] == .array([.string("cold"), .string("dairy")])) // add wins over the concurrent remove
+        #expect(merged.contains { $0["text"] == .string("Bread") })
+        #expect(merged.contains { $0["text"] == .string("Eggs") && $0["done"] == .bool(true) })
+
+        let people = try Self.ok("list", "show", "Groceries", home: world.bob).stdout
+        #expect(people.contains("[x] Eggs") && people.contains("#cold #dairy"), "\(people)")
+    }
+
+    @Test func refusedWritesRevokedAccessAndDeadLinksAreReported() throws {
+        let world = try World()
+        let (list, url) = try world.sharedGroceries()
+
+        // Made read-only behind bob's back: his next change is refused and undone.
+        try Self.ok("share", "set-permission", "Groceries", "bob", "read-only", home: world.alice)
+        let refused = try Self.lattice("list", "add", "Groceries", "Sneaky", home: world.bob)
+        #expect(refused.status == 1, "\(refused)")
+        #expect(refused.stderr.contains("the server refused") && refused.stderr.contains("restored"), "\(refused)")
+        let after = try Self.ok("list", "show", list, "--json", home: world.bob).json
+        #expect(after["permission"]?.stringValue == "readOnly")
+        #expect(after["items"]?.arrayValue?.map { $0["text"]?.stringValue } == ["Milk", "Eggs"])
+        let readOnly = try Self.lattice("list", "check", "Groceries", "Milk", home: world.bob)
+        #expect(readOnly.status == 1 && readOnly.stderr.contains("read-only"), "\(readOnly)")
+
+        // A rotated link no longer works.
+        try Self.ok("share", "url", "Groceries", "--rotate", home: world.alice)
+        try Self.ok("signup", "carol", "--server", world.url, home: world.directory + "/carol")
+        let stale = try Self.lattice("accept", url, "--yes", home: world.directory + "/carol")
+        #expect(stale.status == 1 && stale.stderr.contains(Self.deadLink), "\(stale)")
+
+        // Removing bob: his next sync says so and the list leaves his lists.
+        let participants = try Self.ok("share", "participants", "Groceries", "--json", home: world.alice).json
+        let names = participants["participants"]?.arrayValue?.compactMap { $0["name"]?.stringValue }
+        #expect(names?.sorted() == ["alice", "bob"])
+        try Self.ok("share", "remove", "Groceries", "bob", home: world.alice)
+        let sync = try Self.ok("sync", home: world.bob)
+        #expect(sync.stderr.contains("\"Groceries\" is no longer shared with you"), "\(sync)")
+        #expect(try Self.ok("lists", "--json", home: world.bob).json == .array([]))
+
+        // A deleted share's link fails the same way.
+        let again = try Self.ok("share", "url", "Groceries", "--json", home: world.alice)
+        let fresh = try #require(try again.json["url"]?.stringValue)
+        try Self.ok("share", "delete", "Groceries", home: world.alice)
+        let deleted = try Self.lattice("accept", fresh, "--yes", home: world.directory + "/carol")
+        #expect(deleted.status == 1 && deleted.stderr.contains(Self.deadLink), "\(deleted)")
+    }
+
+    @Test func usageErrorsExitTwoAndOtherErrorsExitOne() throws {
+        let home = temporaryDirectory("lattice-cli-home")
+        defer { try? FileManager.default.removeItem(atPath: home) }
+        let usageMistakes: [[String]] = [
+            [], ["frobnicate"], ["list"], ["list", "add", "Groceries"], ["list", "frob", "x"],
+            ["list", "show", "a", "b"], ["list", "show", "a", "--tag", "x"], ["list", "edit", "L", "I"],
+            ["lists", "--bogus"], ["share"], ["share", "url", "L", "--expires", "3x"],
+            ["share", "url", "L", "--max-uses", "0"], ["share", "create", "L", "--public-permission", "everyone"],
+            ["share", "set-permission", "L", "bob", "admin"], ["share", "invite", "L", "bob", "--role", "owner"],
+            ["signup", "ann"], ["signup", "ann", "--server", "nope"], ["login", "--server", "http://127.0.0.1:1"],
+            ["accept", "http://127.0.0.1:1/share/x"], ["sync", "--no-sync"], ["watch", "a", "b"], ["explain", "L"],
+            ["help", "nothing"],
+        ]
+        for arguments in usageMistakes {
+            let (process, output, errors) = try Self.start(arguments, home: arguments.isEmpty ? nil : home)
+            process.waitUntilExit()
+            let outcome = Outcome(status: process.terminationStatus, stdout: output.finish(), stderr: errors.finish())
+            #expect(outcome.status == 2, "\(arguments): \(outcome)")
+            #expect(outcome.stderr.contains("usage:"), "\(arguments): \(outcome)")
+        }
+        // Not signed in, a server that is not there: errors, not usage mistakes.
+        let errors = [["lists"], ["whoami"], ["list", "show", "Groceries"],
+                      ["signup", "ann", "--server", "http://127.0.0.1:1"]]
+        for arguments in errors {
+            let (process, output, errors) = try Self.start(arguments, home: home)
+            process.waitUntilExit()
+            let outcome = Outcome(status: process.terminationStatus, stdout: output.finish(), stderr: errors.finish())
+            #expect(outcome.status == 1, "\(arguments): \(outcome)")
+        }
+    }
+
+    @Test func helpTextsNameEveryCommand() throws {
+        let top = try Self.ok("--help").stdout
+        let commands = [
+            "signup NAME --server URL", "login --server URL --token TOKEN", "whoami", "lists", "list create TITLE",
+            "list show LIST", "list add LIST TEXT", "list check LIST ITEM", "list uncheck LIST ITEM",
+            "list edit LIST ITEM", "list remove LIST ITEM", "list rename LIST TITLE", "list delete LIST", "sync",
+            "watch [LIST]", "share create LIST", "share create --zone ZONE", "share invite LIST USER",
+            "share set-permission LIST USER", "share remove LIST USER", "share participants LIST", "share url LIST",
+            "share delete LIST", "share leave LIST", "accept URL [--yes]", "explain LIST ITEM FIELD",
+            "serve --data DIR", "--home DIR", "--json", "--no-sync",
+        ]
+        for command in commands {
+            #expect(top.contains(command), "lattice --help lacks \(command)")
+        }
+        let list = try Self.ok("list", "--help").stdout
+        for subcommand in ["create", "show", "add", "check", "uncheck", "edit", "remove", "rename", "delete"] {
+            #expect(list.contains("list \(subcommand) "), "lattice list --help lacks \(subcommand)")
+        }
+        #expect(list.contains("--add-tag T") && list.contains("--remove-tag T") && list.contains("--tag T"))
+        let share = try Self.ok("share", "--help").stdout
+        for subcommand in ["create", "invite", "set-permission", "remove", "participants", "url", "delete", "leave"] {
+            #expect(share.contains("share \(subcommand) "), "lattice share --help lacks \(subcommand)")
+        }
+        let options = ["--public-permission", "--permission", "--role administrator", "--expires", "--max-uses",
+                       "--rotate"]
+        for option in options {
+            #expect(share.contains(option), "lattice share --help lacks \(option)")
+        }
+        for command in ["signup", "login", "whoami", "lists", "sync", "watch", "accept", "explain"] {
+            let help = try Self.ok(command, "--help").stdout
+            #expect(help.hasPrefix("usage: lattice \(command)"), "\(command) --help: \(help)")
+            #expect(try Self.ok("help", command).stdout == help)
+        }
+        #expect(try Self.ok("list", "add", "--help").stdout == list)
+    }
+
+    @Test func watchPrintsAnotherHomesChangeWithinTwoSecondsAndStopsCleanlyOnSIGINT() throws {
+        let world = try World()
+        let (list, _) = try world.sharedGroceries()
+        let (watch, output, errors) = try Self.start(["watch", "Groceries"], home: world.bob)
+        defer { if watch.isRunning { kill(watch.processIdentifier, SIGKILL) } }
+        let ready = Date().addingTimeInterval(20)
+        while !errors.text.contains("watching") && Date() < ready && watch.isRunning { usleep(20_000) }
+        #expect(errors.text.contains("watching \"Groceries\""), "\(errors.text)")
+
+        try Self.ok("list", "add", list, "Pancakes", "--tag", "breakfast", home: world.alice)
+        let changed = Date()
+        while !output.text.contains("Pancakes") && Date().timeIntervalSince(changed) < 5 { usleep(10_000) }
+        let latency = Date().timeIntervalSince(changed)
+        #expect(output.text.contains("+ Groceries: [ ] Pancakes  #breakfast"), "\(output.text)")
+        #expect(latency < 2, "watch took \(latency) s")
+
+        try Self.ok("list", "check", list, "Milk", home: world.alice)
+        let checked = Date()
+        while !output.text.contains("checked") && Date().timeIntervalSince(checked) < 5 { usleep(10_000) }
+        #expect(output.text.contains("~ Groceries: [x] Milk  #dairy  (checked)"), "\(output.text)")
+
+        kill(watch.processIdentifier, SIGINT)
+        watch.waitUntilExit()
+        #expect(watch.terminationReason == .exit && watch.terminationStatus == 0)
+        _ = output.finish()
+        _ = errors.finish()
+    }
+}
