@@ -14,6 +14,15 @@ struct InProcessTransport: SyncTransport {
 
     func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
         guard online.isOn else { throw TransportError("offline (test)") }
+        guard online.allowCall() else { throw TransportError("connection dropped (test)") }
+        // The HTTP adapter's body cap, which the in-process path would otherwise skip.
+        if request.path.hasSuffix("records/modify"), let body = try? JSON.parse(request.body) {
+            online.record(operations: body["operations"]?.arrayValue?.count ?? 0, bytes: request.body.count)
+        }
+        if request.body.count > service.maximumBodySize {
+            let refused = service.responseForOversizedBody()
+            return TransportResponse(status: refused.status, headers: [:], body: refused.body)
+        }
         let response = service.respond(to: HTTPRequest(method: request.method, path: request.path, headers: request.headers,
                                                        body: request.body, remoteAddress: "127.0.0.1"))
         var headers: [String: String] = [:]
@@ -25,8 +34,20 @@ struct InProcessTransport: SyncTransport {
 final class OnlineSwitch: @unchecked Sendable {
     private let lock = NSLock()
     private var on = true
+    private var remainingCalls: Int?
+    private var modifies: [(operations: Int, bytes: Int)] = []
+    func record(operations: Int, bytes: Int) { lock.lock(); modifies.append((operations, bytes)); lock.unlock() }
+    var modifyRequests: [(operations: Int, bytes: Int)] { lock.lock(); defer { lock.unlock() }; return modifies }
     var isOn: Bool { lock.lock(); defer { lock.unlock() }; return on }
     func set(_ value: Bool) { lock.lock(); on = value; lock.unlock() }
+    /// After `count` more calls the connection drops (a crash in the middle of a sync); nil for never.
+    func dropAfter(_ count: Int?) { lock.lock(); remainingCalls = count; lock.unlock() }
+    func allowCall() -> Bool {
+        lock.lock(); defer { lock.unlock() }
+        guard let remaining = remainingCalls else { return true }
+        remainingCalls = remaining - 1
+        return remaining > 0
+    }
 }
 
 /// A server and devices (homes) talking to it in-process.
@@ -35,12 +56,17 @@ final class SyncWorld: @unchecked Sendable {
     let storage: SQLiteStorage
     let service: LatticeService
 
-    init() throws {
+    let clock = ServerClock()
+
+    init(configure: (inout ServiceConfiguration) -> Void = { _ in }) throws {
         directory = NSTemporaryDirectory() + "lattice-sync-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         storage = try SQLiteStorage(path: directory + "/server.sqlite")
         var configuration = ServiceConfiguration()
         configuration.rateLimit = nil
+        let clock = self.clock
+        configuration.now = { clock.now }
+        configure(&configuration)
         let keyRing = try ShareKeyRing.open(directory: directory, nowMilliseconds: 0)
         service = try LatticeService(storage: storage, configuration: configuration, keyRing: keyRing, log: { _ in })
     }
@@ -55,6 +81,14 @@ final class SyncWorld: @unchecked Sendable {
                                     transport: InProcessTransport(service: service, online: online))
         return (engine, Lists(engine: engine), online)
     }
+}
+
+/// The server's wall clock, moved by hand (the devices keep the real one).
+final class ServerClock: @unchecked Sendable {
+    private let lock = NSLock()
+    private var offset: Int64 = 0
+    var now: Int64 { lock.lock(); defer { lock.unlock() }; return Int64(Date().timeIntervalSince1970 * 1000) + offset }
+    func advance(_ milliseconds: Int64) { lock.lock(); offset += milliseconds; lock.unlock() }
 }
 
 @Suite struct SyncEngineTests {
@@ -139,4 +173,116 @@ final class SyncWorld: @unchecked Sendable {
         #expect(try bobLists.items(of: bobsList).map(\.text) == ["Dishes"])
         #expect(try bob.pendingCount() == 0)
     }
+}
+
+@Suite struct SyncEngineRobustnessTests {
+    @Test func anInterruptedSyncLosesNoEditAndSkipsNoChange() throws {
+        let world = try SyncWorld()
+        let (alice, aliceLists, _) = try world.device("alice")
+        let (phone, phoneLists, phoneNet) = try world.device("phone")
+        let account = try alice.signUp(name: "alice", serverURL: "http://x")
+        try phone.logIn(serverURL: "http://x", token: account.token)
+        let list = try aliceLists.create(title: "Big")
+        for index in 0..<120 { _ = try aliceLists.add("item \(index)", to: list) }
+        try alice.sync()
+        let mine = try phoneLists.create(title: "Phone's")
+        _ = try phoneLists.add("offline edit", to: mine)
+        // The connection drops at every point of the phone's sync in turn; each time the next sync resumes.
+        for cut in 0..<12 {
+            phoneNet.dropAfter(cut)
+            _ = try? phone.sync()
+            phoneNet.dropAfter(nil)
+        }
+        try phone.sync()
+        try alice.sync()
+        #expect(try phoneLists.items(of: try phoneLists.resolve("Big")).count == 120)
+        #expect(try aliceLists.items(of: try aliceLists.resolve("Phone's")).map(\.text) == ["offline edit"])
+        #expect(try phone.pendingCount() == 0)
+    }
+
+    @Test func batchesStayUnderTheLimitsAndSplitOnLimitExceeded() throws {
+        let world = try SyncWorld { $0.maximumRequestBytes = 64 * 1024 }
+        let (alice, lists, net) = try world.device("alice")
+        try alice.signUp(name: "alice", serverURL: "http://x")
+        let list = try lists.create(title: "Huge")
+        for index in 0..<450 { _ = try lists.add("item \(index) " + String(repeating: "x", count: 100), to: list) }
+        var events: [String] = []
+        alice.onEvent = { event in
+            if case .willSendChanges(let count) = event { events.append("willSend \(count)") }
+            if case .didSendChanges(let sent, let failed) = event { events.append("didSend \(sent) \(failed)") }
+        }
+        let report = try alice.sync()
+        #expect(report.queued == 0 && report.rejected.isEmpty)
+        #expect(events.contains("willSend 451") && events.contains("didSend 451 0"))
+        let requests = net.modifyRequests
+        #expect(requests.allSatisfy { $0.operations <= 400 })
+        #expect(requests.contains { $0.bytes > 64 * 1024 }) // refused with LIMIT_EXCEEDED, then split
+        #expect(requests.filter { $0.bytes <= 64 * 1024 }.map(\.operations).reduce(0, +) == 451)
+        let (other, otherLists, _) = try world.device("other")
+        try other.logIn(serverURL: "http://x", token: alice.account!.token)
+        try other.sync()
+        #expect(try otherLists.items(of: try otherLists.resolve("Huge")).count == 450)
+    }
+
+    @Test func anExpiredTokenRefetchesTheZoneAndKeepsPendingEdits() throws {
+        let world = try SyncWorld { $0.tombstoneHorizonMilliseconds = 60_000 }
+        let (alice, aliceLists, _) = try world.device("alice")
+        let (phone, phoneLists, _) = try world.device("phone")
+        let account = try alice.signUp(name: "alice", serverURL: "http://x")
+        try phone.logIn(serverURL: "http://x", token: account.token)
+        let list = try aliceLists.create(title: "Todo")
+        let doomed = try aliceLists.add("doomed", to: list)
+        _ = try aliceLists.add("kept", to: list)
+        try alice.sync()
+        try phone.sync()
+        // Alice deletes an item; the tombstone is purged before the phone syncs again.
+        try aliceLists.remove(doomed, in: list)
+        try alice.sync()
+        world.clock.advance(120_000)
+        #expect(try world.service.purgeExpired().tombstones >= 1)
+        // The phone has an unsent edit meanwhile.
+        let phoneList = try phoneLists.resolve("Todo")
+        _ = try phoneLists.add("from the phone", to: phoneList)
+        let report = try phone.sync()
+        #expect(report.online)
+        let texts = try phoneLists.items(of: phoneList).map(\.text)
+        #expect(texts == ["kept", "from the phone"]) // the purged record is gone, the pending edit survived
+        try alice.sync()
+        #expect(try aliceLists.items(of: list).map(\.text) == ["kept", "from the phone"])
+    }
+
+    @Test func retriesHonourRetryAfterWithBackoff() throws {
+        final class Flaky: SyncTransport, @unchecked Sendable {
+            var calls = 0
+            func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+                calls += 1
+                if calls == 1 {
+                    return TransportResponse(status: 503, headers: ["retry-after": "2"],
+                                             body: Array(#"{"serverErrorCode":"TRY_AGAIN_LATER","reason":"busy","retryAfter":2}"#.utf8))
+                }
+                if calls == 2 {
+                    return TransportResponse(status: 429, headers: [:],
+                                             body: Array(#"{"serverErrorCode":"THROTTLED","reason":"slow down"}"#.utf8))
+                }
+                return TransportResponse(status: 200, headers: [:], body: Array(#"{"ok":true}"#.utf8))
+            }
+        }
+        let flaky = Flaky()
+        let sleeps = SleepLog()
+        var client = ServerClient(transport: flaky)
+        client.sleep = { sleeps.add($0) }
+        let reply = try client.call("private", "zones/list", .object([:]), token: "t")
+        #expect(reply["ok"] == .bool(true))
+        #expect(flaky.calls == 3)
+        #expect(sleeps.values.count == 2)
+        #expect(sleeps.values[0] >= 2) // Retry-After
+        #expect(sleeps.values[1] >= 0.4 && sleeps.values[1] < 0.61) // backoff with jitter, attempt 2
+    }
+}
+
+final class SleepLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [Double] = []
+    func add(_ value: Double) { lock.lock(); items.append(value); lock.unlock() }
+    var values: [Double] { lock.lock(); defer { lock.unlock() }; return items }
 }
