@@ -101,4 +101,21 @@ final class ResponseBox: @unchecked Sendable {
         while response == nil { condition.wait() }
         return response!
     }
+
+    /// The response, or nil if none came within `seconds`.
+    func wait(seconds: Double) -> HTTPResponse? {
+        let deadline = Date().addingTimeInterval(seconds)
+        condition.lock()
+        defer { condition.unlock() }
+        while response == nil {
+            if !condition.wait(until: deadline) { break }
+        }
+        return response
+    }
+
+    var isSet: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return response != nil
+    }
 }

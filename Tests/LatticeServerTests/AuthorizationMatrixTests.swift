@@ -202,39 +202,10 @@ func shortCode(_ code: String) -> String {
     }
 }
 
-/// A response slot with a deadline, for `changes/wait`.
-final class TimedResponse: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var response: HTTPResponse?
-
-    func set(_ value: HTTPResponse) {
-        condition.lock()
-        if response == nil { response = value }
-        condition.broadcast()
-        condition.unlock()
-    }
-
-    func wait(seconds: Double) -> HTTPResponse? {
-        let deadline = Date().addingTimeInterval(seconds)
-        condition.lock()
-        defer { condition.unlock() }
-        while response == nil {
-            if !condition.wait(until: deadline) { break }
-        }
-        return response
-    }
-
-    var isSet: Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        return response != nil
-    }
-}
-
 extension ServiceHarness {
     /// Parks a `changes/wait` in the shared (or private) database; the answer arrives in the returned slot.
-    func park(token: String, syncToken: String?, timeout: Int = 20, database: String = "shared") -> TimedResponse {
-        let slot = TimedResponse()
+    func park(token: String, syncToken: String?, timeout: Int = 20, database: String = "shared") -> ResponseBox {
+        let slot = ResponseBox()
         var body: [String: JSON] = ["timeout": .int(Int64(timeout))]
         if let syncToken { body["syncToken"] = .string(syncToken) }
         service.handle(HTTPRequest(method: "POST", path: "/database/1/lattice/production/\(database)/changes/wait",

@@ -65,7 +65,7 @@ import Glibc
     @Test func sharedListEditedOfflineOnBothSidesConverges() throws {
         let seed = RandomSeed.current
         print("EndToEndSyncTests.sharedListEditedOfflineOnBothSidesConverges seed=\(seed)")
-        var random = SeededRandom(seed)
+        var random = MatrixSeededGenerator(seed: seed)
         let cluster = try Cluster()
         let alice = try cluster.device("alice")
         let bob = try cluster.device("bob")
@@ -105,7 +105,7 @@ import Glibc
     @Test func threeDevicesOfTwoUsersConvergeAfterAThousandRandomOperations() throws {
         let seed = RandomSeed.current
         print("EndToEndSyncTests.threeDevicesOfTwoUsersConverge seed=\(seed)")
-        var random = SeededRandom(seed)
+        var random = MatrixSeededGenerator(seed: seed)
         let cluster = try Cluster()
         let laptop = try cluster.device("alice-laptop")
         let phone = try cluster.device("alice-phone")
@@ -237,18 +237,5 @@ enum RandomSeed {
     static var current: UInt64 {
         if let text = ProcessInfo.processInfo.environment["LATTICE_SEED"], let seed = UInt64(text) { return seed }
         return UInt64.random(in: 1...UInt64.max)
-    }
-}
-
-/// splitmix64, for reproducible shuffles and choices.
-struct SeededRandom: RandomNumberGenerator {
-    private var state: UInt64
-    init(_ seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

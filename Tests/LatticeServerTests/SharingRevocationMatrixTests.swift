@@ -64,7 +64,7 @@ extension AuthorizationMatrixTests {
         let lookupBody: [String: JSON] = ["records": .array([.object(["recordName": .string(record)])])]
         var databaseTokens: [String: String] = [:]
         var zoneTokens: [String: String] = [:]
-        var slots: [String: TimedResponse] = [:]
+        var slots: [String: ResponseBox] = [:]
         for who in scenario.victims {
             #expect(w.shared("records/lookup", zone, lookupBody, as: who).records.first?["serverErrorCode"] == nil, "\(who) before")
             databaseTokens[who] = try #require(w.h.call("changes/database", token: w.token(who), database: "shared")["syncToken"]?.stringValue)
