@@ -684,12 +684,12 @@ extension BinaryReader {
             let tag = try scanValue()
             if tag != 0 {
                 // Canonical parent: a reference with no zone (same zone) and action NONE, to another record.
+                // The tag is checked first: only a validated reference may be read with the unchecked cursor.
+                let invalid = fail(.malformed, "parent (must be a same-zone reference with action NONE to another record)")
+                guard tag == ValueType.reference.rawValue else { throw invalid }
                 var cursor = ByteCursor(buffer, at: valueAt + 1)
                 let parentName = cursor.string()
-                guard tag == ValueType.reference.rawValue, cursor.u8() == 0,
-                      EncodedOrder.compare(buffer, parentName, buffer, name) != 0 else {
-                    throw fail(.malformed, "parent (must be a same-zone reference with action NONE to another record)")
-                }
+                guard cursor.u8() == 0, EncodedOrder.compare(buffer, parentName, buffer, name) != 0 else { throw invalid }
             }
         }
         let fieldCount = try count(minimumElementSize: 6, "field count")

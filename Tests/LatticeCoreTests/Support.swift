@@ -75,7 +75,7 @@ enum RegressionSeeds {
     static let convergence: [UInt64] = [1, 2, 0xDEAD_BEEF]
     static let codec: [UInt64] = [1, 2, 3]
     /// 8645067001919827678: validation against known frames reported a different `maximumHLC`.
-    static let fuzz: [UInt64] = [1, 2, 3, 8_645_067_001_919_827_678]
+    static let fuzz: [UInt64] = [1, 2, 3, 8_645_067_001_919_827_678, 5_566_689_070_229_310_794]
     static let clock: [UInt64] = [1, 2, 3]
 }
 
