@@ -199,7 +199,7 @@ import Testing
             #expect(reply.status == 200)
         }
         // Three concurrent invitations for the last place: exactly one wins.
-        let codes = Mutex3()
+        let codes = OutcomeLog()
         DispatchQueue.concurrentPerform(iterations: 3) { index in
             let reply = w.share("shares/modify", ["participants": .array([
                 .object(["operation": .string("invite"), "userName": .string(users[98 + index]), "permission": .string("readOnly")]),
@@ -230,7 +230,7 @@ import Testing
 }
 
 /// A tiny thread-safe list for concurrent test outcomes.
-final class Mutex3: @unchecked Sendable {
+final class OutcomeLog: @unchecked Sendable {
     private let lock = NSLock()
     private var items: [String] = []
     func append(_ item: String) { lock.lock(); items.append(item); lock.unlock() }
