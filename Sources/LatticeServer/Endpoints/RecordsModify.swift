@@ -36,6 +36,8 @@ extension LatticeService {
         guard let zone = resolved.zone else {
             throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
         }
+        // The zone's share records, read once: records/modify never creates or deletes shares mid-batch.
+        let shareRecordNames = Set(try tx.shares(zoneRowID: zone.rowID).map(\.recordName))
         var outcomes: [Result<JSON, APIError>] = []
         var changedNames: [String] = []
         for (index, json) in operationsJSON.enumerated() {
@@ -43,7 +45,8 @@ extension LatticeService {
             do {
                 let operation = try parseOperation(json, path: path)
                 let result = try tx.savepoint { () throws -> (JSON, Bool) in
-                    try apply(operation, zone: zone, resolved: resolved, context: context, tx: tx)
+                    try apply(operation, zone: zone, resolved: resolved, shareRecordNames: shareRecordNames,
+                              context: context, tx: tx)
                 }
                 if result.1 { changedNames.append(operation.recordName) }
                 outcomes.append(.success(result.0))
@@ -105,7 +108,8 @@ extension LatticeService {
     }
 
     /// Applies one operation; returns the item to answer and whether anything was written.
-    private func apply(_ operation: RecordOperation, zone: StoredZone, resolved: ResolvedZone, context: RequestContext,
+    private func apply(_ operation: RecordOperation, zone: StoredZone, resolved: ResolvedZone,
+                       shareRecordNames: Set<String>, context: RequestContext,
                        tx: any StorageTransaction) throws -> (JSON, Bool) {
         let zoneID = resolved.zoneID
         let stored = try tx.record(zoneRowID: zone.rowID, name: operation.recordName)
@@ -116,10 +120,12 @@ extension LatticeService {
         // Shares: a participant writes only inside what they accepted, with readWrite; the owner changes
         // share records only through shares/*.
         if resolved.isShared {
+            if shareRecordNames.contains(operation.recordName) {
+                throw APIError(.permissionFailure, "a share record is changed with shares/modify, by its owner or an administrator")
+            }
             let requestedParent: String?? = operation.record["parent"].map { $0 == .null ? nil : $0["recordName"]?.stringValue ?? "" }
             try checkParticipantWrite(operation, live: live, requestedParent: requestedParent, resolved, tx)
-        } else if context.kind == .private,
-                  try tx.shares(zoneRowID: zone.rowID).contains(where: { $0.recordName == operation.recordName }) {
+        } else if context.kind == .private, shareRecordNames.contains(operation.recordName) {
             throw APIError.badRequest("record \(operation.recordName) is a share; change it with shares/modify or shares/delete")
         }
 

@@ -132,9 +132,6 @@ extension LatticeService {
     func checkParticipantWrite(_ operation: RecordOperation, live: Bool, requestedParent: String??,
                                _ resolved: ResolvedZone, _ tx: any StorageTransaction) throws {
         guard let zone = resolved.zone else { throw APIError(.zoneNotFound, "the zone does not exist") }
-        if try tx.shares(zoneRowID: zone.rowID).contains(where: { $0.recordName == operation.recordName }) {
-            throw APIError(.permissionFailure, "a share record is changed with shares/modify, by its owner or an administrator")
-        }
         let target: ShareGrant
         if live {
             guard let found = try grant(for: operation.recordName, resolved, tx) else {
@@ -396,7 +393,7 @@ extension LatticeService {
             throw apiError(error)
         }
         try saveRoster(roster, of: &share, before: before, context: context, tx, &touched)
-        try writeShareRecord(share, roster, zone: resolved.zone!, zoneID: ownerZoneID(resolved), context: context, tx, &touched)
+        try writeShareRecord(share, roster, zone: resolved.zone!, zoneID: resolved.zoneID, context: context, tx, &touched)
         return .json(try shareJSON(share, roster, zone: resolved.zone!, tx))
     }
 
@@ -412,7 +409,7 @@ extension LatticeService {
             throw apiError(error)
         }
         try saveRoster(roster, of: &share, before: before, context: context, tx, &touched)
-        try writeShareRecord(share, roster, zone: resolved.zone!, zoneID: ownerZoneID(resolved), context: context, tx, &touched)
+        try writeShareRecord(share, roster, zone: resolved.zone!, zoneID: resolved.zoneID, context: context, tx, &touched)
         return .json(.object(["left": .bool(true), "zoneID": resolved.zoneID.cloudKitJSON]))
     }
 
@@ -479,7 +476,7 @@ extension LatticeService {
             }
             maximumUses = Int(uses)
         }
-        let owner = ownerZoneID(resolved)
+        let owner = resolved.zoneID
         let claims = ShareClaims(issuer: publicURL, shareID: share.publicID, zoneName: owner.zoneName,
                                  ownerRecordName: owner.ownerRecordName, issuedAt: now, expiresAt: expires,
                                  maximumUses: maximumUses, tokenID: try ShareClaims.newTokenID(),
@@ -592,8 +589,6 @@ extension LatticeService {
 
     // MARK: Rendering
 
-    private func ownerZoneID(_ resolved: ResolvedZone) -> ZoneID { resolved.zoneID }
-
     private func shareMetadata(_ share: StoredShare, _ roster: ShareRoster, claims: ShareClaims, user: Int64,
                                wouldBe: ShareParticipant?, _ tx: any StorageTransaction) throws -> JSON {
         guard let zone = try tx.zone(rowID: share.zoneRowID) else { throw APIError(.accessDenied, ShareTokenError.invalid.description) }
@@ -622,7 +617,7 @@ extension LatticeService {
     func shareJSON(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, _ tx: any StorageTransaction) throws -> JSON {
         var participants: [JSON] = []
         for participant in roster.participants {
-            guard let user = try userName(participant.userID, tx) else { continue }
+            guard let user = try tx.user(id: participant.userID) else { continue }
             participants.append(.object([
                 "userRecordName": .string(user.recordName), "name": .string(user.name),
                 "role": .string(participant.role.rawValue), "permission": .string(participant.permission.rawValue),
@@ -640,10 +635,6 @@ extension LatticeService {
         ]
         if let root = share.rootRecordName { object["rootRecordName"] = .string(root) }
         return .object(object)
-    }
-
-    private func userName(_ id: Int64, _ tx: any StorageTransaction) throws -> UserAccount? {
-        try tx.user(id: id)
     }
 
     /// Keeps the share's `cloudkit.share` record in the owner's zone in step with the share, so it travels
