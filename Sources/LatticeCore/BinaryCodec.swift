@@ -162,6 +162,16 @@ struct BinaryWriter: ~Copyable {
         body(UnsafeRawBufferPointer(start: base, count: count))
     }
 
+    /// Reserves `capacity` bytes and lets `body` write up to that many straight into them.
+    @inline(__always)
+    mutating func writeDirect(reserving capacity: Int, _ body: (inout RawOut) -> Void) {
+        reserve(capacity)
+        var raw = RawOut(base: base, count: count)
+        body(&raw)
+        precondition(raw.count <= self.capacity, "direct write past its reservation")
+        count = raw.count
+    }
+
     @inline(__always)
     mutating func reserve(_ extra: Int) {
         if count &+ extra > capacity { grow(count + extra) }
@@ -661,7 +671,21 @@ struct BinaryReader {
 extension BinaryReader {
     /// Validates one record frame exactly as strictly as `frame(zoneID:)` and returns its byte range
     /// (length prefix included) and the range of its name's payload, without building any value.
+    /// Common frames pass the quick check (`FrameCheck`); the rest take the full check, which explains
+    /// what is wrong.
+    @inline(__always)
     mutating func scanFrame() throws(CodecError) -> (frame: Range<Int>, name: Range<Int>) {
+        if let quick = FrameCheck.check(buffer, at: offset, limit: limit) {
+            let start = offset
+            offset = quick.end
+            if quick.maximumHLC > maximumHLC.rawValue { maximumHLC = HLC(rawValue: quick.maximumHLC) }
+            return (start..<quick.end, quick.name)
+        }
+        return try scanFrameFully()
+    }
+
+    /// The full check behind `scanFrame()`: every rule, with a precise error for the first one broken.
+    mutating func scanFrameFully() throws(CodecError) -> (frame: Range<Int>, name: Range<Int>) {
         let frameStart = offset
         let length = Int(try u32("record frame length"))
         guard length <= Record.maximumMergedSize else { throw fail(.tooLarge, "record") }
@@ -717,7 +741,7 @@ extension BinaryReader {
                     guard try scanValue() != 0 else { throw fail(.malformed, "set entry (nil element)") }
                     let dot = try stamp("set entry dot")
                     if let previous {
-                        var order = EncodedOrder.compareValuesFast(buffer, previous.value, buffer, valueAt)
+                        var order = Raw.compareValues(buffer.baseAddress!, previous.value, buffer.baseAddress!, valueAt)
                         if order == 0 { order = previous.dot == dot ? 0 : (previous.dot < dot ? -1 : 1) }
                         if order >= 0 { throw fail(.malformed, "set (entries not in order)") }
                     }

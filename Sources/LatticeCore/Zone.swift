@@ -228,10 +228,11 @@ public struct ZoneState: Hashable, Sendable {
     /// does not cover; a record created, recreated or deleted after `since` travels whole.
     public func encodedChanges(since: VersionVector) -> [UInt8]? {
         var records = 0
+        let covering = Covering(since)
         let bytes = encode(since: since) { writer in
             for frame in frames {
                 frame.withUnsafeBytes { p in
-                    if ZoneState.appendChanges(of: p, since: since, to: &writer) { records += 1 }
+                    if ZoneState.appendChanges(of: p, since: covering, to: &writer) { records += 1 }
                 }
             }
             return records
@@ -329,10 +330,10 @@ public struct ZoneState: Hashable, Sendable {
                     }
                     let incoming = UnsafeRawBufferPointer(rebasing: q[frameRange])
                     if index < stored.count && order == 0 {
-                        if let merged = FrameMerge.merge(stored[index], incoming, scratch: &scratch) { stored[index] = merged }
+                        FrameMerge.merge(into: &stored[index], incoming, scratch: &scratch)
                         index += 1
                     } else {
-                        inserts.append((index, copyBytes(incoming)))
+                        inserts.append((index, FrameStorage.make(incoming)))
                     }
                 }
             }
@@ -432,7 +433,7 @@ public struct ZoneState: Hashable, Sendable {
         if case .found(let index) = position { limit = max(limit, frames[index].count - 4) }
         var writer = BinaryWriter(capacity: 256)
         try writer.frame(record, limit: limit)
-        let frame = writer.finish()
+        let frame = writer.withWrittenBytes(FrameStorage.make)
         switch position {
         case .found(let index): frames[index] = frame
         case .insert(let index): frames.insert(frame, at: index)
@@ -465,45 +466,107 @@ public struct ZoneState: Hashable, Sendable {
     }
 
     /// Appends the part of one frame that `since` does not reflect; returns false when there is none.
+    ///
+    /// Runs over every stored frame on each export, so it reads raw addresses (`Raw`) and writes
+    /// nothing until it finds the first change: an unchanged frame costs one pass over its stamps.
     @inline(__always)
-    static func appendChanges(of p: UnsafeRawBufferPointer, since: VersionVector, to out: inout BinaryWriter) -> Bool {
-        let header = FrameHeader(p)
-        if !since.covers(header.created) || header.deletion.map({ !since.covers($0) }) == true {
-            out.append(p)
+    static func appendChanges(of frame: UnsafeRawBufferPointer, since: Covering, to out: inout BinaryWriter) -> Bool {
+        let p = frame.baseAddress!
+        var i = 4
+        i &+= Int(truncatingIfNeeded: Raw.varint(p, &i)) // name
+        i &+= Int(truncatingIfNeeded: Raw.varint(p, &i)) // type
+        _ = Raw.varint(p, &i)                            // generation
+        let created = Raw.stamp(p, &i)
+        let headerEnd = i
+        let flags = Raw.u8(p, i)
+        i &+= 1
+        if flags & 1 != 0 { // a tombstone travels whole when its deletion is new
+            let deletion = Raw.stamp(p, &i)
+            guard !since.covers(created) || !since.covers(deletion) else { return false }
+            out.append(frame)
             return true
         }
-        if header.deletion != nil { return false }
-        let parentChanged = header.parentWhole != nil && !since.covers(header.parentStamp)
-        // Write a partial frame optimistically and drop it if nothing changed.
-        let start = out.count
-        out.u32(0)
-        out.append(p, 4..<header.createdWhole.upperBound)
-        out.u8(parentChanged ? 2 : 0)
-        if parentChanged { out.append(p, header.parentWhole!) }
-        let countAt = out.countPlaceholder()
+        if !since.covers(created) {
+            out.append(frame)
+            return true
+        }
+        var parentChanged = false
+        let parentStart = i
+        if flags & 2 != 0 {
+            parentChanged = !since.covers(Raw.stamp(p, &i))
+            i = Raw.valueEnd(p, i)
+        }
+        let parentEnd = i
+        let fieldCount = Int(truncatingIfNeeded: Raw.varint(p, &i))
         var changed = 0
-        var cursor = ByteCursor(p, at: header.fieldsStart)
-        for _ in 0..<header.fieldCount {
-            let field = FieldView(&cursor)
-            let isNew = field.isSet ? EncodedOrder.exceeds(p, field.setLayout(p).context, since)
-                : !since.covers(field.stamp(p))
-            if isNew {
-                changed += 1
-                out.append(p, field.whole)
+        var started = false
+        var start = 0, countAt = 0
+        out.writeDirect(reserving: frame.count) { w in
+            start = w.count
+            @inline(__always) func begin() {
+                started = true
+                w.u32(0)
+                w.copy(p, 4, headerEnd)
+                w.u8(parentChanged ? 2 : 0)
+                if parentChanged { w.copy(p, parentStart, parentEnd) }
+                countAt = w.placeholder()
+            }
+            if parentChanged { begin() }
+            for _ in 0..<fieldCount {
+                let field = RawField(p, at: i)
+                i = field.end
+                var isNew: Bool
+                if field.isSet {
+                    var j = field.payload
+                    let entries = Int(truncatingIfNeeded: Raw.varint(p, &j))
+                    isNew = false
+                    for _ in 0..<entries {
+                        let replica = Raw.varint(p, &j)
+                        let hlc = Raw.u64(p, j)
+                        j &+= 8
+                        if !since.covers(replica: replica, hlc: hlc) { isNew = true; break }
+                    }
+                } else {
+                    var j = field.payload
+                    isNew = !since.covers(Raw.stamp(p, &j))
+                }
+                guard isNew else { continue }
+                if !started { begin() }
+                changed &+= 1
+                w.copy(p, field.start, field.end)
             }
         }
-        if changed == 0 && !parentChanged {
+        guard started else { return false }
+        if changed == fieldCount && (parentChanged || flags & 2 == 0) { // everything changed: the frame as it is
             out.truncate(to: start)
-            return false
-        }
-        if changed == header.fieldCount && (parentChanged || header.parentWhole == nil) {
-            out.truncate(to: start)
-            out.append(p)
+            out.append(frame)
             return true
         }
         out.patchCount(changed, at: countAt)
         out.patchU32(UInt32(out.count - start - 4), at: start)
         return true
+    }
+}
+
+/// A version vector read once for many coverage checks (an export checks every stamp of every frame).
+struct Covering {
+    private let entries: [VersionVector.Entry]
+
+    init(_ vector: VersionVector) { entries = vector.entries }
+
+    @inline(__always) func covers(_ stamp: Stamp) -> Bool {
+        covers(replica: stamp.replica.rawValue, hlc: stamp.hlc.rawValue)
+    }
+
+    /// True when the vector holds `replica` at `hlc` or later (entries are sorted by replica).
+    @inline(__always) func covers(replica: UInt64, hlc: UInt64) -> Bool {
+        entries.withUnsafeBufferPointer { table in
+            for entry in table {
+                if entry.replica.rawValue == replica { return hlc <= entry.hlc.rawValue }
+                if entry.replica.rawValue > replica { return false }
+            }
+            return false
+        }
     }
 }
 

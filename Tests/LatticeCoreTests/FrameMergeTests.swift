@@ -21,11 +21,15 @@ import Testing
                 let expected = frame(a.merging(b))
                 let joined = FrameMerge.merged(frame(a), frame(b))
                 try require(joined == expected, "byte join differs from Record.merge for \(a) and \(b)")
-                // The zone path: nil means "mine already reflects theirs", which must mean the join is mine.
+                // The zone path rewrites the stored frame (in place when it fits, else in new storage);
+                // "unchanged" must mean the join is the stored frame.
                 var scratch = BinaryWriter(capacity: 64)
-                let mineFrame = frame(a)
-                let update = frame(b).withUnsafeBytes { FrameMerge.merge(mineFrame, $0, scratch: &scratch) }
-                try require((update ?? mineFrame) == expected, "zone merge differs from Record.merge")
+                for stored in [frame(a), frame(a).withUnsafeBytes(FrameStorage.make)] {
+                    var mine = stored
+                    let changed = frame(b).withUnsafeBytes { FrameMerge.merge(into: &mine, $0, scratch: &scratch) }
+                    try require(mine == expected, "zone merge differs from Record.merge")
+                    try require(changed == (stored != expected), "zone merge reports a change wrongly")
+                }
                 made += 1
             }
             return made
@@ -47,7 +51,7 @@ import Testing
                 rng.pick(snapshots).recordStamps(into: &since)
                 let expected = record.changes(since: since).map(frame)
                 var writer = BinaryWriter(capacity: 256)
-                let wrote = frame(record).withUnsafeBytes { ZoneState.appendChanges(of: $0, since: since, to: &writer) }
+                let wrote = frame(record).withUnsafeBytes { ZoneState.appendChanges(of: $0, since: Covering(since), to: &writer) }
                 let actual = wrote ? writer.finish() : nil
                 try require(actual == expected, "byte changes differ from Record.changes for \(record) since \(since)")
                 made += 1
