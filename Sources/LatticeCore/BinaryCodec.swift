@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Input the binary decoder refused. The message says what and where; it never echoes the input.
 public struct CodecError: Error, Hashable, Sendable, CustomStringConvertible {
     public enum Code: String, Sendable {
@@ -118,25 +122,55 @@ public enum BinaryCodec {
 
 // MARK: - Writer
 
+/// Page population for large fresh buffers.
+enum Memory {
+    /// How much of a fresh buffer is populated at a time.
+    static let populateChunk = 256 << 10
+
+    /// Populates the whole pages inside `count` bytes at `start` for writing, in one system call
+    /// (Linux's `MADV_POPULATE_WRITE`, 5.14 and later). A large buffer just allocated is otherwise
+    /// faulted in a page at a time on first write: one trap into the kernel per 4 KiB, which on this
+    /// project's test machine costs about 2.7 µs each. Elsewhere, or if the kernel refuses, nothing
+    /// happens and the pages fault in as usual.
+    static func populate(_ start: UnsafeMutableRawPointer, _ count: Int) {
+        #if os(Linux)
+        let page = 4096
+        let first = (Int(bitPattern: start) + page - 1) & ~(page - 1)
+        let end = (Int(bitPattern: start) + count) & ~(page - 1)
+        guard end > first, let address = UnsafeMutableRawPointer(bitPattern: first) else { return }
+        let populateWrite: Int32 = 23 // MADV_POPULATE_WRITE
+        _ = madvise(address, end - first, populateWrite)
+        #endif
+    }
+}
+
 /// A growable byte buffer for encoders: raw stores, no per-byte bounds or uniqueness checks.
 /// `finish()` hands the bytes over as an array of exactly the written size.
 struct BinaryWriter: ~Copyable {
     private var base: UnsafeMutableRawPointer
+    /// Bytes writable without calling `grow`: the allocation, or for borrowed memory that is being
+    /// populated, the part populated so far.
     private var capacity: Int
     private(set) var count = 0
     /// False when writing into memory someone else owns (and sized): such a writer never grows.
     private let owned: Bool
+    /// The size of borrowed memory.
+    private let bound: Int
 
     init(capacity: Int) {
         self.capacity = max(capacity, 64)
         base = UnsafeMutableRawPointer.allocate(byteCount: self.capacity, alignment: 8)
         owned = true
+        bound = 0
     }
 
-    /// Writes into `memory`, whose size must bound everything written.
-    init(into memory: UnsafeMutableRawBufferPointer) {
+    /// Writes into `memory`, whose size must bound everything written. With `populating`, the memory is
+    /// fresh and large, and its pages are populated a chunk at a time just ahead of the writes
+    /// (`Memory.populate`) rather than faulted in one by one.
+    init(into memory: UnsafeMutableRawBufferPointer, populating: Bool = false) {
         base = memory.baseAddress!
-        capacity = memory.count
+        bound = memory.count
+        capacity = populating ? 0 : memory.count
         owned = false
     }
 
@@ -179,7 +213,13 @@ struct BinaryWriter: ~Copyable {
 
     @inline(never)
     private mutating func grow(_ needed: Int) {
-        precondition(owned, "a writer over borrowed memory outgrew its bound")
+        guard owned else {
+            precondition(needed <= bound, "a writer over borrowed memory outgrew its bound")
+            let next = min(bound, max(needed, capacity + Memory.populateChunk))
+            Memory.populate(base + capacity, next - capacity)
+            capacity = next
+            return
+        }
         var newCapacity = capacity * 2
         while newCapacity < needed { newCapacity *= 2 }
         let newBase = UnsafeMutableRawPointer.allocate(byteCount: newCapacity, alignment: 8)
@@ -401,6 +441,8 @@ struct BinaryReader {
     var limit: Int
     /// The greatest clock value read so far (stamps and version vectors).
     var maximumHLC = HLC.zero
+    /// Field names and record types the quick frame check has found legal in this buffer.
+    var knownNames = NameCache()
 
     init(_ buffer: UnsafeRawBufferPointer) {
         self.buffer = buffer
@@ -675,7 +717,7 @@ extension BinaryReader {
     /// what is wrong.
     @inline(__always)
     mutating func scanFrame() throws(CodecError) -> (frame: Range<Int>, name: Range<Int>) {
-        if let quick = FrameCheck.check(buffer, at: offset, limit: limit) {
+        if let quick = FrameCheck.check(buffer, at: offset, limit: limit, names: &knownNames) {
             let start = offset
             offset = quick.end
             if quick.maximumHLC > maximumHLC.rawValue { maximumHLC = HLC(rawValue: quick.maximumHLC) }

@@ -64,6 +64,36 @@ enum NameBytes {
     }
 }
 
+/// Identifiers (field names, record types) of up to seven bytes already found legal: the same few names
+/// recur in every record of a delta. A direct-mapped table of sixteen names, each kept as one word
+/// (its bytes and its length), so a hit costs one load and one compare.
+struct NameCache {
+    private var slots: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64,
+                        UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) =
+        (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+    /// The key of a name of 1-7 bytes whose first eight bytes may be loaded, or 0 (never a key).
+    @inline(__always) static func key(_ name: UnsafeRawPointer, _ count: Int, loadable: Bool) -> UInt64 {
+        guard loadable, count > 0, count < 8 else { return 0 }
+        let bytes = name.loadUnaligned(as: UInt64.self) & ((1 &<< UInt64(count &* 8)) &- 1)
+        return bytes | UInt64(count) &<< 56
+    }
+
+    @inline(__always) private static func slot(_ key: UInt64) -> Int {
+        Int(truncatingIfNeeded: (key &* 0x9E37_79B9_7F4A_7C15) &>> 60) &* 8
+    }
+
+    /// True when the cache at `cache` holds `key` (read in place: the table is not copied).
+    @inline(__always) static func contains(_ key: UInt64, in cache: UnsafeMutablePointer<NameCache>) -> Bool {
+        key != 0 && UnsafeRawPointer(cache).load(fromByteOffset: slot(key), as: UInt64.self) == key
+    }
+
+    @inline(__always) static func insert(_ key: UInt64, in cache: UnsafeMutablePointer<NameCache>) {
+        guard key != 0 else { return }
+        UnsafeMutableRawPointer(cache).storeBytes(of: key, toByteOffset: slot(key), as: UInt64.self)
+    }
+}
+
 /// The quick check (see the top of this file). Reads never pass `end`.
 struct FrameCheck {
     let p: UnsafeRawPointer
@@ -71,6 +101,7 @@ struct FrameCheck {
     var end: Int
     /// The end of the whole buffer (reads past `end` are allowed up to here, for eight-byte compares).
     let bufferEnd: Int
+    let names: UnsafeMutablePointer<NameCache>
     /// The greatest clock value in the frame.
     var maximumHLC: UInt64 = 0
 
@@ -78,14 +109,17 @@ struct FrameCheck {
     /// after the frame, the range of the record name's payload and the greatest clock value, or nil when
     /// the full check must decide.
     @inline(__always)
-    static func check(_ buffer: UnsafeRawBufferPointer, at offset: Int, limit: Int)
+    static func check(_ buffer: UnsafeRawBufferPointer, at offset: Int, limit: Int, names: inout NameCache)
         -> (end: Int, name: Range<Int>, maximumHLC: UInt64)? {
         guard let base = buffer.baseAddress, limit &- offset >= 4 else { return nil }
         let length = Int(UInt32(littleEndian: base.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
         guard length <= Record.maximumMergedSize, length <= limit &- offset &- 4 else { return nil }
-        var check = FrameCheck(p: base, i: offset &+ 4, end: offset &+ 4 &+ length, bufferEnd: buffer.count)
-        guard let name = check.body() else { return nil }
-        return (check.end, name, check.maximumHLC)
+        return withUnsafeMutablePointer(to: &names) { names in
+            var check = FrameCheck(p: base, i: offset &+ 4, end: offset &+ 4 &+ length, bufferEnd: buffer.count,
+                                   names: names)
+            guard let name = check.body() else { return nil }
+            return (check.end, name, check.maximumHLC)
+        }
     }
 
     @inline(__always) private func byte(_ at: Int) -> UInt8 { p.load(fromByteOffset: at, as: UInt8.self) }
@@ -146,9 +180,16 @@ struct FrameCheck {
     @inline(__always) private mutating func name(identifier: Bool) -> Range<Int>? {
         guard let length = count(1) else { return nil }
         let start = i
-        let legal = identifier ? NameBytes.isIdentifier(p + start, length)
-            : NameBytes.isRecordName(p + start, length, loadable: start &+ 8 <= bufferEnd)
-        guard legal else { return nil }
+        let loadable = start &+ 8 <= bufferEnd
+        if identifier {
+            let key = NameCache.key(p + start, length, loadable: loadable)
+            if !NameCache.contains(key, in: names) {
+                guard NameBytes.isIdentifier(p + start, length) else { return nil }
+                NameCache.insert(key, in: names)
+            }
+        } else {
+            guard NameBytes.isRecordName(p + start, length, loadable: loadable) else { return nil }
+        }
         i &+= length
         return Range(uncheckedBounds: (start, i))
     }

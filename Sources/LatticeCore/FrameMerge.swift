@@ -343,9 +343,14 @@ enum FrameMerge {
             let order = Raw.compare(p + x.name, x.nameLength, q + y.name, y.nameLength,
                                     loadable: x.name &+ 8 <= a.end && y.name &+ 8 <= b.end)
             union &+= 1
-            if order < 0 {
+            if order < 0 || (order == 0 && Raw.equal(p + x.start, x.end &- x.start, q + y.start, y.end &- y.start)) {
+                // Only `mine` holds the field, or both hold the same bytes: it stays in the pending run.
                 leftA &-= 1
                 if leftA > 0 { x = RawField(p, at: x.end) }
+                if order == 0 {
+                    leftB &-= 1
+                    if leftB > 0 { y = RawField(q, at: y.end) }
+                }
                 continue
             }
             w.copy(p, pending, x.start)
@@ -369,10 +374,6 @@ enum FrameMerge {
     @inline(__always)
     private static func mergeField(_ p: UnsafeRawPointer, _ x: RawField, _ q: UnsafeRawPointer, _ y: RawField,
                                    into w: inout RawOut) {
-        if Raw.equal(p + x.start, x.end &- x.start, q + y.start, y.end &- y.start) {
-            w.copy(p, x.start, x.end)
-            return
-        }
         switch (x.isSet, y.isSet) {
         case (false, false):
             var i = x.payload, j = y.payload

@@ -47,9 +47,9 @@ public struct EncodedDelta: Sendable {
 
     public var recordCount: Int { frames.count }
 
-    /// - Parameter known: a zone whose stored frames are already valid: an incoming frame byte-identical
-    ///   to one of them is accepted without re-checking its contents (whole-state imports repeat most
-    ///   records). Pass `nil` to check everything.
+    /// - Parameter known: a zone whose stored frames are already valid: in a whole state (a delta since
+    ///   the empty version), an incoming frame byte-identical to one of them is accepted without
+    ///   re-checking its contents (whole-state imports repeat most records). Pass `nil` to check everything.
     /// - Throws: `CodecError` for anything that is not a canonical version-1 zone delta.
     public init(validating bytes: [UInt8], knownFrames known: ZoneState? = nil) throws(CodecError) {
         var zoneID: ZoneID? = nil
@@ -67,7 +67,9 @@ public struct EncodedDelta: Sendable {
                 frames.reserveCapacity(count)
                 names.reserveCapacity(count)
                 var knownIndex = 0
-                let knownFrames = known?.frames ?? []
+                // Only whole states (computed against the empty version) repeat most records byte for byte;
+                // a delta carries what changed, so its frames are not looked up among the known ones.
+                let knownFrames = since.isEmpty ? known?.frames ?? [] : []
                 for _ in 0..<count {
                     let start = reader.offset
                     if let skipped = try ZoneState.skipKnownFrame(&reader, raw, knownFrames, &knownIndex) {
@@ -263,7 +265,7 @@ public struct ZoneState: Hashable, Sendable {
         let bound = header.count + 10 + total
         return header.withWrittenBytes { prefix in
             [UInt8](unsafeUninitializedCapacity: bound) { buffer, initialized in
-                var writer = BinaryWriter(into: UnsafeMutableRawBufferPointer(buffer))
+                var writer = BinaryWriter(into: UnsafeMutableRawBufferPointer(buffer), populating: true)
                 writer.append(prefix)
                 let countAt = writer.countPlaceholder()
                 let count = body(&writer)
