@@ -229,6 +229,38 @@ struct BinaryWriter: ~Copyable {
         capacity = newCapacity
     }
 
+    /// Reserves room for a count of at most `maximum`, written later with `patchCount(_:at:width:)`.
+    /// Unlike `countPlaceholder()`, nothing written after it moves unless the count needs fewer bytes
+    /// than `maximum` does (a large delta's record count would otherwise shift the whole delta).
+    mutating func countPlaceholder(upTo maximum: Int) -> (offset: Int, width: Int) {
+        let width = BinaryWriter.varintWidth(UInt64(maximum))
+        let offset = count
+        for _ in 0..<width { u8(0) }
+        return (offset, width)
+    }
+
+    /// Writes `value` (at most the `maximum` given to `countPlaceholder(upTo:)`) where that reserved room.
+    mutating func patchCount(_ value: Int, at offset: Int, width: Int) {
+        let needed = BinaryWriter.varintWidth(UInt64(value))
+        precondition(needed <= width, "count above its reserved maximum")
+        if needed < width {
+            (base + offset + needed).copyMemory(from: base + offset + width, byteCount: count - offset - width)
+            count -= width - needed
+        }
+        var v = UInt64(value)
+        for index in 0..<needed {
+            let more: UInt8 = index < needed - 1 ? 0x80 : 0
+            base.storeBytes(of: UInt8(truncatingIfNeeded: v & 0x7F) | more, toByteOffset: offset + index, as: UInt8.self)
+            v >>= 7
+        }
+    }
+
+    static func varintWidth(_ value: UInt64) -> Int {
+        var width = 1, rest = value >> 7
+        while rest > 0 { width += 1; rest >>= 7 }
+        return width
+    }
+
     /// Reserves one byte for a count that is written later with `patchCount(_:at:)`.
     @inline(__always)
     mutating func countPlaceholder() -> Int {

@@ -145,33 +145,39 @@ struct FrameHeader {
     var fieldsStart: Int
     var end: Int
 
-    @inline(__always) init(_ p: UnsafeRawBufferPointer) {
-        var c = ByteCursor(p)
-        let length = Int(c.u32())
-        end = 4 + length
-        name = c.string()
-        let typeStart = c.offset
-        type = c.string()
-        typeWhole = typeStart..<c.offset
-        generation = c.varint()
-        let createdStart = c.offset
-        created = c.stamp()
-        createdWhole = createdStart..<c.offset
-        let flags = c.u8()
-        deletion = flags & 1 != 0 ? c.stamp() : nil
+    /// Parses the header of a validated frame (raw reads, no checks: see `Raw`).
+    @inline(__always) init(_ frame: UnsafeRawBufferPointer) {
+        let p = frame.baseAddress!
+        @inline(__always) func range(_ a: Int, _ b: Int) -> Range<Int> { Range(uncheckedBounds: (a, b)) }
+        end = 4 &+ Int(UInt32(littleEndian: p.loadUnaligned(as: UInt32.self)))
+        var i = 4
+        let nameLength = Int(truncatingIfNeeded: Raw.varint(p, &i))
+        name = range(i, i &+ nameLength)
+        i &+= nameLength
+        let typeStart = i
+        let typeLength = Int(truncatingIfNeeded: Raw.varint(p, &i))
+        type = range(i, i &+ typeLength)
+        i &+= typeLength
+        typeWhole = range(typeStart, i)
+        generation = Raw.varint(p, &i)
+        let createdStart = i
+        created = Raw.stamp(p, &i)
+        createdWhole = range(createdStart, i)
+        let flags = Raw.u8(p, i)
+        i &+= 1
+        deletion = flags & 1 != 0 ? Raw.stamp(p, &i) : nil
         parentStamp = Stamp(hlc: .zero, replica: ReplicaID(0))
         parentValue = 0
+        parentWhole = nil
         if flags & 2 != 0 {
-            let start = c.offset
-            parentStamp = c.stamp()
-            parentValue = c.offset
-            c.skipValue()
-            parentWhole = start..<c.offset
-        } else {
-            parentWhole = nil
+            let start = i
+            parentStamp = Raw.stamp(p, &i)
+            parentValue = i
+            i = Raw.valueEnd(p, i)
+            parentWhole = range(start, i)
         }
-        fieldCount = Int(c.varint())
-        fieldsStart = c.offset
+        fieldCount = Int(truncatingIfNeeded: Raw.varint(p, &i))
+        fieldsStart = i
     }
 }
 

@@ -267,9 +267,9 @@ public struct ZoneState: Hashable, Sendable {
             [UInt8](unsafeUninitializedCapacity: bound) { buffer, initialized in
                 var writer = BinaryWriter(into: UnsafeMutableRawBufferPointer(buffer), populating: true)
                 writer.append(prefix)
-                let countAt = writer.countPlaceholder()
+                let countAt = writer.countPlaceholder(upTo: frames.count)
                 let count = body(&writer)
-                writer.patchCount(count, at: countAt)
+                writer.patchCount(count, at: countAt.offset, width: countAt.width)
                 initialized = writer.count
             }
         }
