@@ -551,10 +551,20 @@ public struct ZoneState: Hashable, Sendable {
 }
 
 /// A version vector read once for many coverage checks (an export checks every stamp of every frame).
+/// Vectors of up to two replicas, the common case, are kept inline.
 struct Covering {
     private let entries: [VersionVector.Entry]
+    private let count: Int
+    private let r0: UInt64, h0: UInt64, r1: UInt64, h1: UInt64
 
-    init(_ vector: VersionVector) { entries = vector.entries }
+    init(_ vector: VersionVector) {
+        entries = vector.entries
+        count = entries.count
+        r0 = count > 0 ? entries[0].replica.rawValue : 0
+        h0 = count > 0 ? entries[0].hlc.rawValue : 0
+        r1 = count > 1 ? entries[1].replica.rawValue : 0
+        h1 = count > 1 ? entries[1].hlc.rawValue : 0
+    }
 
     @inline(__always) func covers(_ stamp: Stamp) -> Bool {
         covers(replica: stamp.replica.rawValue, hlc: stamp.hlc.rawValue)
@@ -562,7 +572,11 @@ struct Covering {
 
     /// True when the vector holds `replica` at `hlc` or later (entries are sorted by replica).
     @inline(__always) func covers(replica: UInt64, hlc: UInt64) -> Bool {
-        entries.withUnsafeBufferPointer { table in
+        if count <= 2 {
+            if count > 0 && replica == r0 { return hlc <= h0 }
+            return count > 1 && replica == r1 && hlc <= h1
+        }
+        return entries.withUnsafeBufferPointer { table in
             for entry in table {
                 if entry.replica.rawValue == replica { return hlc <= entry.hlc.rawValue }
                 if entry.replica.rawValue > replica { return false }
