@@ -30,8 +30,11 @@ let package = Package(
         // Our own C: non-variadic wrappers for variadic or macro-only C APIs.
         .target(name: "CHTTPShims", dependencies: ["CMicroHTTPD"]),
 
-        // The CRDT record model. Foundation only, no I/O.
-        .target(name: "LatticeCore"),
+        // A cache prefetch hint for the zone's frame walks (Swift has none).
+        .target(name: "CMemoryHints"),
+
+        // The CRDT record model. Foundation only (and the prefetch hint), no I/O.
+        .target(name: "LatticeCore", dependencies: ["CMemoryHints"]),
 
         // Storage: the only module that speaks SQL.
         .target(name: "LatticeStore", dependencies: ["LatticeCore", "CSQLite"]),

@@ -1,4 +1,5 @@
 import Foundation
+import CMemoryHints
 
 /// A batch of record states for one zone, as values: either the changes since a version, or a whole state.
 ///
@@ -232,9 +233,14 @@ public struct ZoneState: Hashable, Sendable {
         var records = 0
         let covering = Covering(since)
         let bytes = encode(since: since) { writer in
-            for frame in frames {
-                frame.withUnsafeBytes { p in
-                    if ZoneState.appendChanges(of: p, since: covering, to: &writer) { records += 1 }
+            frames.withUnsafeBufferPointer { all in
+                for index in all.indices {
+                    if index &+ ZoneState.prefetchDistance < all.count {
+                        ZoneState.prefetch(all[index &+ ZoneState.prefetchDistance])
+                    }
+                    all[index].withUnsafeBytes { p in
+                        if ZoneState.appendChanges(of: p, since: covering, to: &writer) { records += 1 }
+                    }
                 }
             }
             return records
@@ -324,6 +330,9 @@ public struct ZoneState: Hashable, Sendable {
                 for (frameRange, nameRange) in zip(delta.frames, delta.names) {
                     var order = 1
                     while index < stored.count {
+                        if index &+ ZoneState.prefetchDistance < stored.count {
+                            ZoneState.prefetch(stored[index &+ ZoneState.prefetchDistance])
+                        }
                         order = stored[index].withUnsafeBytes { p in
                             EncodedOrder.compare(p, ZoneState.nameRange(p), q, nameRange)
                         }
@@ -369,6 +378,24 @@ public struct ZoneState: Hashable, Sendable {
     }
 
     // MARK: Internals
+
+    /// How many frames ahead the frame walks (export, join) ask for the next frames' memory. Each frame
+    /// is its own heap block, so the hardware cannot guess where the next one is; without the hint the
+    /// walk waits for each frame in turn.
+    static let prefetchDistance = 4
+
+    /// Hints the CPU to load the first `prefetchLines` cache lines of `frame` (a typical frame; lines past
+    /// its end are harmless, a prefetch never faults). Its length is not read: that read would itself
+    /// wait for the memory the hint is for.
+    @inline(__always)
+    static func prefetch(_ frame: [UInt8]) {
+        frame.withUnsafeBufferPointer { p in
+            guard let base = p.baseAddress else { return }
+            for line in 0..<prefetchLines { lattice_prefetch(UnsafeRawPointer(base) + (line &* 64 &- 32)) }
+        }
+    }
+
+    static let prefetchLines = 6
 
     /// If the frame at the reader is byte-identical to a known (stored, hence valid) frame, moves past
     /// it and returns its ranges; otherwise leaves the reader where it was. `index` walks `known` in
