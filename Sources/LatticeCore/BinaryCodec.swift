@@ -875,20 +875,8 @@ extension BinaryReader {
     /// True when every byte is below 0x80 (checked eight bytes at a time).
     @inline(__always)
     static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        let count = bytes.count
-        guard count > 0 else { return true }
-        let base = bytes.baseAddress!
-        var index = 0
-        var high: UInt64 = 0
-        while index &+ 8 <= count {
-            high |= base.loadUnaligned(fromByteOffset: index, as: UInt64.self)
-            index &+= 8
-        }
-        while index < count {
-            high |= UInt64(base.load(fromByteOffset: index, as: UInt8.self))
-            index &+= 1
-        }
-        return high & 0x8080_8080_8080_8080 == 0
+        guard let base = bytes.baseAddress else { return true }
+        return FrameCheck.isASCII(base, bytes.count)
     }
 
     /// Validates an optional value in place and returns its type byte (0 for nil).

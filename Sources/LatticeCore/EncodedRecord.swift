@@ -187,23 +187,10 @@ enum EncodedOrder {
     /// Lexicographic comparison of two byte ranges: -1, 0 or 1 (eight bytes at a time).
     @inline(__always)
     static func compare(_ p: UnsafeRawBufferPointer, _ a: Range<Int>, _ q: UnsafeRawBufferPointer, _ b: Range<Int>) -> Int {
-        let count = min(a.count, b.count)
-        if count > 0 {
-            let x = p.baseAddress! + a.lowerBound, y = q.baseAddress! + b.lowerBound
-            var index = 0
-            while index &+ 8 <= count {
-                let u = x.loadUnaligned(fromByteOffset: index, as: UInt64.self).bigEndian
-                let v = y.loadUnaligned(fromByteOffset: index, as: UInt64.self).bigEndian
-                if u != v { return u < v ? -1 : 1 }
-                index &+= 8
-            }
-            while index < count {
-                let u = x.load(fromByteOffset: index, as: UInt8.self), v = y.load(fromByteOffset: index, as: UInt8.self)
-                if u != v { return u < v ? -1 : 1 }
-                index &+= 1
-            }
+        guard let x = p.baseAddress, let y = q.baseAddress else { // an empty buffer: an empty range
+            return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
         }
-        return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
+        return Raw.compare(x + a.lowerBound, a.count, y + b.lowerBound, b.count)
     }
 
     @inline(__always)
