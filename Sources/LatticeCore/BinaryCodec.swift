@@ -188,7 +188,7 @@ struct BinaryWriter: ~Copyable {
 
     /// A copy of the bytes written so far; the writer stays usable.
     func copyBytes() -> [UInt8] {
-        withWrittenBytes { LatticeCore.copyBytes($0) }
+        [UInt8](UnsafeBufferPointer(start: base.assumingMemoryBound(to: UInt8.self), count: count))
     }
 
     /// The bytes written so far, for comparisons before `finish()`.
@@ -247,18 +247,24 @@ struct BinaryWriter: ~Copyable {
             (base + offset + needed).copyMemory(from: base + offset + width, byteCount: count - offset - width)
             count -= width - needed
         }
-        var v = UInt64(value)
-        for index in 0..<needed {
-            let more: UInt8 = index < needed - 1 ? 0x80 : 0
-            base.storeBytes(of: UInt8(truncatingIfNeeded: v & 0x7F) | more, toByteOffset: offset + index, as: UInt8.self)
-            v >>= 7
-        }
+        BinaryWriter.storeVarint(UInt64(value), width: needed, at: base + offset)
     }
 
+    /// The bytes `value` takes as a varint.
     static func varintWidth(_ value: UInt64) -> Int {
         var width = 1, rest = value >> 7
         while rest > 0 { width += 1; rest >>= 7 }
         return width
+    }
+
+    /// Stores `value` as a varint of `width` bytes (its `varintWidth`) at `address`.
+    static func storeVarint(_ value: UInt64, width: Int, at address: UnsafeMutableRawPointer) {
+        var v = value
+        for index in 0..<width {
+            let more: UInt8 = index < width - 1 ? 0x80 : 0
+            address.storeBytes(of: UInt8(truncatingIfNeeded: v & 0x7F) | more, toByteOffset: index, as: UInt8.self)
+            v >>= 7
+        }
     }
 
     /// Reserves one byte for a count that is written later with `patchCount(_:at:)`.
@@ -276,19 +282,11 @@ struct BinaryWriter: ~Copyable {
             base.storeBytes(of: UInt8(value), toByteOffset: offset, as: UInt8.self)
             return
         }
-        var length = 1
-        var rest = UInt64(value) >> 7
-        while rest > 0 { length += 1; rest >>= 7 }
+        let length = BinaryWriter.varintWidth(UInt64(value))
         reserve(length - 1)
         let tail = count - offset - 1
         (base + offset + length).copyMemory(from: base + offset + 1, byteCount: tail)
-        var v = UInt64(value)
-        for index in 0..<length {
-            let more = index < length - 1
-            base.storeBytes(of: UInt8(truncatingIfNeeded: v & 0x7F) | (more ? 0x80 : 0), toByteOffset: offset + index,
-                            as: UInt8.self)
-            v >>= 7
-        }
+        BinaryWriter.storeVarint(UInt64(value), width: length, at: base + offset)
         count += length - 1
     }
 

@@ -41,17 +41,6 @@ enum FrameStorage {
     }
 }
 
-/// A fresh array holding a copy of raw bytes (one memcpy).
-///
-/// Built from a buffer pointer rather than with `init(unsafeUninitializedCapacity:)`: on this toolchain the
-/// closure-based initializer costs about 700 more instructions per array (a generic metadata lookup and
-/// the closure), measured with callgrind, and the zone join makes one array per merged record.
-@inline(__always)
-func copyBytes(_ raw: UnsafeRawBufferPointer) -> [UInt8] {
-    guard raw.count > 0 else { return [] }
-    return Array(UnsafeBufferPointer(start: raw.baseAddress!.assumingMemoryBound(to: UInt8.self), count: raw.count))
-}
-
 /// An unchecked cursor over validated bytes.
 struct ByteCursor {
     let base: UnsafeRawBufferPointer

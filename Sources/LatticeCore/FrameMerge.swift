@@ -196,16 +196,9 @@ struct RawOut {
     }
 
     @inline(never) mutating func patchLong(_ value: Int, at offset: Int) {
-        var length = 1
-        var rest = UInt64(value) >> 7
-        while rest > 0 { length += 1; rest >>= 7 }
+        let length = BinaryWriter.varintWidth(UInt64(value))
         (base + offset + length).copyMemory(from: base + offset + 1, byteCount: count - offset - 1)
-        var v = UInt64(value)
-        for index in 0..<length {
-            let more: UInt8 = index < length - 1 ? 0x80 : 0
-            base.storeBytes(of: UInt8(truncatingIfNeeded: v & 0x7F) | more, toByteOffset: offset + index, as: UInt8.self)
-            v >>= 7
-        }
+        BinaryWriter.storeVarint(UInt64(value), width: length, at: base + offset)
         count += length - 1
     }
 }
