@@ -665,6 +665,39 @@ struct BinaryReader {
         limit = outer
     }
 
+    /// Reads one field (`string(name) kind length payload`) and checks that it is canonical.
+    mutating func field() throws(CodecError) -> Field {
+        let fieldName = try name(.fieldName)
+        let kind = try u8("field kind")
+        let outer = try beginFieldPayload()
+        let state: FieldState
+        switch kind {
+        case 0:
+            let stamp = try stamp("field stamp")
+            state = .register(LWWRegister(value: try value(), stamp: stamp))
+        case 1:
+            let context = try versionVector()
+            let entryCount = try count(minimumElementSize: 1 + 1 + 9, "set entry count")
+            var entries: [ORSet.Entry] = []
+            entries.reserveCapacity(entryCount)
+            for _ in 0..<entryCount {
+                guard let element = try value() else { throw fail(.malformed, "set entry (nil element)") }
+                let dot = try stamp("set entry dot")
+                let entry = ORSet.Entry(element: element, dot: dot)
+                if let last = entries.last, !ORSet.entryPrecedes(last, entry) {
+                    throw fail(.malformed, "set (entries not in order)")
+                }
+                if !context.covers(dot) { throw fail(.malformed, "set (dot outside its causal context)") }
+                entries.append(entry)
+            }
+            state = .set(ORSet(sortedEntries: entries, context: context))
+        default:
+            throw fail(.malformed, "field kind \(kind)")
+        }
+        try endFieldPayload(restoring: outer)
+        return Field(name: fieldName, state: state)
+    }
+
     /// Reads one length-prefixed record frame and checks that it is canonical.
     mutating func frame(zoneID: ZoneID) throws(CodecError) -> Record {
         let length = Int(try u32("record frame length"))
@@ -699,36 +732,11 @@ struct BinaryReader {
         fields.reserveCapacity(fieldCount)
         for _ in 0..<fieldCount {
             let start = offset
-            let fieldName = try name(.fieldName)
-            if let last = fields.last, compareBytes(last.name, fieldName) >= 0 {
+            let field = try field()
+            if let last = fields.last, compareBytes(last.name, field.name) >= 0 {
                 throw CodecError(code: .malformed, context: "record (fields not in name order)", offset: start)
             }
-            let kind = try u8("field kind")
-            let outer = try beginFieldPayload()
-            switch kind {
-            case 0:
-                let stamp = try stamp("field stamp")
-                fields.append(Field(name: fieldName, state: .register(LWWRegister(value: try value(), stamp: stamp))))
-            case 1:
-                let context = try versionVector()
-                let entryCount = try count(minimumElementSize: 1 + 1 + 9, "set entry count")
-                var entries: [ORSet.Entry] = []
-                entries.reserveCapacity(entryCount)
-                for _ in 0..<entryCount {
-                    guard let element = try value() else { throw fail(.malformed, "set entry (nil element)") }
-                    let dot = try stamp("set entry dot")
-                    let entry = ORSet.Entry(element: element, dot: dot)
-                    if let last = entries.last, !ORSet.entryPrecedes(last, entry) {
-                        throw fail(.malformed, "set (entries not in order)")
-                    }
-                    if !context.covers(dot) { throw fail(.malformed, "set (dot outside its causal context)") }
-                    entries.append(entry)
-                }
-                fields.append(Field(name: fieldName, state: .set(ORSet(sortedEntries: entries, context: context))))
-            default:
-                throw fail(.malformed, "field kind \(kind)")
-            }
-            try endFieldPayload(restoring: outer)
+            fields.append(field)
         }
         guard offset == limit else { throw fail(.malformed, "record frame (length does not match contents)") }
         limit = outerLimit

@@ -1,0 +1,135 @@
+/// The bodies of the binary sync path (`deltas/push`, `deltas/pull`; Docs/API.md), in the binary format
+/// of Merge.md §7: the file header with its own kinds, a few fields, then an embedded zone delta whose
+/// record frames are the stored frames themselves.
+///
+/// ```
+/// push  = "LTC" 1 kind=3 string(clientOperationID, "" for none) flags:u8 (1 = atomic) delta-file
+/// pull  = "LTC" 1 kind=4 string(syncToken) flags:u8 (1 = moreComing)
+///         count:varint string(recordName)*        records that left what the caller may see
+///         count:varint string(rootRecordName)*    hierarchy shares the caller lost
+///         delta-file
+/// delta-file = "LTC" 1 kind=2 delta               (Merge.md §7)
+/// ```
+public enum SyncMessage {
+    /// The media type of both bodies; the version is the format version.
+    public static let contentType = "application/vnd.lattice.delta; version=1"
+    static let pushKind: UInt8 = 3
+    static let pullKind: UInt8 = 4
+    /// Bounds on the small fields, checked before anything is allocated for them.
+    public static let maximumStringBytes = 4096
+
+    /// A device's changes to one zone: CRDT states joined by the server, as `records/modify` joins them.
+    public struct Push: Sendable, Equatable {
+        public var clientOperationID: String?
+        public var atomic: Bool
+        /// A zone delta file (`BinaryCodec.encodeDelta`).
+        public var delta: [UInt8]
+
+        public init(clientOperationID: String?, atomic: Bool, delta: [UInt8]) {
+            self.clientOperationID = clientOperationID
+            self.atomic = atomic
+            self.delta = delta
+        }
+
+        public func encoded() -> [UInt8] {
+            var writer = BinaryWriter(capacity: 32 + delta.count)
+            writer.header(kind: pushKind)
+            writer.string(clientOperationID ?? "")
+            writer.u8(atomic ? 1 : 0)
+            writer.append(delta)
+            return writer.finish()
+        }
+
+        /// Reads the envelope; the delta is validated separately (`EncodedDelta(validating:)`).
+        public init(decoding bytes: [UInt8]) throws(CodecError) {
+            var id = "", flags: UInt8 = 0, start = 0
+            try SyncMessage.read(bytes, kind: pushKind, name: "a delta push") { (reader: inout BinaryReader) throws(CodecError) in
+                id = try reader.boundedString("clientOperationID")
+                flags = try reader.u8("push flags")
+                guard flags & ~1 == 0 else { throw reader.fail(.malformed, "push flags") }
+                start = reader.offset
+            }
+            clientOperationID = id.isEmpty ? nil : id
+            atomic = flags & 1 != 0
+            delta = Array(bytes[start...])
+        }
+    }
+
+    /// One page of a zone's changes for a device.
+    public struct Pull: Sendable, Equatable {
+        public var syncToken: String
+        public var moreComing: Bool
+        public var removed: [String]
+        public var lostShares: [String]
+        public var delta: [UInt8]
+
+        public init(syncToken: String, moreComing: Bool, removed: [String], lostShares: [String], delta: [UInt8]) {
+            self.syncToken = syncToken
+            self.moreComing = moreComing
+            self.removed = removed
+            self.lostShares = lostShares
+            self.delta = delta
+        }
+
+        public func encoded() -> [UInt8] {
+            var writer = BinaryWriter(capacity: 64 + delta.count + removed.count * 16)
+            writer.header(kind: pullKind)
+            writer.string(syncToken)
+            writer.u8(moreComing ? 1 : 0)
+            for list in [removed, lostShares] {
+                writer.varint(UInt64(list.count))
+                for name in list { writer.string(name) }
+            }
+            writer.append(delta)
+            return writer.finish()
+        }
+
+        public init(decoding bytes: [UInt8]) throws(CodecError) {
+            var token = "", flags: UInt8 = 0, lists: [[String]] = [], start = 0
+            try SyncMessage.read(bytes, kind: pullKind, name: "a delta pull") { (reader: inout BinaryReader) throws(CodecError) in
+                token = try reader.boundedString("syncToken")
+                flags = try reader.u8("pull flags")
+                guard flags & ~1 == 0 else { throw reader.fail(.malformed, "pull flags") }
+                for _ in 0..<2 {
+                    let count = try reader.count(minimumElementSize: 2, "record name count")
+                    var names: [String] = []
+                    names.reserveCapacity(count)
+                    for _ in 0..<count { names.append(try reader.name(.recordName)) }
+                    lists.append(names)
+                }
+                start = reader.offset
+            }
+            syncToken = token
+            moreComing = flags & 1 != 0
+            removed = lists[0]
+            lostShares = lists[1]
+            delta = Array(bytes[start...])
+        }
+    }
+
+    private static func read(_ bytes: [UInt8], kind: UInt8, name: String,
+                             _ body: (inout BinaryReader) throws(CodecError) -> Void) throws(CodecError) {
+        do {
+            try bytes.withUnsafeBytes { (raw: UnsafeRawBufferPointer) throws in
+                var reader = BinaryReader(raw)
+                try reader.header(kind: kind, name: name)
+                try body(&reader)
+            }
+        } catch let error as CodecError {
+            throw error
+        } catch {
+            throw CodecError(code: .malformed, context: "input", offset: 0)
+        }
+    }
+}
+
+extension BinaryReader {
+    mutating func boundedString(_ context: String) throws(CodecError) -> String {
+        let start = offset
+        let text = try string(context)
+        guard text.utf8.count <= SyncMessage.maximumStringBytes else {
+            throw CodecError(code: .tooLarge, context: context, offset: start)
+        }
+        return text
+    }
+}
