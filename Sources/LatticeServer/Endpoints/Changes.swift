@@ -68,36 +68,9 @@ extension LatticeService {
                 let path = "zones[\(index)]"
                 let zoneName = request["zoneID"]?["zoneName"]?.stringValue ?? ""
                 do {
-                    let resolved = try resolveZone(request["zoneID"], context, tx, path: path + ".zoneID")
-                    let limit = try resultsLimit(request["resultsLimit"] ?? context.body["resultsLimit"])
-                    let hierarchy = resolved.grants.contains { $0.share.rootRecordName != nil }
-                    let token = try request["syncToken"].map { json -> SyncToken? in
-                        guard let text = json.stringValue else { throw APIError.badRequest("\(path).syncToken must be a string") }
-                        return hierarchy ? nil : try SyncToken(text: text, expected: .zone)
-                    } ?? nil
-                    guard let zone = resolved.zone else {
-                        if resolved.zoneID.zoneName == Names.systemZoneName, token == nil || token?.owner == 0 {
-                            results.append(.object(["zoneID": resolved.zoneID.cloudKitJSON, "records": .array([]),
-                                                    "syncToken": .string(SyncToken(log: .zone, owner: 0, position: 0).text),
-                                                    "moreComing": .bool(false)]))
-                            continue
-                        }
-                        throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
-                    }
-                    if resolved.isShared, resolved.grants.contains(where: { $0.share.rootRecordName != nil }) {
-                        results.append(try shareFeed(request, resolved, zone: zone, limit: limit, tx))
-                        continue
-                    }
-                    let cursor = try zoneCursor(token, zone)
-                    let records = try tx.recordChanges(zoneRowID: zone.rowID, after: cursor, limit: limit)
-                    let moreComing = records.count == limit && records.last.map { $0.seq < zone.lastSeq } == true
-                    let position = moreComing ? records.last!.seq : zone.lastSeq
-                    results.append(.object([
-                        "zoneID": resolved.zoneID.cloudKitJSON,
-                        "records": .array(try records.map { try recordJSON($0, decode($0), desiredKeys: nil) }),
-                        "syncToken": .string(SyncToken(log: .zone, owner: zone.rowID, position: position).text),
-                        "moreComing": .bool(moreComing),
-                    ]))
+                    let page = try zoneFeedPage(request.objectValue ?? [:], context, tx, path: path + ".",
+                                                defaultLimit: context.body["resultsLimit"])
+                    results.append(try pageJSON(page))
                 } catch let error as APIError {
                     var item = error.json(item: (key: "zoneName", value: zoneName))
                     if case .object(var object) = item, let zoneID = request["zoneID"] {
@@ -111,7 +84,7 @@ extension LatticeService {
         }
     }
 
-    private func zoneCursor(_ token: SyncToken?, _ zone: StoredZone) throws -> Int64 {
+    func zoneCursor(_ token: SyncToken?, _ zone: StoredZone) throws -> Int64 {
         guard let token else { return 0 }
         if token.owner == 0 && token.position == 0 { return 0 } // issued before the zone was first written
         guard token.owner == zone.rowID else {
@@ -196,23 +169,41 @@ extension LatticeService {
         }
     }
 
-    /// `changes/zone` for a participant of hierarchy shares: the shares' own logs, where a record that left
-    /// the share (its parent moved out) comes as a deletion and one that entered comes whole. The token
-    /// keeps one position per share.
-    private func shareFeed(_ request: JSON, _ resolved: ResolvedZone, zone: StoredZone, limit: Int,
-                           _ tx: any StorageTransaction) throws -> JSON {
+    /// A feed page as `changes/zone` answers it: records that left what the caller may see come first, as
+    /// deletions without CRDT state, then the changed records with their state.
+    func pageJSON(_ page: ZoneFeedPage) throws -> JSON {
+        var records: [JSON] = page.removed.map { .object(["recordName": .string($0), "deleted": .bool(true)]) }
+        for stored in page.records { records.append(recordJSON(stored, try decode(stored), desiredKeys: nil)) }
+        var object: [String: JSON] = [
+            "zoneID": page.zoneID.cloudKitJSON,
+            "records": .array(records),
+            "syncToken": .string(page.syncToken),
+            "moreComing": .bool(page.moreComing),
+        ]
+        if !page.lostShares.isEmpty {
+            object["lostShares"] = .array(page.lostShares.map { .object(["rootRecordName": .string($0)]) })
+        }
+        return .object(object)
+    }
+
+    /// The feed of a participant of hierarchy shares: the shares' own logs, where a record that left the
+    /// share (its parent moved out) comes as a removal and one that entered comes whole. The token keeps one
+    /// position per share.
+    func shareFeedPage(_ request: [String: JSON], _ resolved: ResolvedZone, zone: StoredZone, limit: Int,
+                       context: RequestContext, _ tx: any StorageTransaction) throws -> ZoneFeedPage {
         var positions: [Int64: Int64] = [:]
         if let json = request["syncToken"] {
             guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
             positions = try ShareFeedToken.parse(text)
         }
-        var records: [JSON] = []
+        var records: [StoredRecord] = []
+        var removed: [String] = []
         var moreComing = false
         for grant in resolved.grants.sorted(by: { $0.share.id < $1.share.id }) {
             let share = try tx.share(id: grant.share.id) ?? grant.share
             let cursor = positions[share.id] ?? 0
             guard cursor <= share.lastSeq else { throw APIError.badRequest("the sync token is from the future") }
-            let room = limit - records.count
+            let room = limit - records.count - removed.count
             guard room > 0 else {
                 moreComing = moreComing || cursor < share.lastSeq
                 continue
@@ -220,9 +211,9 @@ extension LatticeService {
             let entries = try tx.shareChanges(shareID: share.id, after: cursor, limit: room)
             for entry in entries {
                 if entry.member, let stored = try tx.record(zoneRowID: zone.rowID, name: entry.recordName) {
-                    records.append(recordJSON(stored, try decode(stored), desiredKeys: nil))
+                    records.append(stored)
                 } else {
-                    records.append(.object(["recordName": .string(entry.recordName), "deleted": .bool(true)]))
+                    removed.append(entry.recordName)
                 }
             }
             let last = entries.last?.seq ?? share.lastSeq
@@ -230,12 +221,8 @@ extension LatticeService {
             positions[share.id] = done ? share.lastSeq : last
             moreComing = moreComing || !done
         }
-        return .object([
-            "zoneID": resolved.zoneID.cloudKitJSON,
-            "records": .array(records),
-            "syncToken": .string(ShareFeedToken.text(positions)),
-            "moreComing": .bool(moreComing),
-        ])
+        return ZoneFeedPage(zoneID: resolved.zoneID, records: records, removed: removed, lostShares: [],
+                            syncToken: ShareFeedToken.text(positions), moreComing: moreComing)
     }
 }
 

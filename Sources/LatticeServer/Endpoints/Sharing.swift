@@ -129,13 +129,13 @@ extension LatticeService {
 
     /// Checks a participant's write to a shared zone. `requestedParent` is the parent the write sets:
     /// nil when it does not touch the parent, `.some(nil)` when it clears it.
-    func checkParticipantWrite(_ operation: RecordOperation, live: Bool, requestedParent: String??,
+    func checkParticipantWrite(_ recordName: String, isDelete: Bool, live: Bool, requestedParent: String??,
                                _ resolved: ResolvedZone, _ tx: any StorageTransaction) throws {
         guard let zone = resolved.zone else { throw APIError(.zoneNotFound, "the zone does not exist") }
         let target: ShareGrant
         if live {
-            guard let found = try grant(for: operation.recordName, resolved, tx) else {
-                throw APIError(.notFound, "record \(operation.recordName) does not exist")
+            guard let found = try grant(for: recordName, resolved, tx) else {
+                throw APIError(.notFound, "record \(recordName) does not exist")
             }
             target = found
         } else if let grant = resolved.grants.first(where: { $0.share.rootRecordName == nil }) {
@@ -149,7 +149,7 @@ extension LatticeService {
         guard target.permission == .readWrite else {
             throw APIError(.permissionFailure, "you have read-only access to this share")
         }
-        if operation.kind.isDelete, operation.recordName == target.share.rootRecordName {
+        if isDelete, recordName == target.share.rootRecordName {
             throw APIError(.permissionFailure, "only the owner deletes the root record of a share")
         }
         if target.share.rootRecordName != nil, case .some(let parent) = requestedParent, live {
@@ -163,13 +163,13 @@ extension LatticeService {
     /// parent must be in that share), and the root's place is the owner's to change. This looks at the
     /// record as it will be stored, so a replace that drops the parent or a CRDT state with a newer parent
     /// stamp is held to the same rule as an explicit `parent`.
-    func checkParticipantPlacement(_ record: Record, before: Record?, live: Bool, _ resolved: ResolvedZone,
+    func checkParticipantPlacement(_ record: RecordFrame, before: RecordFrame?, live: Bool, _ resolved: ResolvedZone,
                                    _ tx: any StorageTransaction) throws {
         guard resolved.isShared, !record.isDeleted, !resolved.grants.contains(where: { $0.share.rootRecordName == nil })
         else { return }
-        let name = record.id.recordName
-        let oldParent = live ? before?.parent?.recordName : nil
-        let newParent = record.parent?.recordName
+        let name = record.recordName
+        let oldParent = live ? before?.parentName : nil
+        let newParent = record.parentName
         guard !live || oldParent != newParent else { return }
         let current = live ? try grant(for: name, resolved, tx) : nil
         if let current, current.share.rootRecordName == name {
@@ -435,12 +435,14 @@ extension LatticeService {
         share.deleted = true
         try tx.updateShare(share)
         if let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName), !stored.deleted {
-            var record = try decode(stored)
-            record.delete(at: tick())
-            _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
-                recordName: share.recordName, recordType: record.recordType, frame: try BinaryCodec.encode(record),
-                deleted: true, userRecordName: context.user.recordName, nowMs: configuration.now()))
-            touched.insert(zone.databaseID)
+            var edit = try RecordEdit(editing: try frame(stored))
+            edit.delete(at: tick())
+            if let deleted = try edit.applied() {
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
+                    recordName: share.recordName, recordType: deleted.recordType, frame: deleted.bytes,
+                    deleted: true, userRecordName: context.user.recordName, nowMs: configuration.now()))
+                touched.insert(zone.databaseID)
+            }
         }
     }
 
@@ -641,35 +643,28 @@ extension LatticeService {
     /// in the zone's feeds (and reappears there on every participant change, as in CloudKit).
     func writeShareRecord(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, zoneID: ZoneID,
                           context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
-        let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName)
-        var record: Record
-        if let stored {
-            record = try decode(stored)
-            if record.isDeleted { try record.recreate(recordType: Self.shareRecordType, at: tick()) }
+        let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName).map(frame)
+        var edit: RecordEdit
+        if let stored, !stored.isDeleted {
+            edit = try RecordEdit(editing: stored)
         } else {
-            record = try Record(id: RecordID(recordName: share.recordName, zoneID: zoneID), recordType: Self.shareRecordType,
-                                createdAt: tick())
+            edit = try RecordEdit(creating: RecordID(recordName: share.recordName, zoneID: zoneID),
+                                  recordType: Self.shareRecordType, over: stored, at: tick())
         }
-        let before = record
-        try record.set("title", to: .string(share.title), at: tick())
-        try record.set("publicPermission", to: .string(roster.publicPermission.rawValue), at: tick())
-        if let root = share.rootRecordName { try record.set("rootRecordName", to: .string(root), at: tick()) }
-        var summaries: Set<ScalarValue> = []
+        try edit.set("title", to: .string(share.title), at: tick())
+        try edit.set("publicPermission", to: .string(roster.publicPermission.rawValue), at: tick())
+        if let root = share.rootRecordName { try edit.set("rootRecordName", to: .string(root), at: tick()) }
+        var summaries: [ScalarValue] = []
         for participant in roster.participants {
             guard let user = try tx.user(id: participant.userID) else { continue }
-            summaries.insert(.string("\(user.recordName) \(participant.role.rawValue) \(participant.permission.rawValue) "
+            summaries.append(.string("\(user.recordName) \(participant.role.rawValue) \(participant.permission.rawValue) "
                                      + participant.status.rawValue))
         }
-        if case .list(_, let current)? = record["participants"] {
-            for element in current where !summaries.contains(element) { try record.remove(element, from: "participants", at: tick()) }
-            for element in summaries.sorted() where !current.contains(element) { try record.add(element, to: "participants", at: tick()) }
-        } else {
-            for element in summaries.sorted() { try record.add(element, to: "participants", at: tick()) }
-        }
-        guard record != before || stored == nil else { return }
+        try edit.setList("participants", to: summaries, at: tick())
+        guard let record = try edit.applied() else { return }
         let ownerName = try tx.user(id: share.ownerID)?.recordName ?? context.user.recordName
         _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
-            recordName: share.recordName, recordType: Self.shareRecordType, frame: try BinaryCodec.encode(record),
+            recordName: share.recordName, recordType: Self.shareRecordType, frame: record.bytes,
             deleted: false, userRecordName: ownerName, nowMs: configuration.now()))
         touched.insert(zone.databaseID)
         try recordsChanged([share.recordName], in: zone, context: context, tx, &touched)
