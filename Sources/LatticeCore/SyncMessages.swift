@@ -7,6 +7,7 @@
 /// pull  = "LTC" 1 kind=4 string(syncToken) flags:u8 (1 = moreComing)
 ///         count:varint string(recordName)*        records that left what the caller may see
 ///         count:varint string(rootRecordName)*    hierarchy shares the caller lost
+///         count:varint string(recordName)*        records left out as already held (`known` positions)
 ///         delta-file
 /// delta-file = "LTC" 1 kind=2 delta               (Merge.md §7)
 /// ```
@@ -61,13 +62,17 @@ public enum SyncMessage {
         public var moreComing: Bool
         public var removed: [String]
         public var lostShares: [String]
+        /// Records changed in this page that the device already holds exactly (its own writes).
+        public var skipped: [String]
         public var delta: [UInt8]
 
-        public init(syncToken: String, moreComing: Bool, removed: [String], lostShares: [String], delta: [UInt8]) {
+        public init(syncToken: String, moreComing: Bool, removed: [String], lostShares: [String], skipped: [String] = [],
+                    delta: [UInt8]) {
             self.syncToken = syncToken
             self.moreComing = moreComing
             self.removed = removed
             self.lostShares = lostShares
+            self.skipped = skipped
             self.delta = delta
         }
 
@@ -76,7 +81,7 @@ public enum SyncMessage {
             writer.header(kind: pullKind)
             writer.string(syncToken)
             writer.u8(moreComing ? 1 : 0)
-            for list in [removed, lostShares] {
+            for list in [removed, lostShares, skipped] {
                 writer.varint(UInt64(list.count))
                 for name in list { writer.string(name) }
             }
@@ -90,7 +95,7 @@ public enum SyncMessage {
                 token = try reader.boundedString("syncToken")
                 flags = try reader.u8("pull flags")
                 guard flags & ~1 == 0 else { throw reader.fail(.malformed, "pull flags") }
-                for _ in 0..<2 {
+                for _ in 0..<3 {
                     let count = try reader.count(minimumElementSize: 2, "record name count")
                     var names: [String] = []
                     names.reserveCapacity(count)
@@ -103,6 +108,7 @@ public enum SyncMessage {
             moreComing = flags & 1 != 0
             removed = lists[0]
             lostShares = lists[1]
+            skipped = lists[2]
             delta = Array(bytes[start...])
         }
     }

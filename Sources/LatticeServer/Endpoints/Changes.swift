@@ -99,10 +99,10 @@ extension LatticeService {
         return token.position
     }
 
-    /// `changes/wait {"syncToken"?, "timeout"?}`: a long poll, the push path in place of CloudKit's
-    /// database subscriptions. Answers `{"changed": true}` as soon as the database's change log moves past
-    /// the token (a `changes/database` token; without one, past its position now), or
-    /// `{"changed": false}` after `timeout` seconds.
+    /// `changes/wait {"syncToken"?, "timeout"?}` or `{"databases": [{"database", "syncToken"?}], "timeout"?}`:
+    /// a long poll, the push path in place of CloudKit's database subscriptions. Answers `{"changed": true}`
+    /// as soon as a watched database's change log moves past its token (a `changes/database` token; without
+    /// one, past its position now), or `{"changed": false}` after `timeout` seconds.
     func waitForChanges(_ context: RequestContext, respond: @escaping HTTPResponder) throws {
         guard context.kind != .public else {
             throw APIError.badRequest("changes/wait watches the private or the shared database; the public one has no feed")
@@ -114,13 +114,45 @@ extension LatticeService {
             }
             timeout = Int(min(seconds, Int64(configuration.maximumWaitSeconds)))
         }
-        let token = try context.body["syncToken"].map { json in
-            guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
-            return try SyncToken(text: text, expected: .database)
+        // The databases to watch: the request's own with `syncToken`, or several with `databases`, so a device
+        // waits on all of them with one parked request.
+        var watched: [(kind: DatabaseKind, token: SyncToken?)] = []
+        if let list = context.body["databases"] {
+            guard context.body["syncToken"] == nil else {
+                throw APIError.badRequest("give syncToken or databases, not both")
+            }
+            guard let items = list.arrayValue, (1...2).contains(items.count) else {
+                throw APIError.badRequest("databases must list one or two of private and shared")
+            }
+            for (index, item) in items.enumerated() {
+                guard let name = item["database"]?.stringValue, let kind = DatabaseKind(rawValue: name), kind != .public,
+                      !watched.contains(where: { $0.kind == kind }) else {
+                    throw APIError.badRequest("databases[\(index)].database must be private or shared, each once")
+                }
+                let token = try item["syncToken"].map { json in
+                    guard let text = json.stringValue else {
+                        throw APIError.badRequest("databases[\(index)].syncToken must be a string")
+                    }
+                    return try SyncToken(text: text, expected: .database)
+                }
+                watched.append((kind, token))
+            }
+        } else {
+            let token = try context.body["syncToken"].map { json in
+                guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
+                return try SyncToken(text: text, expected: .database)
+            }
+            watched.append((context.kind, token))
         }
-        // The database must exist so its id can be watched; reading it inside a write creates it.
-        let database = try write { tx, _ in try tx.database(context.databaseKey) }
-        let cursor = try token.map { try databaseCursor($0, database) } ?? database.lastSeq
+        // The databases must exist so their ids can be watched; reading them inside a write creates them.
+        let databases = try write { tx, _ in
+            try watched.map { try tx.database(DatabaseKey(kind: $0.kind, environment: context.environment,
+                                                          ownerID: context.user.id)) }
+        }
+        var cursors: [Int64: Int64] = [:]
+        for (database, item) in zip(databases, watched) {
+            cursors[database.id] = try item.token.map { try databaseCursor($0, database) } ?? database.lastSeq
+        }
         let answer: @Sendable (ChangeNotifier.WaitOutcome) -> Void = { outcome in
             switch outcome {
             case .changed: respond(.json(.object(["changed": .bool(true)])))
@@ -129,14 +161,14 @@ extension LatticeService {
             }
         }
         // Already behind: answer at once, whatever the timeout.
-        if database.lastSeq > cursor { return answer(.changed) }
+        if databases.contains(where: { $0.lastSeq > cursors[$0.id]! }) { return answer(.changed) }
         if timeout == 0 { return answer(.timedOut) }
-        guard let waiter = notifier.register(cursors: [database.id: cursor], timeoutSeconds: timeout, fire: answer) else {
+        guard let waiter = notifier.register(cursors: cursors, timeoutSeconds: timeout, fire: answer) else {
             throw APIError(.tryAgainLater, "the server is shutting down")
         }
         // Registered first, then re-read: a commit that landed before the registration is seen here.
-        let now = try storage.read { tx in try tx.database(id: database.id) }
-        if let now, now.lastSeq > cursor { notifier.finish(waiter, .changed) }
+        let now = try storage.read { tx in try databases.compactMap { try tx.database(id: $0.id) } }
+        if now.contains(where: { $0.lastSeq > cursors[$0.id]! }) { notifier.finish(waiter, .changed) }
     }
 
     /// `changes/database` in the shared database: the caller's log of shared zones. A zone whose every

@@ -83,7 +83,7 @@ extension LatticeService {
     /// `deltas/pull {"zoneID", "syncToken"?, "resultsLimit"?, "known"?: [[from, to], ...]}`: one page of the
     /// zone's changes since the token, as `changes/zone` pages them, in binary. Records whose current zone
     /// position lies in a `known` range (the device's own acknowledged writes, `upToDate` in their push
-    /// answer) are left out of the frames; the token moves past them all the same.
+    /// answer) are left out of the frames and only named (`skipped`); the token moves past them all the same.
     func pullDelta(_ context: RequestContext) throws -> HTTPResponse {
         guard context.kind != .public else {
             throw APIError.badRequest("the public database has no change feed (as in CloudKit)")
@@ -91,11 +91,14 @@ extension LatticeService {
         let known = try knownRanges(context.body["known"])
         let page = try storage.read { tx in try zoneFeedPage(context.body, context, tx, path: "") }
         var frames: [RecordFrame] = []
+        var skipped: [String] = []
         frames.reserveCapacity(page.records.count)
-        for stored in page.records where !known.contains(stored.seq) { frames.append(try frame(stored)) }
+        for stored in page.records {
+            if known.contains(stored.seq) { skipped.append(stored.recordName) } else { frames.append(try frame(stored)) }
+        }
         let delta = BinaryCodec.encodeDelta(zoneID: page.zoneID, frames: frames)
         let body = SyncMessage.Pull(syncToken: page.syncToken, moreComing: page.moreComing, removed: page.removed,
-                                    lostShares: page.lostShares, delta: delta).encoded()
+                                    lostShares: page.lostShares, skipped: skipped, delta: delta).encoded()
         return HTTPResponse(status: 200, headers: [(name: "Content-Type", value: SyncMessage.contentType)], body: body)
     }
 
