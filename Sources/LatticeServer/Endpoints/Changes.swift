@@ -67,8 +67,12 @@ extension LatticeService {
             for (index, request) in requests.enumerated() {
                 let path = "zones[\(index)]"
                 let zoneName = request["zoneID"]?["zoneName"]?.stringValue ?? ""
+                // The zone id as the server read it, echoed in an error item; nil when it is ill-formed.
+                var zoneID: ZoneID?
                 do {
-                    let resolved = try resolveZone(request["zoneID"], context, tx, path: path + ".zoneID")
+                    let parsed = try parseZoneID(request["zoneID"], context, path: path + ".zoneID")
+                    zoneID = parsed
+                    let resolved = try resolveZone(parsed, context, tx)
                     let limit = try resultsLimit(request["resultsLimit"] ?? context.body["resultsLimit"])
                     let hierarchy = resolved.grants.contains { $0.share.rootRecordName != nil }
                     let token = try request["syncToken"].map { json -> SyncToken? in
@@ -100,8 +104,8 @@ extension LatticeService {
                     ]))
                 } catch let error as APIError {
                     var item = error.json(item: (key: "zoneName", value: zoneName))
-                    if case .object(var object) = item, let zoneID = request["zoneID"] {
-                        object["zoneID"] = zoneID
+                    if case .object(var object) = item, let zoneID {
+                        object["zoneID"] = zoneID.cloudKitJSON
                         item = .object(object)
                     }
                     results.append(item)
