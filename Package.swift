@@ -52,7 +52,10 @@ let package = Package(
         // The client engine (CKSyncEngine-like): local replica, pending changes, sync state, transport.
         .target(name: "LatticeSync", dependencies: ["LatticeCore", "LatticeStore"]),
 
-        .executableTarget(name: "LatticeCLI", dependencies: ["LatticeCore", "LatticeServer", "LatticeSync"]),
+        // `lattice admin` opens the share-signing key ring (LatticeSharing) directly.
+        .executableTarget(
+            name: "LatticeCLI", dependencies: ["LatticeCore", "LatticeServer", "LatticeSharing", "LatticeSync"]
+        ),
         .executableTarget(
             name: "LatticeBench", dependencies: ["LatticeCore", "LatticeServer", "LatticeStore", "CLibCrypto"],
             path: "Benchmarks/LatticeBench"
@@ -64,7 +67,10 @@ let package = Package(
             name: "LatticeServerTests",
             dependencies: ["LatticeServer", "LatticeStore", "LatticeSharing", "LatticeSync", "LatticeCore"]
         ),
-        .testTarget(name: "LatticeSyncTests", dependencies: ["LatticeSync", "LatticeServer", "LatticeStore", "LatticeCore"]),
+        .testTarget(
+            name: "LatticeSyncTests",
+            dependencies: ["LatticeSync", "LatticeServer", "LatticeSharing", "LatticeStore", "LatticeCore"]
+        ),
         .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore", "CLibCrypto"]),
         .testTarget(
             name: "SystemLibraryTests",
