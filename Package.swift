@@ -30,10 +30,11 @@ let package = Package(
         // Our own C: non-variadic wrappers for variadic or macro-only C APIs.
         .target(name: "CHTTPShims", dependencies: ["CMicroHTTPD"]),
 
-        // A cache prefetch hint for the zone's frame walks (Swift has none).
+        // Memory hints Swift lacks: a cache prefetch for the zone's frame walks, page population for fresh
+        // export buffers (madvise).
         .target(name: "CMemoryHints"),
 
-        // The CRDT record model. Foundation only (and the prefetch hint), no I/O.
+        // The CRDT record model. Foundation only (and the memory hints), no I/O.
         .target(name: "LatticeCore", dependencies: ["CMemoryHints"]),
 
         // Storage: the only module that speaks SQL.
