@@ -108,7 +108,7 @@ import Testing
     @Test(arguments: [UInt64(0x5EED), 7, UInt64.random(in: 0...UInt64.max)])
     func randomClaimsRoundTrip(seed: UInt64) throws {
         print("share claims round trips, seed \(seed)")
-        var random = ShareSeededGenerator(seed: seed)
+        var random = SplitMix64(seed: seed)
         let (ring, directory) = try ShareFixtures.ring()
         defer { directory.remove() }
         func text() -> String {
