@@ -282,10 +282,10 @@ func plural(_ count: Int, _ word: String) -> String { count == 1 ? word : word +
 /// Server and connection errors in words for people.
 func describeClientError(_ error: any Error) -> String {
     if let error = error as? ServerError {
-        switch error.code {
-        case "AUTHENTICATION_FAILED":
+        switch error.serverErrorCode {
+        case .authenticationFailed?:
             return "the server no longer accepts this home's token (\(error.reason)); sign in again with lattice login"
-        case "ZONE_NOT_FOUND":
+        case .zoneNotFound?:
             return "the server has no such zone (\(error.reason)); run lattice sync"
         default:
             return "the server refused: \(error.reason) (\(error.code))"

@@ -48,7 +48,7 @@ public enum ListsError: Error, CustomStringConvertible, Sendable {
 /// root-record share of the list carries its items. Item fields `text`, `done` and `position` are
 /// last-writer-wins registers and `tags` is an add-wins set. Items show in `position` order, ties broken
 /// by id, so concurrent inserts get the same order on every device.
-public final class Lists: @unchecked Sendable {
+public final class Lists: Sendable {
     public let engine: SyncEngine
     public static let defaultZone = "Lists"
 

@@ -3,10 +3,15 @@ import LatticeCore
 
 /// An error the server answered with, in its taxonomy (`serverErrorCode`, `reason`).
 public struct ServerError: Error, CustomStringConvertible, Sendable {
+    /// The code as the server sent it, or `HTTP_<status>` when the answer carried none. Match on
+    /// ``serverErrorCode``, not on this text.
     public let code: String
     public let reason: String
     public let status: Int
     public let retryAfter: Double?
+
+    /// The code in the taxonomy the server uses; nil for `HTTP_<status>` or a code this client does not know.
+    public var serverErrorCode: ServerErrorCode? { ServerErrorCode(rawValue: code) }
 
     public var description: String { "\(code): \(reason)" }
 }
@@ -81,7 +86,7 @@ public struct ServerClient: Sendable {
                                     status: response.status,
                                     retryAfter: json["retryAfter"]?.doubleValue
                                         ?? response.headers["retry-after"].flatMap(Double.init))
-            let retryable = error.code == "THROTTLED" || error.code == "TRY_AGAIN_LATER"
+            let retryable = error.serverErrorCode == .throttled || error.serverErrorCode == .tryAgainLater
             guard retryable, attempt < maximumAttempts else { throw error }
             sleep(min(30, max(error.retryAfter ?? 0, backoff(attempt))))
         }

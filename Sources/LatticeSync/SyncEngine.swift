@@ -277,7 +277,7 @@ public final class SyncEngine: @unchecked Sendable {
                 try fetch(&report)
             } catch is TransportError {
                 report.online = false
-            } catch let error as ServerError where error.code == "AUTHENTICATION_FAILED" {
+            } catch let error as ServerError where error.serverErrorCode == .authenticationFailed {
                 emit(.accountChange(reason: error.reason))
                 throw error
             }
@@ -305,7 +305,7 @@ public final class SyncEngine: @unchecked Sendable {
                 let reply: JSON
                 do {
                     reply = try client.call(database, "changes/database", .object(body), token: account.token)
-                } catch let error as ServerError where error.code == "CHANGE_TOKEN_EXPIRED" {
+                } catch let error as ServerError where error.serverErrorCode == .changeTokenExpired {
                     token = nil
                     try store.transaction { try $0.setMetadata("dbtoken.\(database)", nil) }
                     // Start over: every zone of the database is looked at again.
@@ -363,12 +363,12 @@ public final class SyncEngine: @unchecked Sendable {
                 page = wire == .binary
                     ? try pullPage(zone, zoneID: zoneID, token: token, known: known, client: client, account: account)
                     : try changesPage(zone, zoneID: zoneID, token: token, client: client, account: account)
-            } catch let error as ServerError where error.code == "CHANGE_TOKEN_EXPIRED" {
+            } catch let error as ServerError where error.serverErrorCode == .changeTokenExpired {
                 token = nil
                 fromScratch = true
                 seen = []
                 continue
-            } catch let error as ServerError where error.code == "ZONE_NOT_FOUND" {
+            } catch let error as ServerError where error.serverErrorCode == .zoneNotFound {
                 try store.transaction { tx in try tx.deleteZone(zone.id) }
                 report.removedZones.append((zone.database, zone.zoneName, zone.ownerRecordName))
                 emit(.zoneRemoved(database: zone.database, zone: zone.zoneName, owner: zone.ownerRecordName))
@@ -548,12 +548,12 @@ public final class SyncEngine: @unchecked Sendable {
             items = wire == .binary
                 ? try pushFrames(frames, zoneID: zoneID, zone: zone, client: client, account: account)
                 : try modifyFrames(frames, zoneID: zoneID, zone: zone, client: client, account: account)
-        } catch let error as ServerError where error.code == "LIMIT_EXCEEDED" && batch.count > 1 {
+        } catch let error as ServerError where error.serverErrorCode == .limitExceeded && batch.count > 1 {
             let half = batch.count / 2
             let first = try sendBatch(Array(batch[..<half]), zone: zone, client: client, account: account, report: &report)
             let second = try sendBatch(Array(batch[half...]), zone: zone, client: client, account: account, report: &report)
             return (first.0 + second.0, first.1 + second.1)
-        } catch let error as ServerError where error.code == "ZONE_NOT_FOUND" || error.code == "ACCESS_DENIED" {
+        } catch let error as ServerError where error.serverErrorCode == .zoneNotFound || error.serverErrorCode == .accessDenied {
             // The zone went away (a revoked share): drop it.
             try store.transaction { try $0.deleteZone(zone.id) }
             report.removedZones.append((zone.database, zone.zoneName, zone.ownerRecordName))

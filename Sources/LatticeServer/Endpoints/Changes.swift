@@ -67,14 +67,18 @@ extension LatticeService {
             for (index, request) in requests.enumerated() {
                 let path = "zones[\(index)]"
                 let zoneName = request["zoneID"]?["zoneName"]?.stringValue ?? ""
+                // The zone id as the server read it, echoed in an error item; nil when it is ill-formed.
+                var zoneID: ZoneID?
                 do {
-                    let page = try zoneFeedPage(request.objectValue ?? [:], context, tx, path: path + ".",
+                    let parsed = try parseZoneID(request["zoneID"], context, path: path + ".zoneID")
+                    zoneID = parsed
+                    let page = try zoneFeedPage(request.objectValue ?? [:], zoneID: parsed, context, tx, path: path + ".",
                                                 defaultLimit: context.body["resultsLimit"])
                     results.append(try pageJSON(page))
                 } catch let error as APIError {
                     var item = error.json(item: (key: "zoneName", value: zoneName))
-                    if case .object(var object) = item, let zoneID = request["zoneID"] {
-                        object["zoneID"] = zoneID
+                    if case .object(var object) = item, let zoneID {
+                        object["zoneID"] = zoneID.cloudKitJSON
                         item = .object(object)
                     }
                     results.append(item)
@@ -262,16 +266,13 @@ extension LatticeService {
 enum ShareFeedToken {
     static func text(_ positions: [Int64: Int64]) -> String {
         let body = "s1." + positions.keys.sorted().map { "\($0):\(positions[$0]!)" }.joined(separator: ",")
-        return Data(body.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        return Base64URL.encode(Array(body.utf8))
     }
 
     static func parse(_ text: String) throws -> [Int64: Int64] {
         let invalid = APIError.badRequest("syncToken is not a token this server issued for this feed")
         guard text.utf8.count <= 4096 else { throw invalid }
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.utf8.count % 4 != 0 { base64 += "=" }
-        guard let data = Data(base64Encoded: base64) else { throw invalid }
+        guard let data = Base64URL.decode(text) else { throw invalid }
         let body = String(decoding: data, as: UTF8.self)
         guard body.hasPrefix("s1.") else { throw invalid }
         var positions: [Int64: Int64] = [:]

@@ -89,7 +89,8 @@ extension LatticeService {
             throw APIError.badRequest("the public database has no change feed (as in CloudKit)")
         }
         let known = try knownRanges(context.body["known"])
-        let page = try storage.read { tx in try zoneFeedPage(context.body, context, tx, path: "") }
+        let zoneID = try parseZoneID(context.body["zoneID"], context, path: "zoneID")
+        let page = try storage.read { tx in try zoneFeedPage(context.body, zoneID: zoneID, context, tx, path: "") }
         var frames: [RecordFrame] = []
         var skipped: [String] = []
         frames.reserveCapacity(page.records.count)
@@ -216,9 +217,9 @@ extension LatticeService {
     /// One zone's page of changes since the request's token: the zone's log, or for a participant of
     /// hierarchy shares the shares' own logs. `request` is one item of `changes/zone`'s `zones`, or the body
     /// of `deltas/pull`.
-    func zoneFeedPage(_ request: [String: JSON], _ context: RequestContext, _ tx: any StorageTransaction, path: String,
-                      defaultLimit: JSON? = nil) throws -> ZoneFeedPage {
-        let resolved = try resolveZone(request["zoneID"], context, tx, path: path + "zoneID")
+    func zoneFeedPage(_ request: [String: JSON], zoneID: ZoneID, _ context: RequestContext, _ tx: any StorageTransaction,
+                      path: String, defaultLimit: JSON? = nil) throws -> ZoneFeedPage {
+        let resolved = try resolveZone(zoneID, context, tx)
         let limit = try resultsLimit(request["resultsLimit"] ?? defaultLimit)
         let hierarchy = resolved.grants.contains { $0.share.rootRecordName != nil }
         let token = try request["syncToken"].map { json -> SyncToken? in

@@ -508,6 +508,12 @@ extension LatticeService {
         return text
     }
 
+    /// The error item of a link: `value` is always empty, never the token (a secret), and the item's place
+    /// in `results` says which link failed.
+    private func linkError(_ error: APIError) -> JSON {
+        error.json(item: (key: "value", value: ""))
+    }
+
     /// Verifies a link and finds its live share. Every failure is the same error.
     private func verifiedLink(_ token: String, _ tx: any StorageTransaction) throws -> (ShareClaims, StoredShare) {
         let invalid = APIError(.accessDenied, ShareTokenError.invalid.description)
@@ -538,7 +544,7 @@ extension LatticeService {
                     return try shareMetadata(share, roster, claims: claims, user: context.user.id,
                                              wouldBe: roster.wouldAccept(context.user.id, linkPermission: linkPermission), tx)
                 } catch let error as APIError {
-                    return error.json(item: (key: "value", value: linkToken(link) ?? ""))
+                    return linkError(error)
                 }
             })])
         }
@@ -583,7 +589,7 @@ extension LatticeService {
                 }
                 results.append(result)
             } catch let error as APIError {
-                results.append(error.json(item: (key: "value", value: linkToken(link) ?? "")))
+                results.append(linkError(error))
             }
         }
         return .json(.object(["results": .array(results)]))
