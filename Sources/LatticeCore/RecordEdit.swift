@@ -118,6 +118,7 @@ public struct RecordEdit: Sendable {
 
     /// Clears a field: a scalar becomes nil, a list loses every element.
     public mutating func clear(_ name: String, at stamp: Stamp) throws(RecordError) {
+        try checkWritable(name)
         switch current(name) {
         case .register?: try set(name, to: nil, at: stamp)
         case .set(let set)?: try editSet(name, removing: set.elements, adding: [], at: stamp)
@@ -127,6 +128,7 @@ public struct RecordEdit: Sendable {
 
     /// Clears every field not named in `kept` (a replace).
     public mutating func clearFields(except kept: Set<String>, at stamp: Stamp) throws(RecordError) {
+        try checkWritable(nil)
         var names = Set(fields.keys)
         if readsBase, let base { names.formUnion(base.fieldKinds().map(\.name)) }
         for name in names.sorted() where !kept.contains(name) { try clear(name, at: stamp) }

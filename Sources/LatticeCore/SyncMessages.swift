@@ -130,12 +130,14 @@ public enum SyncMessage {
 }
 
 extension BinaryReader {
+    /// A string of at most `SyncMessage.maximumStringBytes`, refused on its declared length before its
+    /// bytes are read.
     mutating func boundedString(_ context: String) throws(CodecError) -> String {
         let start = offset
-        let text = try string(context)
-        guard text.utf8.count <= SyncMessage.maximumStringBytes else {
+        guard try varint(context) <= UInt64(SyncMessage.maximumStringBytes) else {
             throw CodecError(code: .tooLarge, context: context, offset: start)
         }
-        return text
+        offset = start
+        return try string(context)
     }
 }
