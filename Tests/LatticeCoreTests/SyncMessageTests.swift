@@ -184,7 +184,8 @@ struct SyncMessageTests {
         #expect(Self.pushError(builder.bytes)?.code == .malformed)
     }
 
-    /// A pull envelope with `removed` written as given (count, then raw name bytes) and no lost shares.
+    /// A pull envelope with `removed` written as given (count, then raw name bytes), no lost shares and no
+    /// skipped records.
     private static func pull(count: UInt64, names: [[UInt8]], lostSharesCount: UInt64 = 0) -> [UInt8] {
         var builder = ByteBuilder()
         builder.header(kind: 4)
@@ -193,6 +194,7 @@ struct SyncMessageTests {
         builder.varint(count)
         for name in names { builder.varint(UInt64(name.count)); builder.bytes += name }
         builder.varint(lostSharesCount)
+        builder.varint(0)
         return builder.bytes
     }
 
@@ -209,7 +211,7 @@ struct SyncMessageTests {
         var builder = ByteBuilder()
         builder.header(kind: 4)
         builder.string("")
-        builder.bytes += [0, 0x80, 0x00, 0]
+        builder.bytes += [0, 0x80, 0x00, 0, 0]
         #expect(Self.pullError(builder.bytes)?.code == .malformed)
     }
 
