@@ -44,6 +44,10 @@ public enum SyncEvent: Sendable {
     case zoneRemoved(database: String, zone: String, owner: String)
     /// Progress of a long fetch: records applied so far.
     case fetchProgress(records: Int)
+    /// One share of a zone was lost (the zone's other shares stay); its records left the device.
+    case shareLost(LostShare)
+    /// An unsent edit was dropped: its record is out of reach (see SyncEngine+Revocation.swift).
+    case editDropped(DroppedEdit)
 }
 
 /// The outcome of a sync.
@@ -52,6 +56,10 @@ public struct SyncReport: Sendable {
     public var fetched = 0
     public var rejected: [(zone: String, recordName: String, code: String, reason: String)] = []
     public var removedZones: [(database: String, zone: String, owner: String)] = []
+    /// Hierarchy shares lost while their zone stays; their records left the device.
+    public var lostShares: [LostShare] = []
+    /// Unsent edits dropped because their records went out of reach (never sent).
+    public var droppedEdits: [DroppedEdit] = []
     /// False when the server could not be reached: local edits stay queued.
     public var online = true
     public var queued = 0
@@ -247,6 +255,7 @@ public final class SyncEngine: @unchecked Sendable {
         var report = SyncReport()
         do {
             try fetch(&report) // first, so a zone that went away is known before sending into it
+            try dropUnreachablePendingDeletions(&report)
             try send(&report)
             try fetch(&report)
         } catch is TransportError {
@@ -291,9 +300,7 @@ public final class SyncEngine: @unchecked Sendable {
                 if reply["moreComing"] != .bool(true) { break }
             }
             for (name, owner) in removed where !changed.contains(where: { $0 == (name, owner) }) {
-                try store.transaction { tx in
-                    if let zone = try tx.zone(database: database, zoneName: name, owner: owner) { try tx.deleteZone(zone.id) }
-                }
+                try removeZone(database: database, zoneName: name, owner: owner, &report)
                 report.removedZones.append((database, name, owner))
                 onEvent(.zoneRemoved(database: database, zone: name, owner: owner))
             }
@@ -330,7 +337,7 @@ public final class SyncEngine: @unchecked Sendable {
                     seen = []
                     continue
                 case "ZONE_NOT_FOUND":
-                    try store.transaction { tx in try tx.deleteZone(zone.id) }
+                    try removeZone(zone, &report)
                     report.removedZones.append((zone.database, zone.zoneName, zone.ownerRecordName))
                     onEvent(.zoneRemoved(database: zone.database, zone: zone.zoneName, owner: zone.ownerRecordName))
                     return
@@ -341,7 +348,9 @@ public final class SyncEngine: @unchecked Sendable {
             let records = result["records"]?.arrayValue ?? []
             let nextToken = result["syncToken"]?.stringValue
             let more = result["moreComing"] == .bool(true)
+            var loss = AccessLoss()
             try store.transaction { tx in
+                loss = try dropOutOfReach(result, zone: zone, tx)
                 for json in records {
                     guard let name = json["recordName"]?.stringValue else { continue }
                     seen.insert(name)
@@ -356,6 +365,7 @@ public final class SyncEngine: @unchecked Sendable {
                 try tx.setSyncToken(zone.id, nextToken)
                 try tx.setMetadata("clock_latest", String(clock.latest.rawValue))
             }
+            note(loss, in: &report)
             report.fetched += records.count
             onEvent(.fetchProgress(records: report.fetched))
             token = nextToken
@@ -446,7 +456,7 @@ public final class SyncEngine: @unchecked Sendable {
             return (first.0 + second.0, first.1 + second.1)
         } catch let error as ServerError where error.code == "ZONE_NOT_FOUND" || error.code == "ACCESS_DENIED" {
             // The zone went away (a revoked share): drop it.
-            try store.transaction { try $0.deleteZone(zone.id) }
+            try removeZone(zone, &report)
             report.removedZones.append((zone.database, zone.zoneName, zone.ownerRecordName))
             onEvent(.zoneRemoved(database: zone.database, zone: zone.zoneName, owner: zone.ownerRecordName))
             return (0, batch.count)
