@@ -6,7 +6,7 @@
 /// push  = "LTC" 1 kind=3 string(clientOperationID, "" for none) flags:u8 (1 = atomic) delta-file
 /// pull  = "LTC" 1 kind=4 string(syncToken) flags:u8 (1 = moreComing)
 ///         count:varint string(recordName)*        records that left what the caller may see
-///         count:varint string(rootRecordName)*    hierarchy shares the caller lost
+///         count:varint (string(rootRecordName) string(shareRecordName))*   hierarchy shares the caller lost
 ///         count:varint string(recordName)*        records left out as already held (`known` positions)
 ///         delta-file
 /// delta-file = "LTC" 1 kind=2 delta               (Merge.md §7)
@@ -56,17 +56,28 @@ public enum SyncMessage {
         }
     }
 
+    /// A hierarchy share the caller lost: its root and its `cloudkit.share` record.
+    public struct LostShare: Sendable, Hashable {
+        public var rootRecordName: String
+        public var shareRecordName: String
+
+        public init(rootRecordName: String, shareRecordName: String) {
+            self.rootRecordName = rootRecordName
+            self.shareRecordName = shareRecordName
+        }
+    }
+
     /// One page of a zone's changes for a device.
     public struct Pull: Sendable, Equatable {
         public var syncToken: String
         public var moreComing: Bool
         public var removed: [String]
-        public var lostShares: [String]
+        public var lostShares: [LostShare]
         /// Records changed in this page that the device already holds exactly (its own writes).
         public var skipped: [String]
         public var delta: [UInt8]
 
-        public init(syncToken: String, moreComing: Bool, removed: [String], lostShares: [String], skipped: [String] = [],
+        public init(syncToken: String, moreComing: Bool, removed: [String], lostShares: [LostShare], skipped: [String] = [],
                     delta: [UInt8]) {
             self.syncToken = syncToken
             self.moreComing = moreComing
@@ -81,10 +92,15 @@ public enum SyncMessage {
             writer.header(kind: pullKind)
             writer.string(syncToken)
             writer.u8(moreComing ? 1 : 0)
-            for list in [removed, lostShares, skipped] {
-                writer.varint(UInt64(list.count))
-                for name in list { writer.string(name) }
+            writer.varint(UInt64(removed.count))
+            for name in removed { writer.string(name) }
+            writer.varint(UInt64(lostShares.count))
+            for share in lostShares {
+                writer.string(share.rootRecordName)
+                writer.string(share.shareRecordName)
             }
+            writer.varint(UInt64(skipped.count))
+            for name in skipped { writer.string(name) }
             writer.append(delta)
             return writer.finish()
         }
@@ -95,11 +111,13 @@ public enum SyncMessage {
                 token = try reader.boundedString("syncToken")
                 flags = try reader.u8("pull flags")
                 guard flags & ~1 == 0 else { throw reader.fail(.malformed, "pull flags") }
-                for _ in 0..<3 {
-                    let count = try reader.count(minimumElementSize: 2, "record name count")
+                // removed, then lostShares (two names each), then skipped.
+                for (list, namesPerItem) in [(0, 1), (1, 2), (2, 1)] {
+                    let count = try reader.count(minimumElementSize: 2 * namesPerItem,
+                                                 list == 1 ? "lost share count" : "record name count")
                     var names: [String] = []
-                    names.reserveCapacity(count)
-                    for _ in 0..<count { names.append(try reader.name(.recordName)) }
+                    names.reserveCapacity(count * namesPerItem)
+                    for _ in 0..<(count * namesPerItem) { names.append(try reader.name(.recordName)) }
                     lists.append(names)
                 }
                 start = reader.offset
@@ -107,7 +125,9 @@ public enum SyncMessage {
             syncToken = token
             moreComing = flags & 1 != 0
             removed = lists[0]
-            lostShares = lists[1]
+            lostShares = stride(from: 0, to: lists[1].count, by: 2).map {
+                LostShare(rootRecordName: lists[1][$0], shareRecordName: lists[1][$0 + 1])
+            }
             skipped = lists[2]
             delta = Array(bytes[start...])
         }

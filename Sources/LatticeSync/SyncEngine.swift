@@ -44,6 +44,10 @@ public enum SyncEvent: Sendable {
     case zoneRemoved(database: String, zone: String, owner: String)
     /// Progress of a long fetch: records applied so far.
     case fetchProgress(records: Int)
+    /// One share of a zone was lost (the zone's other shares stay); its records left the device.
+    case shareLost(LostShare)
+    /// An unsent edit was dropped: its record is out of reach (see SyncEngine+Revocation.swift).
+    case editDropped(DroppedEdit)
 }
 
 /// The outcome of a sync.
@@ -52,6 +56,10 @@ public struct SyncReport: Sendable {
     public var fetched = 0
     public var rejected: [(zone: String, recordName: String, code: String, reason: String)] = []
     public var removedZones: [(database: String, zone: String, owner: String)] = []
+    /// Hierarchy shares lost while their zone stays; their records left the device.
+    public var lostShares: [LostShare] = []
+    /// Unsent edits dropped because their records went out of reach (never sent).
+    public var droppedEdits: [DroppedEdit] = []
     /// False when the server could not be reached: local edits stay queued.
     public var online = true
     public var queued = 0
@@ -273,6 +281,7 @@ public final class SyncEngine: @unchecked Sendable {
             var report = SyncReport()
             do {
                 try fetch(&report) // first, so a zone that went away is known before sending into it
+                try dropUnreachablePendingDeletions(&report)
                 try send(&report)
                 try fetch(&report)
             } catch is TransportError {
@@ -320,9 +329,7 @@ public final class SyncEngine: @unchecked Sendable {
                 if reply["moreComing"] != .bool(true) { break }
             }
             for (name, owner) in removed where !changed.contains(where: { $0 == (name, owner) }) {
-                try store.transaction { tx in
-                    if let zone = try tx.zone(database: database, zoneName: name, owner: owner) { try tx.deleteZone(zone.id) }
-                }
+                try removeZone(database: database, zoneName: name, owner: owner, &report)
                 report.removedZones.append((database, name, owner))
                 emit(.zoneRemoved(database: database, zone: name, owner: owner))
             }
@@ -340,12 +347,14 @@ public final class SyncEngine: @unchecked Sendable {
     }
 
     /// One page of a zone's changes, whichever path brought it.
-    private struct ZonePage {
+    struct ZonePage {
         var frames: [RecordFrame]
         /// Records that left what this device may see.
         var removed: [String]
         /// Records the page left out because this device holds them exactly (its own writes).
         var skipped: [String] = []
+        /// Hierarchy shares this device lost since the token.
+        var lostShares: [SyncMessage.LostShare] = []
         var maximumHLC: HLC
         var syncToken: String?
         var moreComing: Bool
@@ -369,13 +378,17 @@ public final class SyncEngine: @unchecked Sendable {
                 seen = []
                 continue
             } catch let error as ServerError where error.serverErrorCode == .zoneNotFound {
-                try store.transaction { tx in try tx.deleteZone(zone.id) }
+                try removeZone(zone, &report)
                 report.removedZones.append((zone.database, zone.zoneName, zone.ownerRecordName))
                 emit(.zoneRemoved(database: zone.database, zone: zone.zoneName, owner: zone.ownerRecordName))
                 return
             }
             try? clock.observe(page.maximumHLC)
+            var loss = AccessLoss()
             try store.transaction { tx in
+                // What the page takes out of reach (a lost share, records that left one) goes first, and
+                // unsent edits to it are dropped and reported.
+                loss = try dropOutOfReach(page, zone: zone, tx)
                 // Removals first: a record that left one share and entered another comes back below.
                 for name in page.removed { try tx.deleteRecord(zoneID: zone.id, name: name) }
                 for incoming in page.frames {
@@ -396,6 +409,7 @@ public final class SyncEngine: @unchecked Sendable {
                 if !page.moreComing { try tx.setMetadata(Self.knownKey(zone), nil) }
                 try tx.setMetadata("clock_latest", String(clock.latest.rawValue))
             }
+            note(loss, in: &report)
             report.fetched += page.frames.count + page.removed.count
             emit(.fetchProgress(records: report.fetched))
             token = page.syncToken
@@ -415,7 +429,8 @@ public final class SyncEngine: @unchecked Sendable {
             let delta = try EncodedDelta(validating: pull.delta)
             guard delta.zoneID == zoneID else { throw SyncError.unexpectedAnswer("deltas/pull (another zone)") }
             return ZonePage(frames: delta.recordFrames(), removed: pull.removed, skipped: pull.skipped,
-                            maximumHLC: delta.maximumHLC, syncToken: pull.syncToken, moreComing: pull.moreComing)
+                            lostShares: pull.lostShares, maximumHLC: delta.maximumHLC, syncToken: pull.syncToken,
+                            moreComing: pull.moreComing)
         } catch let error as CodecError {
             throw SyncError.unexpectedAnswer("deltas/pull (\(error.description))")
         }
@@ -434,6 +449,12 @@ public final class SyncEngine: @unchecked Sendable {
         }
         var page = ZonePage(frames: [], removed: [], maximumHLC: .zero, syncToken: result["syncToken"]?.stringValue,
                             moreComing: result["moreComing"] == .bool(true))
+        page.lostShares = (result["lostShares"]?.arrayValue ?? []).compactMap { json in
+            guard let root = json["rootRecordName"]?.stringValue, let share = json["shareRecordName"]?.stringValue else {
+                return nil
+            }
+            return SyncMessage.LostShare(rootRecordName: root, shareRecordName: share)
+        }
         for json in result["records"]?.arrayValue ?? [] {
             guard let name = json["recordName"]?.stringValue else { continue }
             guard json["crdt"] != nil else {
@@ -555,7 +576,7 @@ public final class SyncEngine: @unchecked Sendable {
             return (first.0 + second.0, first.1 + second.1)
         } catch let error as ServerError where error.serverErrorCode == .zoneNotFound || error.serverErrorCode == .accessDenied {
             // The zone went away (a revoked share): drop it.
-            try store.transaction { try $0.deleteZone(zone.id) }
+            try removeZone(zone, &report)
             report.removedZones.append((zone.database, zone.zoneName, zone.ownerRecordName))
             emit(.zoneRemoved(database: zone.database, zone: zone.zoneName, owner: zone.ownerRecordName))
             return (0, batch.count)

@@ -35,7 +35,10 @@ struct SyncMessageTests {
 
     static func pull(_ rng: inout SplitMix64) -> SyncMessage.Pull {
         SyncMessage.Pull(syncToken: rng.chance(10) ? "" : boundedString(&rng), moreComing: rng.bool(),
-                         removed: names(&rng), lostShares: names(&rng), delta: delta(&rng))
+                         removed: names(&rng),
+                         lostShares: names(&rng).map { SyncMessage.LostShare(rootRecordName: $0, shareRecordName: "s" + $0) }
+                            .filter { Names.isValid($0.shareRecordName, kind: .recordName) },
+                         skipped: names(&rng), delta: delta(&rng))
     }
 
     private static func codecError(_ body: () throws(CodecError) -> Void) -> CodecError? {
@@ -223,7 +226,8 @@ struct SyncMessageTests {
         let inRemoved = Self.pull(count: 2, names: [Array("milk".utf8), Array(name.utf8)])
         #expect(Self.pullError(inRemoved)?.code == .invalidName)
         // (Delta bytes follow, so that even the 1-byte empty name passes the count check and is read.)
-        let message = SyncMessage.Pull(syncToken: "t", moreComing: true, removed: ["milk"], lostShares: [name],
+        let message = SyncMessage.Pull(syncToken: "t", moreComing: true, removed: ["milk"],
+                                       lostShares: [SyncMessage.LostShare(rootRecordName: name, shareRecordName: "share")],
                                        delta: [0, 0])
         #expect(Self.pullError(message.encoded())?.code == .invalidName)
     }
@@ -245,7 +249,8 @@ struct SyncMessageTests {
             } else {
                 guard let pull = try? SyncMessage.Pull(decoding: bytes) else { return 1 }
                 try require(pull.encoded() == bytes, "accepted pull is not canonical:\n\(bytes.hex)")
-                let valid = (pull.removed + pull.lostShares).allSatisfy { Names.isValid($0, kind: .recordName) }
+                let valid = (pull.removed + pull.skipped + pull.lostShares.flatMap { [$0.rootRecordName, $0.shareRecordName] })
+                    .allSatisfy { Names.isValid($0, kind: .recordName) }
                 try require(valid, "an invalid name was accepted")
             }
             accepted += 1

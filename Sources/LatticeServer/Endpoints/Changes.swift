@@ -217,27 +217,37 @@ extension LatticeService {
             "moreComing": .bool(page.moreComing),
         ]
         if !page.lostShares.isEmpty {
-            object["lostShares"] = .array(page.lostShares.map { .object(["rootRecordName": .string($0)]) })
+            object["lostShares"] = .array(page.lostShares.map { share in
+                var named: [String: JSON] = ["shareRecordName": .string(share.shareRecordName)]
+                if !share.rootRecordName.isEmpty { named["rootRecordName"] = .string(share.rootRecordName) }
+                return .object(named)
+            })
         }
         return .object(object)
     }
 
     /// The feed of a participant of hierarchy shares: the shares' own logs, where a record that left the
-    /// share (its parent moved out) comes as a removal and one that entered comes whole. The token keeps one
-    /// position per share.
+    /// share (its parent moved it out) comes as a removal and one that entered comes whole. The token keeps
+    /// one position per share.
+    ///
+    /// A share the token holds a position for but the caller no longer has (removed, left, share deleted,
+    /// `publicPermission` none, root deleted) is named once in `lostShares` and then drained: a removal for
+    /// each record the caller had from it, paged like the rest. See `hadRecord` for what counts as "had".
     func shareFeedPage(_ request: [String: JSON], _ resolved: ResolvedZone, zone: StoredZone, limit: Int,
                        context: RequestContext, _ tx: any StorageTransaction) throws -> ZoneFeedPage {
-        var positions: [Int64: Int64] = [:]
+        var token = ShareFeedToken.State()
         if let json = request["syncToken"] {
             guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
-            positions = try ShareFeedToken.parse(text)
+            token = try ShareFeedToken.parse(text)
         }
         var records: [StoredRecord] = []
         var removed: [String] = []
         var moreComing = false
+        let granted = Set(resolved.grants.map(\.share.id))
         for grant in resolved.grants.sorted(by: { $0.share.id < $1.share.id }) {
             let share = try tx.share(id: grant.share.id) ?? grant.share
-            let cursor = positions[share.id] ?? 0
+            token.drains[share.id] = nil // regained: the share's feed starts over below
+            let cursor = token.positions[share.id] ?? 0
             guard cursor <= share.lastSeq else { throw APIError.badRequest("the sync token is from the future") }
             let room = limit - records.count - removed.count
             guard room > 0 else {
@@ -254,33 +264,88 @@ extension LatticeService {
             }
             let last = entries.last?.seq ?? share.lastSeq
             let done = entries.count < room || last >= share.lastSeq
-            positions[share.id] = done ? share.lastSeq : last
+            token.positions[share.id] = done ? share.lastSeq : last
             moreComing = moreComing || !done
         }
-        return ZoneFeedPage(zoneID: resolved.zoneID, records: records, removed: removed, lostShares: [],
-                            syncToken: ShareFeedToken.text(positions), moreComing: moreComing)
+        // Shares the caller had a position in and lost since: named once, then drained.
+        var lostShares: [SyncMessage.LostShare] = []
+        for (shareID, cursor) in token.positions.sorted(by: { $0.key < $1.key }) where !granted.contains(shareID) {
+            token.positions[shareID] = nil
+            guard let share = try lostShare(shareID, zone: zone, context: context, tx) else { continue }
+            if let root = share.rootRecordName {
+                lostShares.append(SyncMessage.LostShare(rootRecordName: root, shareRecordName: share.recordName))
+            }
+            token.drains[shareID] = ShareFeedToken.Drain(bound: min(cursor, share.lastSeq), after: 0)
+        }
+        for (shareID, drain) in token.drains.sorted(by: { $0.key < $1.key }) where !granted.contains(shareID) {
+            let room = limit - records.count - removed.count
+            guard room > 0 else {
+                moreComing = true
+                continue
+            }
+            guard let share = try lostShare(shareID, zone: zone, context: context, tx),
+                  let loss = try lostShareDrain(share, context: context, tx) else {
+                token.drains[shareID] = nil
+                continue
+            }
+            let entries = try tx.shareChanges(shareID: shareID, after: drain.after, limit: room)
+            var after = drain.after
+            for entry in entries where entry.seq <= drain.bound {
+                after = entry.seq
+                if entry.member, try hadRecord(entry.recordName, loss, tx) {
+                    removed.append(entry.recordName)
+                }
+            }
+            let done = entries.count < room || after >= drain.bound || entries.contains { $0.seq > drain.bound }
+            token.drains[shareID] = done ? nil : ShareFeedToken.Drain(bound: drain.bound, after: after)
+            moreComing = moreComing || !done
+        }
+        return ZoneFeedPage(zoneID: resolved.zoneID, records: records, removed: removed, lostShares: lostShares,
+                            syncToken: ShareFeedToken.text(token), moreComing: moreComing)
     }
 }
 
-/// The sync token of a hierarchy-share feed: one position per share, base64url of `s1.<id>:<pos>,...`.
+/// The sync token of a hierarchy-share feed, base64url of `s1.<id>:<pos>,...`: one position per share the
+/// caller has, and `<id>:<bound>:<after>` for a lost share still being drained (deletions for its log's
+/// entries after `after`, up to `bound`).
 enum ShareFeedToken {
-    static func text(_ positions: [Int64: Int64]) -> String {
-        let body = "s1." + positions.keys.sorted().map { "\($0):\(positions[$0]!)" }.joined(separator: ",")
+    struct Drain: Hashable {
+        /// The caller's position in the share's log when the loss was seen: nothing after it is named.
+        var bound: Int64
+        /// The last log position drained so far.
+        var after: Int64
+    }
+
+    struct State: Hashable {
+        var positions: [Int64: Int64] = [:]
+        var drains: [Int64: Drain] = [:]
+    }
+
+    static func text(_ state: State) -> String {
+        let live = state.positions.keys.sorted().map { "\($0):\(state.positions[$0]!)" }
+        let draining = state.drains.keys.sorted().map { "\($0):\(state.drains[$0]!.bound):\(state.drains[$0]!.after)" }
+        let body = "s1." + (live + draining).joined(separator: ",")
         return Base64URL.encode(Array(body.utf8))
     }
 
-    static func parse(_ text: String) throws -> [Int64: Int64] {
+    static func parse(_ text: String) throws -> State {
         let invalid = APIError.badRequest("syncToken is not a token this server issued for this feed")
         guard text.utf8.count <= 4096 else { throw invalid }
         guard let data = Base64URL.decode(text) else { throw invalid }
         let body = String(decoding: data, as: UTF8.self)
         guard body.hasPrefix("s1.") else { throw invalid }
-        var positions: [Int64: Int64] = [:]
-        for pair in body.dropFirst(3).split(separator: ",") {
-            let parts = pair.split(separator: ":")
-            guard parts.count == 2, let id = Int64(parts[0]), let position = Int64(parts[1]), position >= 0 else { throw invalid }
-            positions[id] = position
+        var state = State()
+        for entry in body.dropFirst(3).split(separator: ",") {
+            let parts = entry.split(separator: ":", omittingEmptySubsequences: false).map { Int64($0) }
+            guard parts.count == 2 || parts.count == 3, let id = parts[0], state.positions[id] == nil,
+                  state.drains[id] == nil, parts.dropFirst().allSatisfy({ ($0 ?? -1) >= 0 }) else { throw invalid }
+            if parts.count == 2 {
+                state.positions[id] = parts[1]!
+            } else {
+                guard parts[2]! <= parts[1]! else { throw invalid }
+                state.drains[id] = Drain(bound: parts[1]!, after: parts[2]!)
+            }
         }
-        return positions
+        return state
     }
 }

@@ -207,8 +207,8 @@ struct ZoneFeedPage {
     var records: [StoredRecord]
     /// Records that left what the caller may see (moved out of a share, or of a share the caller lost).
     var removed: [String]
-    /// Root record names of hierarchy shares the caller lost since the token.
-    var lostShares: [String]
+    /// Hierarchy shares the caller lost since the token.
+    var lostShares: [SyncMessage.LostShare]
     let syncToken: String
     let moreComing: Bool
 }

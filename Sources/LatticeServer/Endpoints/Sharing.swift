@@ -708,3 +708,68 @@ extension LatticeService {
         }
     }
 }
+
+// MARK: Lost shares in a participant's hierarchy feed
+
+/// A share a participant lost, as its drain sees it: `lossMs` is when they lost it (their removal, leave,
+/// or `publicPermission` none), nil when they held it until the share itself was deleted.
+struct ShareLoss {
+    let share: StoredShare
+    let lossMs: Int64?
+}
+
+extension LatticeService {
+    /// The hierarchy share `id` of `zone` when the caller once had access to it (an accepted participant at
+    /// some point: their shared database's log holds it) and has it no longer. Nil for anything else, so a
+    /// token naming a share the caller never had gets nothing.
+    func lostShare(_ id: Int64, zone: StoredZone, context: RequestContext, _ tx: any StorageTransaction) throws
+        -> StoredShare? {
+        guard let share = try tx.share(id: id), share.zoneRowID == zone.rowID, share.rootRecordName != nil,
+              try share.deleted || roster(share, tx).access(of: context.user.id) == .none else { return nil }
+        let database = try tx.database(DatabaseKey(kind: .shared, environment: context.environment,
+                                                   ownerID: context.user.id))
+        guard database.id != 0 else { return nil }
+        let page = 500
+        var cursor: Int64 = 0
+        for _ in 0..<10_000 {
+            let entries = try tx.sharedZoneChanges(databaseID: database.id, after: cursor, limit: page)
+            if entries.contains(where: { $0.shareID == share.id }) { return share }
+            guard entries.count == page, let last = entries.last else { return nil }
+            cursor = last.databaseSeq
+        }
+        return nil
+    }
+
+    /// How to drain a lost share for the caller, or nil when there is nothing to drain: a removed
+    /// participant lost it when their row changed to `removed`; an accepted one when the share was deleted
+    /// (its log stops there). A pending invitation (removed, then invited again) drains nothing.
+    func lostShareDrain(_ share: StoredShare, context: RequestContext, _ tx: any StorageTransaction) throws
+        -> ShareLoss? {
+        guard let row = try tx.participants(shareID: share.id).first(where: { $0.userID == context.user.id }) else {
+            return nil
+        }
+        switch AcceptanceStatus(rawValue: row.status) {
+        case .removed: return ShareLoss(share: share, lossMs: row.modifiedMs)
+        case .accepted where share.deleted: return ShareLoss(share: share, lossMs: nil)
+        default: return nil
+        }
+    }
+
+    /// Whether the caller had `recordName` from the lost share: it is the root or the share record, or (when
+    /// the share lived on after the loss) neither it nor any record on its parent chain up to the root
+    /// changed since the loss, so it was in the share then and nothing newer is named.
+    func hadRecord(_ recordName: String, _ lost: ShareLoss, _ tx: any StorageTransaction) throws -> Bool {
+        guard let lossMs = lost.lossMs else { return true }
+        var name = recordName
+        var seen: Set<String> = []
+        while seen.insert(name).inserted && seen.count <= 1_000 {
+            if name == lost.share.rootRecordName || name == lost.share.recordName { return true }
+            guard let stored = try tx.record(zoneRowID: lost.share.zoneRowID, name: name), stored.modifiedMs < lossMs
+            else { return false }
+            if stored.deleted { return true }
+            guard let parent = stored.parentName else { return false }
+            name = parent
+        }
+        return false
+    }
+}
