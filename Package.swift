@@ -54,7 +54,8 @@ let package = Package(
 
         .executableTarget(name: "LatticeCLI", dependencies: ["LatticeCore", "LatticeServer", "LatticeSync"]),
         .executableTarget(
-            name: "LatticeBench", dependencies: ["LatticeCore", "LatticeServer", "LatticeStore", "CLibCrypto"],
+            name: "LatticeBench",
+            dependencies: ["LatticeCore", "LatticeServer", "LatticeStore", "LatticeSync", "CLibCrypto", "CSQLite"],
             path: "Benchmarks/LatticeBench"
         ),
 

@@ -76,6 +76,7 @@ public final class SyncEngine: @unchecked Sendable {
     private var transportOverride: (any SyncTransport)?
     /// Receives events; called on the thread that runs the engine.
     public var onEvent: (SyncEvent) -> Void = { _ in }
+    public var wire: SyncWire = .json
     /// Injected for tests; wall clock otherwise.
     let now: @Sendable () -> UInt64
 
