@@ -58,7 +58,8 @@ let package = Package(
             name: "LatticeCLI", dependencies: ["LatticeCore", "LatticeServer", "LatticeSharing", "LatticeSync"]
         ),
         .executableTarget(
-            name: "LatticeBench", dependencies: ["LatticeCore", "LatticeServer", "LatticeStore", "CLibCrypto"],
+            name: "LatticeBench",
+            dependencies: ["LatticeCore", "LatticeServer", "LatticeStore", "LatticeSync", "CLibCrypto", "CSQLite"],
             path: "Benchmarks/LatticeBench"
         ),
 

@@ -53,6 +53,20 @@ enum Harness {
                 writeText(2, "lattice-bench serve: error: \(error.message)\n")
                 return 2
             }
+        case "sync":
+            do {
+                let options = try SyncBenchOptions.parse(Array(arguments.dropFirst()))
+                if options.help {
+                    writeText(1, SyncBenchOptions.usage + "\n")
+                    return 0
+                }
+                return SyncBench.run(options, argv: arguments)
+            } catch {
+                writeText(2, "lattice-bench sync: error: \(error.message)\n(run 'lattice-bench sync --help' for the options)\n")
+                return 2
+            }
+        case BenchServer.guardCommand: // internal: the process between `lattice-bench sync` and its server
+            return BenchServer.runGuard(Array(arguments.dropFirst()))
         case "-h", "--help", "help":
             writeText(1, topUsage)
             return 0
@@ -65,6 +79,7 @@ enum Harness {
     static let topUsage = """
         usage: lattice-bench merge [options]     merge throughput (lattice-bench merge --help)
                lattice-bench serve [options]     server request rate and latency (lattice-bench serve --help)
+               lattice-bench sync [options]      end-to-end sync: push, pull, storage ceiling (lattice-bench sync --help)
 
         """
 

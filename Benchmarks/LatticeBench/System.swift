@@ -66,9 +66,14 @@ private func procLines(_ path: String) -> [Substring] {
 /// Counters of /proc/self/status.
 enum ProcStatus {
     /// The value in KiB of a `/proc/self/status` field such as `VmRSS` or `VmHWM`; -1 if missing.
-    static func kib(_ field: String) -> Int {
+    static func kib(_ field: String) -> Int { kib(field, path: "/proc/self/status") }
+
+    /// The same field of another process (`/proc/PID/status`); -1 if missing.
+    static func kib(_ field: String, pid: Int32) -> Int { kib(field, path: "/proc/\(pid)/status") }
+
+    private static func kib(_ field: String, path: String) -> Int {
         let prefix = field + ":"
-        for line in procLines("/proc/self/status") where line.hasPrefix(prefix) {
+        for line in procLines(path) where line.hasPrefix(prefix) {
             let parts = line.dropFirst(prefix.count).split(whereSeparator: { $0 == " " || $0 == "\t" })
             if let first = parts.first, let value = Int(first) { return value }
         }

@@ -1,5 +1,6 @@
-// lattice-bench: merge-throughput benchmark of LatticeCore on workload lww-orset-v1.
-// Usage: lattice-bench merge --help
+// lattice-bench: Lattice's benchmarks. `merge` (merge throughput of LatticeCore on workload lww-orset-v1),
+// `serve` (the server's request rate in-process), `sync` (the whole service end to end).
+// Usage: lattice-bench COMMAND --help
 
 #if canImport(Glibc)
 import Glibc

@@ -1,0 +1,600 @@
+// `lattice-bench sync`: the whole service end to end. A real `lattice serve` (the `lattice` binary next to
+// this one) on 127.0.0.1, N real client engines (`LatticeSync.SyncEngine`, each with its own home) pushing
+// batches of records over HTTP, a fresh device pulling a large account, and in the same run the storage
+// ceiling: the same frames written straight into SQLite with the same durability and batch size.
+
+import Foundation
+import LatticeCore
+import LatticeStore
+import LatticeSync
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct SyncBenchOptions: Sendable {
+    var clients = 4
+    var batches = [1, 2, 50, 200, 400]
+    /// Records each client pushes per batch size (rounded up to whole batches).
+    var records = 2000
+    var pullRecords = 100_000
+    /// Rows the ceiling writes per batch size, at least (cycling through the pushed frames).
+    var ceilingRows = 20_000
+    var wires: [SyncWire] = [.binary, .json]
+    /// Time budget of one push measurement and of one ceiling measurement (checked between rounds).
+    var seconds = 20.0
+    /// The whole run is stopped (server included) after this long.
+    var timeout = 1800.0
+    var jsonlPath: String?
+    var help = false
+
+    static let maximumBatch = 400
+
+    static let usage = """
+        usage: lattice-bench sync [--clients N] [--batches 1,2,50,200,400] [--records N]
+                                  [--pull-records N] [--ceiling-rows N] [--wire binary|json|both]
+                                  [--seconds S] [--timeout S] [--jsonl FILE]
+
+        End-to-end sync benchmark. Starts `lattice serve` (the lattice executable next to lattice-bench)
+        on 127.0.0.1 with a fresh data directory (SQLite, WAL, synchronous=FULL: the server's default)
+        and measures, printing JSON lines:
+          push     N client engines (LatticeSync.SyncEngine over HTTP, one account and one home each)
+                   each make B records locally (a string, an integer, a two-element string list) and
+                   call send, all clients at once; only the send calls are timed
+          ceiling  the frames the clients pushed, written straight into SQLite (WAL, synchronous=FULL,
+                   B rows per transaction, a primary key and a second unique index), no service;
+                   the frames are written again (under other keys) until --ceiling-rows rows
+          pull     a fresh device (new home, logIn with the token of an account holding
+                   --pull-records records) runs one sync; records/s and seconds
+        and one summary line per wire and batch size with ratio_service_to_ceiling.
+
+        options:
+          --clients N        concurrent client engines, 1 to 64 (default 4)
+          --batches LIST     records per send, each 1 to 400 (default 1,2,50,200,400)
+          --records N        records each client pushes per batch size, rounded up to whole
+                             batches, 1 to 1000000 (default 2000)
+          --pull-records N   records of the account a fresh device pulls, 0 (skip) to 10000000
+                             (default 100000)
+          --ceiling-rows N   rows the ceiling writes per batch size, at least every pushed frame once,
+                             1 to 10000000 (default 20000)
+          --wire W           binary, json or both (default both): the engines' SyncEngine.wire
+          --seconds S        time budget per push and per ceiling measurement, checked between
+                             rounds (default 20)
+          --timeout S        the whole run is stopped, server included, after S seconds (default 1800)
+          --jsonl FILE       also write every JSON line to FILE
+          -h, --help         show this help and exit
+
+        Build both executables in release first:
+          swift build -c release
+
+        exit status: 0 when every measurement is ok, 1 when one failed, 2 for a bad command line.
+        """
+
+    static func parse(_ arguments: [String]) throws(UsageError) -> SyncBenchOptions {
+        var options = SyncBenchOptions()
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            index += 1
+            var name = argument
+            var inlineValue: String?
+            if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
+                name = String(argument[..<equals])
+                inlineValue = String(argument[argument.index(after: equals)...])
+            }
+            func value() throws(UsageError) -> String {
+                if let inlineValue { return inlineValue }
+                guard index < arguments.count else { throw UsageError(message: "\(name) expects a value") }
+                index += 1
+                return arguments[index - 1]
+            }
+            switch name {
+            case "-h", "--help":
+                if inlineValue != nil { throw UsageError(message: "\(name) takes no value") }
+                options.help = true
+            case "--clients": options.clients = try integer(name, try value(), in: 1...64)
+            case "--batches": options.batches = try batchList(try value())
+            case "--records": options.records = try integer(name, try value(), in: 1...1_000_000)
+            case "--pull-records": options.pullRecords = try integer(name, try value(), in: 0...10_000_000)
+            case "--ceiling-rows": options.ceilingRows = try integer(name, try value(), in: 1...10_000_000)
+            case "--wire":
+                let text = try value()
+                switch text {
+                case "both": options.wires = SyncWire.allCases
+                default:
+                    guard let wire = SyncWire(rawValue: text) else {
+                        throw UsageError(message: "--wire must be binary, json or both, got '\(text)'")
+                    }
+                    options.wires = [wire]
+                }
+            case "--seconds": options.seconds = try seconds(name, try value(), maximum: 3600)
+            case "--timeout": options.timeout = try seconds(name, try value(), maximum: 86_400)
+            case "--jsonl":
+                let path = try value()
+                guard !path.isEmpty else { throw UsageError(message: "--jsonl expects a file name") }
+                options.jsonlPath = path
+            default:
+                if argument.hasPrefix("-") { throw UsageError(message: "unrecognized option \(argument)") }
+                throw UsageError(message: "unexpected argument \(argument)")
+            }
+        }
+        return options
+    }
+
+    private static func integer(_ name: String, _ text: String, in range: ClosedRange<Int>) throws(UsageError) -> Int {
+        guard let value = Int(text.filter { $0 != "_" }) else {
+            throw UsageError(message: "\(name) expects an integer, got '\(text)'")
+        }
+        guard range.contains(value) else {
+            throw UsageError(message: "\(name) must be \(range.lowerBound) to \(range.upperBound), got \(value)")
+        }
+        return value
+    }
+
+    private static func seconds(_ name: String, _ text: String, maximum: Double) throws(UsageError) -> Double {
+        guard let value = Double(text), value.isFinite, value > 0, value <= maximum else {
+            throw UsageError(message: "\(name) must be a number of seconds above 0 and at most \(Int(maximum)), got '\(text)'")
+        }
+        return value
+    }
+
+    private static func batchList(_ text: String) throws(UsageError) -> [Int] {
+        var batches: [Int] = []
+        for part in text.split(separator: ",", omittingEmptySubsequences: false) {
+            let item = part.trimmingCharacters(in: .whitespaces)
+            guard let batch = Int(item) else { throw UsageError(message: "--batches expects integers like 1,2,50, got '\(item)'") }
+            guard (1...maximumBatch).contains(batch) else {
+                throw UsageError(message: "--batches: each batch must be 1 to \(maximumBatch) records (one request), got \(batch)")
+            }
+            if !batches.contains(batch) { batches.append(batch) }
+        }
+        if batches.isEmpty { throw UsageError(message: "--batches needs at least one batch size") }
+        return batches
+    }
+
+    var parametersJSON: JSONValue {
+        .object([
+            "clients": .integer(clients), "batches": .array(batches.map { .integer($0) }),
+            "records_per_client_per_batch": .integer(records), "pull_records": .integer(pullRecords),
+            "ceiling_rows": .integer(ceilingRows),
+            "wires": .array(wires.map { .string($0.rawValue) }), "seconds_per_measurement": .double(seconds),
+            "timeout_s": .double(timeout),
+        ])
+    }
+}
+
+/// One client: an engine with its own home and account, and the transport that counts its requests.
+struct BenchClient: Sendable {
+    let engine: SyncEngine
+    let transport: CountingTransport
+    let zone: LocalZone
+    /// An empty report for `send`.
+    let blankReport: SyncReport
+}
+
+enum SyncBench {
+    static let zoneName = "Bench"
+    static let pullZoneName = "Pull"
+
+    static func run(_ options: SyncBenchOptions, argv: [String]) -> Int32 {
+        #if DEBUG
+        writeText(2, "lattice-bench: warning: this is a debug build; measure with -c release\n")
+        #endif
+        var output = LineOutput()
+        if let path = options.jsonlPath {
+            do { try output.openFile(path) } catch {
+                writeText(2, "lattice-bench sync: error: \(error)\n")
+                return 2
+            }
+        }
+        defer { output.close() }
+        let root = NSTemporaryDirectory() + "lattice-bench-sync-\(getpid())"
+        let server: BenchServer
+        do {
+            let binary = try BenchServer.binaryNextToSelf()
+            try? FileManager.default.removeItem(atPath: root)
+            try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+            server = try BenchServer(binary: binary, data: root + "/server", logPath: root + "/server.log",
+                                 scratchDirectory: root)
+        } catch {
+            writeText(2, "lattice-bench sync: error: \(error)\n")
+            try? FileManager.default.removeItem(atPath: root)
+            return 1
+        }
+        defer {
+            server.stop()
+            try? FileManager.default.removeItem(atPath: root)
+        }
+        // The watchdog: nothing runs longer than --timeout, and the server goes with it.
+        DispatchQueue.global().asyncAfter(deadline: .now() + options.timeout) {
+            writeText(2, "lattice-bench sync: error: the run exceeded --timeout \(options.timeout) s; stopping the server\n")
+            server.stop(graceSeconds: 2)
+            try? FileManager.default.removeItem(atPath: root)
+            exit(1)
+        }
+
+        output.emit([
+            "kind": .string("header"), "bench": .string("sync"), "started": .string(utcTimestamp()),
+            "argv": .array(argv.map { .string($0) }), "machine": .object(MachineInfo.collect()),
+            "build": .string(MachineInfo.buildConfiguration), "parameters": options.parametersJSON,
+            "server": .object(["binary": .string(server.binary), "url": .string(server.url), "pid": .integer(server.pid),
+                               "storage": .string("SQLite, WAL, synchronous=FULL (lattice serve's default)")]),
+            "record_shape": .string("Item: name STRING, n INT64, tags STRING_LIST of 2 (add-wins set)"),
+        ])
+
+        var lines: [[String: JSONValue]] = []
+        func emit(_ line: [String: JSONValue]) {
+            lines.append(line)
+            output.emit(line)
+        }
+        var crew: Crew?
+        do {
+            let clients = try makeClients(options.clients, server: server, root: root)
+            crew = Crew(count: clients.count)
+            for batch in options.batches {
+                var frames: [CeilingRow]?
+                for wire in options.wires {
+                    let (line, pushed) = try push(clients: clients, crew: crew!, batch: batch, wire: wire,
+                                                  options: options, server: server, collectFrames: frames == nil)
+                    emit(line)
+                    if line["status"]?.stringValue != "ok" {
+                        throw SystemError.message("the push measurement (wire \(wire.rawValue), batch \(batch)) failed: "
+                                                  + (line["error"]?.stringValue ?? "unknown error"))
+                    }
+                    if frames == nil { frames = pushed }
+                }
+                emit(try ceiling(rows: frames ?? [], batch: batch, options: options, root: root))
+            }
+            if options.pullRecords > 0 {
+                let (token, populateLine) = try populatePullAccount(options.pullRecords, server: server, root: root,
+                                                                    budgetSeconds: options.timeout)
+                emit(populateLine)
+                for wire in options.wires {
+                    emit(try pull(token: token, wire: wire, expected: options.pullRecords, server: server, root: root))
+                }
+            }
+        } catch {
+            crew?.stop()
+            let message = "\(error)" + BenchServer.logTail(server.logPath)
+            emit(["kind": .string("error"), "status": .string("error"), "error": .string(message)])
+            writeText(2, "lattice-bench sync: error: \(message)\n")
+            for summary in summaries(lines) { output.emit(summary) }
+            return 1
+        }
+        crew?.stop()
+        for summary in summaries(lines) { output.emit(summary) }
+        return lines.allSatisfy { $0["status"]?.stringValue == "ok" } ? 0 : 1
+    }
+
+    // MARK: Clients
+
+    /// One account and one home per client, each with its zone created on the server by a first (untimed)
+    /// send of one record.
+    private static func makeClients(_ count: Int, server: BenchServer, root: String) throws -> [BenchClient] {
+        try (0..<count).map { index in
+            let transport = try CountingTransport(serverURL: server.url)
+            let engine = try SyncEngine(home: root + "/client-\(index)", transport: transport)
+            try engine.signUp(name: "bench-client-\(index)", serverURL: server.url)
+            let zone = try engine.privateZone(zoneName)
+            try makeItem(engine, "warm-up", in: zone, number: 0, tag: 0)
+            let report = try engine.sync()
+            guard report.online, report.sent == 1, report.queued == 0 else {
+                throw SystemError.message("client \(index): the warm-up sync was not acknowledged (\(report))")
+            }
+            _ = transport.take()
+            return BenchClient(engine: engine, transport: transport, zone: try engine.privateZone(zoneName),
+                               blankReport: emptied(report))
+        }
+    }
+
+    /// A local edit through the engine: one `Item` with the benchmark's three fields.
+    private static func makeItem(_ engine: SyncEngine, _ name: String, in zone: LocalZone, number: Int, tag: Int) throws {
+        try engine.edit(name, in: zone, creating: "Item") { record, stamp in
+            try record.set("name", to: .string("item \(name)"), at: stamp())
+            try record.set("n", to: .int64(Int64(number)), at: stamp())
+            try record.add([.string("alpha"), .string("tag\(tag)")], to: "tags", at: stamp())
+        }
+    }
+
+    /// A report with nothing in it, to pass to `send` (`SyncReport` has no public initializer, so this is
+    /// the warm-up sync's report, emptied).
+    private static func emptied(_ report: SyncReport) -> SyncReport {
+        var report = report
+        report.sent = 0
+        report.fetched = 0
+        report.rejected = []
+        report.removedZones = []
+        report.online = true
+        report.queued = 0
+        return report
+    }
+
+    // MARK: Push
+
+    private struct ClientPush {
+        var edited = 0
+        var sent = 0
+        var rejected = 0
+        var sendLatencies: [Double] = []
+    }
+
+    /// Rounds of: every client makes `batch` records locally (untimed), then every client calls `send` at
+    /// once (timed, until the last send returns). Stops after `records` per client or the time budget.
+    private static func push(clients: [BenchClient], crew: Crew, batch: Int, wire: SyncWire, options: SyncBenchOptions,
+                             server: BenchServer, collectFrames: Bool) throws -> ([String: JSONValue], [CeilingRow]) {
+        let rounds = (options.records + batch - 1) / batch
+        let prefix = "\(wire.rawValue)-b\(batch)"
+        for client in clients {
+            client.engine.wire = wire
+            _ = client.transport.take()
+        }
+        let peakScope = server.resetPeakRSS() ? "measurement" : "process"
+        let results = Mutex([ClientPush](repeating: ClientPush(), count: clients.count))
+        let failure = FirstError()
+        var sendSeconds = 0.0, editSeconds = 0.0
+        var roundsDone = 0
+        let began = monotonicNanoseconds()
+        let deadline = began &+ UInt64(options.seconds * 1e9)
+        while roundsDone < rounds && monotonicNanoseconds() < deadline {
+            let round = roundsDone
+            editSeconds += crew.run { index in
+                let client = clients[index]
+                do {
+                    for item in 0..<batch {
+                        try makeItem(client.engine, "\(prefix)-r\(round)-\(item)", in: client.zone,
+                                     number: round * 1000 + item, tag: item)
+                    }
+                    results.withLock { $0[index].edited += batch }
+                } catch {
+                    failure.record(error, "client \(index) local edit")
+                }
+            }
+            if failure.message != nil { break }
+            sendSeconds += crew.run { index in
+                var report = clients[index].blankReport
+                let sendBegan = monotonicNanoseconds()
+                do {
+                    try clients[index].engine.send(&report)
+                } catch {
+                    failure.record(error, "client \(index) send")
+                }
+                let latency = Double(monotonicNanoseconds() - sendBegan) / 1e9
+                results.withLock {
+                    $0[index].sent += report.sent
+                    $0[index].rejected += report.rejected.count
+                    $0[index].sendLatencies.append(latency)
+                }
+            }
+            roundsDone += 1
+            if failure.message != nil { break }
+        }
+        let wallSeconds = Double(monotonicNanoseconds() - began) / 1e9
+        let serverPeak = server.statusKiB("VmHWM"), serverRSS = server.statusKiB("VmRSS")
+        var tally = RequestTally()
+        for client in clients { tally.add(client.transport.take()) }
+        let perClient = results.withLock { $0 }
+        var unacknowledged = 0
+        for client in clients { unacknowledged += (try? client.engine.pendingCount()) ?? 0 }
+
+        let sent = perClient.reduce(0) { $0 + $1.sent }
+        let edited = perClient.reduce(0) { $0 + $1.edited }
+        let rejected = perClient.reduce(0) { $0 + $1.rejected }
+        let latencies = perClient.flatMap(\.sendLatencies)
+        var line = measurementLine(scenario: "push", wire: wire, batch: batch, clients: clients.count, records: sent,
+                                   seconds: sendSeconds, requests: tally.requests, latencies: latencies)
+        line["rounds"] = .integer(roundsDone)
+        line["records_edited"] = .integer(edited)
+        line["records_rejected"] = .integer(rejected)
+        line["records_unacknowledged"] = .integer(unacknowledged)
+        line["send_calls"] = .integer(latencies.count)
+        line["stopped_by"] = .string(roundsDone == rounds ? "records" : (failure.message == nil ? "time" : "error"))
+        line["wall_s"] = rounded(wallSeconds, 4)
+        line["local_edit_s"] = rounded(editSeconds, 4)
+        line["local_edit_records_per_s"] = rate(edited, editSeconds)
+        line.merge(tallyFields(tally)) { _, new in new }
+        line["server_peak_rss_mib"] = mib(serverPeak)
+        line["server_rss_mib"] = mib(serverRSS)
+        line["server_peak_rss_scope"] = .string(peakScope)
+        if let message = failure.message {
+            line["status"] = .string("error")
+            line["error"] = .string(message)
+        } else if rejected > 0 || unacknowledged > 0 || sent != edited {
+            line["status"] = .string("error")
+            line["error"] = .string("\(edited) records made, \(sent) acknowledged, \(rejected) rejected, "
+                                    + "\(unacknowledged) still pending")
+        }
+
+        var frames: [CeilingRow] = []
+        if collectFrames {
+            // The frames the engines hold for the records they just pushed, in the order the server got them.
+            var byClient: [[String: [UInt8]]] = []
+            for client in clients {
+                var frames: [String: [UInt8]] = [:]
+                for record in try client.engine.records(in: client.zone)
+                    where record.id.recordName.hasPrefix(prefix + "-") {
+                    frames[record.id.recordName] = try BinaryCodec.encode(record)
+                }
+                byClient.append(frames)
+            }
+            for round in 0..<roundsDone {
+                for (index, clientFrames) in byClient.enumerated() {
+                    for item in 0..<batch {
+                        let name = "\(prefix)-r\(round)-\(item)"
+                        if let frame = clientFrames[name] { frames.append(CeilingRow(zone: Int64(index + 1), name: name, frame: frame)) }
+                    }
+                }
+            }
+        }
+        return (line, frames)
+    }
+
+    // MARK: Ceiling
+
+    private static func ceiling(rows: [CeilingRow], batch: Int, options: SyncBenchOptions, root: String) throws
+        -> [String: JSONValue] {
+        let target = max(options.ceilingRows, rows.count)
+        let result = try StorageCeiling.measure(rows: rows, target: target, batch: batch,
+                                                path: root + "/ceiling.sqlite", budgetSeconds: options.seconds)
+        var line = measurementLine(scenario: "ceiling", wire: nil, batch: batch, clients: 1, records: result.rows,
+                                   seconds: result.seconds, requests: result.transactions, latencies: result.latencies)
+        line["transactions"] = .integer(result.transactions)
+        line["frames_available"] = .integer(rows.count)
+        line["frame_bytes_mean"] = rows.isEmpty ? .null
+            : rounded(Double(rows.reduce(0) { $0 + $1.frame.count }) / Double(rows.count), 1)
+        line["rows_target"] = .integer(target)
+        line["stopped_by"] = .string(result.rows == target ? "records" : "time")
+        line["what"] = .string("frames written straight into SQLite (WAL, synchronous=FULL), one writer, "
+                               + "batch rows per transaction; requests = transactions, latency = one transaction")
+        if rows.isEmpty {
+            line["status"] = .string("error")
+            line["error"] = .string("no frames to write: the push measurement acknowledged nothing")
+        }
+        return line
+    }
+
+    // MARK: Pull
+
+    /// Signs up the pull account and fills it with `count` records through plain `records/modify` requests of
+    /// 400 creates each (setup, not the engine's path: the pull is what is measured). Returns the token and
+    /// a `populate` line.
+    private static func populatePullAccount(_ count: Int, server: BenchServer, root: String, budgetSeconds: Double) throws
+        -> (String, [String: JSONValue]) {
+        let transport = try CountingTransport(serverURL: server.url)
+        let owner = try SyncEngine(home: root + "/pull-owner", transport: transport)
+        let account = try owner.signUp(name: "bench-pull", serverURL: server.url)
+        let zone: JSON = .object(["zoneName": .string(pullZoneName)])
+        let created = try owner.call("private", "zones/modify", .object(["operations": .array([
+            .object(["operationType": .string("create"), "zone": .object(["zoneID": zone])]),
+        ])]))
+        if let code = created["zones"]?.arrayValue?.first?["serverErrorCode"]?.stringValue {
+            throw SystemError.message("pull setup: zones/modify answered \(code)")
+        }
+        _ = transport.take()
+        _ = server.resetPeakRSS()
+        let began = monotonicNanoseconds()
+        let deadline = began &+ UInt64(budgetSeconds * 1e9)
+        var written = 0
+        while written < count {
+            guard monotonicNanoseconds() < deadline else {
+                throw SystemError.message("pull setup: only \(written) of \(count) records written in \(Int(budgetSeconds)) s")
+            }
+            let end = min(written + SyncBenchOptions.maximumBatch, count)
+            let operations: [JSON] = (written..<end).map { index in
+                .object(["operationType": .string("create"), "record": .object([
+                    "recordName": .string(String(format: "p%07d", index)), "recordType": .string("Item"),
+                    "fields": .object([
+                        "name": .object(["value": .string("item p\(index)")]),
+                        "n": .object(["value": .int(Int64(index))]),
+                        "tags": .object(["value": .array([.string("alpha"), .string("tag\(index % 400)")]),
+                                         "type": .string("STRING_LIST")]),
+                    ]),
+                ])])
+            }
+            let reply = try owner.call("private", "records/modify", .object(["zoneID": zone, "operations": .array(operations)]))
+            let items = reply["records"]?.arrayValue ?? []
+            guard items.count == operations.count, items.allSatisfy({ $0["serverErrorCode"] == nil }) else {
+                let first = items.first { $0["serverErrorCode"] != nil }?.serialized() ?? "\(items.count) items"
+                throw SystemError.message("pull setup: records/modify did not accept every record: \(first)")
+            }
+            written = end
+        }
+        let seconds = Double(monotonicNanoseconds() - began) / 1e9
+        let tally = transport.take()
+        var line = measurementLine(scenario: "populate", wire: nil, batch: SyncBenchOptions.maximumBatch, clients: 1,
+                                   records: written, seconds: seconds, requests: tally.requests, latencies: tally.latencies)
+        line["what"] = .string("setup of the pull account: plain-valued records/modify requests of 400 creates from one "
+                               + "client (not the engine's send path; the server stamps the values)")
+        line.merge(tallyFields(tally)) { _, new in new }
+        line["server_peak_rss_mib"] = mib(server.statusKiB("VmHWM"))
+        return (account.token, line)
+    }
+
+    /// A fresh device (new home) logs in with the pull account's token and runs one `sync()`, timed.
+    private static func pull(token: String, wire: SyncWire, expected: Int, server: BenchServer, root: String) throws
+        -> [String: JSONValue] {
+        let transport = try CountingTransport(serverURL: server.url)
+        let device = try SyncEngine(home: root + "/pull-device-\(wire.rawValue)", transport: transport)
+        device.wire = wire
+        try device.logIn(serverURL: server.url, token: token)
+        _ = transport.take()
+        let peakScope = server.resetPeakRSS() ? "measurement" : "process"
+        let began = monotonicNanoseconds()
+        let report = try device.sync()
+        let seconds = Double(monotonicNanoseconds() - began) / 1e9
+        let tally = transport.take()
+        var line = measurementLine(scenario: "pull", wire: wire, batch: nil, clients: 1, records: report.fetched,
+                                   seconds: seconds, requests: tally.requests, latencies: tally.latencies)
+        line["latency_of"] = .string("one HTTP request")
+        line.merge(tallyFields(tally)) { _, new in new }
+        line["server_peak_rss_mib"] = mib(server.statusKiB("VmHWM"))
+        line["server_rss_mib"] = mib(server.statusKiB("VmRSS"))
+        line["server_peak_rss_scope"] = .string(peakScope)
+        line["records_expected"] = .integer(expected)
+        line["client_peak_rss_mib"] = mib(ProcStatus.peakRSSKiB)
+        if !report.online || report.fetched != expected {
+            line["status"] = .string("error")
+            line["error"] = .string(report.online ? "fetched \(report.fetched) of \(expected) records"
+                                                  : "the server could not be reached during the sync")
+        }
+        return line
+    }
+
+    // MARK: Lines
+
+    private static func measurementLine(scenario: String, wire: SyncWire?, batch: Int?, clients: Int, records: Int,
+                                        seconds: Double, requests: Int, latencies: [Double]) -> [String: JSONValue] {
+        [
+            "kind": .string("measurement"), "status": .string("ok"), "scenario": .string(scenario),
+            "wire": wire.map { .string($0.rawValue) } ?? .null, "batch": batch.map { .integer($0) } ?? .null,
+            "clients": .integer(clients), "records": .integer(records), "seconds": rounded(seconds, 4),
+            "records_per_s": rate(records, seconds), "requests": .integer(requests),
+            "requests_per_s": rate(requests, seconds),
+            "p50_ms": percentile(latencies, 0.50).map { rounded($0 * 1000, 3) } ?? .null,
+            "p99_ms": percentile(latencies, 0.99).map { rounded($0 * 1000, 3) } ?? .null,
+        ]
+    }
+
+    private static func tallyFields(_ tally: RequestTally) -> [String: JSONValue] {
+        [
+            "endpoints": .object(tally.endpoints.mapValues { .integer($0) }),
+            "content_types": .object(tally.contentTypes.mapValues { .integer($0) }),
+            "request_p50_ms": percentile(tally.latencies, 0.50).map { rounded($0 * 1000, 3) } ?? .null,
+            "request_p99_ms": percentile(tally.latencies, 0.99).map { rounded($0 * 1000, 3) } ?? .null,
+            "in_request_s": rounded(tally.latencies.reduce(0, +), 4),
+            "throttled": .integer(tally.throttled), "http_errors": .integer(tally.otherErrors),
+            "request_bytes": .integer(tally.requestBytes), "response_bytes": .integer(tally.responseBytes),
+        ]
+    }
+
+    /// One summary per wire and batch size that has both a push and a ceiling line.
+    static func summaries(_ lines: [[String: JSONValue]]) -> [[String: JSONValue]] {
+        let ceilings = lines.filter { $0["scenario"]?.stringValue == "ceiling" }
+        var out: [[String: JSONValue]] = []
+        for push in lines where push["scenario"]?.stringValue == "push" {
+            guard let ceiling = ceilings.first(where: { $0["batch"] == push["batch"] }),
+                  let service = push["records_per_s"]?.doubleValue,
+                  let storage = ceiling["records_per_s"]?.doubleValue, storage > 0 else { continue }
+            let ok = push["status"]?.stringValue == "ok" && ceiling["status"]?.stringValue == "ok"
+            out.append([
+                "kind": .string("summary"), "status": .string(ok ? "ok" : "error"), "wire": push["wire"] ?? .null,
+                "batch": push["batch"] ?? .null, "clients": push["clients"] ?? .null,
+                "push_records_per_s": push["records_per_s"] ?? .null, "ceiling_records_per_s": ceiling["records_per_s"] ?? .null,
+                "ratio_service_to_ceiling": rounded(service / storage, 4),
+                "push_p50_ms": push["p50_ms"] ?? .null, "push_p99_ms": push["p99_ms"] ?? .null,
+            ])
+        }
+        return out
+    }
+
+    private static func rate(_ amount: Int, _ seconds: Double) -> JSONValue {
+        seconds > 0 ? rounded(Double(amount) / seconds, 1) : .null
+    }
+
+    private static func rounded(_ value: Double, _ digits: Int) -> JSONValue {
+        let scale = pow(10, Double(digits))
+        return .double((value * scale).rounded() / scale)
+    }
+
+    private static func mib(_ kib: Int) -> JSONValue { kib < 0 ? .null : rounded(Double(kib) / 1024, 1) }
+}
