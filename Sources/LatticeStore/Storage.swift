@@ -89,6 +89,10 @@ public protocol StorageTransaction {
     /// `StorageRules.creation`: kept from the row it replaces, new over a tombstone.
     /// - Throws: `StorageError.failure` if the zone is missing or deleted.
     func saveRecord(zoneRowID: Int64, _ write: RecordWrite) throws -> StoredRecord
+    /// Saves several records of one zone, exactly as `saveRecord` would one after another (consecutive zone
+    /// positions in the order given, one new database position for the zone), but with the counters moved
+    /// once. The names must be distinct. A backend without a faster way takes the default (a loop).
+    func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite]) throws -> [StoredRecord]
     /// Records whose zone position is after `cursor` (tombstones included), in log order.
     func recordChanges(zoneRowID: Int64, after cursor: Int64, limit: Int) throws -> [StoredRecord]
     /// Names of the live records whose parent is `parentName`.
@@ -428,5 +432,11 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
         case .closed: return "the storage is closed"
         case .failure(let text): return text
         }
+    }
+}
+
+extension StorageTransaction {
+    public func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite]) throws -> [StoredRecord] {
+        try writes.map { try saveRecord(zoneRowID: zoneRowID, $0) }
     }
 }

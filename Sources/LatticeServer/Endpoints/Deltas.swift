@@ -53,9 +53,9 @@ extension LatticeService {
         let frames = delta.recordFrames()
         let names = delta.recordNames
         let writes = zip(frames, names).map { incoming, name in
-            { (shares: Set<String>) throws -> AppliedWrite in
+            { (shares: Set<String>) throws -> PlannedWrite in
                 let parent: String?? = incoming.parentName.map { .some($0) } ?? nil
-                return try self.write(name, kind: .forceUpdate, requestedParent: parent, changeTag: nil, zone: zone,
+                return try self.plan(name, kind: .forceUpdate, requestedParent: parent, changeTag: nil, zone: zone,
                                       resolved: resolved, shareRecordNames: shares, context: context, tx: tx) { existing, live in
                     if incoming.exceedsWriteLimit {
                         throw APIError(.limitExceeded, "record \(name) is \(incoming.encodedSize) bytes; the limit is "

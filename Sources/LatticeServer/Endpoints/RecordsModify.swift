@@ -17,6 +17,17 @@ struct RecordOperation {
     let path: String
 }
 
+/// A write decided inside the transaction but not saved yet.
+struct PlannedWrite {
+    let recordName: String
+    /// The row before the write (nil for a new record).
+    let stored: StoredRecord?
+    /// The record's state after the write.
+    let after: RecordFrame
+    /// What to save; nil when the record already reflected the write.
+    let write: RecordWrite?
+}
+
 /// A record write as applied inside the transaction: the row as stored and its frame.
 struct AppliedWrite {
     let stored: StoredRecord
@@ -42,7 +53,7 @@ extension LatticeService {
         }
         let names = operationsJSON.map { $0["record"]?["recordName"]?.stringValue ?? "" }
         let writes = operationsJSON.enumerated().map { index, json in
-            { (shares: Set<String>) throws -> AppliedWrite in
+            { (shares: Set<String>) throws -> PlannedWrite in
                 let operation = try self.parseOperation(json, path: "operations[\(index)]")
                 return try self.apply(operation, zone: zone, resolved: resolved, shareRecordNames: shares,
                                       context: context, tx: tx)
@@ -65,26 +76,55 @@ extension LatticeService {
         return flag
     }
 
-    /// Runs the writes of one batch to one zone, each in its own savepoint, then keeps the zone's shares up
-    /// to date. Atomic: any failure rolls the whole transaction back and answers every item (the failed
-    /// ones with their error, the others ATOMIC_ERROR). Each write gets the zone's share record names.
-    func writeBatch(_ writes: [(Set<String>) throws -> AppliedWrite], names: [String], atomic: Bool, zone: StoredZone,
+    /// Runs the writes of one batch to one zone: each is planned in order (checks and join, no storage
+    /// writes), and the planned ones are saved together (`saveRecords`: the zone's counters move once per
+    /// batch). A record named again later in the batch is saved before it is planned again, so every plan
+    /// starts from the stored state. Then the zone's shares are kept up to date. Atomic: any failure rolls
+    /// the whole transaction back and answers every item (the failed ones with their error, the others
+    /// ATOMIC_ERROR). Each write gets the zone's share record names.
+    func writeBatch(_ writes: [(Set<String>) throws -> PlannedWrite], names: [String], atomic: Bool, zone: StoredZone,
                     resolved: ResolvedZone, context: RequestContext, _ tx: any StorageTransaction,
                     _ touched: inout Set<Int64>) throws -> [Result<AppliedWrite, APIError>] {
         // The zone's share records, read once: a batch never creates or deletes shares mid-way.
         let shareRecordNames = Set(try tx.shares(zoneRowID: zone.rowID).map(\.recordName))
-        var outcomes: [Result<AppliedWrite, APIError>] = []
-        outcomes.reserveCapacity(writes.count)
+        var slots: [Result<AppliedWrite, APIError>?] = Array(repeating: nil, count: writes.count)
         var changedNames: [String] = []
-        for write in writes {
+        var pending: [(index: Int, plan: PlannedWrite)] = []
+        var pendingNames: Set<String> = []
+        var bytesUsed = try tx.database(id: zone.databaseID)?.bytesUsed ?? 0
+        func flush() throws {
+            guard !pending.isEmpty else { return }
+            let saved = try tx.saveRecords(zoneRowID: zone.rowID, pending.map { $0.plan.write! })
+            for (item, record) in zip(pending, saved) {
+                slots[item.index] = .success(AppliedWrite(stored: record, frame: item.plan.after, changed: true))
+                changedNames.append(record.recordName)
+            }
+            pending = []
+            pendingNames = []
+        }
+        for (index, write) in writes.enumerated() {
+            if pendingNames.contains(names[index]) { try flush() }
             do {
-                let applied = try tx.savepoint { try write(shareRecordNames) }
-                if applied.changed { changedNames.append(applied.stored.recordName) }
-                outcomes.append(.success(applied))
+                let plan = try write(shareRecordNames)
+                guard let record = plan.write else {
+                    slots[index] = .success(AppliedWrite(stored: plan.stored!, frame: plan.after, changed: false))
+                    continue
+                }
+                let growth = Int64(record.frame.count) - Int64(plan.stored?.frame.count ?? 0)
+                guard bytesUsed + growth <= configuration.quotaBytesPerDatabase else {
+                    throw APIError(.quotaExceeded, "the database would hold \(bytesUsed + growth) bytes; its quota is "
+                                   + "\(configuration.quotaBytesPerDatabase)")
+                }
+                bytesUsed += growth
+                pending.append((index, plan))
+                pendingNames.insert(plan.recordName)
             } catch {
-                outcomes.append(.failure(internalError(error)))
+                slots[index] = .failure(internalError(error))
             }
         }
+        let anyFailed = slots.contains { if case .failure? = $0 { return true } else { return false } }
+        if !(atomic && anyFailed) { try flush() } // an atomic batch that failed writes nothing more
+        let outcomes = slots.map { $0 ?? .failure(APIError(.atomicError, "not saved: another operation in this atomic batch failed")) }
         let failed = outcomes.contains { if case .failure = $0 { return true } else { return false } }
         if atomic && failed {
             // Roll the whole transaction back: nothing of the batch is written.
@@ -135,10 +175,10 @@ extension LatticeService {
     /// Applies one operation of `records/modify`.
     private func apply(_ operation: RecordOperation, zone: StoredZone, resolved: ResolvedZone,
                        shareRecordNames: Set<String>, context: RequestContext,
-                       tx: any StorageTransaction) throws -> AppliedWrite {
+                       tx: any StorageTransaction) throws -> PlannedWrite {
         try checkSize(of: operation)
         let requestedParent: String?? = operation.record["parent"].map { $0 == .null ? nil : $0["recordName"]?.stringValue ?? "" }
-        return try write(operation.recordName, kind: operation.kind, requestedParent: requestedParent,
+        return try plan(operation.recordName, kind: operation.kind, requestedParent: requestedParent,
                          changeTag: operation.record["recordChangeTag"], zone: zone, resolved: resolved,
                          shareRecordNames: shareRecordNames, context: context, tx: tx) { existing, live in
             if operation.kind.isDelete {
@@ -161,10 +201,11 @@ extension LatticeService {
 
     /// The one write path for a record, whatever brought the change (plain values, a CRDT state in JSON, a
     /// binary delta): the sharing and change-tag checks, then `change` computes the new state from the
-    /// stored frame (nil: nothing changes), then the placement checks and the write.
-    func write(_ recordName: String, kind: RecordOperation.Kind, requestedParent: String??, changeTag: JSON?,
-               zone: StoredZone, resolved: ResolvedZone, shareRecordNames: Set<String>, context: RequestContext,
-               tx: any StorageTransaction, _ change: (RecordFrame?, Bool) throws -> RecordFrame?) throws -> AppliedWrite {
+    /// stored frame (nil: nothing changes), then the placement checks and the write limit. `writeBatch`
+    /// saves the result.
+    func plan(_ recordName: String, kind: RecordOperation.Kind, requestedParent: String??, changeTag: JSON?,
+              zone: StoredZone, resolved: ResolvedZone, shareRecordNames: Set<String>, context: RequestContext,
+              tx: any StorageTransaction, _ change: (RecordFrame?, Bool) throws -> RecordFrame?) throws -> PlannedWrite {
         let stored = try tx.record(zoneRowID: zone.rowID, name: recordName)
         let existing = try stored.map(frame)
         let live = existing.map { !$0.isDeleted } ?? false
@@ -214,20 +255,15 @@ extension LatticeService {
             throw APIError(.permissionFailure, "only the owner deletes the root record of a share")
         }
         guard let result else {
-            return AppliedWrite(stored: stored!, frame: after, changed: false) // nothing new: no write, no new tag
+            return PlannedWrite(recordName: recordName, stored: stored, after: after, write: nil) // nothing new
         }
         if result.exceedsWriteLimit {
             throw APIError(.limitExceeded, "record \(recordName) would exceed the limit of "
                            + "\(Record.maximumEncodedSize) bytes per record")
         }
-        let saved = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
+        return PlannedWrite(recordName: recordName, stored: stored, after: result, write: RecordWrite(
             recordName: recordName, recordType: result.recordType, frame: result.bytes, deleted: result.isDeleted,
             parentName: result.parentName, userRecordName: context.user.recordName, nowMs: configuration.now()))
-        if let database = try tx.database(id: zone.databaseID), database.bytesUsed > configuration.quotaBytesPerDatabase {
-            throw APIError(.quotaExceeded, "the database would hold \(database.bytesUsed) bytes; its quota is "
-                           + "\(configuration.quotaBytesPerDatabase)")
-        }
-        return AppliedWrite(stored: saved, frame: result, changed: true)
     }
 
     /// A CRDT state (a record dictionary with `crdt` metadata) as a frame, after the drift check.

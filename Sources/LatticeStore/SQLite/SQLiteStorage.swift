@@ -387,6 +387,40 @@ struct SQLiteTransaction: StorageTransaction {
         guard let seq = seqRows.first?[0].integer else { throw StorageError.failure("zone \(zoneRowID) is missing") }
         let databaseSeq = try nextDatabaseSeq(zone.databaseID)
         try run("UPDATE zones SET db_seq = ? WHERE id = ?", [.integer(databaseSeq), .integer(zoneRowID)])
+        let saved = try insertRecord(zoneRowID: zoneRowID, write, previous: previous, seq: seq)
+        let growth = Int64(write.frame.count) - Int64(previous?.frame.count ?? 0)
+        try run("UPDATE databases SET bytes_used = bytes_used + ? WHERE id = ?", [.integer(growth), .integer(zone.databaseID)])
+        return saved
+    }
+
+    func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite]) throws -> [StoredRecord] {
+        guard writes.count > 1 else { return try writes.map { try saveRecord(zoneRowID: zoneRowID, $0) } }
+        guard let zone = try zone(rowID: zoneRowID), !zone.deleted else {
+            throw StorageError.failure("zone \(zoneRowID) is not live")
+        }
+        let previous = try writes.map { try record(zoneRowID: zoneRowID, name: $0.recordName) }
+        // The counters move once: n consecutive zone positions, one database position.
+        let nowMs = writes.map(\.nowMs).max()!
+        let seqRows = try rows("UPDATE zones SET last_seq = last_seq + ?, modified_ms = ? WHERE id = ? RETURNING last_seq",
+                               [.integer(Int64(writes.count)), .integer(nowMs), .integer(zoneRowID)])
+        guard let last = seqRows.first?[0].integer else { throw StorageError.failure("zone \(zoneRowID) is missing") }
+        let databaseSeq = try nextDatabaseSeq(zone.databaseID)
+        try run("UPDATE zones SET db_seq = ? WHERE id = ?", [.integer(databaseSeq), .integer(zoneRowID)])
+        var saved: [StoredRecord] = []
+        saved.reserveCapacity(writes.count)
+        var growth: Int64 = 0
+        for (index, (write, previous)) in zip(writes, previous).enumerated() {
+            let seq = last - Int64(writes.count - 1 - index)
+            saved.append(try insertRecord(zoneRowID: zoneRowID, write, previous: previous, seq: seq))
+            growth += Int64(write.frame.count) - Int64(previous?.frame.count ?? 0)
+        }
+        try run("UPDATE databases SET bytes_used = bytes_used + ? WHERE id = ?", [.integer(growth), .integer(zone.databaseID)])
+        return saved
+    }
+
+    /// Writes one record row at position `seq` (the counters are the caller's).
+    private func insertRecord(zoneRowID: Int64, _ write: RecordWrite, previous: StoredRecord?, seq: Int64) throws
+        -> StoredRecord {
         let (createdMs, createdBy) = StorageRules.creation(of: write, replacing: previous)
         try run("""
             INSERT INTO records(zone_id, name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms,
@@ -400,8 +434,6 @@ struct SQLiteTransaction: StorageTransaction {
                   .integer(write.deleted ? 1 : 0), .integer(seq), .integer(createdMs), .text(createdBy),
                   .integer(write.nowMs), .text(write.userRecordName),
                   write.parentName.map { .text($0) } ?? .null])
-        let growth = Int64(write.frame.count) - Int64(previous?.frame.count ?? 0)
-        try run("UPDATE databases SET bytes_used = bytes_used + ? WHERE id = ?", [.integer(growth), .integer(zone.databaseID)])
         return StoredRecord(recordName: write.recordName, recordType: write.recordType, frame: write.frame,
                             deleted: write.deleted, seq: seq, changeTag: StorageRules.changeTag(zoneRowID: zoneRowID, seq: seq),
                             createdMs: createdMs, createdBy: createdBy, modifiedMs: write.nowMs,
