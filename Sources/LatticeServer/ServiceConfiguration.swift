@@ -22,6 +22,9 @@ public struct ServiceConfiguration: Sendable {
     public var quotaBytesPerDatabase: Int64 = 1 << 30
     /// Items per response for lookups, queries and change feeds, and tokens per `changes/zone` request.
     public var maximumResultsLimit = 200
+    /// Records per `deltas/pull` page (the default and the most): binary pages are small, so a fresh
+    /// device needs fewer round trips than with `changes/zone`'s 200.
+    public var maximumPullRecords = 2_000
     /// Tombstones (deleted records and zones) are purged this long after the deletion; older sync tokens
     /// then get CHANGE_TOKEN_EXPIRED.
     public var tombstoneHorizonMilliseconds: Int64 = 30 * 24 * 3_600_000

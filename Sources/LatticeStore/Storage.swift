@@ -91,8 +91,10 @@ public protocol StorageTransaction {
     func saveRecord(zoneRowID: Int64, _ write: RecordWrite) throws -> StoredRecord
     /// Saves several records of one zone, exactly as `saveRecord` would one after another (consecutive zone
     /// positions in the order given, one new database position for the zone), but with the counters moved
-    /// once. The names must be distinct. A backend without a faster way takes the default (a loop).
-    func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite]) throws -> [StoredRecord]
+    /// once. The names must be distinct. `previous[i]` is the row of `writes[i]` as this transaction read it
+    /// (nil when it had none), so a backend need not read it again. A backend without a faster way takes the
+    /// default (a loop of `saveRecord`).
+    func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord]
     /// Records whose zone position is after `cursor` (tombstones included), in log order.
     func recordChanges(zoneRowID: Int64, after cursor: Int64, limit: Int) throws -> [StoredRecord]
     /// Names of the live records whose parent is `parentName`.
@@ -436,7 +438,7 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
 }
 
 extension StorageTransaction {
-    public func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite]) throws -> [StoredRecord] {
+    public func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord] {
         try writes.map { try saveRecord(zoneRowID: zoneRowID, $0) }
     }
 }

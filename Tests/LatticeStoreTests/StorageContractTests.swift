@@ -245,6 +245,54 @@ struct StorageContractTests {
         }
     }
 
+    /// `saveRecords` is `saveRecord` in a loop, with the counters moved once: the same rows, tags and
+    /// creators, consecutive zone positions, one database position, the same bytes used.
+    @Test(arguments: StorageBackends.all)
+    func aBatchSaveEqualsSavingOneByOne(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (one, many) = try storage.write { tx in (try makeZone(tx, "One"), try makeZone(tx, "Many")) }
+            // Both zones start with the same records: "b" live, "c" a tombstone created by bob.
+            for zone in [one, many] {
+                try storage.write { tx throws in
+                    _ = try tx.saveRecord(zoneRowID: zone.rowID, write("b", frame: [1], by: Self.bob, at: 10))
+                    _ = try tx.saveRecord(zoneRowID: zone.rowID, write("c", frame: [2], by: Self.bob, at: 11))
+                    _ = try tx.saveRecord(zoneRowID: zone.rowID, write("c", frame: [3], deleted: true, by: Self.bob, at: 12))
+                }
+            }
+            let writes = [write("a", frame: [4, 4], at: 20), write("b", frame: [5, 5, 5], by: Self.carl, at: 21),
+                          write("c", frame: [6], by: Self.carl, at: 22), write("d", frame: [7], deleted: true, at: 23)]
+            let singly = try storage.write { tx in try writes.map { try tx.saveRecord(zoneRowID: one.rowID, $0) } }
+            let batched = try storage.write { tx in
+                try tx.saveRecords(zoneRowID: many.rowID, writes,
+                                   previous: try writes.map { try tx.record(zoneRowID: many.rowID, name: $0.recordName) })
+            }
+            func comparable(_ record: StoredRecord) -> [String] {
+                [record.recordName, record.recordType, "\(record.frame)", "\(record.deleted)", "\(record.createdMs)",
+                 record.createdBy, "\(record.modifiedMs)", record.modifiedBy, record.parentName ?? "-"]
+            }
+            #expect(singly.map(comparable) == batched.map(comparable))
+            // Positions follow the order given, consecutively, after the three earlier saves.
+            #expect(batched.map(\.seq) == [4, 5, 6, 7])
+            #expect(Set(batched.map(\.changeTag)).count == 4)
+            // The creator rule: a save over a live record keeps its creator, one over a tombstone starts anew.
+            #expect(batched[1].createdBy == Self.bob && batched[2].createdBy == Self.carl)
+            try storage.read { tx throws in
+                let zoneOne = try #require(try tx.zone(rowID: one.rowID)), zoneMany = try #require(try tx.zone(rowID: many.rowID))
+                #expect(zoneOne.lastSeq == 7 && zoneMany.lastSeq == 7)
+                // One database position for the batch: the zone's is the database's newest.
+                #expect(zoneMany.databaseSeq == (try tx.database(id: many.databaseID)?.lastSeq))
+                #expect(try tx.recordChanges(zoneRowID: many.rowID, after: 3, limit: 10).map(\.recordName) == ["a", "b", "c", "d"])
+                for name in ["a", "b", "c", "d"] {
+                    #expect(try tx.record(zoneRowID: many.rowID, name: name).map(comparable)
+                            == (try tx.record(zoneRowID: one.rowID, name: name)).map(comparable))
+                }
+            }
+            // Bytes used grow by the same amount either way: both zones hold the same frames.
+            let used = try storage.read { try $0.database(id: one.databaseID)?.bytesUsed }
+            #expect(used == Int64(2 * (2 + 3 + 1 + 1)))
+        }
+    }
+
     @Test(arguments: StorageBackends.all)
     func zoneChangesPageThroughTheDatabaseLogInOrder(_ backend: StorageBackend) throws {
         try withStorage(backend) { storage in

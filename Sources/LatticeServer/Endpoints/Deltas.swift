@@ -90,7 +90,10 @@ extension LatticeService {
         }
         let known = try knownRanges(context.body["known"])
         let zoneID = try parseZoneID(context.body["zoneID"], context, path: "zoneID")
-        let page = try storage.read { tx in try zoneFeedPage(context.body, zoneID: zoneID, context, tx, path: "") }
+        let page = try storage.read { tx in
+            try zoneFeedPage(context.body, zoneID: zoneID, context, tx, path: "",
+                             maximumLimit: configuration.maximumPullRecords)
+        }
         var frames: [RecordFrame] = []
         var skipped: [String] = []
         frames.reserveCapacity(page.records.count)
@@ -218,9 +221,9 @@ extension LatticeService {
     /// hierarchy shares the shares' own logs. `request` is one item of `changes/zone`'s `zones`, or the body
     /// of `deltas/pull`.
     func zoneFeedPage(_ request: [String: JSON], zoneID: ZoneID, _ context: RequestContext, _ tx: any StorageTransaction,
-                      path: String, defaultLimit: JSON? = nil) throws -> ZoneFeedPage {
+                      path: String, defaultLimit: JSON? = nil, maximumLimit: Int? = nil) throws -> ZoneFeedPage {
         let resolved = try resolveZone(zoneID, context, tx)
-        let limit = try resultsLimit(request["resultsLimit"] ?? defaultLimit)
+        let limit = try resultsLimit(request["resultsLimit"] ?? defaultLimit, maximum: maximumLimit)
         let hierarchy = resolved.grants.contains { $0.share.rootRecordName != nil }
         let token = try request["syncToken"].map { json -> SyncToken? in
             guard let text = json.stringValue else { throw APIError.badRequest("\(path)syncToken must be a string") }

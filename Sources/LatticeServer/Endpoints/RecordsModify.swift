@@ -94,7 +94,8 @@ extension LatticeService {
         var bytesUsed = try tx.database(id: zone.databaseID)?.bytesUsed ?? 0
         func flush() throws {
             guard !pending.isEmpty else { return }
-            let saved = try tx.saveRecords(zoneRowID: zone.rowID, pending.map { $0.plan.write! })
+            let saved = try tx.saveRecords(zoneRowID: zone.rowID, pending.map { $0.plan.write! },
+                                           previous: pending.map(\.plan.stored))
             for (item, record) in zip(pending, saved) {
                 slots[item.index] = .success(AppliedWrite(stored: record, frame: item.plan.after, changed: true))
                 changedNames.append(record.recordName)

@@ -95,10 +95,12 @@ extension LatticeService {
     }
 
     /// `resultsLimit`: a positive integer; larger than the maximum means the maximum, as in CloudKit.
-    func resultsLimit(_ json: JSON?) throws -> Int {
-        guard let json else { return configuration.maximumResultsLimit }
+    /// `resultsLimit` as given, at most `maximum` (CloudKit's 200 unless a binary page allows more).
+    func resultsLimit(_ json: JSON?, maximum: Int? = nil) throws -> Int {
+        let maximum = maximum ?? configuration.maximumResultsLimit
+        guard let json else { return maximum }
         guard let value = json.intValue, value >= 1 else { throw APIError.badRequest("resultsLimit must be a positive integer") }
-        return Int(min(value, Int64(configuration.maximumResultsLimit)))
+        return Int(min(value, Int64(maximum)))
     }
 }
 

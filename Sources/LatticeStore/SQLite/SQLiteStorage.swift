@@ -393,12 +393,12 @@ struct SQLiteTransaction: StorageTransaction {
         return saved
     }
 
-    func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite]) throws -> [StoredRecord] {
+    func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord] {
+        precondition(previous.count == writes.count, "one previous row (or nil) per write")
         guard writes.count > 1 else { return try writes.map { try saveRecord(zoneRowID: zoneRowID, $0) } }
         guard let zone = try zone(rowID: zoneRowID), !zone.deleted else {
             throw StorageError.failure("zone \(zoneRowID) is not live")
         }
-        let previous = try writes.map { try record(zoneRowID: zoneRowID, name: $0.recordName) }
         // The counters move once: n consecutive zone positions, one database position.
         let nowMs = writes.map(\.nowMs).max()!
         let seqRows = try rows("UPDATE zones SET last_seq = last_seq + ?, modified_ms = ? WHERE id = ? RETURNING last_seq",
