@@ -201,7 +201,9 @@ func runWatch(_ arguments: [String]) throws {
     while true {
         var changed = !online
         do {
-            if online { changed = try engine.waitForChanges(timeoutSeconds: 2) }
+            // One parked request on both databases; the server answers the moment either changes, and a
+            // stop signal ends the process at once, so the wait can be long.
+            if online { changed = try engine.waitForChanges(timeoutSeconds: 25) }
         } catch is TransportError {
             if online { writeStandardError("lost \(server); retrying\n") }
             online = false
