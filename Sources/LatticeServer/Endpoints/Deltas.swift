@@ -61,6 +61,16 @@ extension LatticeService {
                         throw APIError(.limitExceeded, "record \(name) is \(incoming.encodedSize) bytes; the limit is "
                                        + "\(Record.maximumEncodedSize)")
                     }
+                    // The bounds records/modify checks on JSON before any work: fields, and elements per list.
+                    let shape = incoming.shape
+                    if shape.fieldCount > self.configuration.maximumFieldsPerRecord {
+                        throw APIError(.limitExceeded, "record \(name) has \(shape.fieldCount) fields; the limit is "
+                                       + "\(self.configuration.maximumFieldsPerRecord)")
+                    }
+                    if shape.largestListCount > self.configuration.maximumListElements {
+                        throw APIError(.limitExceeded, "record \(name) holds a list of \(shape.largestListCount) "
+                                       + "elements; the limit is \(self.configuration.maximumListElements)")
+                    }
                     return try self.join(incoming, into: existing, live: live, kind: .forceUpdate, path: "record \(name)")
                 }
             }
@@ -153,7 +163,10 @@ struct KnownPositions {
 extension SyncMessage {
     /// A validation error, with the record it is in when that can be told: "record 3 (milk): ...".
     static func describe(_ error: CodecError, in delta: [UInt8]) -> String {
-        guard let located = locate(error.offset, in: delta) else { return error.description }
+        // The record count is checked against the bytes left before any frame is read: it is in no record.
+        guard !error.context.hasPrefix("record count"), let located = locate(error.offset, in: delta) else {
+            return error.description
+        }
         let name = located.name.map { " (\($0))" } ?? ""
         return "record \(located.index)\(name): \(error.description)"
     }
@@ -187,7 +200,8 @@ extension SyncMessage {
         }
         guard let count = varint(&at) else { return nil }
         for index in 0..<min(count, delta.count / 4) {
-            guard at + 4 <= delta.count else { return nil }
+            // An error before the first frame (the header, the record count) is in no record.
+            guard offset >= at, at + 4 <= delta.count else { return nil }
             let length = Int(delta[at]) | Int(delta[at + 1]) << 8 | Int(delta[at + 2]) << 16 | Int(delta[at + 3]) << 24
             let end = at + 4 + length
             if offset < end || end > delta.count {

@@ -1,0 +1,38 @@
+/// The size of a record's state that bounds the work of a write, read from a validated frame without
+/// decoding it: the server refuses a state above its limits before joining it, as `records/modify`
+/// checks the same on JSON.
+public struct RecordFrameShape: Hashable, Sendable {
+    /// Fields of the record.
+    public let fieldCount: Int
+    /// Elements (set entries) of its largest list field; 0 when it has none.
+    public let largestListCount: Int
+}
+
+extension RecordFrame {
+    /// Counts the fields and the largest list's entries by walking the frame's field headers (the frame was
+    /// validated when it was made, so the reads are unchecked).
+    public var shape: RecordFrameShape {
+        withFrame { frame in
+            let header = FrameHeader(frame)
+            var cursor = ByteCursor(frame, at: header.fieldsStart)
+            var largest = 0
+            for _ in 0..<header.fieldCount {
+                _ = cursor.string()
+                let kind = cursor.u8()
+                let length = Int(cursor.varint())
+                let payload = cursor.offset
+                if kind == 1 { // set: context vector, then the entry count
+                    var set = ByteCursor(frame, at: payload)
+                    let replicas = set.varint()
+                    for _ in 0..<replicas {
+                        _ = set.varint()
+                        set.offset += 8
+                    }
+                    largest = max(largest, Int(set.varint()))
+                }
+                cursor.offset = payload + length
+            }
+            return RecordFrameShape(fieldCount: header.fieldCount, largestListCount: largest)
+        }
+    }
+}
