@@ -153,9 +153,10 @@ import Glibc
               + operations.joined(separator: ", ") + "; held " + held.map { String(format: "%.2f s", $0) }.joined(separator: ", ")
               + "; parked on the server each second: \(parked)")
         #expect(operations.allSatisfy { $0 == "changes/wait" }, "\(operations)")
-        #expect((1...4).contains(idle.count), "\(idle.count) requests while idle")
+        // watch parks 25 s waits: over 5 idle seconds at most one new one starts, and one is parked throughout.
+        #expect((0...1).contains(idle.count), "\(idle.count) requests while idle")
         #expect(held.allSatisfy { $0 >= 1.9 }, "a wait was answered before its timeout: \(held)")
-        #expect(parked.allSatisfy { $0 <= 1 } && parked.contains(1), "\(parked)")
+        #expect(parked.allSatisfy { $0 == 1 }, "\(parked)")
         // One after another: each starts after the previous one ended.
         for (previous, next) in zip(idle, idle.dropFirst()) {
             #expect(previous.finished.map { $0 <= next.started } ?? false, "two waits overlapped")
