@@ -388,12 +388,18 @@ public struct Record: Hashable, Sendable {
     }
 
     private func checkWritable(_ name: String?) throws(RecordError) {
-        if isDeleted {
-            throw RecordError(code: .deleted, message: "record \(id.recordName) is deleted; recreate it to write")
+        try Self.checkWritable(id.recordName, deleted: isDeleted, field: name)
+    }
+
+    /// A write to a record (to field `field`, when given) is refused on a tombstone and for a field name
+    /// that is not an identifier. Shared with `RecordEdit`.
+    static func checkWritable(_ recordName: String, deleted: Bool, field: String?) throws(RecordError) {
+        if deleted {
+            throw RecordError(code: .deleted, message: "record \(recordName) is deleted; recreate it to write")
         }
-        if let name {
+        if let field {
             do throws(NameError) {
-                try Names.validate(name, kind: .fieldName)
+                try Names.validate(field, kind: .fieldName)
             } catch {
                 throw RecordError(code: .invalidFieldName, message: error.description)
             }

@@ -213,16 +213,7 @@ public struct RecordEdit: Sendable {
     }
 
     private func checkWritable(_ name: String?) throws(RecordError) {
-        if deletion != nil {
-            throw RecordError(code: .deleted, message: "record \(id.recordName) is deleted; recreate it to write")
-        }
-        if let name {
-            do throws(NameError) {
-                try Names.validate(name, kind: .fieldName)
-            } catch {
-                throw RecordError(code: .invalidFieldName, message: error.description)
-            }
-        }
+        try Record.checkWritable(id.recordName, deleted: deletion != nil, field: name)
     }
 }
 
