@@ -30,10 +30,11 @@ let package = Package(
         // Our own C: non-variadic wrappers for variadic or macro-only C APIs.
         .target(name: "CHTTPShims", dependencies: ["CMicroHTTPD"]),
 
-        // A cache prefetch hint for the zone's frame walks (Swift has none).
+        // Memory hints Swift lacks: a cache prefetch for the zone's frame walks, page population for fresh
+        // export buffers (madvise).
         .target(name: "CMemoryHints"),
 
-        // The CRDT record model. Foundation only (and the prefetch hint), no I/O.
+        // The CRDT record model. Foundation only (and the memory hints), no I/O.
         .target(name: "LatticeCore", dependencies: ["CMemoryHints"]),
 
         // Storage: the only module that speaks SQL.
@@ -52,7 +53,10 @@ let package = Package(
         // The client engine (CKSyncEngine-like): local replica, pending changes, sync state, transport.
         .target(name: "LatticeSync", dependencies: ["LatticeCore", "LatticeStore"]),
 
-        .executableTarget(name: "LatticeCLI", dependencies: ["LatticeCore", "LatticeServer", "LatticeSync"]),
+        // `lattice admin` opens the share-signing key ring (LatticeSharing) directly.
+        .executableTarget(
+            name: "LatticeCLI", dependencies: ["LatticeCore", "LatticeServer", "LatticeSharing", "LatticeSync"]
+        ),
         .executableTarget(
             name: "LatticeBench",
             dependencies: ["LatticeCore", "LatticeServer", "LatticeStore", "LatticeSync", "CLibCrypto", "CSQLite"],
@@ -65,7 +69,10 @@ let package = Package(
             name: "LatticeServerTests",
             dependencies: ["LatticeServer", "LatticeStore", "LatticeSharing", "LatticeSync", "LatticeCore"]
         ),
-        .testTarget(name: "LatticeSyncTests", dependencies: ["LatticeSync", "LatticeServer", "LatticeStore", "LatticeCore"]),
+        .testTarget(
+            name: "LatticeSyncTests",
+            dependencies: ["LatticeSync", "LatticeServer", "LatticeSharing", "LatticeStore", "LatticeCore"]
+        ),
         .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore", "CLibCrypto"]),
         .testTarget(
             name: "SystemLibraryTests",

@@ -2,8 +2,10 @@ import LatticeCore
 
 // The merge scenarios of workload lww-orset-v1 on LatticeCore's real code paths: zones hold
 // encoded records, B exports with `encodedChanges(since:)` / `encodedFullState()`, and A imports
-// with `ZoneState.merge(encoded:clock:)` (validate, check the clock bound, join), exactly as the server and the sync
-// engine do. Clocks are deterministic: a fixed physical time, so only the HLC counter moves.
+// with `ZoneState.merge(encoded:clock:)` (validate, check the clock bound, join). The join is `FrameMerge`, the one
+// the server and the sync engine run too, per record through `RecordFrame.merged(with:)` between storage reads and
+// writes (`lattice-bench sync` measures that path end to end). Clocks are deterministic: a fixed physical time, so
+// only the HLC counter moves.
 
 /// The `version` reported in run and summary lines.
 let latticePeerVersion = "lattice 0.1.0 (binary format \(BinaryCodec.formatVersion))"

@@ -293,8 +293,7 @@ enum SyncBench {
         try engine.edit(name, in: zone, creating: "Item") { record, stamp in
             try record.set("name", to: .string("item \(name)"), at: stamp())
             try record.set("n", to: .int64(Int64(number)), at: stamp())
-            try record.add(.string("alpha"), to: "tags", at: stamp())
-            try record.add(.string("tag\(tag)"), to: "tags", at: stamp())
+            try record.add([.string("alpha"), .string("tag\(tag)")], to: "tags", at: stamp())
         }
     }
 

@@ -4,23 +4,11 @@
 // Storage is columnar (one flat array per column, no per-record arrays): a million records
 // generate in about 1.3 s and take about 220 MB, little beyond the values themselves.
 
-/// The splitmix64 generator exactly as the workload spec defines it.
-struct SplitMix64: Sendable {
-    /// The current 64-bit state; `next()` advances it first.
-    private(set) var state: UInt64
+import LatticeCore
 
-    init(seed: UInt64) { state = seed }
-
-    /// The next 64-bit output.
-    @inline(__always)
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
+/// The workload spec's draws on top of its splitmix64 generator, which is LatticeCore's `SplitMix64`
+/// (the spec's `next()` exactly).
+extension SplitMix64 {
     /// `(next() * n) >> 64`: a value in `0..<n` (0 when `n == 0`), by multiply-high, no rejection.
     @inline(__always)
     mutating func below(_ n: Int) -> Int {

@@ -109,6 +109,8 @@ func runSync(_ arguments: [String]) throws {
                 .object(["database": .string(removed.database), "zone": .string(removed.zone),
                          "owner": .string(removed.owner)])
             }),
+            "noLongerShared": .array(labels.noLongerShared(report)),
+            "droppedEdits": .array(labels.droppedEdits(report)),
         ]))
     } else if report.online {
         var line = "synced: sent \(report.sent) \(plural(report.sent, "change")), fetched \(report.fetched) "

@@ -49,9 +49,12 @@ let syncUsage = """
     usage: lattice sync [--home DIR] [--json]
 
     Sends this device's queued changes and fetches everyone else's. Exit status 1 when the server cannot
-    be reached (the changes stay queued) or refused a change (this device's copy is restored).
+    be reached (the changes stay queued) or refused a change (this device's copy is restored). A list
+    that is no longer shared with you (you were removed or left, the share was deleted) leaves this
+    device with your unsent changes to it, which are dropped, not sent; the sync names both on stderr.
     --json: {"online","sent","fetched","pending","rejected":[{"id","zone","code","reason"}],
-             "removedZones":[{"database","zone","owner"}]}
+             "removedZones":[{"database","zone","owner"}], "noLongerShared":[{"id","title","owner","zone"}],
+             "droppedEdits":[{"id","zone","deletion","list"?}]}
 
     \(clientOptionsHelp)
     """

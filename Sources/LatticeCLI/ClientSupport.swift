@@ -235,13 +235,18 @@ func syncAfterChange(_ engine: SyncEngine, _ lists: Lists, _ options: ClientOpti
 struct RecordLabels {
     private var names: [String: String] = [:]
     private var listsByZone: [String: [ListSummary]] = [:]
+    /// The list of each item, by zone key and item id.
+    private var listOfItem: [String: ListSummary] = [:]
 
     init(_ lists: Lists) throws {
         for list in try lists.all() {
             names[list.id] = "list \"\(list.title)\""
             let key = Self.zoneKey(list.zone.database, list.zone.zoneName, list.ownerRecordName)
             listsByZone[key, default: []].append(list)
-            for item in try lists.items(of: list) { names[item.id] = "\"\(item.text)\" in \"\(list.title)\"" }
+            for item in try lists.items(of: list) {
+                names[item.id] = "\"\(item.text)\" in \"\(list.title)\""
+                listOfItem[key + "/" + item.id] = list
+            }
         }
     }
 
@@ -258,8 +263,72 @@ struct RecordLabels {
         }
     }
 
+    /// The list a lost share was rooted at, as this device knew it before the sync.
+    private func list(_ share: LostShare) -> ListSummary? {
+        listsByZone[Self.zoneKey(share.database, share.zone, share.owner)]?.first { $0.id == share.rootRecordName }
+    }
+
+    /// The lost list a dropped edit went with: the record's list (or the list itself, or the lost share's
+    /// root) when this sync lost that list's share or its zone. Nil for a record that left a list still
+    /// shared (the owner moved it out).
+    private func lostList(_ edit: DroppedEdit, _ report: SyncReport) -> ListSummary? {
+        let key = Self.zoneKey(edit.database, edit.zone, edit.owner)
+        guard let list = listOfItem[key + "/" + edit.recordName]
+            ?? listsByZone[key]?.first(where: { $0.id == edit.recordName || $0.id == edit.rootRecordName })
+        else { return nil }
+        let zoneGone = report.removedZones.contains { Self.zoneKey($0.database, $0.zone, $0.owner) == key }
+        let shareLost = report.lostShares.contains {
+            Self.zoneKey($0.database, $0.zone, $0.owner) == key && $0.rootRecordName == list.id
+        }
+        return zoneGone || shareLost ? list : nil
+    }
+
+    /// The lists that are no longer shared with this device: lost shares and the lists of shared zones that
+    /// went away. `{"id","title","owner","zone"}` each, for `lattice sync --json`.
+    func noLongerShared(_ report: SyncReport) -> [JSON] {
+        var lists: [JSON] = report.lostShares.map { share in
+            let known = list(share)
+            return .object(["id": .string(share.rootRecordName), "title": .string(known?.title ?? ""),
+                            "owner": .string(known.map(ownerLabel) ?? share.owner), "zone": .string(share.zone)])
+        }
+        for removed in report.removedZones where removed.database == "shared" {
+            for gone in listsByZone[Self.zoneKey(removed.database, removed.zone, removed.owner)] ?? [] {
+                lists.append(.object(["id": .string(gone.id), "title": .string(gone.title),
+                                      "owner": .string(ownerLabel(gone)), "zone": .string(removed.zone)]))
+            }
+        }
+        return lists
+    }
+
+    /// `{"id","zone","deletion","list"?}` for each unsent edit the sync dropped, for `lattice sync --json`.
+    func droppedEdits(_ report: SyncReport) -> [JSON] {
+        report.droppedEdits.map { edit in
+            var object: [String: JSON] = ["id": .string(edit.recordName), "zone": .string(edit.zone),
+                                          "deletion": .bool(edit.deletion)]
+            if let list = lostList(edit, report) { object["list"] = .string(list.id) }
+            return .object(object)
+        }
+    }
+
     func removals(_ report: SyncReport) -> [String] {
         var lines: [String] = []
+        for share in report.lostShares {
+            let title = list(share).map { "\"\($0.title)\"" } ?? "list \(share.rootRecordName)"
+            lines.append("\(title) is no longer shared with you")
+        }
+        for edit in report.droppedEdits {
+            let why: String
+            if edit.database == "private" {
+                why = "zone \(edit.zone) was deleted on the server"
+            } else if let list = lostList(edit, report) {
+                why = "\"\(list.title)\" is no longer shared with you"
+            } else {
+                why = "you no longer have access to it"
+            }
+            let what = edit.deletion && label(edit.recordName) == edit.recordName
+                ? "removal of \(edit.recordName)" : "change to \(label(edit.recordName))"
+            lines.append("your unsent \(what) was dropped: \(why)")
+        }
         for removed in report.removedZones {
             let gone = listsByZone[Self.zoneKey(removed.database, removed.zone, removed.owner)] ?? []
             if removed.database == "shared" {
@@ -282,10 +351,10 @@ func plural(_ count: Int, _ word: String) -> String { count == 1 ? word : word +
 /// Server and connection errors in words for people.
 func describeClientError(_ error: any Error) -> String {
     if let error = error as? ServerError {
-        switch error.code {
-        case "AUTHENTICATION_FAILED":
+        switch error.serverErrorCode {
+        case .authenticationFailed?:
             return "the server no longer accepts this home's token (\(error.reason)); sign in again with lattice login"
-        case "ZONE_NOT_FOUND":
+        case .zoneNotFound?:
             return "the server has no such zone (\(error.reason)); run lattice sync"
         default:
             return "the server refused: \(error.reason) (\(error.code))"

@@ -402,14 +402,14 @@ private func shareMetadata(_ reply: JSON, url: String, account: Account) throws 
         throw CommandFailure("the server's answer was not understood")
     }
     guard let code = result["serverErrorCode"]?.stringValue else { return result }
-    switch code {
-    case "ACCESS_DENIED", "NOT_FOUND", "BAD_REQUEST":
+    switch ServerErrorCode(rawValue: code) {
+    case .accessDenied?, .notFound?, .badRequest?:
         var message = "this share link is invalid, expired or revoked"
         if let host = URL(string: url)?.host, let server = URL(string: account.serverURL)?.host, host != server {
             message += " (it does not come from your server \(account.serverURL))"
         }
         throw CommandFailure(message)
-    case "PERMISSION_FAILURE":
+    case .permissionFailure?:
         throw CommandFailure(result["reason"]?.stringValue ?? "you cannot join this share")
     default:
         throw CommandFailure("the server refused the link: \(result["reason"]?.stringValue ?? code) (\(code))")

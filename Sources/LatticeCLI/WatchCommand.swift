@@ -205,7 +205,7 @@ func runWatch(_ arguments: [String]) throws {
         } catch is TransportError {
             if online { writeStandardError("lost \(server); retrying\n") }
             online = false
-        } catch let error as ServerError where error.code != "AUTHENTICATION_FAILED" {
+        } catch let error as ServerError where error.serverErrorCode != .authenticationFailed {
             changed = true // e.g. an expired token: the sync below starts over
         }
         if !online { Thread.sleep(forTimeInterval: 2) }

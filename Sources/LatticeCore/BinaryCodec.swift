@@ -1,6 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import CMemoryHints
 
 /// Input the binary decoder refused. The message says what and where; it never echoes the input.
 public struct CodecError: Error, Hashable, Sendable, CustomStringConvertible {
@@ -128,19 +126,14 @@ enum Memory {
     static let populateChunk = 256 << 10
 
     /// Populates the whole pages inside `count` bytes at `start` for writing, in one system call
-    /// (Linux's `MADV_POPULATE_WRITE`, 5.14 and later). A large buffer just allocated is otherwise
-    /// faulted in a page at a time on first write: one trap into the kernel per 4 KiB, which on this
-    /// project's test machine costs about 2.7 µs each. Elsewhere, or if the kernel refuses, nothing
-    /// happens and the pages fault in as usual.
+    /// (`lattice_populate_for_writing` in CMemoryHints: Linux's `MADV_POPULATE_WRITE`, 5.14 and later,
+    /// with the system's page size). A large buffer just allocated is otherwise faulted in a page at a
+    /// time on first write: one trap into the kernel per page, which on this project's test machine
+    /// costs about 2.7 µs each. Elsewhere, or if the kernel refuses, nothing happens and the pages fault
+    /// in as usual.
     static func populate(_ start: UnsafeMutableRawPointer, _ count: Int) {
-        #if os(Linux)
-        let page = 4096
-        let first = (Int(bitPattern: start) + page - 1) & ~(page - 1)
-        let end = (Int(bitPattern: start) + count) & ~(page - 1)
-        guard end > first, let address = UnsafeMutableRawPointer(bitPattern: first) else { return }
-        let populateWrite: Int32 = 23 // MADV_POPULATE_WRITE
-        _ = madvise(address, end - first, populateWrite)
-        #endif
+        guard count > 0 else { return }
+        lattice_populate_for_writing(start, count)
     }
 }
 
@@ -665,6 +658,39 @@ struct BinaryReader {
         limit = outer
     }
 
+    /// Reads one field (`string(name) kind length payload`) and checks that it is canonical.
+    mutating func field() throws(CodecError) -> Field {
+        let fieldName = try name(.fieldName)
+        let kind = try u8("field kind")
+        let outer = try beginFieldPayload()
+        let state: FieldState
+        switch kind {
+        case 0:
+            let stamp = try stamp("field stamp")
+            state = .register(LWWRegister(value: try value(), stamp: stamp))
+        case 1:
+            let context = try versionVector()
+            let entryCount = try count(minimumElementSize: 1 + 1 + 9, "set entry count")
+            var entries: [ORSet.Entry] = []
+            entries.reserveCapacity(entryCount)
+            for _ in 0..<entryCount {
+                guard let element = try value() else { throw fail(.malformed, "set entry (nil element)") }
+                let dot = try stamp("set entry dot")
+                let entry = ORSet.Entry(element: element, dot: dot)
+                if let last = entries.last, !ORSet.entryPrecedes(last, entry) {
+                    throw fail(.malformed, "set (entries not in order)")
+                }
+                if !context.covers(dot) { throw fail(.malformed, "set (dot outside its causal context)") }
+                entries.append(entry)
+            }
+            state = .set(ORSet(sortedEntries: entries, context: context))
+        default:
+            throw fail(.malformed, "field kind \(kind)")
+        }
+        try endFieldPayload(restoring: outer)
+        return Field(name: fieldName, state: state)
+    }
+
     /// Reads one length-prefixed record frame and checks that it is canonical.
     mutating func frame(zoneID: ZoneID) throws(CodecError) -> Record {
         let length = Int(try u32("record frame length"))
@@ -699,36 +725,11 @@ struct BinaryReader {
         fields.reserveCapacity(fieldCount)
         for _ in 0..<fieldCount {
             let start = offset
-            let fieldName = try name(.fieldName)
-            if let last = fields.last, compareBytes(last.name, fieldName) >= 0 {
+            let field = try field()
+            if let last = fields.last, compareBytes(last.name, field.name) >= 0 {
                 throw CodecError(code: .malformed, context: "record (fields not in name order)", offset: start)
             }
-            let kind = try u8("field kind")
-            let outer = try beginFieldPayload()
-            switch kind {
-            case 0:
-                let stamp = try stamp("field stamp")
-                fields.append(Field(name: fieldName, state: .register(LWWRegister(value: try value(), stamp: stamp))))
-            case 1:
-                let context = try versionVector()
-                let entryCount = try count(minimumElementSize: 1 + 1 + 9, "set entry count")
-                var entries: [ORSet.Entry] = []
-                entries.reserveCapacity(entryCount)
-                for _ in 0..<entryCount {
-                    guard let element = try value() else { throw fail(.malformed, "set entry (nil element)") }
-                    let dot = try stamp("set entry dot")
-                    let entry = ORSet.Entry(element: element, dot: dot)
-                    if let last = entries.last, !ORSet.entryPrecedes(last, entry) {
-                        throw fail(.malformed, "set (entries not in order)")
-                    }
-                    if !context.covers(dot) { throw fail(.malformed, "set (dot outside its causal context)") }
-                    entries.append(entry)
-                }
-                fields.append(Field(name: fieldName, state: .set(ORSet(sortedEntries: entries, context: context))))
-            default:
-                throw fail(.malformed, "field kind \(kind)")
-            }
-            try endFieldPayload(restoring: outer)
+            fields.append(field)
         }
         guard offset == limit else { throw fail(.malformed, "record frame (length does not match contents)") }
         limit = outerLimit

@@ -227,7 +227,7 @@ struct RawField {
 /// Joins encoded frames of the same record (same name): the byte-level twin of `Record.merge`.
 enum FrameMerge {
     /// What a join produced.
-    private enum Outcome {
+    enum Outcome {
         /// The first frame unchanged: it already reflects the second.
         case mine
         /// The second frame as it is (a later generation).
@@ -265,7 +265,7 @@ enum FrameMerge {
         }
     }
 
-    private static func merge(_ pb: UnsafeRawBufferPointer, _ qb: UnsafeRawBufferPointer, mineIsResult: Bool,
+    static func merge(_ pb: UnsafeRawBufferPointer, _ qb: UnsafeRawBufferPointer, mineIsResult: Bool,
                               into out: inout BinaryWriter) -> Outcome {
         let a = FrameHeader(pb), b = FrameHeader(qb)
         if a.generation != b.generation { return a.generation > b.generation ? .mine : .theirs }

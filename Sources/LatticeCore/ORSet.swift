@@ -84,6 +84,44 @@ public struct ORSet: Hashable, Sendable {
         context.record(stamp)
     }
 
+    /// Removes `removed` and adds `added` in one pass: each added element gets the single dot `stamp`
+    /// (replacing the dots seen), each removed one loses its entries; an element in both ends up added.
+    /// O((n + m) log(n + m)) for n entries and m elements. Returns false, changing nothing, when there is
+    /// nothing to add and nothing present to remove.
+    @discardableResult
+    public mutating func apply(removing removed: [ScalarValue], adding added: [ScalarValue], at stamp: Stamp) -> Bool {
+        let additions = ScalarValue.sortedUnique(added)
+        let dropped = ScalarValue.sortedUnique(removed + additions)
+        func isDropped(_ element: ScalarValue) -> Bool {
+            var low = 0, high = dropped.count
+            while low < high {
+                let mid = (low + high) / 2
+                let order = ScalarValue.compare(dropped[mid], element)
+                if order == 0 { return true }
+                if order < 0 { low = mid + 1 } else { high = mid }
+            }
+            return false
+        }
+        let kept = entries.filter { !isDropped($0.element) }
+        if additions.isEmpty && kept.count == entries.count { return false }
+        // Merge the kept entries (sorted) with the new ones (sorted by element; one dot each).
+        var result: [Entry] = []
+        result.reserveCapacity(kept.count + additions.count)
+        var i = 0, j = 0
+        while i < kept.count || j < additions.count {
+            if j == additions.count || (i < kept.count && ScalarValue.compare(kept[i].element, additions[j]) < 0) {
+                result.append(kept[i])
+                i += 1
+            } else {
+                result.append(Entry(element: additions[j], dot: stamp))
+                j += 1
+            }
+        }
+        entries = result
+        context.record(stamp)
+        return true
+    }
+
     /// The join: an entry survives if both sides hold it, or one side holds it and the other never saw its dot.
     public mutating func merge(_ other: ORSet) {
         if entries == other.entries {

@@ -176,11 +176,24 @@ extension ZoneID {
     }
 
     /// Parses a zone id; `defaultOwner` fills a missing `ownerRecordName` (CloudKit's "current user").
+    /// A `zoneName` or `ownerRecordName` that is there but not a string (a number, a boolean, null, an
+    /// object) is an error naming it, never read as missing.
     public init(cloudKitJSON json: JSON, defaultOwner: String?, path: String) throws(RecordJSONError) {
-        guard let object = json.objectValue, let zoneName = object["zoneName"]?.stringValue else {
+        guard let object = json.objectValue, let zoneNameJSON = object["zoneName"] else {
             throw RecordJSONError(path: path, message: "expected {\"zoneName\": ...}")
         }
-        guard let owner = object["ownerRecordName"]?.stringValue ?? defaultOwner else {
+        guard let zoneName = zoneNameJSON.stringValue else {
+            throw RecordJSONError(path: path + ".zoneName", message: "must be a string")
+        }
+        let owner: String
+        if let ownerJSON = object["ownerRecordName"] {
+            guard let text = ownerJSON.stringValue else {
+                throw RecordJSONError(path: path + ".ownerRecordName", message: "must be a string")
+            }
+            owner = text
+        } else if let defaultOwner {
+            owner = defaultOwner
+        } else {
             throw RecordJSONError(path: path, message: "missing ownerRecordName")
         }
         do throws(NameError) {

@@ -256,3 +256,16 @@ func compareDoubles(_ a: Double, _ b: Double) -> Int {
     let x = key(a), y = key(b)
     return x == y ? 0 : (x < y ? -1 : 1)
 }
+extension ScalarValue {
+    /// The values in ascending order without repeats (O(n log n)).
+    static func sortedUnique(_ values: [ScalarValue]) -> [ScalarValue] {
+        var sorted = values.sorted { ScalarValue.compare($0, $1) < 0 }
+        var write = 0
+        for value in sorted where write == 0 || ScalarValue.compare(sorted[write - 1], value) != 0 {
+            sorted[write] = value
+            write += 1
+        }
+        sorted.removeLast(sorted.count - write)
+        return sorted
+    }
+}

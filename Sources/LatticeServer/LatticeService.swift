@@ -100,6 +100,8 @@ public final class LatticeService: HTTPHandler, Sendable {
         case sharesDelete = "shares/delete"
         case recordsResolve = "records/resolve"
         case recordsAccept = "records/accept"
+        case deltasPush = "deltas/push"
+        case deltasPull = "deltas/pull"
     }
 
     public func handle(_ request: HTTPRequest, respond: @escaping HTTPResponder) {
@@ -164,8 +166,19 @@ public final class LatticeService: HTTPHandler, Sendable {
         }
         let user = try authenticate(request)
         try throttle(key: "user:\(user.id)")
-        let context = RequestContext(user: user, kind: kind, environment: parts[4], body: try parseBody(request),
-                                     rawBody: request.body, path: path)
+        // deltas/push has a binary body: its envelope carries what a JSON body would (clientOperationID, atomic).
+        var push: SyncMessage.Push? = nil
+        var body: [String: JSON]
+        if operation == .deltasPush {
+            let envelope = try Self.pushEnvelope(request)
+            body = ["atomic": .bool(envelope.atomic)]
+            if let id = envelope.clientOperationID { body["clientOperationID"] = .string(id) }
+            push = envelope
+        } else {
+            body = try parseBody(request)
+        }
+        let context = RequestContext(user: user, kind: kind, environment: parts[4], body: body,
+                                     rawBody: request.body, path: path, push: push)
         switch operation {
         case .changesWait:
             try waitForChanges(context, respond: respond)
@@ -195,6 +208,10 @@ public final class LatticeService: HTTPHandler, Sendable {
         case .sharesDelete: return try idempotent(context) { try deleteShare(context, $0, &$1) }
         case .recordsResolve: return .json(try resolveShares(context))
         case .recordsAccept: return try write { tx, touched in try acceptShares(context, tx, &touched) }
+        case .deltasPush:
+            guard let push = context.push else { throw APIError.badRequest("deltas/push takes a binary delta push") }
+            return try idempotent(context) { try pushDelta(context, push, $0, &$1) }
+        case .deltasPull: return try pullDelta(context)
         }
     }
 
@@ -305,6 +322,8 @@ struct RequestContext {
     let body: [String: JSON]
     let rawBody: [UInt8]
     let path: String
+    /// The envelope of a `deltas/push` (its body is binary, not JSON).
+    var push: SyncMessage.Push? = nil
 
     var databaseKey: DatabaseKey {
         DatabaseKey(kind: kind, environment: environment, ownerID: kind == .public ? 0 : user.id)

@@ -13,6 +13,11 @@ public struct ServiceConfiguration: Sendable {
     public var maximumOperations = 400
     /// Bytes per request body: 2 MB, checked before the body is buffered.
     public var maximumRequestBytes = 2 * 1024 * 1024
+    /// Elements in one list field of a write (and in any one array of a record in a request), checked
+    /// before any work is done: LIMIT_EXCEEDED above it.
+    public var maximumListElements = 50_000
+    /// Fields in one record of a write, checked before any work is done: LIMIT_EXCEEDED above it.
+    public var maximumFieldsPerRecord = 1_000
     /// Bytes of stored record state per database (private database of a user, or the public one).
     public var quotaBytesPerDatabase: Int64 = 1 << 30
     /// Items per response for lookups, queries and change feeds, and tokens per `changes/zone` request.

@@ -1,4 +1,4 @@
-import Foundation
+import LatticeCore
 
 /// The opaque sync tokens of the change feeds.
 ///
@@ -19,9 +19,7 @@ struct SyncToken: Hashable, Sendable {
     let position: Int64
 
     var text: String {
-        Data("\(log.rawValue).\(owner).\(position)".utf8).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        Base64URL.encode(Array("\(log.rawValue).\(owner).\(position)".utf8))
     }
 
     init(log: Log, owner: Int64, position: Int64) {
@@ -34,9 +32,7 @@ struct SyncToken: Hashable, Sendable {
     init(text: String, expected: Log) throws(APIError) {
         let invalid = APIError.badRequest("syncToken is not a token this server issued for this feed")
         guard text.utf8.count <= 200 else { throw invalid }
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.utf8.count % 4 != 0 { base64 += "=" }
-        guard let data = Data(base64Encoded: base64) else { throw invalid }
+        guard let data = Base64URL.decode(text) else { throw invalid }
         let parts = String(decoding: data, as: UTF8.self).split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, parts[0] == expected.rawValue, let owner = Int64(parts[1]), let position = Int64(parts[2]),
               owner >= 0, position >= 0 else { throw invalid }

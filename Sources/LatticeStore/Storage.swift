@@ -1,5 +1,23 @@
 /// The storage seam: everything the service keeps, behind one protocol, so a PostgreSQL backend can
-/// replace the embedded SQLite one without touching the HTTP layer. No SQL type or text crosses it.
+/// replace the embedded SQLite one without touching the HTTP layer. No SQL type or text crosses it, and
+/// every operation reports failures as `StorageError`.
+///
+/// ## Where the rules live
+///
+/// A backend owns its SQL, connections and transactions, and stores what it is given. Decisions live
+/// above it, once:
+/// - `StorageRules` (StorageRules.swift), called by every backend when it writes: the change-tag format
+///   (from the zone row and the log position), who created a record saved over its tombstone, the first
+///   URL epoch of a new share, and which deleted zones `purge` may forget (never one a share was made in).
+/// - LatticeSharing and the server's sharing endpoints: roles, permissions and statuses, which the store
+///   keeps as opaque strings (a stored permission that does not parse is read as none by the server,
+///   not by the backend), and who may join, write or manage.
+/// - The server's endpoints: what is merged into a record's frame, its parent, quotas and limits, which
+///   records a hierarchy share holds, and when to purge (the horizons).
+///
+/// Bookkeeping is the backend's: log positions, `purgedSeq`, `bytesUsed`. `StorageContractTests`
+/// (Tests/LatticeStoreTests) runs every operation below against each backend in `StorageBackends.all`;
+/// a new backend adds itself there and must pass.
 ///
 /// ## Change feeds and commit order
 ///
@@ -28,7 +46,7 @@ public protocol Storage: Sendable {
     func close()
 }
 
-/// The operations available inside a transaction. Writes fail in a read transaction.
+/// The operations available inside a transaction. Writes fail in a read transaction (with a `StorageError`).
 public protocol StorageTransaction {
     // MARK: Server metadata
     func metadata(_ key: String) throws -> String?
@@ -41,10 +59,12 @@ public protocol StorageTransaction {
     func user(recordName: String) throws -> UserAccount?
     func user(id: Int64) throws -> UserAccount?
     func user(tokenHash: [UInt8]) throws -> UserAccount?
+    /// - Throws: `StorageError.duplicate` when the hash is taken.
     func insertToken(hash: [UInt8], userID: Int64, nowMs: Int64) throws
 
     // MARK: Databases and zones
     /// The database for a kind, environment and owner (0 for the public database), created on first use.
+    /// A read transaction does not create it: it sees an empty database with id 0.
     func database(_ key: DatabaseKey) throws -> StoredDatabase
     func database(id: Int64) throws -> StoredDatabase?
     /// The live zone with this name, if any.
@@ -54,7 +74,8 @@ public protocol StorageTransaction {
     func liveZones(databaseID: Int64) throws -> [StoredZone]
     /// - Throws: `StorageError.duplicate` if a live zone has this name.
     func createZone(databaseID: Int64, name: String, ownerRecordName: String, nowMs: Int64) throws -> StoredZone
-    /// Marks the zone deleted (a new position in the database log) and deletes its records.
+    /// Marks the zone deleted (a new position in the database log) and deletes its records. Does nothing
+    /// to a zone that is missing or deleted already.
     func deleteZone(rowID: Int64, nowMs: Int64) throws
     /// Zones whose database position is after `cursor`, live or deleted, in log order.
     func zoneChanges(databaseID: Int64, after cursor: Int64, limit: Int) throws -> [StoredZone]
@@ -63,16 +84,23 @@ public protocol StorageTransaction {
     func record(zoneRowID: Int64, name: String) throws -> StoredRecord?
     /// Records of a type (all types when nil), live only, in name order.
     func records(zoneRowID: Int64, recordType: String?) throws -> [StoredRecord]
-    /// Saves a record's new state: the next position in the zone log, a new change tag, and the zone's
-    /// next position in its database's log. Keeps `created` from the existing row.
+    /// Saves a record's new state: the next position in the zone log, a new change tag
+    /// (`StorageRules.changeTag`), and the zone's next position in its database's log. `created` follows
+    /// `StorageRules.creation`: kept from the row it replaces, new over a tombstone.
+    /// - Throws: `StorageError.failure` if the zone is missing or deleted.
     func saveRecord(zoneRowID: Int64, _ write: RecordWrite) throws -> StoredRecord
+    /// Saves several records of one zone, exactly as `saveRecord` would one after another (consecutive zone
+    /// positions in the order given, one new database position for the zone), but with the counters moved
+    /// once. The names must be distinct. A backend without a faster way takes the default (a loop).
+    func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite]) throws -> [StoredRecord]
     /// Records whose zone position is after `cursor` (tombstones included), in log order.
     func recordChanges(zoneRowID: Int64, after cursor: Int64, limit: Int) throws -> [StoredRecord]
     /// Names of the live records whose parent is `parentName`.
     func children(zoneRowID: Int64, parentName: String) throws -> [String]
 
     // MARK: Shares
-    /// - Throws: `StorageError.duplicate` if the zone already has a live share record of that name.
+    /// - Throws: `StorageError.duplicate` if the zone already has a live share record of that name, or
+    ///   the public id is taken.
     func insertShare(_ share: NewShare) throws -> StoredShare
     /// A share by its public id, live or deleted.
     func share(publicID: String) throws -> StoredShare?
@@ -101,14 +129,18 @@ public protocol StorageTransaction {
 
     // MARK: Idempotent requests
     func clientOperation(userID: Int64, operationID: String) throws -> ClientOperation?
+    /// - Throws: `StorageError.duplicate` if the user already has an operation with this id.
     func saveClientOperation(userID: Int64, operationID: String, _ operation: ClientOperation, nowMs: Int64) throws
 
-    /// Runs `body` so that, if it throws, only its own writes are undone (a savepoint).
+    /// Runs `body` so that, if it throws, only its own writes are undone (a savepoint), and rethrows.
+    /// The transaction stays usable after that, even when a storage operation failed inside `body`
+    /// (for example with `.duplicate`); outside a savepoint, let a failed operation end the transaction.
     func savepoint<T>(_ body: () throws -> T) throws -> T
 
     // MARK: Maintenance
-    /// Removes tombstones and deleted zones last changed before `horizonMs`, and remembered client
-    /// operations older than `operationsBeforeMs`.
+    /// Removes tombstones and deleted zones last changed before `horizonMs` (keeping the zones
+    /// `StorageRules.purgesDeletedZone` keeps), and remembered client operations saved before
+    /// `operationsBeforeMs`. Raises each zone's and database's `purgedSeq` to the newest position it removed.
     func purge(before horizonMs: Int64, operationsBeforeMs: Int64) throws -> PurgeReport
 }
 
@@ -262,10 +294,12 @@ public struct NewShare: Sendable {
     public var ownerID: Int64
     public var title: String
     public var publicPermission: String
+    /// The first epoch of the share's links.
+    public var urlEpoch: Int64
     public var nowMs: Int64
 
     public init(publicID: String, zoneRowID: Int64, recordName: String, rootRecordName: String?, ownerID: Int64,
-                title: String, publicPermission: String, nowMs: Int64) {
+                title: String, publicPermission: String, urlEpoch: Int64 = StorageRules.firstURLEpoch, nowMs: Int64) {
         self.publicID = publicID
         self.zoneRowID = zoneRowID
         self.recordName = recordName
@@ -273,6 +307,7 @@ public struct NewShare: Sendable {
         self.ownerID = ownerID
         self.title = title
         self.publicPermission = publicPermission
+        self.urlEpoch = urlEpoch
         self.nowMs = nowMs
     }
 }
@@ -397,5 +432,11 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
         case .closed: return "the storage is closed"
         case .failure(let text): return text
         }
+    }
+}
+
+extension StorageTransaction {
+    public func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite]) throws -> [StoredRecord] {
+        try writes.map { try saveRecord(zoneRowID: zoneRowID, $0) }
     }
 }

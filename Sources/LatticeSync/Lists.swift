@@ -48,7 +48,7 @@ public enum ListsError: Error, CustomStringConvertible, Sendable {
 /// root-record share of the list carries its items. Item fields `text`, `done` and `position` are
 /// last-writer-wins registers and `tags` is an add-wins set. Items show in `position` order, ties broken
 /// by id, so concurrent inserts get the same order on every device.
-public final class Lists: @unchecked Sendable {
+public final class Lists: Sendable {
     public let engine: SyncEngine
     public static let defaultZone = "Lists"
 
@@ -178,9 +178,9 @@ public final class Lists: @unchecked Sendable {
             try record.set("text", to: .string(text), at: stamp())
             try record.set("done", to: .int64(0), at: stamp())
             try record.set("position", to: .double(position), at: stamp())
-            for tag in tags { try record.add(.string(tag), to: "tags", at: stamp()) }
+            try record.add(tags.map { .string($0) }, to: "tags", at: stamp())
         }
-        return Self.item(record)
+        return Self.item(try record.decoded())
     }
 
     public func setDone(_ item: ListItem, in list: ListSummary, _ done: Bool) throws {
@@ -194,8 +194,8 @@ public final class Lists: @unchecked Sendable {
         try writable(list)
         try engine.edit(item.id, in: list.zone) { record, stamp in
             if let text { try record.set("text", to: .string(text), at: stamp()) }
-            for tag in removeTags { try record.remove(.string(tag), from: "tags", at: stamp()) }
-            for tag in addTags { try record.add(.string(tag), to: "tags", at: stamp()) }
+            try record.remove(removeTags.map { .string($0) }, from: "tags", at: stamp())
+            try record.add(addTags.map { .string($0) }, to: "tags", at: stamp())
         }
     }
 

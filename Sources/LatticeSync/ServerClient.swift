@@ -3,10 +3,15 @@ import LatticeCore
 
 /// An error the server answered with, in its taxonomy (`serverErrorCode`, `reason`).
 public struct ServerError: Error, CustomStringConvertible, Sendable {
+    /// The code as the server sent it, or `HTTP_<status>` when the answer carried none. Match on
+    /// ``serverErrorCode``, not on this text.
     public let code: String
     public let reason: String
     public let status: Int
     public let retryAfter: Double?
+
+    /// The code in the taxonomy the server uses; nil for `HTTP_<status>` or a code this client does not know.
+    public var serverErrorCode: ServerErrorCode? { ServerErrorCode(rawValue: code) }
 
     public var description: String { "\(code): \(reason)" }
 }
@@ -35,9 +40,31 @@ public struct ServerClient: Sendable {
     }
 
     public func post(_ path: String, _ body: JSON, token: String?, timeout: TimeInterval = 30) throws -> JSON {
-        var headers: [String: String] = [:]
+        let response = try exchange(path, body: body.serializedBytes(), contentType: "application/json", token: token,
+                                    timeout: timeout)
+        return (try? JSON.parse(response.body)) ?? .null
+    }
+
+    /// A call whose body is binary (`deltas/push`), answered in JSON.
+    public func callBinary(_ database: String, _ operation: String, body: [UInt8], contentType: String, token: String?,
+                           timeout: TimeInterval = 30) throws -> TransportResponse {
+        try exchange("/database/1/\(container)/\(environment)/\(database)/\(operation)", body: body,
+                     contentType: contentType, token: token, timeout: timeout)
+    }
+
+    /// A call with a JSON body whose answer may be binary (`deltas/pull`): the raw response of a success.
+    public func callRaw(_ database: String, _ operation: String, _ body: JSON, token: String?,
+                        timeout: TimeInterval = 30) throws -> TransportResponse {
+        try exchange("/database/1/\(container)/\(environment)/\(database)/\(operation)", body: body.serializedBytes(),
+                     contentType: "application/json", token: token, timeout: timeout)
+    }
+
+    /// One POST with the retries described above; a non-2xx answer becomes a `ServerError`.
+    private func exchange(_ path: String, body: [UInt8], contentType: String, token: String?, timeout: TimeInterval)
+        throws -> TransportResponse {
+        var headers: [String: String] = ["Content-Type": contentType]
         if let token { headers["Authorization"] = "Bearer " + token }
-        let request = TransportRequest(method: "POST", path: path, headers: headers, body: body.serializedBytes())
+        let request = TransportRequest(method: "POST", path: path, headers: headers, body: body)
         var attempt = 0
         while true {
             attempt += 1
@@ -52,14 +79,14 @@ public struct ServerClient: Sendable {
                 }
                 throw error
             }
+            if (200..<300).contains(response.status) { return response }
             let json = (try? JSON.parse(response.body)) ?? .null
-            if (200..<300).contains(response.status) { return json }
             let error = ServerError(code: json["serverErrorCode"]?.stringValue ?? "HTTP_\(response.status)",
                                     reason: json["reason"]?.stringValue ?? "HTTP \(response.status)",
                                     status: response.status,
                                     retryAfter: json["retryAfter"]?.doubleValue
                                         ?? response.headers["retry-after"].flatMap(Double.init))
-            let retryable = error.code == "THROTTLED" || error.code == "TRY_AGAIN_LATER"
+            let retryable = error.serverErrorCode == .throttled || error.serverErrorCode == .tryAgainLater
             guard retryable, attempt < maximumAttempts else { throw error }
             sleep(min(30, max(error.retryAfter ?? 0, backoff(attempt))))
         }

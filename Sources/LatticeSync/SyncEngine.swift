@@ -44,6 +44,10 @@ public enum SyncEvent: Sendable {
     case zoneRemoved(database: String, zone: String, owner: String)
     /// Progress of a long fetch: records applied so far.
     case fetchProgress(records: Int)
+    /// One share of a zone was lost (the zone's other shares stay); its records left the device.
+    case shareLost(LostShare)
+    /// An unsent edit was dropped: its record is out of reach (see SyncEngine+Revocation.swift).
+    case editDropped(DroppedEdit)
 }
 
 /// The outcome of a sync.
@@ -52,6 +56,10 @@ public struct SyncReport: Sendable {
     public var fetched = 0
     public var rejected: [(zone: String, recordName: String, code: String, reason: String)] = []
     public var removedZones: [(database: String, zone: String, owner: String)] = []
+    /// Hierarchy shares lost while their zone stays; their records left the device.
+    public var lostShares: [LostShare] = []
+    /// Unsent edits dropped because their records went out of reach (never sent).
+    public var droppedEdits: [DroppedEdit] = []
     /// False when the server could not be reached: local edits stay queued.
     public var online = true
     public var queued = 0
@@ -61,27 +69,49 @@ public struct SyncReport: Sendable {
 /// persisted queue of pending record changes (dirty records), and the sync state (database and zone
 /// change tokens), saved in the same transaction as each change it describes.
 ///
-/// - Local edits always succeed offline; `sync()` sends them (batches of at most 400 operations and about
-///   1.5 MB, split again on LIMIT_EXCEEDED, each with a client operation id) and fetches: database changes
-///   first, then each changed zone, looping while `moreComing`.
-/// - Remote states merge into local state with LatticeCore's join, so unsent edits survive a fetch.
+/// - Local edits always succeed offline: each is a `RecordEdit` joined into the stored frame (the one
+///   join, `RecordFrame.merged(with:)`). `sync()` sends them and fetches: database changes first, then
+///   each changed zone, looping while `moreComing`.
+/// - The binary path (`wire == .binary`, the default) pushes dirty frames as a zone delta
+///   (`deltas/push`) and pulls deltas (`deltas/pull`); the server's answer says which pushed states it
+///   now holds exactly, and the next pull leaves those out, so a device does not download its own writes.
+///   The JSON path (`records/modify`, `changes/zone`) is kept for comparison and for servers without it.
+/// - Remote states are joined into local ones on bytes, so unsent edits survive a fetch.
 /// - CHANGE_TOKEN_EXPIRED refetches the zone from scratch, keeping records with unsent edits.
 /// - A record the server refuses (PERMISSION_FAILURE for a read-only participant, ...) returns to the
 ///   server's state and is reported.
+///
+/// `lock` (a recursive lock) guards every mutable member (`clock`, `handler`, `selectedWire`) and
+/// serializes the public operations; `store` is itself Sendable and the other members are constants.
 public final class SyncEngine: @unchecked Sendable {
     public let home: String
     let store: LocalStore
     private let lock = NSRecursiveLock()
     private var clock: HybridLogicalClock
-    private var transportOverride: (any SyncTransport)?
-    /// Receives events; called on the thread that runs the engine.
-    public var onEvent: (SyncEvent) -> Void = { _ in }
-    public var wire: SyncWire = .json
+    private let transportOverride: (any SyncTransport)?
+    private var handler: (SyncEvent) -> Void = { _ in }
+    private var selectedWire: SyncWire = .binary
     /// Injected for tests; wall clock otherwise.
     let now: @Sendable () -> UInt64
+    /// This device's replica id (stamps its edits).
+    public let replicaID: ReplicaID
+
+    /// Receives events; called on the thread that runs the engine.
+    public var onEvent: (SyncEvent) -> Void {
+        get { lock.withLock { handler } }
+        set { lock.withLock { handler = newValue } }
+    }
+
+    /// The sync path: binary deltas by default.
+    public var wire: SyncWire {
+        get { lock.withLock { selectedWire } }
+        set { lock.withLock { selectedWire = newValue } }
+    }
 
     static let maximumBatchOperations = 400
     static let maximumBatchBytes = 1_500_000
+    /// Position ranges of own writes remembered per zone until the next complete pull (the server takes 1000).
+    static let maximumKnownRanges = 1_000
 
     /// Opens (creating) the home directory and its replica.
     public init(home: String, transport: (any SyncTransport)? = nil,
@@ -103,12 +133,13 @@ public final class SyncEngine: @unchecked Sendable {
             }
             return (replica!, try tx.metadata("clock_latest").flatMap(UInt64.init) ?? 0)
         }
+        replicaID = replica
         clock = HybridLogicalClock(replica: replica, latest: HLC(rawValue: latest), time: now)
     }
 
     deinit { store.close() }
 
-    public var replicaID: ReplicaID { clock.replica }
+    private func emit(_ event: SyncEvent) { onEvent(event) }
 
     // MARK: Account
 
@@ -184,57 +215,60 @@ public final class SyncEngine: @unchecked Sendable {
 
     /// Every record of a zone, deleted ones included, decoded.
     public func records(in zone: LocalZone) throws -> [Record] {
-        try store.transaction { tx in try tx.records(zoneID: zone.id) }.compactMap { try? BinaryCodec.decodeRecord($0.frame) }
+        try store.transaction { tx in try tx.records(zoneID: zone.id) }.compactMap { try? RecordFrame(stored: $0.frame).decoded() }
     }
 
     public func record(_ name: String, in zone: LocalZone) throws -> Record? {
-        try store.transaction { tx in try tx.record(zoneID: zone.id, name: name) }.flatMap { try? BinaryCodec.decodeRecord($0.frame) }
+        try store.transaction { tx in try tx.record(zoneID: zone.id, name: name) }
+            .flatMap { try? RecordFrame(stored: $0.frame).decoded() }
     }
 
     /// Number of records with edits the server has not acknowledged.
     public func pendingCount() throws -> Int { try store.transaction { try $0.dirtyRecords().count } }
 
     /// Applies a local edit to one record (creating it with `recordType` when missing or deleted) and queues
-    /// it for the next sync. `edit` gets the record and a function for fresh stamps.
+    /// it for the next sync. `edit` gets the record's edit and a function for fresh stamps; the edit is joined
+    /// into the stored frame. Returns the record's state afterwards.
     @discardableResult
     public func edit(_ name: String, in zone: LocalZone, creating recordType: String? = nil,
-                     _ edit: (inout Record, () -> Stamp) throws -> Void) throws -> Record {
-        lock.lock()
-        defer { lock.unlock() }
-        return try store.transaction { tx in
-            let zoneID = try ZoneID(zoneName: zone.zoneName, ownerRecordName: zone.ownerRecordName)
-            var record: Record
-            if let stored = try tx.record(zoneID: zone.id, name: name), let decoded = try? BinaryCodec.decodeRecord(stored.frame) {
-                record = decoded
-                if record.isDeleted {
+                     _ edit: (inout RecordEdit, () -> Stamp) throws -> Void) throws -> RecordFrame {
+        try lock.withLock {
+            try store.transaction { tx in
+                let zoneID = try ZoneID(zoneName: zone.zoneName, ownerRecordName: zone.ownerRecordName)
+                let stored = try tx.record(zoneID: zone.id, name: name).map { try RecordFrame(stored: $0.frame) }
+                var change: RecordEdit
+                if let stored, !stored.isDeleted {
+                    change = try RecordEdit(editing: stored)
+                } else {
                     guard let recordType else { throw SyncError.notFound(name) }
-                    try record.recreate(recordType: recordType, at: clock.now())
+                    change = try RecordEdit(creating: RecordID(recordName: name, zoneID: zoneID), recordType: recordType,
+                                            over: stored, at: clock.now())
                 }
-            } else {
-                guard let recordType else { throw SyncError.notFound(name) }
-                record = try Record(id: RecordID(recordName: name, zoneID: zoneID), recordType: recordType, createdAt: clock.now())
+                var stamps = clock
+                try edit(&change, { stamps.now() })
+                clock = stamps
+                try tx.setMetadata("clock_latest", String(clock.latest.rawValue))
+                guard let result = try change.applied() else { return stored! } // nothing changed: nothing queued
+                try tx.saveRecord(zoneID: zone.id, name: name, frame: result.bytes, dirty: true)
+                return result
             }
-            var stamps = clock
-            try edit(&record, { stamps.now() })
-            clock = stamps
-            try tx.saveRecord(zoneID: zone.id, name: name, frame: try BinaryCodec.encode(record), dirty: true)
-            try tx.setMetadata("clock_latest", String(clock.latest.rawValue))
-            return record
         }
     }
 
     /// Deletes records locally (delete wins over concurrent edits) and queues the deletions.
     public func delete(_ names: [String], in zone: LocalZone) throws {
-        lock.lock()
-        defer { lock.unlock() }
-        try store.transaction { tx in
-            for name in names {
-                guard let stored = try tx.record(zoneID: zone.id, name: name),
-                      var record = try? BinaryCodec.decodeRecord(stored.frame), !record.isDeleted else { continue }
-                record.delete(at: clock.now())
-                try tx.saveRecord(zoneID: zone.id, name: name, frame: try BinaryCodec.encode(record), dirty: true)
+        try lock.withLock {
+            try store.transaction { tx in
+                for name in names {
+                    guard let stored = try tx.record(zoneID: zone.id, name: name).map({ try RecordFrame(stored: $0.frame) }),
+                          !stored.isDeleted else { continue }
+                    var change = try RecordEdit(editing: stored)
+                    change.delete(at: clock.now())
+                    guard let result = try change.applied() else { continue }
+                    try tx.saveRecord(zoneID: zone.id, name: name, frame: result.bytes, dirty: true)
+                }
+                try tx.setMetadata("clock_latest", String(clock.latest.rawValue))
             }
-            try tx.setMetadata("clock_latest", String(clock.latest.rawValue))
         }
     }
 
@@ -243,28 +277,31 @@ public final class SyncEngine: @unchecked Sendable {
     /// Sends pending changes, then fetches. Offline, it reports `online == false` and keeps everything queued.
     @discardableResult
     public func sync() throws -> SyncReport {
-        lock.lock()
-        defer { lock.unlock() }
-        var report = SyncReport()
-        do {
-            try fetch(&report) // first, so a zone that went away is known before sending into it
-            try send(&report)
-            try fetch(&report)
-        } catch is TransportError {
-            report.online = false
-        } catch let error as ServerError where error.code == "AUTHENTICATION_FAILED" {
-            onEvent(.accountChange(reason: error.reason))
-            throw error
+        try lock.withLock {
+            var report = SyncReport()
+            do {
+                try fetch(&report) // first, so a zone that went away is known before sending into it
+                try dropUnreachablePendingDeletions(&report)
+                try send(&report)
+                try fetch(&report)
+            } catch is TransportError {
+                report.online = false
+            } catch let error as ServerError where error.serverErrorCode == .authenticationFailed {
+                emit(.accountChange(reason: error.reason))
+                throw error
+            }
+            report.queued = try pendingCount()
+            return report
         }
-        report.queued = try pendingCount()
-        return report
     }
 
     /// Fetches database changes (private, then shared), then each changed zone's records.
     public func fetch(_ report: inout SyncReport) throws {
+        lock.lock()
+        defer { lock.unlock() }
         let account = try requireAccount()
         let client = try client(for: account)
-        onEvent(.willFetchChanges)
+        emit(.willFetchChanges)
         var zonesFetched = 0
         let before = report.fetched
         for database in ["private", "shared"] {
@@ -277,7 +314,7 @@ public final class SyncEngine: @unchecked Sendable {
                 let reply: JSON
                 do {
                     reply = try client.call(database, "changes/database", .object(body), token: account.token)
-                } catch let error as ServerError where error.code == "CHANGE_TOKEN_EXPIRED" {
+                } catch let error as ServerError where error.serverErrorCode == .changeTokenExpired {
                     token = nil
                     try store.transaction { try $0.setMetadata("dbtoken.\(database)", nil) }
                     // Start over: every zone of the database is looked at again.
@@ -292,11 +329,9 @@ public final class SyncEngine: @unchecked Sendable {
                 if reply["moreComing"] != .bool(true) { break }
             }
             for (name, owner) in removed where !changed.contains(where: { $0 == (name, owner) }) {
-                try store.transaction { tx in
-                    if let zone = try tx.zone(database: database, zoneName: name, owner: owner) { try tx.deleteZone(zone.id) }
-                }
+                try removeZone(database: database, zoneName: name, owner: owner, &report)
                 report.removedZones.append((database, name, owner))
-                onEvent(.zoneRemoved(database: database, zone: name, owner: owner))
+                emit(.zoneRemoved(database: database, zone: name, owner: owner))
             }
             for (name, owner) in changed {
                 let zone = try store.transaction { tx in
@@ -308,81 +343,178 @@ public final class SyncEngine: @unchecked Sendable {
             // The database token moves only after its zones are in: a crash re-fetches, never skips.
             try store.transaction { try $0.setMetadata("dbtoken.\(database)", token) }
         }
-        onEvent(.didFetchChanges(zones: zonesFetched, records: report.fetched - before))
+        emit(.didFetchChanges(zones: zonesFetched, records: report.fetched - before))
+    }
+
+    /// One page of a zone's changes, whichever path brought it.
+    struct ZonePage {
+        var frames: [RecordFrame]
+        /// Records that left what this device may see.
+        var removed: [String]
+        /// Records the page left out because this device holds them exactly (its own writes).
+        var skipped: [String] = []
+        /// Hierarchy shares this device lost since the token.
+        var lostShares: [SyncMessage.LostShare] = []
+        var maximumHLC: HLC
+        var syncToken: String?
+        var moreComing: Bool
     }
 
     private func fetchZone(_ zone: LocalZone, client: ServerClient, account: Account, report: inout SyncReport) throws {
         var token = zone.syncToken
         var fromScratch = token == nil
         var seen: Set<String> = []
+        let zoneID = try ZoneID(zoneName: zone.zoneName, ownerRecordName: zone.ownerRecordName)
+        let known = try knownRanges(zone)
         while true {
-            var request: [String: JSON] = [
-                "zoneID": .object(["zoneName": .string(zone.zoneName), "ownerRecordName": .string(zone.ownerRecordName)]),
-            ]
-            if let token { request["syncToken"] = .string(token) }
-            let reply = try client.call(zone.database, "changes/zone", .object(["zones": .array([.object(request)])]),
-                                        token: account.token)
-            guard let result = reply["zones"]?.arrayValue?.first else { throw SyncError.unexpectedAnswer("changes/zone") }
-            if let code = result["serverErrorCode"]?.stringValue {
-                switch code {
-                case "CHANGE_TOKEN_EXPIRED":
-                    token = nil
-                    fromScratch = true
-                    seen = []
-                    continue
-                case "ZONE_NOT_FOUND":
-                    try store.transaction { tx in try tx.deleteZone(zone.id) }
-                    report.removedZones.append((zone.database, zone.zoneName, zone.ownerRecordName))
-                    onEvent(.zoneRemoved(database: zone.database, zone: zone.zoneName, owner: zone.ownerRecordName))
-                    return
-                default:
-                    throw ServerError(code: code, reason: result["reason"]?.stringValue ?? "", status: 200, retryAfter: nil)
-                }
+            let page: ZonePage
+            do {
+                page = wire == .binary
+                    ? try pullPage(zone, zoneID: zoneID, token: token, known: known, client: client, account: account)
+                    : try changesPage(zone, zoneID: zoneID, token: token, client: client, account: account)
+            } catch let error as ServerError where error.serverErrorCode == .changeTokenExpired {
+                token = nil
+                fromScratch = true
+                seen = []
+                continue
+            } catch let error as ServerError where error.serverErrorCode == .zoneNotFound {
+                try removeZone(zone, &report)
+                report.removedZones.append((zone.database, zone.zoneName, zone.ownerRecordName))
+                emit(.zoneRemoved(database: zone.database, zone: zone.zoneName, owner: zone.ownerRecordName))
+                return
             }
-            let records = result["records"]?.arrayValue ?? []
-            let nextToken = result["syncToken"]?.stringValue
-            let more = result["moreComing"] == .bool(true)
+            try? clock.observe(page.maximumHLC)
+            var loss = AccessLoss()
             try store.transaction { tx in
-                for json in records {
-                    guard let name = json["recordName"]?.stringValue else { continue }
+                // What the page takes out of reach (a lost share, records that left one) goes first, and
+                // unsent edits to it are dropped and reported.
+                loss = try dropOutOfReach(page, zone: zone, tx)
+                // Removals first: a record that left one share and entered another comes back below.
+                for name in page.removed { try tx.deleteRecord(zoneID: zone.id, name: name) }
+                for incoming in page.frames {
+                    let name = incoming.recordName
                     seen.insert(name)
-                    try applyRemote(json, name: name, zone: zone, tx)
+                    try applyRemote(incoming, name: name, zone: zone, tx)
                 }
-                if fromScratch && !more {
+                seen.formUnion(page.removed)
+                seen.formUnion(page.skipped)
+                if fromScratch && !page.moreComing {
                     // A full refetch: what the server no longer has is gone, unless it holds unsent edits.
                     for local in try tx.records(zoneID: zone.id) where !seen.contains(local.name) && local.dirty == 0 {
                         try tx.deleteRecord(zoneID: zone.id, name: local.name)
                     }
                 }
-                try tx.setSyncToken(zone.id, nextToken)
+                try tx.setSyncToken(zone.id, page.syncToken)
+                // Every own write remembered was committed before this pull began: the token is past them now.
+                if !page.moreComing { try tx.setMetadata(Self.knownKey(zone), nil) }
                 try tx.setMetadata("clock_latest", String(clock.latest.rawValue))
             }
-            report.fetched += records.count
-            onEvent(.fetchProgress(records: report.fetched))
-            token = nextToken
-            if !more { break }
+            note(loss, in: &report)
+            report.fetched += page.frames.count + page.removed.count
+            emit(.fetchProgress(records: report.fetched))
+            token = page.syncToken
+            if !page.moreComing { break }
         }
     }
 
-    /// Joins a record state from the server into the local one (which may hold unsent edits). A deletion
-    /// without CRDT metadata means the record left what this device may see (a share): it is dropped.
-    private func applyRemote(_ json: JSON, name: String, zone: LocalZone, _ tx: LocalTransaction) throws {
-        guard json["crdt"] != nil else {
-            if json["deleted"] == .bool(true) { try tx.deleteRecord(zoneID: zone.id, name: name) }
-            return
+    /// `deltas/pull`: one binary page, leaving out the positions of this device's own acknowledged writes.
+    private func pullPage(_ zone: LocalZone, zoneID: ZoneID, token: String?, known: [[Int64]], client: ServerClient,
+                          account: Account) throws -> ZonePage {
+        var body: [String: JSON] = ["zoneID": zoneID.cloudKitJSON]
+        if let token { body["syncToken"] = .string(token) }
+        if !known.isEmpty { body["known"] = .array(known.map { .array($0.map(JSON.int)) }) }
+        let response = try client.callRaw(zone.database, "deltas/pull", .object(body), token: account.token, timeout: 60)
+        do {
+            let pull = try SyncMessage.Pull(decoding: response.body)
+            let delta = try EncodedDelta(validating: pull.delta)
+            guard delta.zoneID == zoneID else { throw SyncError.unexpectedAnswer("deltas/pull (another zone)") }
+            return ZonePage(frames: delta.recordFrames(), removed: pull.removed, skipped: pull.skipped,
+                            lostShares: pull.lostShares, maximumHLC: delta.maximumHLC, syncToken: pull.syncToken,
+                            moreComing: pull.moreComing)
+        } catch let error as CodecError {
+            throw SyncError.unexpectedAnswer("deltas/pull (\(error.description))")
         }
-        let zoneID = try ZoneID(zoneName: zone.zoneName, ownerRecordName: zone.ownerRecordName)
-        var remote = try Record(cloudKitJSON: json, zoneID: zoneID)
-        try? clock.observe(remote.maximumHLC)
-        if let stored = try tx.record(zoneID: zone.id, name: name), let local = try? BinaryCodec.decodeRecord(stored.frame) {
-            remote = local.merging(remote)
-            guard remote != local else { return }
-        }
-        try tx.saveRecord(zoneID: zone.id, name: name, frame: try BinaryCodec.encode(remote), dirty: false)
     }
+
+    /// `changes/zone`: one JSON page; CRDT states are turned into frames for the same join.
+    private func changesPage(_ zone: LocalZone, zoneID: ZoneID, token: String?, client: ServerClient,
+                             account: Account) throws -> ZonePage {
+        var request: [String: JSON] = ["zoneID": zoneID.cloudKitJSON]
+        if let token { request["syncToken"] = .string(token) }
+        let reply = try client.call(zone.database, "changes/zone", .object(["zones": .array([.object(request)])]),
+                                    token: account.token)
+        guard let result = reply["zones"]?.arrayValue?.first else { throw SyncError.unexpectedAnswer("changes/zone") }
+        if let code = result["serverErrorCode"]?.stringValue {
+            throw ServerError(code: code, reason: result["reason"]?.stringValue ?? "", status: 200, retryAfter: nil)
+        }
+        var page = ZonePage(frames: [], removed: [], maximumHLC: .zero, syncToken: result["syncToken"]?.stringValue,
+                            moreComing: result["moreComing"] == .bool(true))
+        page.lostShares = (result["lostShares"]?.arrayValue ?? []).compactMap { json in
+            guard let root = json["rootRecordName"]?.stringValue, let share = json["shareRecordName"]?.stringValue else {
+                return nil
+            }
+            return SyncMessage.LostShare(rootRecordName: root, shareRecordName: share)
+        }
+        for json in result["records"]?.arrayValue ?? [] {
+            guard let name = json["recordName"]?.stringValue else { continue }
+            guard json["crdt"] != nil else {
+                // A deletion without CRDT metadata: the record left what this device may see (a share).
+                if json["deleted"] == .bool(true) { page.removed.append(name) }
+                continue
+            }
+            let record = try Record(cloudKitJSON: json, zoneID: zoneID)
+            page.maximumHLC = max(page.maximumHLC, record.maximumHLC)
+            page.frames.append(try RecordFrame(encoding: record))
+        }
+        return page
+    }
+
+    /// Joins a record state from the server into the local one (which may hold unsent edits).
+    private func applyRemote(_ incoming: RecordFrame, name: String, zone: LocalZone, _ tx: LocalTransaction) throws {
+        let local = try tx.record(zoneID: zone.id, name: name).map { try RecordFrame(stored: $0.frame) }
+        guard let joined = RecordFrame.join(local, incoming) else { return }
+        try tx.saveRecord(zoneID: zone.id, name: name, frame: joined.bytes, dirty: false)
+    }
+
+    // MARK: Own writes
+
+    private static func knownKey(_ zone: LocalZone) -> String { "known.\(zone.id)" }
+
+    /// The zone positions of this device's writes that the server holds exactly as sent, since the last
+    /// complete pull: `[from, to]` ranges.
+    private func knownRanges(_ zone: LocalZone) throws -> [[Int64]] {
+        guard let text = try store.transaction({ try $0.metadata(Self.knownKey(zone)) }),
+              let json = try? JSON.parse(text), let ranges = json.arrayValue else { return [] }
+        return ranges.compactMap { range in
+            guard let pair = range.arrayValue, pair.count == 2, let from = pair[0].intValue, let to = pair[1].intValue,
+                  from <= to else { return nil }
+            return [from, to]
+        }
+    }
+
+    private func rememberKnown(_ positions: [Int64], zone: LocalZone, _ tx: LocalTransaction) throws {
+        guard !positions.isEmpty else { return }
+        var ranges = try tx.metadata(Self.knownKey(zone)).flatMap { try? JSON.parse($0) }?.arrayValue?.compactMap { range -> [Int64]? in
+            guard let pair = range.arrayValue, pair.count == 2, let from = pair[0].intValue, let to = pair[1].intValue else {
+                return nil
+            }
+            return [from, to]
+        } ?? []
+        for position in positions.sorted() {
+            if let last = ranges.last, last[1] + 1 == position { ranges[ranges.count - 1][1] = position }
+            else { ranges.append([position, position]) }
+        }
+        // Keep the newest ranges: forgetting one only means downloading those records once more.
+        if ranges.count > Self.maximumKnownRanges { ranges.removeFirst(ranges.count - Self.maximumKnownRanges) }
+        try tx.setMetadata(Self.knownKey(zone), JSON.array(ranges.map { .array($0.map(JSON.int)) }).serialized())
+    }
+
+    // MARK: Send
 
     /// Sends every record with unsent edits, zone by zone, in batches.
     public func send(_ report: inout SyncReport) throws {
+        lock.lock()
+        defer { lock.unlock() }
         let account = try requireAccount()
         let client = try client(for: account)
         // Zones made offline are created first.
@@ -397,13 +529,13 @@ public final class SyncEngine: @unchecked Sendable {
         }
         let pending = try store.transaction { try $0.dirtyRecords() }
         guard !pending.isEmpty else { return }
-        onEvent(.willSendChanges(records: pending.count))
+        emit(.willSendChanges(records: pending.count))
         var sent = 0
         var failed = 0
         let byZone = Dictionary(grouping: pending, by: \.zoneID)
         for zoneID in byZone.keys.sorted() {
             guard let zone = try store.transaction({ try $0.zone(id: zoneID) }), zone.onServer else { continue }
-            var batch: [(LocalRecord, JSON)] = []
+            var batch: [LocalRecord] = []
             var bytes = 0
             func flush() throws {
                 guard !batch.isEmpty else { return }
@@ -414,79 +546,120 @@ public final class SyncEngine: @unchecked Sendable {
                 bytes = 0
             }
             for local in byZone[zoneID]! {
-                guard let record = try? BinaryCodec.decodeRecord(local.frame) else { continue }
-                let operation = JSON.object(["operationType": .string("forceUpdate"), "record": record.cloudKitJSON])
-                let size = operation.serializedBytes().count
+                // JSON states are a few times larger than frames: the byte budget counts what travels.
+                let size = wire == .binary ? local.frame.count : local.frame.count * 4
                 if batch.count == Self.maximumBatchOperations || bytes + size > Self.maximumBatchBytes { try flush() }
-                batch.append((local, operation))
+                batch.append(local)
                 bytes += size
             }
             try flush()
         }
         report.sent += sent
-        onEvent(.didSendChanges(sent: sent, failed: failed))
+        emit(.didSendChanges(sent: sent, failed: failed))
     }
 
-    /// One records/modify of CRDT states (not atomic: each record stands alone). Split in half and sent
+    /// One non-atomic batch (each record stands alone) with a client operation id. Split in half and sent
     /// again on LIMIT_EXCEEDED.
-    private func sendBatch(_ batch: [(LocalRecord, JSON)], zone: LocalZone, client: ServerClient, account: Account,
+    private func sendBatch(_ batch: [LocalRecord], zone: LocalZone, client: ServerClient, account: Account,
                            report: inout SyncReport) throws -> (Int, Int) {
-        let body = JSON.object([
-            "zoneID": .object(["zoneName": .string(zone.zoneName), "ownerRecordName": .string(zone.ownerRecordName)]),
-            "atomic": .bool(false),
-            "clientOperationID": .string(UUID().uuidString),
-            "operations": .array(batch.map(\.1)),
-        ])
-        let reply: JSON
+        let zoneID = try ZoneID(zoneName: zone.zoneName, ownerRecordName: zone.ownerRecordName)
+        let frames = try batch.map { try RecordFrame(stored: $0.frame) }
+        let items: [JSON]
         do {
-            reply = try client.call(zone.database, "records/modify", body, token: account.token)
-        } catch let error as ServerError where error.code == "LIMIT_EXCEEDED" && batch.count > 1 {
+            items = wire == .binary
+                ? try pushFrames(frames, zoneID: zoneID, zone: zone, client: client, account: account)
+                : try modifyFrames(frames, zoneID: zoneID, zone: zone, client: client, account: account)
+        } catch let error as ServerError where error.serverErrorCode == .limitExceeded && batch.count > 1 {
             let half = batch.count / 2
             let first = try sendBatch(Array(batch[..<half]), zone: zone, client: client, account: account, report: &report)
             let second = try sendBatch(Array(batch[half...]), zone: zone, client: client, account: account, report: &report)
             return (first.0 + second.0, first.1 + second.1)
-        } catch let error as ServerError where error.code == "ZONE_NOT_FOUND" || error.code == "ACCESS_DENIED" {
+        } catch let error as ServerError where error.serverErrorCode == .zoneNotFound || error.serverErrorCode == .accessDenied {
             // The zone went away (a revoked share): drop it.
-            try store.transaction { try $0.deleteZone(zone.id) }
+            try removeZone(zone, &report)
             report.removedZones.append((zone.database, zone.zoneName, zone.ownerRecordName))
-            onEvent(.zoneRemoved(database: zone.database, zone: zone.zoneName, owner: zone.ownerRecordName))
+            emit(.zoneRemoved(database: zone.database, zone: zone.zoneName, owner: zone.ownerRecordName))
             return (0, batch.count)
         }
-        let items = reply["records"]?.arrayValue ?? []
+        // Answers come in the order sent; the binary path sends in name order, so match by name.
+        var byName: [String: JSON] = [:]
+        for item in items { if let name = item["recordName"]?.stringValue { byName[name] = item } }
         var sent = 0
         var failed = 0
-        for (index, (local, _)) in batch.enumerated() {
-            let item = index < items.count ? items[index] : .null
+        var upToDate: [Int64] = []
+        var accepted: [LocalRecord] = []
+        for local in batch {
+            let item = byName[local.name] ?? .null
             if let code = item["serverErrorCode"]?.stringValue {
                 failed += 1
                 let reason = item["reason"]?.stringValue ?? code
                 try revert(local, zone: zone, client: client, account: account)
                 report.rejected.append((zone.zoneName, local.name, code, reason))
-                onEvent(.failedRecord(zone: zone.zoneName, recordName: local.name, code: code, reason: reason))
+                emit(.failedRecord(zone: zone.zoneName, recordName: local.name, code: code, reason: reason))
+            } else if item == .null {
+                failed += 1 // no answer for it: it stays queued for the next sync
             } else {
                 sent += 1
-                try store.transaction { tx in
-                    try applyRemote(item, name: local.name, zone: zone, tx)
-                    try tx.markSent(zoneID: zone.id, name: local.name, generation: local.dirty)
-                }
-                onEvent(.sentRecord(zone: zone.zoneName, recordName: local.name))
+                accepted.append(local)
+                if item["upToDate"] == .bool(true), let position = item["position"]?.intValue { upToDate.append(position) }
             }
         }
+        try store.transaction { tx in
+            for local in accepted {
+                if wire == .json, let json = byName[local.name], json["crdt"] != nil {
+                    // records/modify answers the joined state: take it in.
+                    try applyRemote(try RecordFrame(encoding: try Record(cloudKitJSON: json, zoneID: zoneID)),
+                                    name: local.name, zone: zone, tx)
+                }
+                try tx.markSent(zoneID: zone.id, name: local.name, generation: local.dirty)
+            }
+            try rememberKnown(upToDate, zone: zone, tx)
+        }
+        for local in accepted { emit(.sentRecord(zone: zone.zoneName, recordName: local.name)) }
         return (sent, failed)
+    }
+
+    /// `deltas/push`: the frames as one zone delta; answers one item per record.
+    private func pushFrames(_ frames: [RecordFrame], zoneID: ZoneID, zone: LocalZone, client: ServerClient,
+                            account: Account) throws -> [JSON] {
+        let push = SyncMessage.Push(clientOperationID: UUID().uuidString, atomic: false,
+                                    delta: BinaryCodec.encodeDelta(zoneID: zoneID, frames: frames))
+        let response = try client.callBinary(zone.database, "deltas/push", body: push.encoded(),
+                                             contentType: SyncMessage.contentType, token: account.token, timeout: 60)
+        guard let reply = try? JSON.parse(response.body), let items = reply["records"]?.arrayValue else {
+            throw SyncError.unexpectedAnswer("deltas/push")
+        }
+        return items
+    }
+
+    /// `records/modify` with each frame's CRDT state in JSON (`forceUpdate`: the server joins them).
+    private func modifyFrames(_ frames: [RecordFrame], zoneID: ZoneID, zone: LocalZone, client: ServerClient,
+                              account: Account) throws -> [JSON] {
+        let operations = try frames.map { frame in
+            JSON.object(["operationType": .string("forceUpdate"), "record": try frame.decoded().cloudKitJSON])
+        }
+        let body = JSON.object([
+            "zoneID": zoneID.cloudKitJSON,
+            "atomic": .bool(false),
+            "clientOperationID": .string(UUID().uuidString),
+            "operations": .array(operations),
+        ])
+        return try client.call(zone.database, "records/modify", body, token: account.token, timeout: 60)["records"]?.arrayValue
+            ?? []
     }
 
     /// A refused record goes back to the server's state (or away, if the server has none).
     private func revert(_ local: LocalRecord, zone: LocalZone, client: ServerClient, account: Account) throws {
+        let zoneID = try ZoneID(zoneName: zone.zoneName, ownerRecordName: zone.ownerRecordName)
         let reply = try? client.call(zone.database, "records/lookup", .object([
-            "zoneID": .object(["zoneName": .string(zone.zoneName), "ownerRecordName": .string(zone.ownerRecordName)]),
+            "zoneID": zoneID.cloudKitJSON,
             "records": .array([.object(["recordName": .string(local.name)])]),
         ]), token: account.token)
         let server = reply?["records"]?.arrayValue?.first
         try store.transaction { tx in
             if let server, server["crdt"] != nil {
-                let zoneID = try ZoneID(zoneName: zone.zoneName, ownerRecordName: zone.ownerRecordName)
-                let record = try Record(cloudKitJSON: server, zoneID: zoneID)
-                try tx.saveRecord(zoneID: zone.id, name: local.name, frame: try BinaryCodec.encode(record), dirty: false)
+                let frame = try RecordFrame(encoding: try Record(cloudKitJSON: server, zoneID: zoneID))
+                try tx.saveRecord(zoneID: zone.id, name: local.name, frame: frame.bytes, dirty: false)
                 try tx.clearDirty(zoneID: zone.id, name: local.name)
             } else {
                 try tx.deleteRecord(zoneID: zone.id, name: local.name)
@@ -496,21 +669,21 @@ public final class SyncEngine: @unchecked Sendable {
 
     // MARK: Push
 
-    /// Waits until a database the user reads changes (the server's `changes/wait` long poll), or the timeout.
-    /// Returns whether something changed.
+    /// Waits until a database the user reads changes, or the timeout: one parked `changes/wait` on both the
+    /// private and the shared database. Returns whether something changed.
     public func waitForChanges(timeoutSeconds: Int) throws -> Bool {
         let account = try requireAccount()
         let client = try client(for: account)
-        let half = max(1, timeoutSeconds / 2)
-        for database in ["shared", "private"] {
-            let token = try store.transaction { try $0.metadata("dbtoken.\(database)") }
-            var body: [String: JSON] = ["timeout": .int(Int64(half))]
-            if let token { body["syncToken"] = .string(token) }
-            let reply = try client.call(database, "changes/wait", .object(body), token: account.token,
-                                        timeout: TimeInterval(half + 10))
-            if reply["changed"] == .bool(true) { return true }
+        var databases: [JSON] = []
+        for database in ["private", "shared"] {
+            var item: [String: JSON] = ["database": .string(database)]
+            if let token = try store.transaction({ try $0.metadata("dbtoken.\(database)") }) { item["syncToken"] = .string(token) }
+            databases.append(.object(item))
         }
-        return false
+        let reply = try client.call("private", "changes/wait",
+                                    .object(["databases": .array(databases), "timeout": .int(Int64(timeoutSeconds))]),
+                                    token: account.token, timeout: TimeInterval(timeoutSeconds + 10))
+        return reply["changed"] == .bool(true)
     }
 }
 

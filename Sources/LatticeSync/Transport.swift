@@ -70,7 +70,9 @@ public final class HTTPTransport: SyncTransport {
         for (name, value) in request.headers { urlRequest.setValue(value, forHTTPHeaderField: name) }
         if !request.body.isEmpty {
             urlRequest.httpBody = Data(request.body)
-            urlRequest.setValue("application/json", forHTTPHeaderField: "Content-Type")
+            if request.headers.keys.contains(where: { $0.lowercased() == "content-type" }) == false {
+                urlRequest.setValue("application/json", forHTTPHeaderField: "Content-Type")
+            }
         }
         let box = ExchangeBox()
         let task = session.dataTask(with: urlRequest) { data, response, error in

@@ -5,24 +5,10 @@ import LatticeCore
 
 // MARK: - Seeded randomness
 
-/// SplitMix64 (Steele, Lea & Flood 2014): a tiny, fast, fully deterministic generator.
-///
-/// Every randomised test draws from one of these, so a seed reproduces a run exactly. The helpers below
-/// (`int`, `chance`, `pick`, `shuffle`) are implemented here rather than taken from the standard library,
-/// so a recorded seed keeps meaning the same thing across toolchain versions.
-struct SplitMix64: RandomNumberGenerator {
-    private(set) var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
+/// Every randomised test draws from LatticeCore's `SplitMix64`, so a seed reproduces a run exactly. The
+/// helpers below (`int`, `chance`, `pick`, `shuffle`) are implemented here rather than taken from the
+/// standard library, so a recorded seed keeps meaning the same thing across toolchain versions.
+extension SplitMix64 {
     /// A uniform integer in `range` (modulo bias is irrelevant at these sizes).
     mutating func int(_ range: Range<Int>) -> Int {
         precondition(!range.isEmpty)

@@ -1,7 +1,7 @@
 import Foundation
 import LatticeCore
 @testable import LatticeServer
-import LatticeStore
+@testable import LatticeStore
 import Testing
 
 /// Routing, sign-up, authentication and the error taxonomy, in-process (Request -> Response).

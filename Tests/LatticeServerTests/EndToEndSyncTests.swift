@@ -65,7 +65,7 @@ import Glibc
     @Test func sharedListEditedOfflineOnBothSidesConverges() throws {
         let seed = RandomSeed.current
         print("EndToEndSyncTests.sharedListEditedOfflineOnBothSidesConverges seed=\(seed)")
-        var random = MatrixSeededGenerator(seed: seed)
+        var random = SplitMix64(seed: seed)
         let cluster = try Cluster()
         let alice = try cluster.device("alice")
         let bob = try cluster.device("bob")
@@ -105,7 +105,7 @@ import Glibc
     @Test func threeDevicesOfTwoUsersConvergeAfterAThousandRandomOperations() throws {
         let seed = RandomSeed.current
         print("EndToEndSyncTests.threeDevicesOfTwoUsersConverge seed=\(seed)")
-        var random = MatrixSeededGenerator(seed: seed)
+        var random = SplitMix64(seed: seed)
         let cluster = try Cluster()
         let laptop = try cluster.device("alice-laptop")
         let phone = try cluster.device("alice-phone")

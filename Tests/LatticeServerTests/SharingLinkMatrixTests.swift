@@ -163,8 +163,8 @@ extension AuthorizationMatrixTests {
         for (label, broken) in truncated { tryDead(w, log, label, broken, as: "stranger") }
         // Random truncation points (seeded; the seed is printed).
         let seed = ProcessInfo.processInfo.environment["MATRIX_SEED"].flatMap { UInt64($0) } ?? UInt64(Date().timeIntervalSince1970 * 1000)
-        var generator = MatrixSeededGenerator(seed: seed)
-        print("[links] truncation seed \(generator.seed) (rerun with MATRIX_SEED=\(generator.seed))")
+        var generator = SplitMix64(seed: seed)
+        print("[links] truncation seed \(seed) (rerun with MATRIX_SEED=\(seed))")
         for _ in 0..<40 {
             let length = Int.random(in: 0..<token.count, using: &generator)
             tryDead(w, log, "prefix \(length)", String(token.prefix(length)), as: "stranger", resolve: false)
@@ -324,24 +324,5 @@ extension AuthorizationMatrixTests {
         for who in ["guest2", "guest6"] {
             #expect(w.h.call("zones/list", token: w.token(who), database: "shared").zones.isEmpty, "\(who) joined through a dead link")
         }
-    }
-}
-
-/// SplitMix64, for reproducible random choices in tests (the seed is printed by the caller).
-struct MatrixSeededGenerator: RandomNumberGenerator {
-    let seed: UInt64
-    private var state: UInt64
-
-    init(seed: UInt64) {
-        self.seed = seed
-        state = seed
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import LatticeStore
+@testable import LatticeStore
 
 @Suite("SQLite layer")
 struct SQLiteTests {

@@ -19,6 +19,10 @@ struct InProcessTransport: SyncTransport {
         if request.path.hasSuffix("records/modify"), let body = try? JSON.parse(request.body) {
             online.record(operations: body["operations"]?.arrayValue?.count ?? 0, bytes: request.body.count)
         }
+        if request.path.hasSuffix("deltas/push"), let push = try? SyncMessage.Push(decoding: request.body),
+           let delta = try? EncodedDelta(validating: push.delta) {
+            online.record(operations: delta.recordCount, bytes: request.body.count)
+        }
         if request.body.count > service.maximumBodySize {
             let refused = service.responseForOversizedBody()
             return TransportResponse(status: refused.status, headers: [:], body: refused.body)
@@ -200,9 +204,11 @@ final class ServerClock: @unchecked Sendable {
         #expect(try phone.pendingCount() == 0)
     }
 
-    @Test func batchesStayUnderTheLimitsAndSplitOnLimitExceeded() throws {
+    @Test(arguments: SyncWire.allCases)
+    func batchesStayUnderTheLimitsAndSplitOnLimitExceeded(wire: SyncWire) throws {
         let world = try SyncWorld { $0.maximumRequestBytes = 64 * 1024 }
         let (alice, lists, net) = try world.device("alice")
+        alice.wire = wire
         try alice.signUp(name: "alice", serverURL: "http://x")
         let list = try lists.create(title: "Huge")
         for index in 0..<450 { _ = try lists.add("item \(index) " + String(repeating: "x", count: 100), to: list) }

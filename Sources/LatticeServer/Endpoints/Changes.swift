@@ -67,41 +67,18 @@ extension LatticeService {
             for (index, request) in requests.enumerated() {
                 let path = "zones[\(index)]"
                 let zoneName = request["zoneID"]?["zoneName"]?.stringValue ?? ""
+                // The zone id as the server read it, echoed in an error item; nil when it is ill-formed.
+                var zoneID: ZoneID?
                 do {
-                    let resolved = try resolveZone(request["zoneID"], context, tx, path: path + ".zoneID")
-                    let limit = try resultsLimit(request["resultsLimit"] ?? context.body["resultsLimit"])
-                    let hierarchy = resolved.grants.contains { $0.share.rootRecordName != nil }
-                    let token = try request["syncToken"].map { json -> SyncToken? in
-                        guard let text = json.stringValue else { throw APIError.badRequest("\(path).syncToken must be a string") }
-                        return hierarchy ? nil : try SyncToken(text: text, expected: .zone)
-                    } ?? nil
-                    guard let zone = resolved.zone else {
-                        if resolved.zoneID.zoneName == Names.systemZoneName, token == nil || token?.owner == 0 {
-                            results.append(.object(["zoneID": resolved.zoneID.cloudKitJSON, "records": .array([]),
-                                                    "syncToken": .string(SyncToken(log: .zone, owner: 0, position: 0).text),
-                                                    "moreComing": .bool(false)]))
-                            continue
-                        }
-                        throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
-                    }
-                    if resolved.isShared, resolved.grants.contains(where: { $0.share.rootRecordName != nil }) {
-                        results.append(try shareFeed(request, resolved, zone: zone, limit: limit, tx))
-                        continue
-                    }
-                    let cursor = try zoneCursor(token, zone)
-                    let records = try tx.recordChanges(zoneRowID: zone.rowID, after: cursor, limit: limit)
-                    let moreComing = records.count == limit && records.last.map { $0.seq < zone.lastSeq } == true
-                    let position = moreComing ? records.last!.seq : zone.lastSeq
-                    results.append(.object([
-                        "zoneID": resolved.zoneID.cloudKitJSON,
-                        "records": .array(try records.map { try recordJSON($0, decode($0), desiredKeys: nil) }),
-                        "syncToken": .string(SyncToken(log: .zone, owner: zone.rowID, position: position).text),
-                        "moreComing": .bool(moreComing),
-                    ]))
+                    let parsed = try parseZoneID(request["zoneID"], context, path: path + ".zoneID")
+                    zoneID = parsed
+                    let page = try zoneFeedPage(request.objectValue ?? [:], zoneID: parsed, context, tx, path: path + ".",
+                                                defaultLimit: context.body["resultsLimit"])
+                    results.append(try pageJSON(page))
                 } catch let error as APIError {
                     var item = error.json(item: (key: "zoneName", value: zoneName))
-                    if case .object(var object) = item, let zoneID = request["zoneID"] {
-                        object["zoneID"] = zoneID
+                    if case .object(var object) = item, let zoneID {
+                        object["zoneID"] = zoneID.cloudKitJSON
                         item = .object(object)
                     }
                     results.append(item)
@@ -111,7 +88,7 @@ extension LatticeService {
         }
     }
 
-    private func zoneCursor(_ token: SyncToken?, _ zone: StoredZone) throws -> Int64 {
+    func zoneCursor(_ token: SyncToken?, _ zone: StoredZone) throws -> Int64 {
         guard let token else { return 0 }
         if token.owner == 0 && token.position == 0 { return 0 } // issued before the zone was first written
         guard token.owner == zone.rowID else {
@@ -126,10 +103,10 @@ extension LatticeService {
         return token.position
     }
 
-    /// `changes/wait {"syncToken"?, "timeout"?}`: a long poll, the push path in place of CloudKit's
-    /// database subscriptions. Answers `{"changed": true}` as soon as the database's change log moves past
-    /// the token (a `changes/database` token; without one, past its position now), or
-    /// `{"changed": false}` after `timeout` seconds.
+    /// `changes/wait {"syncToken"?, "timeout"?}` or `{"databases": [{"database", "syncToken"?}], "timeout"?}`:
+    /// a long poll, the push path in place of CloudKit's database subscriptions. Answers `{"changed": true}`
+    /// as soon as a watched database's change log moves past its token (a `changes/database` token; without
+    /// one, past its position now), or `{"changed": false}` after `timeout` seconds.
     func waitForChanges(_ context: RequestContext, respond: @escaping HTTPResponder) throws {
         guard context.kind != .public else {
             throw APIError.badRequest("changes/wait watches the private or the shared database; the public one has no feed")
@@ -141,13 +118,45 @@ extension LatticeService {
             }
             timeout = Int(min(seconds, Int64(configuration.maximumWaitSeconds)))
         }
-        let token = try context.body["syncToken"].map { json in
-            guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
-            return try SyncToken(text: text, expected: .database)
+        // The databases to watch: the request's own with `syncToken`, or several with `databases`, so a device
+        // waits on all of them with one parked request.
+        var watched: [(kind: DatabaseKind, token: SyncToken?)] = []
+        if let list = context.body["databases"] {
+            guard context.body["syncToken"] == nil else {
+                throw APIError.badRequest("give syncToken or databases, not both")
+            }
+            guard let items = list.arrayValue, (1...2).contains(items.count) else {
+                throw APIError.badRequest("databases must list one or two of private and shared")
+            }
+            for (index, item) in items.enumerated() {
+                guard let name = item["database"]?.stringValue, let kind = DatabaseKind(rawValue: name), kind != .public,
+                      !watched.contains(where: { $0.kind == kind }) else {
+                    throw APIError.badRequest("databases[\(index)].database must be private or shared, each once")
+                }
+                let token = try item["syncToken"].map { json in
+                    guard let text = json.stringValue else {
+                        throw APIError.badRequest("databases[\(index)].syncToken must be a string")
+                    }
+                    return try SyncToken(text: text, expected: .database)
+                }
+                watched.append((kind, token))
+            }
+        } else {
+            let token = try context.body["syncToken"].map { json in
+                guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
+                return try SyncToken(text: text, expected: .database)
+            }
+            watched.append((context.kind, token))
         }
-        // The database must exist so its id can be watched; reading it inside a write creates it.
-        let database = try write { tx, _ in try tx.database(context.databaseKey) }
-        let cursor = try token.map { try databaseCursor($0, database) } ?? database.lastSeq
+        // The databases must exist so their ids can be watched; reading them inside a write creates them.
+        let databases = try write { tx, _ in
+            try watched.map { try tx.database(DatabaseKey(kind: $0.kind, environment: context.environment,
+                                                          ownerID: context.user.id)) }
+        }
+        var cursors: [Int64: Int64] = [:]
+        for (database, item) in zip(databases, watched) {
+            cursors[database.id] = try item.token.map { try databaseCursor($0, database) } ?? database.lastSeq
+        }
         let answer: @Sendable (ChangeNotifier.WaitOutcome) -> Void = { outcome in
             switch outcome {
             case .changed: respond(.json(.object(["changed": .bool(true)])))
@@ -156,14 +165,14 @@ extension LatticeService {
             }
         }
         // Already behind: answer at once, whatever the timeout.
-        if database.lastSeq > cursor { return answer(.changed) }
+        if databases.contains(where: { $0.lastSeq > cursors[$0.id]! }) { return answer(.changed) }
         if timeout == 0 { return answer(.timedOut) }
-        guard let waiter = notifier.register(cursors: [database.id: cursor], timeoutSeconds: timeout, fire: answer) else {
+        guard let waiter = notifier.register(cursors: cursors, timeoutSeconds: timeout, fire: answer) else {
             throw APIError(.tryAgainLater, "the server is shutting down")
         }
         // Registered first, then re-read: a commit that landed before the registration is seen here.
-        let now = try storage.read { tx in try tx.database(id: database.id) }
-        if let now, now.lastSeq > cursor { notifier.finish(waiter, .changed) }
+        let now = try storage.read { tx in try databases.compactMap { try tx.database(id: $0.id) } }
+        if now.contains(where: { $0.lastSeq > cursors[$0.id]! }) { notifier.finish(waiter, .changed) }
     }
 
     /// `changes/database` in the shared database: the caller's log of shared zones. A zone whose every
@@ -196,23 +205,51 @@ extension LatticeService {
         }
     }
 
-    /// `changes/zone` for a participant of hierarchy shares: the shares' own logs, where a record that left
-    /// the share (its parent moved out) comes as a deletion and one that entered comes whole. The token
-    /// keeps one position per share.
-    private func shareFeed(_ request: JSON, _ resolved: ResolvedZone, zone: StoredZone, limit: Int,
-                           _ tx: any StorageTransaction) throws -> JSON {
-        var positions: [Int64: Int64] = [:]
+    /// A feed page as `changes/zone` answers it: records that left what the caller may see come first, as
+    /// deletions without CRDT state, then the changed records with their state.
+    func pageJSON(_ page: ZoneFeedPage) throws -> JSON {
+        var records: [JSON] = page.removed.map { .object(["recordName": .string($0), "deleted": .bool(true)]) }
+        for stored in page.records { records.append(recordJSON(stored, try decode(stored), desiredKeys: nil)) }
+        var object: [String: JSON] = [
+            "zoneID": page.zoneID.cloudKitJSON,
+            "records": .array(records),
+            "syncToken": .string(page.syncToken),
+            "moreComing": .bool(page.moreComing),
+        ]
+        if !page.lostShares.isEmpty {
+            object["lostShares"] = .array(page.lostShares.map { share in
+                var named: [String: JSON] = ["shareRecordName": .string(share.shareRecordName)]
+                if !share.rootRecordName.isEmpty { named["rootRecordName"] = .string(share.rootRecordName) }
+                return .object(named)
+            })
+        }
+        return .object(object)
+    }
+
+    /// The feed of a participant of hierarchy shares: the shares' own logs, where a record that left the
+    /// share (its parent moved it out) comes as a removal and one that entered comes whole. The token keeps
+    /// one position per share.
+    ///
+    /// A share the token holds a position for but the caller no longer has (removed, left, share deleted,
+    /// `publicPermission` none, root deleted) is named once in `lostShares` and then drained: a removal for
+    /// each record the caller had from it, paged like the rest. See `hadRecord` for what counts as "had".
+    func shareFeedPage(_ request: [String: JSON], _ resolved: ResolvedZone, zone: StoredZone, limit: Int,
+                       context: RequestContext, _ tx: any StorageTransaction) throws -> ZoneFeedPage {
+        var token = ShareFeedToken.State()
         if let json = request["syncToken"] {
             guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
-            positions = try ShareFeedToken.parse(text)
+            token = try ShareFeedToken.parse(text)
         }
-        var records: [JSON] = []
+        var records: [StoredRecord] = []
+        var removed: [String] = []
         var moreComing = false
+        let granted = Set(resolved.grants.map(\.share.id))
         for grant in resolved.grants.sorted(by: { $0.share.id < $1.share.id }) {
             let share = try tx.share(id: grant.share.id) ?? grant.share
-            let cursor = positions[share.id] ?? 0
+            token.drains[share.id] = nil // regained: the share's feed starts over below
+            let cursor = token.positions[share.id] ?? 0
             guard cursor <= share.lastSeq else { throw APIError.badRequest("the sync token is from the future") }
-            let room = limit - records.count
+            let room = limit - records.count - removed.count
             guard room > 0 else {
                 moreComing = moreComing || cursor < share.lastSeq
                 continue
@@ -220,47 +257,95 @@ extension LatticeService {
             let entries = try tx.shareChanges(shareID: share.id, after: cursor, limit: room)
             for entry in entries {
                 if entry.member, let stored = try tx.record(zoneRowID: zone.rowID, name: entry.recordName) {
-                    records.append(recordJSON(stored, try decode(stored), desiredKeys: nil))
+                    records.append(stored)
                 } else {
-                    records.append(.object(["recordName": .string(entry.recordName), "deleted": .bool(true)]))
+                    removed.append(entry.recordName)
                 }
             }
             let last = entries.last?.seq ?? share.lastSeq
             let done = entries.count < room || last >= share.lastSeq
-            positions[share.id] = done ? share.lastSeq : last
+            token.positions[share.id] = done ? share.lastSeq : last
             moreComing = moreComing || !done
         }
-        return .object([
-            "zoneID": resolved.zoneID.cloudKitJSON,
-            "records": .array(records),
-            "syncToken": .string(ShareFeedToken.text(positions)),
-            "moreComing": .bool(moreComing),
-        ])
+        // Shares the caller had a position in and lost since: named once, then drained.
+        var lostShares: [SyncMessage.LostShare] = []
+        for (shareID, cursor) in token.positions.sorted(by: { $0.key < $1.key }) where !granted.contains(shareID) {
+            token.positions[shareID] = nil
+            guard let share = try lostShare(shareID, zone: zone, context: context, tx) else { continue }
+            if let root = share.rootRecordName {
+                lostShares.append(SyncMessage.LostShare(rootRecordName: root, shareRecordName: share.recordName))
+            }
+            token.drains[shareID] = ShareFeedToken.Drain(bound: min(cursor, share.lastSeq), after: 0)
+        }
+        for (shareID, drain) in token.drains.sorted(by: { $0.key < $1.key }) where !granted.contains(shareID) {
+            let room = limit - records.count - removed.count
+            guard room > 0 else {
+                moreComing = true
+                continue
+            }
+            guard let share = try lostShare(shareID, zone: zone, context: context, tx),
+                  let loss = try lostShareDrain(share, context: context, tx) else {
+                token.drains[shareID] = nil
+                continue
+            }
+            let entries = try tx.shareChanges(shareID: shareID, after: drain.after, limit: room)
+            var after = drain.after
+            for entry in entries where entry.seq <= drain.bound {
+                after = entry.seq
+                if entry.member, try hadRecord(entry.recordName, loss, tx) {
+                    removed.append(entry.recordName)
+                }
+            }
+            let done = entries.count < room || after >= drain.bound || entries.contains { $0.seq > drain.bound }
+            token.drains[shareID] = done ? nil : ShareFeedToken.Drain(bound: drain.bound, after: after)
+            moreComing = moreComing || !done
+        }
+        return ZoneFeedPage(zoneID: resolved.zoneID, records: records, removed: removed, lostShares: lostShares,
+                            syncToken: ShareFeedToken.text(token), moreComing: moreComing)
     }
 }
 
-/// The sync token of a hierarchy-share feed: one position per share, base64url of `s1.<id>:<pos>,...`.
+/// The sync token of a hierarchy-share feed, base64url of `s1.<id>:<pos>,...`: one position per share the
+/// caller has, and `<id>:<bound>:<after>` for a lost share still being drained (deletions for its log's
+/// entries after `after`, up to `bound`).
 enum ShareFeedToken {
-    static func text(_ positions: [Int64: Int64]) -> String {
-        let body = "s1." + positions.keys.sorted().map { "\($0):\(positions[$0]!)" }.joined(separator: ",")
-        return Data(body.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    struct Drain: Hashable {
+        /// The caller's position in the share's log when the loss was seen: nothing after it is named.
+        var bound: Int64
+        /// The last log position drained so far.
+        var after: Int64
     }
 
-    static func parse(_ text: String) throws -> [Int64: Int64] {
+    struct State: Hashable {
+        var positions: [Int64: Int64] = [:]
+        var drains: [Int64: Drain] = [:]
+    }
+
+    static func text(_ state: State) -> String {
+        let live = state.positions.keys.sorted().map { "\($0):\(state.positions[$0]!)" }
+        let draining = state.drains.keys.sorted().map { "\($0):\(state.drains[$0]!.bound):\(state.drains[$0]!.after)" }
+        let body = "s1." + (live + draining).joined(separator: ",")
+        return Base64URL.encode(Array(body.utf8))
+    }
+
+    static func parse(_ text: String) throws -> State {
         let invalid = APIError.badRequest("syncToken is not a token this server issued for this feed")
         guard text.utf8.count <= 4096 else { throw invalid }
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.utf8.count % 4 != 0 { base64 += "=" }
-        guard let data = Data(base64Encoded: base64) else { throw invalid }
+        guard let data = Base64URL.decode(text) else { throw invalid }
         let body = String(decoding: data, as: UTF8.self)
         guard body.hasPrefix("s1.") else { throw invalid }
-        var positions: [Int64: Int64] = [:]
-        for pair in body.dropFirst(3).split(separator: ",") {
-            let parts = pair.split(separator: ":")
-            guard parts.count == 2, let id = Int64(parts[0]), let position = Int64(parts[1]), position >= 0 else { throw invalid }
-            positions[id] = position
+        var state = State()
+        for entry in body.dropFirst(3).split(separator: ",") {
+            let parts = entry.split(separator: ":", omittingEmptySubsequences: false).map { Int64($0) }
+            guard parts.count == 2 || parts.count == 3, let id = parts[0], state.positions[id] == nil,
+                  state.drains[id] == nil, parts.dropFirst().allSatisfy({ ($0 ?? -1) >= 0 }) else { throw invalid }
+            if parts.count == 2 {
+                state.positions[id] = parts[1]!
+            } else {
+                guard parts[2]! <= parts[1]! else { throw invalid }
+                state.drains[id] = Drain(bound: parts[1]!, after: parts[2]!)
+            }
         }
-        return positions
+        return state
     }
 }

@@ -17,6 +17,25 @@ struct RecordOperation {
     let path: String
 }
 
+/// A write decided inside the transaction but not saved yet.
+struct PlannedWrite {
+    let recordName: String
+    /// The row before the write (nil for a new record).
+    let stored: StoredRecord?
+    /// The record's state after the write.
+    let after: RecordFrame
+    /// What to save; nil when the record already reflected the write.
+    let write: RecordWrite?
+}
+
+/// A record write as applied inside the transaction: the row as stored and its frame.
+struct AppliedWrite {
+    let stored: StoredRecord
+    let frame: RecordFrame
+    /// False when the record already reflected the write: nothing was written, the change tag stayed.
+    let changed: Bool
+}
+
 extension LatticeService {
     /// `records/modify`: applies the operations to one zone, atomically by default.
     ///
@@ -27,35 +46,86 @@ extension LatticeService {
         -> HTTPResponse {
         let operationsJSON = try items(context.body, "operations", limit: configuration.maximumOperations)
         guard !operationsJSON.isEmpty else { throw APIError.badRequest("operations is empty") }
-        var atomic = true
-        if let value = context.body["atomic"] {
-            guard let flag = value.boolValue else { throw APIError.badRequest("atomic must be true or false") }
-            atomic = flag
-        }
+        let atomic = try atomicFlag(context.body["atomic"])
         let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID", creatingDefault: true)
         guard let zone = resolved.zone else {
             throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
         }
-        // The zone's share records, read once: records/modify never creates or deletes shares mid-batch.
-        let shareRecordNames = Set(try tx.shares(zoneRowID: zone.rowID).map(\.recordName))
-        var outcomes: [Result<JSON, APIError>] = []
-        var changedNames: [String] = []
-        for (index, json) in operationsJSON.enumerated() {
-            let path = "operations[\(index)]"
-            do {
-                let operation = try parseOperation(json, path: path)
-                let result = try tx.savepoint { () throws -> (JSON, Bool) in
-                    try apply(operation, zone: zone, resolved: resolved, shareRecordNames: shareRecordNames,
-                              context: context, tx: tx)
-                }
-                if result.1 { changedNames.append(operation.recordName) }
-                outcomes.append(.success(result.0))
-            } catch {
-                outcomes.append(.failure(internalError(error)))
+        let names = operationsJSON.map { $0["record"]?["recordName"]?.stringValue ?? "" }
+        let writes = operationsJSON.enumerated().map { index, json in
+            { (shares: Set<String>) throws -> PlannedWrite in
+                let operation = try self.parseOperation(json, path: "operations[\(index)]")
+                return try self.apply(operation, zone: zone, resolved: resolved, shareRecordNames: shares,
+                                      context: context, tx: tx)
             }
         }
+        let outcomes = try writeBatch(writes, names: names, atomic: atomic, zone: zone, resolved: resolved,
+                                      context: context, tx, &touched)
+        let items: [JSON] = try zip(outcomes, names).map { outcome, name in
+            switch outcome {
+            case .success(let write): return recordJSON(write.stored, try decode(write.frame), desiredKeys: nil)
+            case .failure(let error): return error.json(item: (key: "recordName", value: name))
+            }
+        }
+        return .json(.object(["records": .array(items)]))
+    }
+
+    func atomicFlag(_ value: JSON?) throws -> Bool {
+        guard let value else { return true }
+        guard let flag = value.boolValue else { throw APIError.badRequest("atomic must be true or false") }
+        return flag
+    }
+
+    /// Runs the writes of one batch to one zone: each is planned in order (checks and join, no storage
+    /// writes), and the planned ones are saved together (`saveRecords`: the zone's counters move once per
+    /// batch). A record named again later in the batch is saved before it is planned again, so every plan
+    /// starts from the stored state. Then the zone's shares are kept up to date. Atomic: any failure rolls
+    /// the whole transaction back and answers every item (the failed ones with their error, the others
+    /// ATOMIC_ERROR). Each write gets the zone's share record names.
+    func writeBatch(_ writes: [(Set<String>) throws -> PlannedWrite], names: [String], atomic: Bool, zone: StoredZone,
+                    resolved: ResolvedZone, context: RequestContext, _ tx: any StorageTransaction,
+                    _ touched: inout Set<Int64>) throws -> [Result<AppliedWrite, APIError>] {
+        // The zone's share records, read once: a batch never creates or deletes shares mid-way.
+        let shareRecordNames = Set(try tx.shares(zoneRowID: zone.rowID).map(\.recordName))
+        var slots: [Result<AppliedWrite, APIError>?] = Array(repeating: nil, count: writes.count)
+        var changedNames: [String] = []
+        var pending: [(index: Int, plan: PlannedWrite)] = []
+        var pendingNames: Set<String> = []
+        var bytesUsed = try tx.database(id: zone.databaseID)?.bytesUsed ?? 0
+        func flush() throws {
+            guard !pending.isEmpty else { return }
+            let saved = try tx.saveRecords(zoneRowID: zone.rowID, pending.map { $0.plan.write! })
+            for (item, record) in zip(pending, saved) {
+                slots[item.index] = .success(AppliedWrite(stored: record, frame: item.plan.after, changed: true))
+                changedNames.append(record.recordName)
+            }
+            pending = []
+            pendingNames = []
+        }
+        for (index, write) in writes.enumerated() {
+            if pendingNames.contains(names[index]) { try flush() }
+            do {
+                let plan = try write(shareRecordNames)
+                guard let record = plan.write else {
+                    slots[index] = .success(AppliedWrite(stored: plan.stored!, frame: plan.after, changed: false))
+                    continue
+                }
+                let growth = Int64(record.frame.count) - Int64(plan.stored?.frame.count ?? 0)
+                guard bytesUsed + growth <= configuration.quotaBytesPerDatabase else {
+                    throw APIError(.quotaExceeded, "the database would hold \(bytesUsed + growth) bytes; its quota is "
+                                   + "\(configuration.quotaBytesPerDatabase)")
+                }
+                bytesUsed += growth
+                pending.append((index, plan))
+                pendingNames.insert(plan.recordName)
+            } catch {
+                slots[index] = .failure(internalError(error))
+            }
+        }
+        let anyFailed = slots.contains { if case .failure? = $0 { return true } else { return false } }
+        if !(atomic && anyFailed) { try flush() } // an atomic batch that failed writes nothing more
+        let outcomes = slots.map { $0 ?? .failure(APIError(.atomicError, "not saved: another operation in this atomic batch failed")) }
         let failed = outcomes.contains { if case .failure = $0 { return true } else { return false } }
-        let names = operationsJSON.map { $0["record"]?["recordName"]?.stringValue ?? "" }
         if atomic && failed {
             // Roll the whole transaction back: nothing of the batch is written.
             let items: [JSON] = zip(outcomes, names).map { outcome, name in
@@ -72,8 +142,9 @@ extension LatticeService {
             touched.insert(zone.databaseID)
             // The owner deleting a hierarchy root deletes its share, as in CloudKit.
             if !resolved.isShared {
+                let changed = Set(changedNames)
                 for share in try tx.shares(zoneRowID: zone.rowID) {
-                    guard let root = share.rootRecordName, changedNames.contains(root),
+                    guard let root = share.rootRecordName, changed.contains(root),
                           try tx.record(zoneRowID: zone.rowID, name: root)?.deleted == true else { continue }
                     try removeShare(share, try roster(share, tx), zone: zone, context: context, tx, &touched)
                 }
@@ -81,13 +152,7 @@ extension LatticeService {
             try checkSharesStayDisjoint(zone, tx)
             try recordsChanged(changedNames, in: zone, context: context, tx, &touched)
         }
-        let items: [JSON] = zip(outcomes, names).map { outcome, name in
-            switch outcome {
-            case .success(let json): return json
-            case .failure(let error): return error.json(item: (key: "recordName", value: name))
-            }
-        }
-        return .json(.object(["records": .array(items)]))
+        return outcomes
     }
 
     private func parseOperation(_ json: JSON, path: String) throws -> RecordOperation {
@@ -107,90 +172,102 @@ extension LatticeService {
         return RecordOperation(kind: kind, recordName: recordName, record: record, path: path + ".record")
     }
 
-    /// Applies one operation; returns the item to answer and whether anything was written.
+    /// Applies one operation of `records/modify`.
     private func apply(_ operation: RecordOperation, zone: StoredZone, resolved: ResolvedZone,
                        shareRecordNames: Set<String>, context: RequestContext,
-                       tx: any StorageTransaction) throws -> (JSON, Bool) {
-        let zoneID = resolved.zoneID
-        let stored = try tx.record(zoneRowID: zone.rowID, name: operation.recordName)
-        let existing = try stored.map(decode)
+                       tx: any StorageTransaction) throws -> PlannedWrite {
+        try checkSize(of: operation)
+        let requestedParent: String?? = operation.record["parent"].map { $0 == .null ? nil : $0["recordName"]?.stringValue ?? "" }
+        return try plan(operation.recordName, kind: operation.kind, requestedParent: requestedParent,
+                         changeTag: operation.record["recordChangeTag"], zone: zone, resolved: resolved,
+                         shareRecordNames: shareRecordNames, context: context, tx: tx) { existing, live in
+            if operation.kind.isDelete {
+                guard let existing, live else { throw APIError(.notFound, "record \(operation.recordName) does not exist") }
+                var edit = try RecordEdit(editing: existing)
+                edit.delete(at: tick())
+                return try edit.applied()
+            }
+            if operation.record["crdt"] != nil {
+                guard !operation.kind.isReplace else {
+                    throw APIError.badRequest("\(operation.path): replace takes plain values; send CRDT states with "
+                                              + "create, update or forceUpdate")
+                }
+                let incoming = try incomingState(operation, zoneID: resolved.zoneID)
+                return try join(incoming, into: existing, live: live, kind: operation.kind, path: operation.path)
+            }
+            return try applyPlainValues(operation, existing: existing, live: live, zoneID: resolved.zoneID)
+        }
+    }
+
+    /// The one write path for a record, whatever brought the change (plain values, a CRDT state in JSON, a
+    /// binary delta): the sharing and change-tag checks, then `change` computes the new state from the
+    /// stored frame (nil: nothing changes), then the placement checks and the write limit. `writeBatch`
+    /// saves the result.
+    func plan(_ recordName: String, kind: RecordOperation.Kind, requestedParent: String??, changeTag: JSON?,
+              zone: StoredZone, resolved: ResolvedZone, shareRecordNames: Set<String>, context: RequestContext,
+              tx: any StorageTransaction, _ change: (RecordFrame?, Bool) throws -> RecordFrame?) throws -> PlannedWrite {
+        let stored = try tx.record(zoneRowID: zone.rowID, name: recordName)
+        let existing = try stored.map(frame)
         let live = existing.map { !$0.isDeleted } ?? false
-        let path = operation.path
 
         // Shares: a participant writes only inside what they accepted, with readWrite; the owner changes
         // share records only through shares/*.
         if resolved.isShared {
-            if shareRecordNames.contains(operation.recordName) {
+            if shareRecordNames.contains(recordName) {
                 throw APIError(.permissionFailure, "a share record is changed with shares/modify, by its owner or an administrator")
             }
-            let requestedParent: String?? = operation.record["parent"].map { $0 == .null ? nil : $0["recordName"]?.stringValue ?? "" }
-            try checkParticipantWrite(operation, live: live, requestedParent: requestedParent, resolved, tx)
-        } else if context.kind == .private, shareRecordNames.contains(operation.recordName) {
-            throw APIError.badRequest("record \(operation.recordName) is a share; change it with shares/modify or shares/delete")
+            try checkParticipantWrite(recordName, isDelete: kind.isDelete, live: live, requestedParent: requestedParent,
+                                      resolved, tx)
+        } else if context.kind == .private, shareRecordNames.contains(recordName) {
+            throw APIError.badRequest("record \(recordName) is a share; change it with shares/modify or shares/delete")
         }
 
-        if operation.kind.checksChangeTag {
-            guard let stored, live else {
-                throw APIError(.notFound, "record \(operation.recordName) does not exist")
+        if kind.checksChangeTag {
+            guard let stored, let existing, live else {
+                throw APIError(.notFound, "record \(recordName) does not exist")
             }
-            guard let tag = operation.record["recordChangeTag"]?.stringValue else {
-                throw APIError.badRequest("\(path).recordChangeTag is required for \(operation.kind.rawValue); "
-                                          + "use force\(operation.kind.rawValue.prefix(1).uppercased())"
-                                          + "\(operation.kind.rawValue.dropFirst()) to skip the check")
+            guard let tag = changeTag?.stringValue else {
+                throw APIError.badRequest("recordChangeTag is required for \(kind.rawValue); "
+                                          + "use force\(kind.rawValue.prefix(1).uppercased())"
+                                          + "\(kind.rawValue.dropFirst()) to skip the check")
             }
             guard tag == stored.changeTag else {
-                throw APIError(.conflict, "record \(operation.recordName) changed on the server (tag \(stored.changeTag), "
-                               + "not \(tag))", serverRecord: recordJSON(stored, existing!, desiredKeys: nil))
+                throw APIError(.conflict, "record \(recordName) changed on the server (tag \(stored.changeTag), "
+                               + "not \(tag))", serverRecord: recordJSON(stored, try decode(existing), desiredKeys: nil))
             }
         }
-        if context.kind == .public, let stored, live, operation.kind != .create,
-           stored.createdBy != context.user.recordName {
+        if context.kind == .public, let stored, live, kind != .create, stored.createdBy != context.user.recordName {
             throw APIError(.accessDenied, "only the creator of a public record may change or delete it")
         }
 
-        var record: Record
-        if operation.kind.isDelete {
-            guard var current = existing, live else { throw APIError(.notFound, "record \(operation.recordName) does not exist") }
-            current.delete(at: tick())
-            record = current
-        } else if operation.record["crdt"] != nil {
-            record = try mergeState(operation, existing: existing, live: live, zoneID: zoneID)
-        } else {
-            record = try applyPlainValues(operation, existing: existing, live: live, zoneID: zoneID)
-        }
-
-        try checkParticipantPlacement(record, before: existing, live: live, resolved, tx)
-        // A CRDT state can carry a deletion too: the root of a share is still the owner's to delete.
-        if resolved.isShared, record.isDeleted, live, !operation.kind.isDelete,
-           try grant(for: operation.recordName, resolved, tx)?.share.rootRecordName == operation.recordName {
-            throw APIError(.permissionFailure, "only the owner deletes the root record of a share")
-        }
-        if let existing, existing == record {
-            return (recordJSON(stored!, existing, desiredKeys: nil), false) // nothing new: no change, no new tag
-        }
-        let frame: [UInt8]
+        let result: RecordFrame?
         do {
-            frame = try BinaryCodec.encode(record)
-        } catch {
-            throw APIError(.limitExceeded, "record \(operation.recordName) would exceed the limit of "
+            result = try change(existing, live)
+        } catch let error as RecordError where error.code == .tooLarge {
+            throw APIError(.limitExceeded, "record \(recordName) would exceed the limit of "
                            + "\(Record.maximumEncodedSize) bytes per record")
         }
-        let saved = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
-            recordName: operation.recordName, recordType: record.recordType, frame: frame, deleted: record.isDeleted,
-            parentName: record.parent?.recordName, userRecordName: context.user.recordName, nowMs: configuration.now()))
-        if let database = try tx.database(id: zone.databaseID), database.bytesUsed > configuration.quotaBytesPerDatabase {
-            throw APIError(.quotaExceeded, "the database would hold \(database.bytesUsed) bytes; its quota is "
-                           + "\(configuration.quotaBytesPerDatabase)")
+        guard let after = result ?? existing else { throw APIError(.internalError, "a write produced no record") }
+        try checkParticipantPlacement(after, before: existing, live: live, resolved, tx)
+        // A CRDT state can carry a deletion too: the root of a share is still the owner's to delete.
+        if resolved.isShared, after.isDeleted, live, !kind.isDelete,
+           try grant(for: recordName, resolved, tx)?.share.rootRecordName == recordName {
+            throw APIError(.permissionFailure, "only the owner deletes the root record of a share")
         }
-        return (recordJSON(saved, record, desiredKeys: nil), true)
+        guard let result else {
+            return PlannedWrite(recordName: recordName, stored: stored, after: after, write: nil) // nothing new
+        }
+        if result.exceedsWriteLimit {
+            throw APIError(.limitExceeded, "record \(recordName) would exceed the limit of "
+                           + "\(Record.maximumEncodedSize) bytes per record")
+        }
+        return PlannedWrite(recordName: recordName, stored: stored, after: result, write: RecordWrite(
+            recordName: recordName, recordType: result.recordType, frame: result.bytes, deleted: result.isDeleted,
+            parentName: result.parentName, userRecordName: context.user.recordName, nowMs: configuration.now()))
     }
 
-    /// A record dictionary with `crdt` metadata is a CRDT state: it is joined with the server's copy.
-    private func mergeState(_ operation: RecordOperation, existing: Record?, live: Bool, zoneID: ZoneID) throws -> Record {
-        guard !operation.kind.isReplace else {
-            throw APIError.badRequest("\(operation.path): replace takes plain values; send CRDT states with "
-                                      + "create, update or forceUpdate")
-        }
+    /// A CRDT state (a record dictionary with `crdt` metadata) as a frame, after the drift check.
+    private func incomingState(_ operation: RecordOperation, zoneID: ZoneID) throws -> RecordFrame {
         let incoming: Record
         do {
             incoming = try Record(cloudKitJSON: .object(operation.record), zoneID: zoneID)
@@ -200,34 +277,69 @@ extension LatticeService {
         guard incoming.id.zoneID == zoneID else {
             throw APIError.badRequest("\(operation.path).zoneID differs from the request's zone")
         }
-        if operation.kind == .create, live {
-            throw APIError(.exists, "record \(operation.recordName) already exists")
-        }
+        try observe(incoming.maximumHLC, path: operation.path)
+        return try RecordFrame(encoding: incoming)
+    }
+
+    /// Checks a remote clock value against the drift bound (and moves the server's clock past it).
+    func observe(_ hlc: HLC, path: String) throws {
         let refused = clock.withLock { clock -> ClockError? in
             do throws(ClockError) {
-                try clock.observe(incoming.maximumHLC)
+                try clock.observe(hlc)
                 return nil
             } catch {
                 return error
             }
         }
-        if let refused { throw APIError.badRequest("\(operation.path): \(refused.description)") }
-        guard let existing, live else { return existing.map { $0.merging(incoming) } ?? incoming }
-        let merged = existing.merging(incoming)
-        guard merged.isDeleted || merged.recordType == existing.recordType else {
-            throw APIError.badRequest("\(operation.path).recordType: the record is a \(existing.recordType) on the server; "
-                                      + "a record's type cannot change")
-        }
-        return merged
+        if let refused { throw APIError.badRequest("\(path): \(refused.description)") }
     }
 
-    /// Plain CloudKit values, as curl would send them: the server stamps each edit with its own clock.
-    private func applyPlainValues(_ operation: RecordOperation, existing: Record?, live: Bool, zoneID: ZoneID) throws
-        -> Record {
+    /// Joins an incoming CRDT state into the stored frame, on bytes. Nil when nothing changes.
+    func join(_ incoming: RecordFrame, into existing: RecordFrame?, live: Bool, kind: RecordOperation.Kind,
+              path: String) throws -> RecordFrame? {
+        if kind == .create, live {
+            throw APIError(.exists, "record \(incoming.recordName) already exists")
+        }
+        guard let result = RecordFrame.join(existing, incoming) else { return nil }
+        if let existing, live, !result.isDeleted, result.recordType != existing.recordType {
+            throw APIError.badRequest("\(path).recordType: the record is a \(existing.recordType) on the server; "
+                                      + "a record's type cannot change")
+        }
+        return result
+    }
+
+    /// Bounds the work of one operation before any is done: fields per record and elements per array.
+    private func checkSize(of operation: RecordOperation) throws {
+        if let fields = operation.record["fields"]?.objectValue, fields.count > configuration.maximumFieldsPerRecord {
+            throw APIError(.limitExceeded, "\(operation.path).fields has \(fields.count) fields; the limit is "
+                           + "\(configuration.maximumFieldsPerRecord)")
+        }
+        // Every array anywhere in the record (list values, add/remove, CRDT entries and contexts).
+        var pending: [JSON] = [.object(operation.record)]
+        while let json = pending.popLast() {
+            switch json {
+            case .array(let elements):
+                guard elements.count <= configuration.maximumListElements else {
+                    throw APIError(.limitExceeded, "\(operation.path) holds a list of \(elements.count) elements; the "
+                                   + "limit is \(configuration.maximumListElements)")
+                }
+                pending.append(contentsOf: elements.filter { $0.arrayValue != nil || $0.objectValue != nil })
+            case .object(let members):
+                pending.append(contentsOf: members.values.filter { $0.arrayValue != nil || $0.objectValue != nil })
+            default:
+                break
+            }
+        }
+    }
+
+    /// Plain CloudKit values, as curl would send them: the server stamps each edit with its own clock, and
+    /// the edit is joined into the stored frame like any other state (`RecordEdit`).
+    private func applyPlainValues(_ operation: RecordOperation, existing: RecordFrame?, live: Bool, zoneID: ZoneID) throws
+        -> RecordFrame? {
         let path = operation.path
         let recordType = operation.record["recordType"]?.stringValue
-        var record: Record
         do {
+            var edit: RecordEdit
             // create makes a record; so does forceReplace when there is none.
             if operation.kind == .create || (operation.kind == .forceReplace && !live) {
                 if live { throw APIError(.exists, "record \(operation.recordName) already exists") }
@@ -237,39 +349,32 @@ extension LatticeService {
                 } catch {
                     throw APIError.badRequest("\(path).recordType: \(error.description)")
                 }
-                if var tombstone = existing {
-                    try tombstone.recreate(recordType: recordType, at: tick())
-                    record = tombstone
-                } else {
-                    record = try Record(id: RecordID(recordName: operation.recordName, zoneID: zoneID), recordType: recordType,
-                                        createdAt: tick())
-                }
+                edit = try RecordEdit(creating: RecordID(recordName: operation.recordName, zoneID: zoneID),
+                                      recordType: recordType, over: existing, at: tick())
             } else {
-                guard let current = existing, live else {
+                guard let existing, live else {
                     throw APIError(.notFound, "record \(operation.recordName) does not exist")
                 }
-                if let recordType, recordType != current.recordType {
-                    throw APIError.badRequest("\(path).recordType is \(current.recordType) on the server; a record's "
+                if let recordType, recordType != existing.recordType {
+                    throw APIError.badRequest("\(path).recordType is \(existing.recordType) on the server; a record's "
                                               + "type cannot change")
                 }
-                record = current
+                edit = try RecordEdit(editing: existing)
             }
             let fields = operation.record["fields"]
             guard fields == nil || fields?.objectValue != nil else { throw APIError.badRequest("\(path).fields must be an object") }
             let edits = fields?.objectValue ?? [:]
             if operation.kind.isReplace {
                 // Replace: every field not given is cleared, and so is the parent.
-                for field in record.fields where edits[field.name] == nil {
-                    try clearField(field.name, in: &record)
-                }
-                if operation.record["parent"] == nil, record.parent != nil { try record.setParent(nil, at: tick()) }
+                try edit.clearFields(except: Set(edits.keys), at: tick())
+                if operation.record["parent"] == nil { try edit.setParent(nil, at: tick()) }
             }
             for name in edits.keys.sorted() {
-                try applyFieldEdit(name, edits[name]!, to: &record, path: "\(path).fields.\(name)")
+                try applyFieldEdit(name, edits[name]!, to: &edit, path: "\(path).fields.\(name)")
             }
             if let parentJSON = operation.record["parent"] {
                 if parentJSON == .null {
-                    try record.setParent(nil, at: tick())
+                    try edit.setParent(nil, at: tick())
                 } else {
                     guard case .reference(let reference) = try ScalarValue(cloudKitJSON: parentJSON, type: .reference,
                                                                            path: path + ".parent") else {
@@ -281,10 +386,13 @@ extension LatticeService {
                     if reference.action != .none {
                         throw APIError.badRequest("\(path).parent must have action NONE, as in CloudKit")
                     }
-                    try record.setParent(Reference(recordName: reference.recordName), at: tick())
+                    try edit.setParent(Reference(recordName: reference.recordName), at: tick())
                 }
             }
+            return try edit.applied()
         } catch let error as APIError {
+            throw error
+        } catch let error as RecordError where error.code == .tooLarge {
             throw error
         } catch let error as RecordError {
             throw APIError.badRequest("\(path): \(error.description)")
@@ -293,54 +401,31 @@ extension LatticeService {
         } catch let error as NameError {
             throw APIError.badRequest("\(path): \(error.description)")
         }
-        return record
     }
 
     /// One field of a plain update:
     /// - `{"value": v, "type": T}` sets a scalar, or makes a list hold exactly the given elements;
     /// - `{"value": null}` clears the field;
     /// - `{"add": [...], "remove": [...], "type": "T_LIST"}` adds and removes list elements.
-    private func applyFieldEdit(_ name: String, _ json: JSON, to record: inout Record, path: String) throws {
+    private func applyFieldEdit(_ name: String, _ json: JSON, to edit: inout RecordEdit, path: String) throws {
         guard let object = json.objectValue else { throw APIError.badRequest("\(path) must be an object") }
         if object["add"] != nil || object["remove"] != nil {
             guard object["value"] == nil else { throw APIError.badRequest("\(path): give value, or add/remove, not both") }
             let type = try listElementType(object, path: path)
-            for element in try listElements(object["remove"], type: type, path: path + ".remove") {
-                try record.remove(element, from: name, at: tick())
-            }
-            for element in try listElements(object["add"], type: type, path: path + ".add") {
-                try record.add(element, to: name, at: tick())
-            }
+            try edit.remove(try listElements(object["remove"], type: type, path: path + ".remove"), from: name, at: tick())
+            try edit.add(try listElements(object["add"], type: type, path: path + ".add"), to: name, at: tick())
             return
         }
         guard let value = object["value"] else { throw APIError.badRequest("\(path).value is missing") }
         if value == .null {
-            try clearField(name, in: &record)
+            try edit.clear(name, at: tick())
             return
         }
         switch try FieldValue(cloudKitJSON: json, path: path) {
         case .scalar(let scalar):
-            try record.set(name, to: scalar, at: tick())
+            try edit.set(name, to: scalar, at: tick())
         case .list(_, let elements):
-            let wanted = Set(elements)
-            if case .list(_, let current)? = record[name] {
-                for element in current where !wanted.contains(element) { try record.remove(element, from: name, at: tick()) }
-                for element in elements where !current.contains(element) { try record.add(element, to: name, at: tick()) }
-            } else {
-                // A new list field (on a scalar field the core refuses the kind change).
-                for element in wanted.sorted() { try record.add(element, to: name, at: tick()) }
-            }
-        }
-    }
-
-    private func clearField(_ name: String, in record: inout Record) throws {
-        switch record[name] {
-        case .list(_, let elements)?:
-            for element in elements { try record.remove(element, from: name, at: tick()) }
-        case .scalar?:
-            try record.set(name, to: nil, at: tick())
-        case nil:
-            break
+            try edit.setList(name, to: elements, at: tick())
         }
     }
 
@@ -373,12 +458,26 @@ extension LatticeService {
         clock.withLock { $0.now() }
     }
 
-    func decode(_ stored: StoredRecord) throws -> Record {
+    /// A stored row's frame, checked (a damaged row is an internal error, never an unchecked read).
+    func frame(_ stored: StoredRecord) throws -> RecordFrame {
         do {
-            return try BinaryCodec.decodeRecord(stored.frame)
+            return try RecordFrame(stored: stored.frame)
         } catch {
             throw StorageError.failure("stored record \(stored.recordName) does not decode: \(error)")
         }
+    }
+
+    /// The readable model of a frame, for JSON answers.
+    func decode(_ frame: RecordFrame) throws -> Record {
+        do {
+            return try frame.decoded()
+        } catch {
+            throw StorageError.failure("record \(frame.recordName) does not decode: \(error)")
+        }
+    }
+
+    func decode(_ stored: StoredRecord) throws -> Record {
+        try decode(try frame(stored))
     }
 
     /// The CloudKit record dictionary plus the server's fields: change tag, created and modified.

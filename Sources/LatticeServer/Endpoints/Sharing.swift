@@ -129,13 +129,13 @@ extension LatticeService {
 
     /// Checks a participant's write to a shared zone. `requestedParent` is the parent the write sets:
     /// nil when it does not touch the parent, `.some(nil)` when it clears it.
-    func checkParticipantWrite(_ operation: RecordOperation, live: Bool, requestedParent: String??,
+    func checkParticipantWrite(_ recordName: String, isDelete: Bool, live: Bool, requestedParent: String??,
                                _ resolved: ResolvedZone, _ tx: any StorageTransaction) throws {
         guard let zone = resolved.zone else { throw APIError(.zoneNotFound, "the zone does not exist") }
         let target: ShareGrant
         if live {
-            guard let found = try grant(for: operation.recordName, resolved, tx) else {
-                throw APIError(.notFound, "record \(operation.recordName) does not exist")
+            guard let found = try grant(for: recordName, resolved, tx) else {
+                throw APIError(.notFound, "record \(recordName) does not exist")
             }
             target = found
         } else if let grant = resolved.grants.first(where: { $0.share.rootRecordName == nil }) {
@@ -149,7 +149,7 @@ extension LatticeService {
         guard target.permission == .readWrite else {
             throw APIError(.permissionFailure, "you have read-only access to this share")
         }
-        if operation.kind.isDelete, operation.recordName == target.share.rootRecordName {
+        if isDelete, recordName == target.share.rootRecordName {
             throw APIError(.permissionFailure, "only the owner deletes the root record of a share")
         }
         if target.share.rootRecordName != nil, case .some(let parent) = requestedParent, live {
@@ -163,13 +163,13 @@ extension LatticeService {
     /// parent must be in that share), and the root's place is the owner's to change. This looks at the
     /// record as it will be stored, so a replace that drops the parent or a CRDT state with a newer parent
     /// stamp is held to the same rule as an explicit `parent`.
-    func checkParticipantPlacement(_ record: Record, before: Record?, live: Bool, _ resolved: ResolvedZone,
+    func checkParticipantPlacement(_ record: RecordFrame, before: RecordFrame?, live: Bool, _ resolved: ResolvedZone,
                                    _ tx: any StorageTransaction) throws {
         guard resolved.isShared, !record.isDeleted, !resolved.grants.contains(where: { $0.share.rootRecordName == nil })
         else { return }
-        let name = record.id.recordName
-        let oldParent = live ? before?.parent?.recordName : nil
-        let newParent = record.parent?.recordName
+        let name = record.recordName
+        let oldParent = live ? before?.parentName : nil
+        let newParent = record.parentName
         guard !live || oldParent != newParent else { return }
         let current = live ? try grant(for: name, resolved, tx) : nil
         if let current, current.share.rootRecordName == name {
@@ -435,12 +435,14 @@ extension LatticeService {
         share.deleted = true
         try tx.updateShare(share)
         if let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName), !stored.deleted {
-            var record = try decode(stored)
-            record.delete(at: tick())
-            _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
-                recordName: share.recordName, recordType: record.recordType, frame: try BinaryCodec.encode(record),
-                deleted: true, userRecordName: context.user.recordName, nowMs: configuration.now()))
-            touched.insert(zone.databaseID)
+            var edit = try RecordEdit(editing: try frame(stored))
+            edit.delete(at: tick())
+            if let deleted = try edit.applied() {
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
+                    recordName: share.recordName, recordType: deleted.recordType, frame: deleted.bytes,
+                    deleted: true, userRecordName: context.user.recordName, nowMs: configuration.now()))
+                touched.insert(zone.databaseID)
+            }
         }
     }
 
@@ -506,6 +508,12 @@ extension LatticeService {
         return text
     }
 
+    /// The error item of a link: `value` is always empty, never the token (a secret), and the item's place
+    /// in `results` says which link failed.
+    private func linkError(_ error: APIError) -> JSON {
+        error.json(item: (key: "value", value: ""))
+    }
+
     /// Verifies a link and finds its live share. Every failure is the same error.
     private func verifiedLink(_ token: String, _ tx: any StorageTransaction) throws -> (ShareClaims, StoredShare) {
         let invalid = APIError(.accessDenied, ShareTokenError.invalid.description)
@@ -536,7 +544,7 @@ extension LatticeService {
                     return try shareMetadata(share, roster, claims: claims, user: context.user.id,
                                              wouldBe: roster.wouldAccept(context.user.id, linkPermission: linkPermission), tx)
                 } catch let error as APIError {
-                    return error.json(item: (key: "value", value: linkToken(link) ?? ""))
+                    return linkError(error)
                 }
             })])
         }
@@ -581,7 +589,7 @@ extension LatticeService {
                 }
                 results.append(result)
             } catch let error as APIError {
-                results.append(error.json(item: (key: "value", value: linkToken(link) ?? "")))
+                results.append(linkError(error))
             }
         }
         return .json(.object(["results": .array(results)]))
@@ -641,35 +649,28 @@ extension LatticeService {
     /// in the zone's feeds (and reappears there on every participant change, as in CloudKit).
     func writeShareRecord(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, zoneID: ZoneID,
                           context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
-        let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName)
-        var record: Record
-        if let stored {
-            record = try decode(stored)
-            if record.isDeleted { try record.recreate(recordType: Self.shareRecordType, at: tick()) }
+        let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName).map(frame)
+        var edit: RecordEdit
+        if let stored, !stored.isDeleted {
+            edit = try RecordEdit(editing: stored)
         } else {
-            record = try Record(id: RecordID(recordName: share.recordName, zoneID: zoneID), recordType: Self.shareRecordType,
-                                createdAt: tick())
+            edit = try RecordEdit(creating: RecordID(recordName: share.recordName, zoneID: zoneID),
+                                  recordType: Self.shareRecordType, over: stored, at: tick())
         }
-        let before = record
-        try record.set("title", to: .string(share.title), at: tick())
-        try record.set("publicPermission", to: .string(roster.publicPermission.rawValue), at: tick())
-        if let root = share.rootRecordName { try record.set("rootRecordName", to: .string(root), at: tick()) }
-        var summaries: Set<ScalarValue> = []
+        try edit.set("title", to: .string(share.title), at: tick())
+        try edit.set("publicPermission", to: .string(roster.publicPermission.rawValue), at: tick())
+        if let root = share.rootRecordName { try edit.set("rootRecordName", to: .string(root), at: tick()) }
+        var summaries: [ScalarValue] = []
         for participant in roster.participants {
             guard let user = try tx.user(id: participant.userID) else { continue }
-            summaries.insert(.string("\(user.recordName) \(participant.role.rawValue) \(participant.permission.rawValue) "
+            summaries.append(.string("\(user.recordName) \(participant.role.rawValue) \(participant.permission.rawValue) "
                                      + participant.status.rawValue))
         }
-        if case .list(_, let current)? = record["participants"] {
-            for element in current where !summaries.contains(element) { try record.remove(element, from: "participants", at: tick()) }
-            for element in summaries.sorted() where !current.contains(element) { try record.add(element, to: "participants", at: tick()) }
-        } else {
-            for element in summaries.sorted() { try record.add(element, to: "participants", at: tick()) }
-        }
-        guard record != before || stored == nil else { return }
+        try edit.setList("participants", to: summaries, at: tick())
+        guard let record = try edit.applied() else { return }
         let ownerName = try tx.user(id: share.ownerID)?.recordName ?? context.user.recordName
         _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
-            recordName: share.recordName, recordType: Self.shareRecordType, frame: try BinaryCodec.encode(record),
+            recordName: share.recordName, recordType: Self.shareRecordType, frame: record.bytes,
             deleted: false, userRecordName: ownerName, nowMs: configuration.now()))
         touched.insert(zone.databaseID)
         try recordsChanged([share.recordName], in: zone, context: context, tx, &touched)
@@ -705,5 +706,70 @@ extension LatticeService {
         case .badRequest: return APIError.badRequest(error.description)
         case .notFound: return APIError(.notFound, error.description)
         }
+    }
+}
+
+// MARK: Lost shares in a participant's hierarchy feed
+
+/// A share a participant lost, as its drain sees it: `lossMs` is when they lost it (their removal, leave,
+/// or `publicPermission` none), nil when they held it until the share itself was deleted.
+struct ShareLoss {
+    let share: StoredShare
+    let lossMs: Int64?
+}
+
+extension LatticeService {
+    /// The hierarchy share `id` of `zone` when the caller once had access to it (an accepted participant at
+    /// some point: their shared database's log holds it) and has it no longer. Nil for anything else, so a
+    /// token naming a share the caller never had gets nothing.
+    func lostShare(_ id: Int64, zone: StoredZone, context: RequestContext, _ tx: any StorageTransaction) throws
+        -> StoredShare? {
+        guard let share = try tx.share(id: id), share.zoneRowID == zone.rowID, share.rootRecordName != nil,
+              try share.deleted || roster(share, tx).access(of: context.user.id) == .none else { return nil }
+        let database = try tx.database(DatabaseKey(kind: .shared, environment: context.environment,
+                                                   ownerID: context.user.id))
+        guard database.id != 0 else { return nil }
+        let page = 500
+        var cursor: Int64 = 0
+        for _ in 0..<10_000 {
+            let entries = try tx.sharedZoneChanges(databaseID: database.id, after: cursor, limit: page)
+            if entries.contains(where: { $0.shareID == share.id }) { return share }
+            guard entries.count == page, let last = entries.last else { return nil }
+            cursor = last.databaseSeq
+        }
+        return nil
+    }
+
+    /// How to drain a lost share for the caller, or nil when there is nothing to drain: a removed
+    /// participant lost it when their row changed to `removed`; an accepted one when the share was deleted
+    /// (its log stops there). A pending invitation (removed, then invited again) drains nothing.
+    func lostShareDrain(_ share: StoredShare, context: RequestContext, _ tx: any StorageTransaction) throws
+        -> ShareLoss? {
+        guard let row = try tx.participants(shareID: share.id).first(where: { $0.userID == context.user.id }) else {
+            return nil
+        }
+        switch AcceptanceStatus(rawValue: row.status) {
+        case .removed: return ShareLoss(share: share, lossMs: row.modifiedMs)
+        case .accepted where share.deleted: return ShareLoss(share: share, lossMs: nil)
+        default: return nil
+        }
+    }
+
+    /// Whether the caller had `recordName` from the lost share: it is the root or the share record, or (when
+    /// the share lived on after the loss) neither it nor any record on its parent chain up to the root
+    /// changed since the loss, so it was in the share then and nothing newer is named.
+    func hadRecord(_ recordName: String, _ lost: ShareLoss, _ tx: any StorageTransaction) throws -> Bool {
+        guard let lossMs = lost.lossMs else { return true }
+        var name = recordName
+        var seen: Set<String> = []
+        while seen.insert(name).inserted && seen.count <= 1_000 {
+            if name == lost.share.rootRecordName || name == lost.share.recordName { return true }
+            guard let stored = try tx.record(zoneRowID: lost.share.zoneRowID, name: name), stored.modifiedMs < lossMs
+            else { return false }
+            if stored.deleted { return true }
+            guard let parent = stored.parentName else { return false }
+            name = parent
+        }
+        return false
     }
 }

@@ -28,16 +28,28 @@ extension LatticeService {
     /// - Shared database: zones of shares the caller accepted (none until the sharing service lands).
     func resolveZone(_ json: JSON?, _ context: RequestContext, _ tx: any StorageTransaction, path: String,
                      creatingDefault: Bool = false) throws -> ResolvedZone {
+        try resolveZone(try parseZoneID(json, context, path: path), context, tx, creatingDefault: creatingDefault)
+    }
+
+    /// Parses a zone id from a request: `zoneName` a string, `ownerRecordName` a string; left out, or
+    /// given as CloudKit's placeholder, the owner is the caller (`_defaultOwner` in the public database).
+    /// - Throws: BAD_REQUEST naming the path for anything else, a wrongly typed member included.
+    func parseZoneID(_ json: JSON?, _ context: RequestContext, path: String) throws -> ZoneID {
         guard let json else { throw APIError.badRequest("\(path) is missing") }
+        guard var object = json.objectValue else { throw APIError.badRequest("\(path) must be {\"zoneName\": ...}") }
         let owner = context.kind == .public ? Self.publicOwner : context.user.recordName
-        let zoneID: ZoneID
+        if object["ownerRecordName"]?.stringValue == Self.currentUserPlaceholder { object["ownerRecordName"] = nil }
         do {
-            var object = json.objectValue ?? [:]
-            if object["ownerRecordName"]?.stringValue == Self.currentUserPlaceholder { object["ownerRecordName"] = nil }
-            zoneID = try ZoneID(cloudKitJSON: .object(object), defaultOwner: owner, path: path)
+            return try ZoneID(cloudKitJSON: .object(object), defaultOwner: owner, path: path)
         } catch {
             throw APIError.badRequest(error.description)
         }
+    }
+
+    /// ``resolveZone(_:_:_:path:creatingDefault:)`` for a zone id already parsed.
+    func resolveZone(_ zoneID: ZoneID, _ context: RequestContext, _ tx: any StorageTransaction,
+                     creatingDefault: Bool = false) throws -> ResolvedZone {
+        let owner = context.kind == .public ? Self.publicOwner : context.user.recordName
         switch context.kind {
         case .private:
             guard zoneID.ownerRecordName == owner else {
@@ -104,7 +116,8 @@ extension LatticeService {
             for (index, item) in requested.enumerated() {
                 let path = "zones[\(index)]"
                 do {
-                    let resolved = try resolveZone(item["zoneID"] ?? item, context, tx, path: path)
+                    let resolved = try resolveZone(item["zoneID"] ?? item, context, tx,
+                                                   path: item["zoneID"] == nil ? path : path + ".zoneID")
                     if let zone = resolved.zone {
                         results.append(zoneJSON(zone, withToken: context.kind == .private))
                     } else if resolved.zoneID.zoneName == Names.systemZoneName {

@@ -6,7 +6,7 @@ import Foundation
 /// CRDT state as a binary frame, with a dirty mark on records that hold edits the server has not
 /// acknowledged yet. All of it is written in transactions with `synchronous=FULL`, so a crash never loses a
 /// local edit and never records a fetch that did not happen.
-public final class LocalStore: @unchecked Sendable {
+public final class LocalStore: Sendable {
     private let queue: DatabaseQueue
 
     public static let fileName = "replica.sqlite"
@@ -16,6 +16,8 @@ public final class LocalStore: @unchecked Sendable {
             queue = try DatabaseQueue(path: path)
             _ = try queue.read { connection in try LocalStore.migrator.migrate(connection) }
         } catch let error as SQLiteError {
+            throw StorageError.failure("cannot open the local replica \(path): \(error.description)")
+        } catch let error as MigrationError {
             throw StorageError.failure("cannot open the local replica \(path): \(error.description)")
         }
     }

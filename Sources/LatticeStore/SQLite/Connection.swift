@@ -7,12 +7,13 @@ import Foundation
 /// returns (a write is acknowledged only after that), with foreign keys on and a busy timeout so a
 /// brief lock is waited out rather than reported. Use it from one executor at a time; `DatabaseQueue`
 /// enforces that.
-public final class Connection {
+final class Connection {
     let handle: OpaquePointer
     private var statementCache: [String: Statement] = [:]
 
     /// Opens (creating if needed) the database at `path`; `":memory:"` opens a private in-memory one.
-    public init(path: String, busyTimeoutMilliseconds: Int32 = 5_000) throws(SQLiteError) {
+    /// A `readOnly` connection refuses every statement that would change the database (`query_only`).
+    init(path: String, busyTimeoutMilliseconds: Int32 = 5_000, readOnly: Bool = false) throws(SQLiteError) {
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let code = sqlite3_open_v2(path, &db, flags, nil)
@@ -27,6 +28,7 @@ public final class Connection {
         if path != ":memory:" { try execute("PRAGMA journal_mode=WAL") }
         try execute("PRAGMA synchronous=FULL")
         try execute("PRAGMA foreign_keys=ON")
+        if readOnly { try execute("PRAGMA query_only=ON") }
     }
 
     deinit {
@@ -35,17 +37,17 @@ public final class Connection {
     }
 
     /// Runs one or more statements that take no parameters (schema changes, pragmas).
-    public func execute(_ sql: String) throws(SQLiteError) {
+    func execute(_ sql: String) throws(SQLiteError) {
         let code = sqlite3_exec(handle, sql, nil, nil, nil)
         guard code == SQLITE_OK else { throw SQLiteError(code: code, connection: handle, context: "execute") }
     }
 
-    public func prepare(_ sql: String) throws(SQLiteError) -> Statement {
+    func prepare(_ sql: String) throws(SQLiteError) -> Statement {
         try Statement(self, sql: sql)
     }
 
     /// A prepared statement kept for reuse on this connection: for the hot, fixed SQL of a storage backend.
-    public func cached(_ sql: String) throws(SQLiteError) -> Statement {
+    func cached(_ sql: String) throws(SQLiteError) -> Statement {
         if let statement = statementCache[sql] { return statement }
         let statement = try Statement(self, sql: sql)
         statementCache[sql] = statement
@@ -53,7 +55,7 @@ public final class Connection {
     }
 
     /// Runs `body` in an immediate transaction: committed if it returns, rolled back if it throws.
-    public func transaction<T>(_ body: (Connection) throws -> T) throws -> T {
+    func transaction<T>(_ body: (Connection) throws -> T) throws -> T {
         try execute("BEGIN IMMEDIATE")
         do {
             let result = try body(self)
@@ -66,10 +68,10 @@ public final class Connection {
     }
 
     /// The rowid of the last insert on this connection.
-    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 
     /// The schema version kept in `PRAGMA user_version`.
-    public var userVersion: Int {
+    var userVersion: Int {
         get throws(SQLiteError) {
             let rows = try prepare("PRAGMA user_version").rows()
             if case .integer(let version)? = rows.first?.first { return Int(version) }
@@ -78,7 +80,7 @@ public final class Connection {
     }
 
     /// The journal mode in effect (`wal` for file databases).
-    public var journalMode: String {
+    var journalMode: String {
         get throws(SQLiteError) {
             let rows = try prepare("PRAGMA journal_mode").rows()
             if case .text(let mode)? = rows.first?.first { return mode }
@@ -89,31 +91,33 @@ public final class Connection {
 
 /// A connection confined behind a lock: every use goes through `read` or `write`, one at a time.
 ///
-/// `@unchecked Sendable` is sound because the connection is only reachable through `lock`.
-public final class DatabaseQueue: @unchecked Sendable {
+/// `@unchecked Sendable` is sound because the connection is only reachable through `lock`. (A
+/// `Mutex<Connection?>` cannot say this to the compiler: the caller's closure gets the connection, so
+/// region checking treats it as escaping the lock.)
+final class DatabaseQueue: @unchecked Sendable {
     private let lock = NSLock()
     private var connection: Connection?
 
-    public init(path: String, busyTimeoutMilliseconds: Int32 = 5_000) throws(SQLiteError) {
-        connection = try Connection(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
+    init(path: String, busyTimeoutMilliseconds: Int32 = 5_000, readOnly: Bool = false) throws(SQLiteError) {
+        connection = try Connection(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds, readOnly: readOnly)
     }
 
     /// Runs `body` with the connection (no transaction).
-    public func read<T>(_ body: (Connection) throws -> T) throws -> T {
+    func read<T>(_ body: (Connection) throws -> T) throws -> T {
         lock.lock()
         defer { lock.unlock() }
         return try body(try open())
     }
 
     /// Runs `body` in an immediate transaction; on error nothing is written.
-    public func write<T>(_ body: (Connection) throws -> T) throws -> T {
+    func write<T>(_ body: (Connection) throws -> T) throws -> T {
         lock.lock()
         defer { lock.unlock() }
         return try open().transaction(body)
     }
 
     /// Closes the connection after any use in progress; later uses throw `SQLITE_MISUSE`.
-    public func close() {
+    func close() {
         lock.lock()
         defer { lock.unlock() }
         connection = nil

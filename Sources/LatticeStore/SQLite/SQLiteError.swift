@@ -4,25 +4,25 @@ import CSQLite
 ///
 /// The description never includes bound values, so it is safe to log; SQL text stays out of HTTP
 /// responses (the server maps this error to `INTERNAL_ERROR`).
-public struct SQLiteError: Error, Hashable, Sendable, CustomStringConvertible {
+struct SQLiteError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The primary result code (`SQLITE_BUSY`, `SQLITE_CONSTRAINT`, ...).
-    public let code: Int32
+    let code: Int32
     /// The extended result code (`SQLITE_CONSTRAINT_UNIQUE`, ...).
-    public let extendedCode: Int32
+    let extendedCode: Int32
     /// SQLite's own message.
-    public let message: String
+    let message: String
     /// What was being done, e.g. "prepare", "step", "open /data/lattice.sqlite".
-    public let context: String
+    let context: String
 
-    public var isBusy: Bool { code == SQLITE_BUSY || code == SQLITE_LOCKED }
-    public var isConstraintViolation: Bool { code == SQLITE_CONSTRAINT }
+    var isBusy: Bool { code == SQLITE_BUSY || code == SQLITE_LOCKED }
+    var isConstraintViolation: Bool { code == SQLITE_CONSTRAINT }
     /// A UNIQUE or PRIMARY KEY constraint failed: the row exists already.
-    public var isUniqueViolation: Bool {
+    var isUniqueViolation: Bool {
         // SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY are macros Swift cannot import.
         extendedCode == SQLITE_CONSTRAINT | (8 << 8) || extendedCode == SQLITE_CONSTRAINT | (6 << 8)
     }
 
-    public var description: String { "SQLite error \(code)/\(extendedCode) during \(context): \(message)" }
+    var description: String { "SQLite error \(code)/\(extendedCode) during \(context): \(message)" }
 
     init(code: Int32, connection: OpaquePointer?, context: String) {
         self.code = code & 0xFF

@@ -1,16 +1,17 @@
 import CSQLite
 import Foundation
+import Synchronization
 
 /// The embedded backend: one SQLite file in WAL mode with `synchronous=FULL`.
 ///
 /// One writer connection (SQLite allows one writer at a time, so the zone and database logs are
-/// allocated in commit order) and one reader connection, each behind its own lock; WAL lets the reader
-/// see committed snapshots while a write is in progress.
-public final class SQLiteStorage: Storage, @unchecked Sendable {
+/// allocated in commit order) and one read-only reader connection, each behind its own lock; WAL lets the
+/// reader see committed snapshots while a write is in progress. Decisions about records, shares and purging
+/// come from `StorageRules`; this type owns the SQL, the connections and the transactions.
+public final class SQLiteStorage: Storage, Sendable {
     private let writer: DatabaseQueue
     private let reader: DatabaseQueue
-    private let state = NSLock()
-    private var isClosed = false
+    private let isClosed = Atomic<Bool>(false)
 
     /// The file name inside a data directory.
     public static let fileName = "lattice.sqlite"
@@ -20,8 +21,10 @@ public final class SQLiteStorage: Storage, @unchecked Sendable {
         do {
             writer = try DatabaseQueue(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
             _ = try writer.read { connection in try SQLiteStorage.migrator.migrate(connection) }
-            reader = try DatabaseQueue(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
+            reader = try DatabaseQueue(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds, readOnly: true)
         } catch let error as SQLiteError {
+            throw StorageError.failure("cannot open \(path): \(error.description)")
+        } catch let error as MigrationError {
             throw StorageError.failure("cannot open \(path): \(error.description)")
         }
     }
@@ -43,9 +46,7 @@ public final class SQLiteStorage: Storage, @unchecked Sendable {
     }
 
     public func close() {
-        state.lock()
-        isClosed = true
-        state.unlock()
+        isClosed.store(true, ordering: .sequentiallyConsistent)
         // Wait for in-flight work, then checkpoint the WAL so the file is whole on its own.
         try? writer.read { connection in try connection.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
         writer.close()
@@ -53,17 +54,17 @@ public final class SQLiteStorage: Storage, @unchecked Sendable {
     }
 
     private func checkOpen() throws {
-        state.lock()
-        defer { state.unlock() }
-        if isClosed { throw StorageError.closed }
+        if isClosed.load(ordering: .sequentiallyConsistent) { throw StorageError.closed }
     }
 
+    /// Reports SQLite's errors (from `BEGIN`, `COMMIT` or a closed connection) as `StorageError`.
     private func mapErrors<T>(_ body: () throws -> T) throws -> T {
         do {
             return try body()
         } catch let error as SQLiteError {
-            if error.isBusy { throw StorageError.busy }
-            throw StorageError.failure(error.description)
+            // A call that passed `checkOpen` just before `close` finds its connection gone.
+            if isClosed.load(ordering: .sequentiallyConsistent) { throw StorageError.closed }
+            throw StorageError(error)
         }
     }
 
@@ -188,17 +189,19 @@ struct SQLiteTransaction: StorageTransaction {
         isReadOnly = readOnly
     }
 
+    // Every operation throws `StorageError`, so a caller inside a transaction never sees SQLite's errors.
+
     private func rows(_ sql: String, _ values: [SQLiteValue] = []) throws -> [[SQLiteValue]] {
-        try db.cached(sql).rows(values)
+        do { return try db.cached(sql).rows(values) } catch { throw StorageError(error) }
     }
 
     @discardableResult
     private func run(_ sql: String, _ values: [SQLiteValue] = []) throws -> Int {
-        do {
-            return try db.cached(sql).run(values)
-        } catch where error.isUniqueViolation {
-            throw StorageError.duplicate(error.message)
-        }
+        do { return try db.cached(sql).run(values) } catch { throw StorageError(error) }
+    }
+
+    private func execute(_ sql: String) throws {
+        do { try db.execute(sql) } catch { throw StorageError(error) }
     }
 
     // MARK: Metadata
@@ -256,18 +259,19 @@ struct SQLiteTransaction: StorageTransaction {
 
     private static let databaseColumns = "id, kind, environment, owner_id, last_seq, purged_seq, bytes_used"
 
-    private func database(_ row: [SQLiteValue]) -> StoredDatabase {
-        StoredDatabase(
-            id: row[0].integer,
-            key: DatabaseKey(kind: DatabaseKind(rawValue: row[1].text ?? "") ?? .private, environment: row[2].text ?? "",
-                             ownerID: row[3].integer),
+    private func database(_ row: [SQLiteValue]) throws -> StoredDatabase {
+        guard let kind = DatabaseKind(rawValue: row[1].text ?? "") else {
+            throw StorageError.failure("database \(row[0].integer) has an unknown kind")
+        }
+        return StoredDatabase(
+            id: row[0].integer, key: DatabaseKey(kind: kind, environment: row[2].text ?? "", ownerID: row[3].integer),
             lastSeq: row[4].integer, purgedSeq: row[5].integer, bytesUsed: row[6].integer)
     }
 
     func database(_ key: DatabaseKey) throws -> StoredDatabase {
         let select = "SELECT \(Self.databaseColumns) FROM databases WHERE kind = ? AND environment = ? AND owner_id = ?"
         let arguments: [SQLiteValue] = [.text(key.kind.rawValue), .text(key.environment), .integer(key.ownerID)]
-        if let row = try rows(select, arguments).first { return database(row) }
+        if let row = try rows(select, arguments).first { return try database(row) }
         // Only a write transaction can create it; a read sees an empty database that does not exist yet.
         if isReadOnly {
             return StoredDatabase(id: 0, key: key, lastSeq: 0, purgedSeq: 0, bytesUsed: 0)
@@ -277,7 +281,7 @@ struct SQLiteTransaction: StorageTransaction {
     }
 
     func database(id: Int64) throws -> StoredDatabase? {
-        try rows("SELECT \(Self.databaseColumns) FROM databases WHERE id = ?", [.integer(id)]).first.map(database)
+        try rows("SELECT \(Self.databaseColumns) FROM databases WHERE id = ?", [.integer(id)]).first.map { try database($0) }
     }
 
     private static let zoneColumns =
@@ -350,14 +354,10 @@ struct SQLiteTransaction: StorageTransaction {
     private func record(_ row: [SQLiteValue], zoneRowID: Int64) -> StoredRecord {
         let seq = row[4].integer
         return StoredRecord(recordName: row[0].text ?? "", recordType: row[1].text ?? "", frame: row[2].blob,
-                            deleted: row[3].integer != 0, seq: seq, changeTag: Self.changeTag(zoneRowID, seq),
+                            deleted: row[3].integer != 0, seq: seq,
+                            changeTag: StorageRules.changeTag(zoneRowID: zoneRowID, seq: seq),
                             createdMs: row[5].integer, createdBy: row[6].text ?? "", modifiedMs: row[7].integer,
                             modifiedBy: row[8].text ?? "", parentName: row[9].text)
-    }
-
-    /// A change tag names the zone incarnation and the log position, so it is new on every change.
-    static func changeTag(_ zoneRowID: Int64, _ seq: Int64) -> String {
-        String(zoneRowID, radix: 36) + "-" + String(seq, radix: 36)
     }
 
     func record(zoneRowID: Int64, name: String) throws -> StoredRecord? {
@@ -387,25 +387,55 @@ struct SQLiteTransaction: StorageTransaction {
         guard let seq = seqRows.first?[0].integer else { throw StorageError.failure("zone \(zoneRowID) is missing") }
         let databaseSeq = try nextDatabaseSeq(zone.databaseID)
         try run("UPDATE zones SET db_seq = ? WHERE id = ?", [.integer(databaseSeq), .integer(zoneRowID)])
-        // A record written over its tombstone is a new record: it gets a new creator.
-        let continues = previous.map { !$0.deleted || write.deleted } ?? false
-        let createdMs = continues ? previous!.createdMs : write.nowMs
-        let createdBy = continues ? previous!.createdBy : write.userRecordName
+        let saved = try insertRecord(zoneRowID: zoneRowID, write, previous: previous, seq: seq)
+        let growth = Int64(write.frame.count) - Int64(previous?.frame.count ?? 0)
+        try run("UPDATE databases SET bytes_used = bytes_used + ? WHERE id = ?", [.integer(growth), .integer(zone.databaseID)])
+        return saved
+    }
+
+    func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite]) throws -> [StoredRecord] {
+        guard writes.count > 1 else { return try writes.map { try saveRecord(zoneRowID: zoneRowID, $0) } }
+        guard let zone = try zone(rowID: zoneRowID), !zone.deleted else {
+            throw StorageError.failure("zone \(zoneRowID) is not live")
+        }
+        let previous = try writes.map { try record(zoneRowID: zoneRowID, name: $0.recordName) }
+        // The counters move once: n consecutive zone positions, one database position.
+        let nowMs = writes.map(\.nowMs).max()!
+        let seqRows = try rows("UPDATE zones SET last_seq = last_seq + ?, modified_ms = ? WHERE id = ? RETURNING last_seq",
+                               [.integer(Int64(writes.count)), .integer(nowMs), .integer(zoneRowID)])
+        guard let last = seqRows.first?[0].integer else { throw StorageError.failure("zone \(zoneRowID) is missing") }
+        let databaseSeq = try nextDatabaseSeq(zone.databaseID)
+        try run("UPDATE zones SET db_seq = ? WHERE id = ?", [.integer(databaseSeq), .integer(zoneRowID)])
+        var saved: [StoredRecord] = []
+        saved.reserveCapacity(writes.count)
+        var growth: Int64 = 0
+        for (index, (write, previous)) in zip(writes, previous).enumerated() {
+            let seq = last - Int64(writes.count - 1 - index)
+            saved.append(try insertRecord(zoneRowID: zoneRowID, write, previous: previous, seq: seq))
+            growth += Int64(write.frame.count) - Int64(previous?.frame.count ?? 0)
+        }
+        try run("UPDATE databases SET bytes_used = bytes_used + ? WHERE id = ?", [.integer(growth), .integer(zone.databaseID)])
+        return saved
+    }
+
+    /// Writes one record row at position `seq` (the counters are the caller's).
+    private func insertRecord(zoneRowID: Int64, _ write: RecordWrite, previous: StoredRecord?, seq: Int64) throws
+        -> StoredRecord {
+        let (createdMs, createdBy) = StorageRules.creation(of: write, replacing: previous)
         try run("""
             INSERT INTO records(zone_id, name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms,
                                 modified_by, parent_name)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(zone_id, name) DO UPDATE SET record_type = excluded.record_type, frame = excluded.frame,
-                deleted = excluded.deleted, seq = excluded.seq, modified_ms = excluded.modified_ms,
+                deleted = excluded.deleted, seq = excluded.seq, created_ms = excluded.created_ms,
+                created_by = excluded.created_by, modified_ms = excluded.modified_ms,
                 modified_by = excluded.modified_by, parent_name = excluded.parent_name
             """, [.integer(zoneRowID), .text(write.recordName), .text(write.recordType), .blob(write.frame),
                   .integer(write.deleted ? 1 : 0), .integer(seq), .integer(createdMs), .text(createdBy),
                   .integer(write.nowMs), .text(write.userRecordName),
                   write.parentName.map { .text($0) } ?? .null])
-        let growth = Int64(write.frame.count) - Int64(previous?.frame.count ?? 0)
-        try run("UPDATE databases SET bytes_used = bytes_used + ? WHERE id = ?", [.integer(growth), .integer(zone.databaseID)])
         return StoredRecord(recordName: write.recordName, recordType: write.recordType, frame: write.frame,
-                            deleted: write.deleted, seq: seq, changeTag: Self.changeTag(zoneRowID, seq),
+                            deleted: write.deleted, seq: seq, changeTag: StorageRules.changeTag(zoneRowID: zoneRowID, seq: seq),
                             createdMs: createdMs, createdBy: createdBy, modifiedMs: write.nowMs,
                             modifiedBy: write.userRecordName, parentName: write.parentName)
     }
@@ -428,23 +458,24 @@ struct SQLiteTransaction: StorageTransaction {
     private func share(_ row: [SQLiteValue]) -> StoredShare {
         StoredShare(id: row[0].integer, publicID: row[1].text ?? "", zoneRowID: row[2].integer, recordName: row[3].text ?? "",
                     rootRecordName: row[4].text, ownerID: row[5].integer, title: row[6].text ?? "",
-                    publicPermission: row[7].text ?? "none", urlEpoch: row[8].integer, deleted: row[9].integer != 0,
+                    publicPermission: row[7].text ?? "", urlEpoch: row[8].integer, deleted: row[9].integer != 0,
                     lastSeq: row[10].integer)
     }
 
     func insertShare(_ new: NewShare) throws -> StoredShare {
         do {
             try run("INSERT INTO shares(public_id, zone_id, record_name, root_record_name, owner_id, title, public_permission, "
-                    + "created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    + "url_epoch, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [.text(new.publicID), .integer(new.zoneRowID), .text(new.recordName),
                      new.rootRecordName.map { .text($0) } ?? .null, .integer(new.ownerID), .text(new.title),
-                     .text(new.publicPermission), .integer(new.nowMs)])
+                     .text(new.publicPermission), .integer(new.urlEpoch), .integer(new.nowMs)])
         } catch StorageError.duplicate {
             throw StorageError.duplicate("a share record named \(new.recordName)")
         }
         return StoredShare(id: db.lastInsertRowID, publicID: new.publicID, zoneRowID: new.zoneRowID,
                            recordName: new.recordName, rootRecordName: new.rootRecordName, ownerID: new.ownerID,
-                           title: new.title, publicPermission: new.publicPermission, urlEpoch: 1, deleted: false, lastSeq: 0)
+                           title: new.title, publicPermission: new.publicPermission, urlEpoch: new.urlEpoch, deleted: false,
+                           lastSeq: 0)
     }
 
     func share(publicID: String) throws -> StoredShare? {
@@ -558,14 +589,14 @@ struct SQLiteTransaction: StorageTransaction {
     // MARK: Savepoints and maintenance
 
     func savepoint<T>(_ body: () throws -> T) throws -> T {
-        try db.execute("SAVEPOINT item")
+        try execute("SAVEPOINT item")
         do {
             let result = try body()
-            try db.execute("RELEASE item")
+            try execute("RELEASE item")
             return result
         } catch {
-            try db.execute("ROLLBACK TO item")
-            try db.execute("RELEASE item")
+            try execute("ROLLBACK TO item")
+            try execute("RELEASE item")
             throw error
         }
     }
@@ -583,20 +614,34 @@ struct SQLiteTransaction: StorageTransaction {
             report.tombstones += Int(row[2].integer)
         }
         try run("DELETE FROM records WHERE deleted = 1 AND modified_ms < ?", [.integer(horizonMs)])
-        // Deleted zones: the same for each database's log.
-        // Zones that held shares stay: shares and participants' logs refer to them.
-        let purgeable = "deleted = 1 AND modified_ms < ? AND id NOT IN (SELECT zone_id FROM shares)"
-        let purgedByDatabase = try rows("SELECT database_id, MAX(db_seq), COUNT(*) FROM zones WHERE \(purgeable) "
-                                        + "GROUP BY database_id", [.integer(horizonMs)])
-        for row in purgedByDatabase {
+        // Deleted zones: StorageRules decides which go; each database's purged position rises to the
+        // newest position of a zone it forgot.
+        let candidates = try rows("SELECT \(Self.zoneColumns), EXISTS(SELECT 1 FROM shares WHERE zone_id = zones.id) "
+                                  + "FROM zones WHERE deleted = 1 AND modified_ms < ? ORDER BY id", [.integer(horizonMs)])
+            .map { DeletedZone(zone: zone(Array($0[0..<10])), hasShares: $0[10].integer != 0) }
+        for candidate in candidates where StorageRules.purgesDeletedZone(candidate) {
+            try run("DELETE FROM zones WHERE id = ? AND deleted = 1", [.integer(candidate.zone.rowID)])
             try run("UPDATE databases SET purged_seq = MAX(purged_seq, ?) WHERE id = ?",
-                    [.integer(row[1].integer), .integer(row[0].integer)])
-            report.zones += Int(row[2].integer)
+                    [.integer(candidate.zone.databaseSeq), .integer(candidate.zone.databaseID)])
+            report.zones += 1
         }
-        try run("DELETE FROM zones WHERE \(purgeable)", [.integer(horizonMs)])
         report.clientOperations = try run("DELETE FROM client_operations WHERE created_ms < ?",
                                           [.integer(operationsBeforeMs)])
         return report
+    }
+}
+
+extension StorageError {
+    /// SQLite's error in the storage taxonomy: a taken unique key is `.duplicate`, a lock held past the
+    /// busy timeout is `.busy`, anything else a `.failure` for the logs.
+    init(_ error: SQLiteError) {
+        if error.isUniqueViolation {
+            self = .duplicate(error.message)
+        } else if error.isBusy {
+            self = .busy
+        } else {
+            self = .failure(error.description)
+        }
     }
 }
 

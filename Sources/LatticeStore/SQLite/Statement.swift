@@ -1,7 +1,7 @@
 import CSQLite
 
 /// A value SQLite stores in a column or takes as a parameter.
-public enum SQLiteValue: Hashable, Sendable {
+enum SQLiteValue: Hashable, Sendable {
     case null
     case integer(Int64)
     case real(Double)
@@ -12,7 +12,7 @@ public enum SQLiteValue: Hashable, Sendable {
 /// One prepared statement. Owns its `sqlite3_stmt` and finalizes it in `deinit`.
 ///
 /// Not thread-safe: statements belong to their `Connection`, which one executor owns at a time.
-public final class Statement {
+final class Statement {
     private let handle: OpaquePointer
     private unowned let connection: Connection
 
@@ -30,7 +30,7 @@ public final class Statement {
 
     /// Binds parameters by position (1-based in SQL, 0-based here) after clearing earlier bindings.
     @discardableResult
-    public func bind(_ values: [SQLiteValue]) throws(SQLiteError) -> Statement {
+    func bind(_ values: [SQLiteValue]) throws(SQLiteError) -> Statement {
         sqlite3_reset(handle)
         sqlite3_clear_bindings(handle)
         for (index, value) in values.enumerated() {
@@ -62,7 +62,7 @@ public final class Statement {
 
     /// Runs a statement that returns no rows; returns the number of rows changed.
     @discardableResult
-    public func run(_ values: [SQLiteValue] = []) throws(SQLiteError) -> Int {
+    func run(_ values: [SQLiteValue] = []) throws(SQLiteError) -> Int {
         try bind(values)
         while try step() {}
         sqlite3_reset(handle) // release the statement's hold on the database at once
@@ -70,7 +70,7 @@ public final class Statement {
     }
 
     /// Every row, as arrays of values.
-    public func rows(_ values: [SQLiteValue] = []) throws(SQLiteError) -> [[SQLiteValue]] {
+    func rows(_ values: [SQLiteValue] = []) throws(SQLiteError) -> [[SQLiteValue]] {
         try bind(values)
         var rows: [[SQLiteValue]] = []
         while try step() { rows.append(row()) }
@@ -79,7 +79,7 @@ public final class Statement {
     }
 
     /// Advances to the next row; false when done. `SQLITE_BUSY` is retried by the connection's busy timeout.
-    public func step() throws(SQLiteError) -> Bool {
+    func step() throws(SQLiteError) -> Bool {
         let code = sqlite3_step(handle)
         switch code {
         case SQLITE_ROW: return true
@@ -91,11 +91,11 @@ public final class Statement {
     }
 
     /// The current row's values.
-    public func row() -> [SQLiteValue] {
+    func row() -> [SQLiteValue] {
         (0..<sqlite3_column_count(handle)).map(column)
     }
 
-    public func column(_ index: Int32) -> SQLiteValue {
+    func column(_ index: Int32) -> SQLiteValue {
         switch sqlite3_column_type(handle, index) {
         case SQLITE_INTEGER: return .integer(sqlite3_column_int64(handle, index))
         case SQLITE_FLOAT: return .real(sqlite3_column_double(handle, index))

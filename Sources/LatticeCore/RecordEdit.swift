@@ -1,0 +1,228 @@
+/// Local edits to one record, turned into one stamped frame that the join applies to the stored state.
+///
+/// Plain values (a server stamping a curl request, a device editing a list) never rewrite a record by
+/// hand: an edit reads only the fields it touches from the stored frame, computes their new CRDT states,
+/// and `frame()` encodes just those (with the record's header) as a partial record state. The stored
+/// frame and that state are then joined by `RecordFrame.merged(with:)`, the same join every incoming
+/// state takes (`applied()` does both).
+///
+/// - Setting a scalar to the value it already has, clearing what is already clear, removing elements
+///   that are not there and setting the parent it already has change nothing: no stamp, no write.
+/// - List edits work in bulk: adding or removing n elements of a list of m costs O((n + m) log(n + m)).
+///
+/// ```swift
+/// var edit = try RecordEdit(editing: stored)
+/// try edit.set("text", to: .string("Oat milk"), at: clock.now())
+/// try edit.add([.string("vegan")], to: "tags", at: clock.now())
+/// if let joined = try edit.applied() { save(joined) }
+/// ```
+public struct RecordEdit: Sendable {
+    public let id: RecordID
+    /// The stored state the edit starts from (nil for a new record).
+    public let base: RecordFrame?
+    private var recordType: String
+    private var generation: UInt32
+    private var created: Stamp
+    private var deletion: Stamp?
+    private var parent: LWWRegister?
+    /// New states of the fields this edit touched.
+    private var fields: [String: FieldState] = [:]
+    /// False for a new record or a new generation: the base's fields are not this record's any more.
+    private var readsBase: Bool
+    private var changed = false
+
+    /// Starts editing a live record. - Throws: `RecordError(.deleted)` for a tombstone.
+    public init(editing frame: RecordFrame) throws(RecordError) {
+        guard !frame.isDeleted else {
+            throw RecordError(code: .deleted, message: "record \(frame.recordName) is deleted; recreate it to write")
+        }
+        id = RecordID(validatedRecordName: frame.recordName, zoneID: frame.zoneID)
+        base = frame
+        recordType = frame.recordType
+        generation = frame.generation
+        created = frame.created
+        readsBase = true
+    }
+
+    /// Starts a new record, or a new generation of a deleted one (`tombstone`).
+    /// - Throws: `RecordError(.notDeleted)` if `tombstone` is live, `NameError` for an illegal type.
+    public init(creating id: RecordID, recordType: String, over tombstone: RecordFrame? = nil, at stamp: Stamp) throws {
+        try Names.validate(recordType, kind: .recordType)
+        if let tombstone, !tombstone.isDeleted {
+            throw RecordError(code: .notDeleted, message: "record \(id.recordName) is live; only a deleted record is recreated")
+        }
+        self.id = id
+        base = tombstone
+        self.recordType = recordType
+        generation = (tombstone?.generation ?? 0) &+ 1
+        created = stamp
+        readsBase = false
+        changed = true
+    }
+
+    /// The record's type.
+    public var type: String { recordType }
+
+    /// True when the edit changes nothing.
+    public var isEmpty: Bool { !changed }
+
+    // MARK: Edits
+
+    /// Sets (or, with `nil`, clears) a scalar field; the value it already has changes nothing.
+    public mutating func set(_ name: String, to value: ScalarValue?, at stamp: Stamp) throws(RecordError) {
+        try checkWritable(name)
+        switch current(name) {
+        case .set?:
+            throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a scalar field")
+        case .register(let register)?:
+            if register.value == value { return }
+        case nil:
+            if value == nil { return }
+        }
+        fields[name] = .register(LWWRegister(value: value, stamp: stamp))
+        changed = true
+    }
+
+    /// Adds elements to a list field (creating it), each with the dot `stamp`, replacing the dots seen.
+    public mutating func add(_ elements: [ScalarValue], to name: String, at stamp: Stamp) throws(RecordError) {
+        try editSet(name, removing: [], adding: elements, at: stamp)
+    }
+
+    /// Removes elements from a list field as observed here; elements not in it are ignored.
+    public mutating func remove(_ elements: [ScalarValue], from name: String, at stamp: Stamp) throws(RecordError) {
+        try editSet(name, removing: elements, adding: [], at: stamp)
+    }
+
+    /// Makes a list field hold exactly `elements`: the missing ones are added, the others removed.
+    public mutating func setList(_ name: String, to elements: [ScalarValue], at stamp: Stamp) throws(RecordError) {
+        try checkWritable(name)
+        guard case .set(let set)? = current(name) else {
+            if case .register? = current(name) {
+                throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a list field")
+            }
+            try editSet(name, removing: [], adding: elements, at: stamp)
+            return
+        }
+        // Both sides sorted and without repeats: one walk finds what to remove and what to add.
+        let wanted = ScalarValue.sortedUnique(elements), present = set.elements
+        var removing: [ScalarValue] = [], adding: [ScalarValue] = []
+        var i = 0, j = 0
+        while i < present.count || j < wanted.count {
+            let order = i == present.count ? 1 : j == wanted.count ? -1 : ScalarValue.compare(present[i], wanted[j])
+            if order < 0 { removing.append(present[i]); i += 1 }
+            else if order > 0 { adding.append(wanted[j]); j += 1 }
+            else { i += 1; j += 1 }
+        }
+        try editSet(name, removing: removing, adding: adding, at: stamp)
+    }
+
+    /// Clears a field: a scalar becomes nil, a list loses every element.
+    public mutating func clear(_ name: String, at stamp: Stamp) throws(RecordError) {
+        try checkWritable(name)
+        switch current(name) {
+        case .register?: try set(name, to: nil, at: stamp)
+        case .set(let set)?: try editSet(name, removing: set.elements, adding: [], at: stamp)
+        case nil: break
+        }
+    }
+
+    /// Clears every field not named in `kept` (a replace).
+    public mutating func clearFields(except kept: Set<String>, at stamp: Stamp) throws(RecordError) {
+        try checkWritable(nil)
+        var names = Set(fields.keys)
+        if readsBase, let base { names.formUnion(base.fieldKinds().map(\.name)) }
+        for name in names.sorted() where !kept.contains(name) { try clear(name, at: stamp) }
+    }
+
+    /// The parent reference, as the edit leaves it.
+    public var parentName: String? {
+        if let parent { if case .reference(let reference)? = parent.value { return reference.recordName } else { return nil } }
+        return readsBase ? base?.parentName : nil
+    }
+
+    /// Sets or clears the parent (a same-zone reference with action NONE to another record).
+    public mutating func setParent(_ parent: Reference?, at stamp: Stamp) throws(RecordError) {
+        try checkWritable(nil)
+        if let parent {
+            guard parent.action == .none, parent.zoneID == nil || parent.zoneID == id.zoneID else {
+                throw RecordError(code: .invalidParent, message: "a parent must be a reference with action NONE in the same zone")
+            }
+            guard parent.recordName != id.recordName else {
+                throw RecordError(code: .invalidParent, message: "a record cannot be its own parent")
+            }
+        }
+        if parentName == parent?.recordName { return }
+        let canonical = parent.map { Reference(validatedRecordName: $0.recordName, zoneID: nil, action: .none) }
+        self.parent = LWWRegister(value: canonical.map(ScalarValue.reference), stamp: stamp)
+        changed = true
+    }
+
+    /// Deletes the record (delete wins over concurrent edits of this generation).
+    public mutating func delete(at stamp: Stamp) {
+        deletion = max(deletion ?? stamp, stamp)
+        fields = [:]
+        parent = nil
+        changed = true
+    }
+
+    // MARK: Result
+
+    /// The edit as a record state: the header and the touched fields only. Nil when nothing changed.
+    /// - Throws: `RecordError.tooLarge` when the edit alone exceeds the 1 MiB write limit.
+    public func frame() throws(RecordError) -> RecordFrame? {
+        guard changed else { return nil }
+        let sorted = fields.map { Field(name: $0.key, state: $0.value) }.sorted { compareBytes($0.name, $1.name) < 0 }
+        let record = Record(id: id, recordType: recordType, generation: generation, created: created, deletion: deletion,
+                            parent: parent, fields: sorted)
+        return try RecordFrame(encoding: record)
+    }
+
+    /// The stored state joined with this edit, or nil when it changes nothing.
+    /// - Throws: `RecordError.tooLarge` when the result would exceed the 1 MiB write limit.
+    public func applied() throws(RecordError) -> RecordFrame? {
+        guard let edit = try frame(), let result = RecordFrame.join(base, edit) else { return nil }
+        if result.exceedsWriteLimit {
+            throw RecordError(code: .tooLarge, message: "record \(id.recordName) would encode to \(result.encodedSize) "
+                              + "bytes; the limit is \(Record.maximumEncodedSize) bytes")
+        }
+        return result
+    }
+
+    // MARK: Helpers
+
+    private func current(_ name: String) -> FieldState? {
+        if let state = fields[name] { return state }
+        return readsBase ? base?.fieldState(name) : nil
+    }
+
+    private mutating func editSet(_ name: String, removing removed: [ScalarValue], adding added: [ScalarValue],
+                                  at stamp: Stamp) throws(RecordError) {
+        try checkWritable(name)
+        var set = ORSet()
+        switch current(name) {
+        case .register?:
+            throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a list field")
+        case .set(let existing)?:
+            set = existing
+        case nil:
+            break
+        }
+        guard set.apply(removing: removed, adding: added, at: stamp) else { return }
+        fields[name] = .set(set)
+        changed = true
+    }
+
+    private func checkWritable(_ name: String?) throws(RecordError) {
+        if deletion != nil {
+            throw RecordError(code: .deleted, message: "record \(id.recordName) is deleted; recreate it to write")
+        }
+        if let name {
+            do throws(NameError) {
+                try Names.validate(name, kind: .fieldName)
+            } catch {
+                throw RecordError(code: .invalidFieldName, message: error.description)
+            }
+        }
+    }
+}
+

@@ -1,0 +1,247 @@
+import LatticeCore
+import LatticeStore
+
+/// The binary sync path: `deltas/push` and `deltas/pull` carry a zone's changes as canonical binary
+/// frames (`SyncMessage`, Content-Type `application/vnd.lattice.delta; version=1`), with every rule of
+/// `records/modify` and `changes/zone`. Docs/API.md describes both.
+extension LatticeService {
+    /// The push envelope of a request, read before the body is treated as JSON.
+    static func pushEnvelope(_ request: HTTPRequest) throws -> SyncMessage.Push {
+        let type = request.header("content-type") ?? ""
+        guard Self.isDeltaMediaType(type) else {
+            throw APIError.badRequest("deltas/push takes Content-Type: \(SyncMessage.contentType)")
+        }
+        do {
+            return try SyncMessage.Push(decoding: request.body)
+        } catch {
+            throw APIError.badRequest("the body is not a delta push: \(error.description)")
+        }
+    }
+
+    /// `application/vnd.lattice.delta` with `version=1` (or no version, which means 1).
+    static func isDeltaMediaType(_ value: String) -> Bool {
+        let parts = value.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        guard parts.first == "application/vnd.lattice.delta" else { return false }
+        return parts.dropFirst().allSatisfy { !$0.hasPrefix("version=") || $0 == "version=1" }
+    }
+
+    /// `deltas/push`: joins each record state of the delta into the zone, as `records/modify` joins CRDT
+    /// states sent with `forceUpdate`. Answers, per record in the delta's order, its change tag, its zone
+    /// position, and `upToDate` (the stored state is exactly the one sent, so the device needs nothing
+    /// back), or the error.
+    func pushDelta(_ context: RequestContext, _ push: SyncMessage.Push, _ tx: any StorageTransaction,
+                   _ touched: inout Set<Int64>) throws -> HTTPResponse {
+        let delta: EncodedDelta
+        do {
+            delta = try EncodedDelta(validating: push.delta)
+        } catch {
+            throw APIError.badRequest("the delta is not valid: \(SyncMessage.describe(error, in: push.delta))")
+        }
+        guard delta.recordCount > 0 else { throw APIError.badRequest("the delta carries no records") }
+        guard delta.recordCount <= configuration.maximumOperations else {
+            throw APIError(.limitExceeded, "a push carries at most \(configuration.maximumOperations) records, not "
+                           + "\(delta.recordCount)")
+        }
+        let zoneJSON = JSON.object(["zoneName": .string(delta.zoneID.zoneName),
+                                    "ownerRecordName": .string(delta.zoneID.ownerRecordName)])
+        let resolved = try resolveZone(zoneJSON, context, tx, path: "delta.zoneID", creatingDefault: true)
+        guard let zone = resolved.zone else {
+            throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
+        }
+        // The drift bound applies to the whole delta: one timestamp too far ahead refuses it all.
+        try observe(delta.maximumHLC, path: "delta")
+        let frames = delta.recordFrames()
+        let names = delta.recordNames
+        let writes = zip(frames, names).map { incoming, name in
+            { (shares: Set<String>) throws -> PlannedWrite in
+                let parent: String?? = incoming.parentName.map { .some($0) } ?? nil
+                return try self.plan(name, kind: .forceUpdate, requestedParent: parent, changeTag: nil, zone: zone,
+                                      resolved: resolved, shareRecordNames: shares, context: context, tx: tx) { existing, live in
+                    if incoming.exceedsWriteLimit {
+                        throw APIError(.limitExceeded, "record \(name) is \(incoming.encodedSize) bytes; the limit is "
+                                       + "\(Record.maximumEncodedSize)")
+                    }
+                    return try self.join(incoming, into: existing, live: live, kind: .forceUpdate, path: "record \(name)")
+                }
+            }
+        }
+        let outcomes = try writeBatch(writes, names: names, atomic: push.atomic, zone: zone, resolved: resolved,
+                                      context: context, tx, &touched)
+        let items: [JSON] = zip(zip(outcomes, names), frames).map { pair, incoming in
+            let (outcome, name) = pair
+            switch outcome {
+            case .success(let write):
+                return .object(["recordName": .string(name), "recordChangeTag": .string(write.stored.changeTag),
+                                "position": .int(write.stored.seq), "upToDate": .bool(write.frame.bytes == incoming.bytes)])
+            case .failure(let error):
+                return error.json(item: (key: "recordName", value: name))
+            }
+        }
+        return .json(.object(["zoneID": resolved.zoneID.cloudKitJSON, "records": .array(items)]))
+    }
+
+    /// `deltas/pull {"zoneID", "syncToken"?, "resultsLimit"?, "known"?: [[from, to], ...]}`: one page of the
+    /// zone's changes since the token, as `changes/zone` pages them, in binary. Records whose current zone
+    /// position lies in a `known` range (the device's own acknowledged writes, `upToDate` in their push
+    /// answer) are left out of the frames and only named (`skipped`); the token moves past them all the same.
+    func pullDelta(_ context: RequestContext) throws -> HTTPResponse {
+        guard context.kind != .public else {
+            throw APIError.badRequest("the public database has no change feed (as in CloudKit)")
+        }
+        let known = try knownRanges(context.body["known"])
+        let zoneID = try parseZoneID(context.body["zoneID"], context, path: "zoneID")
+        let page = try storage.read { tx in try zoneFeedPage(context.body, zoneID: zoneID, context, tx, path: "") }
+        var frames: [RecordFrame] = []
+        var skipped: [String] = []
+        frames.reserveCapacity(page.records.count)
+        for stored in page.records {
+            if known.contains(stored.seq) { skipped.append(stored.recordName) } else { frames.append(try frame(stored)) }
+        }
+        let delta = BinaryCodec.encodeDelta(zoneID: page.zoneID, frames: frames)
+        let body = SyncMessage.Pull(syncToken: page.syncToken, moreComing: page.moreComing, removed: page.removed,
+                                    lostShares: page.lostShares, skipped: skipped, delta: delta).encoded()
+        return HTTPResponse(status: 200, headers: [(name: "Content-Type", value: SyncMessage.contentType)], body: body)
+    }
+
+    /// Zone positions a device already holds, as inclusive ranges (at most 1,000, each `from <= to`).
+    private func knownRanges(_ json: JSON?) throws -> KnownPositions {
+        guard let json else { return KnownPositions(ranges: []) }
+        guard let array = json.arrayValue, array.count <= 1_000 else {
+            throw APIError.badRequest("known must be an array of at most 1000 [from, to] position ranges")
+        }
+        var ranges: [ClosedRange<Int64>] = []
+        for (index, item) in array.enumerated() {
+            guard let pair = item.arrayValue, pair.count == 2, let from = pair[0].intValue, let to = pair[1].intValue,
+                  from >= 0, from <= to else {
+                throw APIError.badRequest("known[\(index)] must be [from, to] with 0 <= from <= to")
+            }
+            ranges.append(from...to)
+        }
+        return KnownPositions(ranges: ranges)
+    }
+}
+
+/// Inclusive ranges of positions, coalesced and searched by binary search.
+struct KnownPositions {
+    private let ranges: [ClosedRange<Int64>]
+
+    init(ranges: [ClosedRange<Int64>]) {
+        var merged: [ClosedRange<Int64>] = []
+        for range in ranges.sorted(by: { $0.lowerBound < $1.lowerBound }) {
+            if let last = merged.last, range.lowerBound <= last.upperBound &+ 1 {
+                merged[merged.count - 1] = last.lowerBound...max(last.upperBound, range.upperBound)
+            } else {
+                merged.append(range)
+            }
+        }
+        self.ranges = merged
+    }
+
+    func contains(_ position: Int64) -> Bool {
+        var low = 0, high = ranges.count
+        while low < high {
+            let mid = (low + high) / 2
+            if ranges[mid].upperBound < position { low = mid + 1 } else { high = mid }
+        }
+        return low < ranges.count && ranges[low].contains(position)
+    }
+}
+
+extension SyncMessage {
+    /// A validation error, with the record it is in when that can be told: "record 3 (milk): ...".
+    static func describe(_ error: CodecError, in delta: [UInt8]) -> String {
+        guard let located = locate(error.offset, in: delta) else { return error.description }
+        let name = located.name.map { " (\($0))" } ?? ""
+        return "record \(located.index)\(name): \(error.description)"
+    }
+
+    /// Walks a delta's frames by their length prefixes only, to find the one holding `offset`.
+    private static func locate(_ offset: Int, in delta: [UInt8]) -> (index: Int, name: String?)? {
+        func varint(_ at: inout Int) -> Int? {
+            var value = 0, shift = 0
+            while at < delta.count, shift < 63 {
+                let byte = Int(delta[at])
+                at += 1
+                value |= (byte & 0x7F) << shift
+                if byte < 0x80 { return value }
+                shift += 7
+            }
+            return nil
+        }
+        func skipString(_ at: inout Int) -> Bool {
+            guard let length = varint(&at), length <= delta.count - at else { return false }
+            at += length
+            return true
+        }
+        var at = 5
+        guard skipString(&at), skipString(&at) else { return nil }
+        for _ in 0..<2 { // since and version
+            guard let count = varint(&at), count <= delta.count else { return nil }
+            for _ in 0..<count {
+                guard varint(&at) != nil, at + 8 <= delta.count else { return nil }
+                at += 8
+            }
+        }
+        guard let count = varint(&at) else { return nil }
+        for index in 0..<min(count, delta.count / 4) {
+            guard at + 4 <= delta.count else { return nil }
+            let length = Int(delta[at]) | Int(delta[at + 1]) << 8 | Int(delta[at + 2]) << 16 | Int(delta[at + 3]) << 24
+            let end = at + 4 + length
+            if offset < end || end > delta.count {
+                var nameAt = at + 4
+                guard let nameLength = varint(&nameAt), nameLength <= 255, nameAt + nameLength <= delta.count,
+                      let name = String(validating: delta[nameAt..<(nameAt + nameLength)], as: UTF8.self),
+                      (try? Names.validate(name, kind: .recordName)) != nil else { return (index, nil) }
+                return (index, name)
+            }
+            at = end
+        }
+        return nil
+    }
+}
+
+/// One page of one zone's feed, as `changes/zone` and `deltas/pull` answer it.
+struct ZoneFeedPage {
+    let zoneID: ZoneID
+    /// Records changed since the token (tombstones included), in log order.
+    var records: [StoredRecord]
+    /// Records that left what the caller may see (moved out of a share, or of a share the caller lost).
+    var removed: [String]
+    /// Hierarchy shares the caller lost since the token.
+    var lostShares: [SyncMessage.LostShare]
+    let syncToken: String
+    let moreComing: Bool
+}
+
+extension LatticeService {
+    /// One zone's page of changes since the request's token: the zone's log, or for a participant of
+    /// hierarchy shares the shares' own logs. `request` is one item of `changes/zone`'s `zones`, or the body
+    /// of `deltas/pull`.
+    func zoneFeedPage(_ request: [String: JSON], zoneID: ZoneID, _ context: RequestContext, _ tx: any StorageTransaction,
+                      path: String, defaultLimit: JSON? = nil) throws -> ZoneFeedPage {
+        let resolved = try resolveZone(zoneID, context, tx)
+        let limit = try resultsLimit(request["resultsLimit"] ?? defaultLimit)
+        let hierarchy = resolved.grants.contains { $0.share.rootRecordName != nil }
+        let token = try request["syncToken"].map { json -> SyncToken? in
+            guard let text = json.stringValue else { throw APIError.badRequest("\(path)syncToken must be a string") }
+            return hierarchy ? nil : try SyncToken(text: text, expected: .zone)
+        } ?? nil
+        guard let zone = resolved.zone else {
+            if resolved.zoneID.zoneName == Names.systemZoneName, token == nil || token?.owner == 0 {
+                return ZoneFeedPage(zoneID: resolved.zoneID, records: [], removed: [], lostShares: [],
+                                    syncToken: SyncToken(log: .zone, owner: 0, position: 0).text, moreComing: false)
+            }
+            throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
+        }
+        if resolved.isShared, hierarchy {
+            return try shareFeedPage(request, resolved, zone: zone, limit: limit, context: context, tx)
+        }
+        let cursor = try zoneCursor(token, zone)
+        let records = try tx.recordChanges(zoneRowID: zone.rowID, after: cursor, limit: limit)
+        let moreComing = records.count == limit && records.last.map { $0.seq < zone.lastSeq } == true
+        let position = moreComing ? records.last!.seq : zone.lastSeq
+        return ZoneFeedPage(zoneID: resolved.zoneID, records: records, removed: [], lostShares: [],
+                            syncToken: SyncToken(log: .zone, owner: zone.rowID, position: position).text,
+                            moreComing: moreComing)
+    }
+}

@@ -1,0 +1,59 @@
+/// The decisions about records, shares and purging that every storage backend must make the same way.
+///
+/// A backend stores and finds rows; when a write needs a decision (what a change tag looks like, who
+/// created a record, where a share's link epochs start, which deleted zones may be forgotten), it asks
+/// here instead of writing its own copy. `StorageContractTests` holds each backend to these answers.
+public enum StorageRules {
+    // MARK: Records
+
+    /// CloudKit's `recordChangeTag` for the record at log position `seq` of zone row `zoneRowID`.
+    ///
+    /// It names the zone incarnation and the log position, so every save gets a new tag, and a tag from
+    /// a deleted and recreated zone of the same name never matches. For example zone 7, position 40 is
+    /// `"7-14"` (both in base 36).
+    public static func changeTag(zoneRowID: Int64, seq: Int64) -> String {
+        String(zoneRowID, radix: 36) + "-" + String(seq, radix: 36)
+    }
+
+    /// When and by whom the record that `write` saves was created, given the row it replaces.
+    ///
+    /// A save over a live record, and a deletion over a tombstone, continue that record: its creation
+    /// stays. A record written over its tombstone (or with no row before it) is a new record: it is
+    /// created now, by the writer.
+    public static func creation(of write: RecordWrite, replacing previous: StoredRecord?)
+        -> (createdMs: Int64, createdBy: String) {
+        if let previous, !previous.deleted || write.deleted {
+            return (previous.createdMs, previous.createdBy)
+        }
+        return (write.nowMs, write.userRecordName)
+    }
+
+    // MARK: Shares
+
+    /// The URL epoch of a new share. Share links carry the epoch they were signed for; resetting the link
+    /// raises the share's epoch, which voids every older link.
+    public static let firstURLEpoch: Int64 = 1
+
+    // MARK: Purging
+
+    /// Whether `purge` forgets a deleted zone that is past the horizon.
+    ///
+    /// A zone that a share was ever made in (live or deleted) stays: the share row, the share's own log
+    /// and every participant's shared-database log refer to it, and a participant must still be able to
+    /// learn that the zone went away.
+    public static func purgesDeletedZone(_ candidate: DeletedZone) -> Bool {
+        !candidate.hasShares
+    }
+}
+
+/// A deleted zone past the purge horizon, with the facts `StorageRules.purgesDeletedZone` decides on.
+public struct DeletedZone: Sendable, Hashable {
+    public let zone: StoredZone
+    /// Whether any share, live or deleted, was made in the zone.
+    public let hasShares: Bool
+
+    public init(zone: StoredZone, hasShares: Bool) {
+        self.zone = zone
+        self.hasShares = hasShares
+    }
+}

@@ -1,0 +1,891 @@
+import Foundation
+import LatticeStore
+import Testing
+
+/// One storage backend under test: a name for the report and a factory for a fresh, empty store.
+struct StorageBackend: Sendable, CustomTestStringConvertible {
+    let name: String
+    /// Opens a fresh, empty store. A file-based backend keeps its files under `directory`, which the
+    /// suite creates for the test and removes afterwards.
+    let make: @Sendable (_ directory: String) throws -> any Storage
+
+    var testDescription: String { name }
+}
+
+/// Every backend the contract runs against. A new backend adds one line here.
+enum StorageBackends {
+    static let sqlite = StorageBackend(name: "SQLite") { directory in
+        try SQLiteStorage(path: directory + "/" + SQLiteStorage.fileName)
+    }
+
+    static let all: [StorageBackend] = [sqlite]
+}
+
+/// The behaviour every `Storage` backend must have, operation by operation. Each test runs once per backend.
+@Suite("Storage contract")
+struct StorageContractTests {
+    // MARK: Fixtures
+
+    /// Runs `body` on a fresh store of `backend`, then closes it and removes its files.
+    private func withStorage<T>(_ backend: StorageBackend, _ body: (any Storage) throws -> T) throws -> T {
+        let directory = NSTemporaryDirectory() + "lattice-contract-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let storage = try backend.make(directory)
+        defer { storage.close() }
+        return try body(storage)
+    }
+
+    private static let ann = "_00000000000000000000000000000a11"
+    private static let bob = "_00000000000000000000000000000b0b"
+    private static let carl = "_00000000000000000000000000000ca1"
+
+    private func privateKey(_ ownerID: Int64 = 1) -> DatabaseKey {
+        DatabaseKey(kind: .private, environment: "production", ownerID: ownerID)
+    }
+
+    /// A live zone in ann's private database.
+    private func makeZone(_ tx: any StorageTransaction, _ name: String = "Lists", nowMs: Int64 = 1_000) throws -> StoredZone {
+        let database = try tx.database(privateKey())
+        return try tx.createZone(databaseID: database.id, name: name, ownerRecordName: Self.ann, nowMs: nowMs)
+    }
+
+    private func write(_ name: String, type: String = "Item", frame: [UInt8] = [1, 2, 3], deleted: Bool = false,
+                       parent: String? = nil, by user: String = ann, at nowMs: Int64 = 2_000) -> RecordWrite {
+        RecordWrite(recordName: name, recordType: type, frame: frame, deleted: deleted, parentName: parent,
+                    userRecordName: user, nowMs: nowMs)
+    }
+
+    private func share(_ zone: StoredZone, _ publicID: String, record: String, root: String? = nil, ownerID: Int64,
+                       permission: String = "none", nowMs: Int64 = 3_000) -> NewShare {
+        NewShare(publicID: publicID, zoneRowID: zone.rowID, recordName: record, rootRecordName: root, ownerID: ownerID,
+                 title: "Trip", publicPermission: permission, nowMs: nowMs)
+    }
+
+    private func expectDuplicate(_ body: () throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) {
+        let error = #expect(throws: StorageError.self, sourceLocation: sourceLocation) { try body() }
+        if let error, case .duplicate = error { return }
+        if let error { Issue.record("expected StorageError.duplicate, got \(error)", sourceLocation: sourceLocation) }
+    }
+
+    private struct Marker: Error, Equatable {}
+
+    /// The error `body` throws, or nil.
+    private func thrownError(_ body: () throws -> Void) -> (any Error)? {
+        do {
+            try body()
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    private func isDuplicate(_ error: (any Error)?) -> Bool {
+        if case StorageError.duplicate? = error as? StorageError { return true }
+        return false
+    }
+
+    // MARK: Metadata
+
+    @Test(arguments: StorageBackends.all)
+    func metadataIsAbsentUntilSetAndSetOverwrites(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            #expect(try storage.read { try $0.metadata("schema-note") } == nil)
+            try storage.write { tx throws in
+                try tx.setMetadata("schema-note", "first")
+                try tx.setMetadata("other", "x")
+                #expect(try tx.metadata("schema-note") == "first")
+            }
+            try storage.write { try $0.setMetadata("schema-note", "second") }
+            try storage.read { tx throws in
+                #expect(try tx.metadata("schema-note") == "second")
+                #expect(try tx.metadata("other") == "x")
+                #expect(try tx.metadata("Schema-Note") == nil)
+            }
+        }
+    }
+
+    // MARK: Users and tokens
+
+    @Test(arguments: StorageBackends.all)
+    func usersAreFoundByEveryKeyAndNamesAreUnique(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (ann, bob) = try storage.write { tx throws in
+                (try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 10),
+                 try tx.insertUser(name: "bob", recordName: Self.bob, nowMs: 20))
+            }
+            #expect(ann.name == "ann" && ann.recordName == Self.ann && ann.createdMs == 10)
+            #expect(bob.name == "bob" && bob.recordName == Self.bob && bob.createdMs == 20)
+            #expect(ann.id != bob.id)
+            try storage.read { tx throws in
+                #expect(try tx.user(named: "ann") == ann)
+                #expect(try tx.user(recordName: Self.bob) == bob)
+                #expect(try tx.user(id: ann.id) == ann)
+                #expect(try tx.user(named: "carl") == nil)
+                #expect(try tx.user(recordName: Self.carl) == nil)
+                #expect(try tx.user(id: max(ann.id, bob.id) + 100) == nil)
+            }
+            expectDuplicate { try storage.write { _ = try $0.insertUser(name: "ann", recordName: Self.carl, nowMs: 30) } }
+            expectDuplicate { try storage.write { _ = try $0.insertUser(name: "carl", recordName: Self.ann, nowMs: 30) } }
+            // Neither refused insert left a row behind.
+            #expect(try storage.read { try $0.user(recordName: Self.carl) } == nil)
+            #expect(try storage.read { try $0.user(named: "carl") } == nil)
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func tokensFindTheirUserAndHashesAreUnique(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let hash: [UInt8] = Array(repeating: 7, count: 32)
+            let (ann, bob) = try storage.write { tx throws in
+                let ann = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 10)
+                let bob = try tx.insertUser(name: "bob", recordName: Self.bob, nowMs: 10)
+                try tx.insertToken(hash: hash, userID: ann.id, nowMs: 11)
+                try tx.insertToken(hash: [0] + hash.dropFirst(), userID: bob.id, nowMs: 11)
+                return (ann, bob)
+            }
+            try storage.read { tx throws in
+                #expect(try tx.user(tokenHash: hash) == ann)
+                #expect(try tx.user(tokenHash: [0] + hash.dropFirst()) == bob)
+                #expect(try tx.user(tokenHash: Array(repeating: 8, count: 32)) == nil)
+                #expect(try tx.user(tokenHash: []) == nil)
+            }
+            expectDuplicate { try storage.write { try $0.insertToken(hash: hash, userID: bob.id, nowMs: 12) } }
+            #expect(try storage.read { try $0.user(tokenHash: hash) } == ann)
+        }
+    }
+
+    // MARK: Databases
+
+    @Test(arguments: StorageBackends.all)
+    func databasesAreCreatedOnFirstUseInAWrite(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let key = privateKey(5)
+            // A read sees a database that does not exist yet as empty, and does not create it.
+            let unseen = try storage.read { try $0.database(key) }
+            #expect(unseen == StoredDatabase(id: 0, key: key, lastSeq: 0, purgedSeq: 0, bytesUsed: 0))
+            let created = try storage.write { try $0.database(key) }
+            #expect(created.id != 0)
+            #expect(created == StoredDatabase(id: created.id, key: key, lastSeq: 0, purgedSeq: 0, bytesUsed: 0))
+            let others = try storage.write { tx throws in
+                [try tx.database(DatabaseKey(kind: .shared, environment: "production", ownerID: 5)),
+                 try tx.database(DatabaseKey(kind: .private, environment: "development", ownerID: 5)),
+                 try tx.database(privateKey(6)),
+                 try tx.database(DatabaseKey(kind: .public, environment: "production", ownerID: 0))]
+            }
+            #expect(Set(others.map(\.id) + [created.id]).count == 5)
+            try storage.read { tx throws in
+                #expect(try tx.database(key) == created)
+                #expect(try tx.database(id: created.id) == created)
+                for database in others { #expect(try tx.database(id: database.id) == database) }
+                #expect(try tx.database(id: (others.map(\.id) + [created.id]).max()! + 1) == nil)
+            }
+            #expect(try storage.write { try $0.database(key) } == created)
+        }
+    }
+
+    // MARK: Zones
+
+    @Test(arguments: StorageBackends.all)
+    func zonesAreCreatedUniquelyAndDeletedForGood(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (lists, notes) = try storage.write { tx in (try makeZone(tx, "Lists", nowMs: 100), try makeZone(tx, "Notes", nowMs: 110)) }
+            #expect(lists.name == "Lists" && lists.ownerRecordName == Self.ann && !lists.deleted)
+            #expect(lists.lastSeq == 0 && lists.purgedSeq == 0 && lists.createdMs == 100 && lists.modifiedMs == 100)
+            #expect(notes.databaseID == lists.databaseID && notes.rowID != lists.rowID)
+            #expect(notes.databaseSeq > lists.databaseSeq)
+            try storage.read { tx throws in
+                #expect(try tx.zone(databaseID: lists.databaseID, name: "Lists") == lists)
+                #expect(try tx.zone(rowID: notes.rowID) == notes)
+                #expect(try tx.zone(databaseID: lists.databaseID, name: "lists") == nil)
+                #expect(try tx.liveZones(databaseID: lists.databaseID).map(\.name) == ["Lists", "Notes"])
+                #expect(try tx.database(id: lists.databaseID)?.lastSeq == notes.databaseSeq)
+            }
+            expectDuplicate {
+                try storage.write { tx throws in
+                    _ = try tx.createZone(databaseID: lists.databaseID, name: "Lists", ownerRecordName: Self.ann, nowMs: 120)
+                }
+            }
+            // The same name in another database is another zone.
+            let elsewhere = try storage.write { tx throws in
+                try tx.createZone(databaseID: try tx.database(privateKey(2)).id, name: "Lists", ownerRecordName: Self.bob,
+                                  nowMs: 130)
+            }
+            #expect(elsewhere.rowID != lists.rowID)
+
+            try storage.write { tx throws in
+                _ = try tx.saveRecord(zoneRowID: lists.rowID, write("a", frame: [1, 2, 3, 4]))
+                try tx.deleteZone(rowID: lists.rowID, nowMs: 500)
+            }
+            let deleted = try #require(try storage.read { try $0.zone(rowID: lists.rowID) })
+            try storage.read { tx throws in
+                #expect(deleted.deleted && deleted.modifiedMs == 500 && deleted.name == "Lists")
+                #expect(deleted.databaseSeq == (try tx.database(id: lists.databaseID)?.lastSeq))
+                #expect(try tx.zone(databaseID: lists.databaseID, name: "Lists") == nil)
+                #expect(try tx.liveZones(databaseID: lists.databaseID).map(\.name) == ["Notes"])
+                #expect(try tx.record(zoneRowID: lists.rowID, name: "a") == nil)
+                #expect(try tx.recordChanges(zoneRowID: lists.rowID, after: 0, limit: 10).isEmpty)
+                // Its records' bytes are freed.
+                #expect(try tx.database(id: lists.databaseID)?.bytesUsed == 0)
+            }
+            // Deleting again, or a missing zone, changes nothing.
+            try storage.write { tx throws in
+                try tx.deleteZone(rowID: lists.rowID, nowMs: 900)
+                try tx.deleteZone(rowID: elsewhere.rowID + 1_000, nowMs: 900)
+            }
+            #expect(try storage.read { try $0.zone(rowID: lists.rowID) } == deleted)
+            // A saved record needs a live zone.
+            #expect(throws: StorageError.self) {
+                try storage.write { _ = try $0.saveRecord(zoneRowID: lists.rowID, write("b")) }
+            }
+            // The name is free again, and the new zone is a new row.
+            let again = try storage.write { tx in try makeZone(tx, "Lists", nowMs: 600) }
+            #expect(again.rowID != lists.rowID && again.rowID != notes.rowID && again.rowID != elsewhere.rowID)
+            #expect(again.lastSeq == 0 && again.databaseSeq > deleted.databaseSeq)
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func zoneChangesPageThroughTheDatabaseLogInOrder(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (a, b, c) = try storage.write { tx throws in
+                (try makeZone(tx, "A"), try makeZone(tx, "B"), try makeZone(tx, "C"))
+            }
+            try storage.write { tx throws in
+                _ = try tx.saveRecord(zoneRowID: a.rowID, write("r")) // A moves to the end of the log
+                try tx.deleteZone(rowID: b.rowID, nowMs: 5_000)       // then B, deleted
+            }
+            let all = try storage.read { try $0.zoneChanges(databaseID: a.databaseID, after: 0, limit: 100) }
+            #expect(all.map(\.rowID) == [c.rowID, a.rowID, b.rowID])
+            #expect(all.map(\.deleted) == [false, false, true])
+            #expect(all.map(\.databaseSeq) == all.map(\.databaseSeq).sorted() && Set(all.map(\.databaseSeq)).count == 3)
+            #expect(all.last?.databaseSeq == (try storage.read { try $0.database(id: a.databaseID)?.lastSeq }))
+            // Paging one at a time gives the same log.
+            var paged: [StoredZone] = []
+            var cursor: Int64 = 0
+            for _ in 0..<10 {
+                let page = try storage.read { try $0.zoneChanges(databaseID: a.databaseID, after: cursor, limit: 1) }
+                #expect(page.count <= 1)
+                guard let last = page.last else { break }
+                paged += page
+                cursor = last.databaseSeq
+            }
+            #expect(paged == all)
+            #expect(try storage.read { try $0.zoneChanges(databaseID: a.databaseID, after: all[0].databaseSeq, limit: 100) }
+                    == Array(all.dropFirst()))
+            let other = try storage.write { try $0.database(privateKey(9)) }
+            #expect(try storage.read { try $0.zoneChanges(databaseID: other.id, after: 0, limit: 100) }.isEmpty)
+        }
+    }
+
+    // MARK: Records
+
+    @Test(arguments: StorageBackends.all)
+    func savesAllocateZoneAndDatabasePositionsAndNewTags(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let zone = try storage.write { tx in try makeZone(tx) }
+            var saved: [StoredRecord] = []
+            var zoneBefore = zone
+            for (index, name) in ["r1", "r2", "r1", "r3", "r1"].enumerated() {
+                let record = try storage.write { tx throws in
+                    try tx.saveRecord(zoneRowID: zone.rowID, write(name, frame: Array(repeating: UInt8(index), count: index + 1),
+                                                                   by: index == 0 ? Self.ann : Self.bob,
+                                                                   at: 1_000 + Int64(index)))
+                }
+                let zoneAfter = try #require(try storage.read { try $0.zone(rowID: zone.rowID) })
+                // The next position in the zone's log, and the zone moves to the end of its database's log.
+                #expect(record.seq > zoneBefore.lastSeq && record.seq == zoneAfter.lastSeq)
+                #expect(zoneAfter.databaseSeq > zoneBefore.databaseSeq)
+                #expect(zoneAfter.databaseSeq == (try storage.read { try $0.database(id: zone.databaseID)?.lastSeq }))
+                #expect(zoneAfter.modifiedMs == 1_000 + Int64(index))
+                #expect(record.changeTag == StorageRules.changeTag(zoneRowID: zone.rowID, seq: record.seq))
+                #expect(record.recordName == name && record.frame.count == index + 1)
+                saved.append(record)
+                zoneBefore = zoneAfter
+            }
+            #expect(Set(saved.map(\.changeTag)).count == saved.count)
+            let r1 = try #require(try storage.read { try $0.record(zoneRowID: zone.rowID, name: "r1") })
+            // The latest state, created by the first save, modified by the last.
+            #expect(r1 == saved[4])
+            #expect(r1.frame == [4, 4, 4, 4, 4] && r1.recordType == "Item" && !r1.deleted)
+            #expect(r1.createdMs == 1_000 && r1.createdBy == Self.ann)
+            #expect(r1.modifiedMs == 1_004 && r1.modifiedBy == Self.bob)
+            // bytesUsed counts the current frames: r1 (5), r2 (2), r3 (4).
+            #expect(try storage.read { try $0.database(id: zone.databaseID)?.bytesUsed } == 11)
+            #expect(try storage.read { try $0.record(zoneRowID: zone.rowID, name: "r4") } == nil)
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func aRecordSavedOverItsTombstoneHasANewCreator(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let zone = try storage.write { tx in try makeZone(tx) }
+            func save(_ deleted: Bool, by user: String, at ms: Int64) throws -> StoredRecord {
+                try storage.write { tx throws in
+                    let previous = try tx.record(zoneRowID: zone.rowID, name: "r")
+                    let change = write("r", deleted: deleted, by: user, at: ms)
+                    let saved = try tx.saveRecord(zoneRowID: zone.rowID, change)
+                    let rule = StorageRules.creation(of: change, replacing: previous)
+                    #expect(saved.createdMs == rule.createdMs && saved.createdBy == rule.createdBy)
+                    return saved
+                }
+            }
+            let created = try save(false, by: Self.ann, at: 10)
+            #expect(created.createdBy == Self.ann && created.createdMs == 10)
+            let edited = try save(false, by: Self.bob, at: 20)
+            #expect(edited.createdBy == Self.ann && edited.createdMs == 10 && edited.modifiedBy == Self.bob)
+            let tombstone = try save(true, by: Self.bob, at: 30)
+            #expect(tombstone.deleted && tombstone.createdBy == Self.ann && tombstone.createdMs == 10)
+            // Deleting a tombstone again continues it.
+            let again = try save(true, by: Self.carl, at: 40)
+            #expect(again.createdBy == Self.ann && again.createdMs == 10 && again.modifiedBy == Self.carl)
+            // Written live over the tombstone: a new record.
+            let recreated = try save(false, by: Self.carl, at: 50)
+            #expect(recreated.createdBy == Self.carl && recreated.createdMs == 50 && !recreated.deleted)
+            #expect(try storage.read { try $0.record(zoneRowID: zone.rowID, name: "r") } == recreated)
+            // A name never seen: created now by the writer, whether or not the write is a deletion.
+            let fresh = try storage.write { tx throws in
+                try tx.saveRecord(zoneRowID: zone.rowID, write("t", deleted: true, by: Self.bob, at: 60))
+            }
+            #expect(fresh.createdBy == Self.bob && fresh.createdMs == 60)
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func recordsOfATypeAreLiveAndInNameOrder(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (zone, other) = try storage.write { tx throws in
+                let zone = try makeZone(tx)
+                let other = try makeZone(tx, "Other")
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("b", type: "Item"))
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("a", type: "Item"))
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("c", type: "List"))
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("d", type: "Item", deleted: true))
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("e", type: "Item"))
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("e", type: "Item", deleted: true))
+                _ = try tx.saveRecord(zoneRowID: other.rowID, write("a0", type: "Item"))
+                return (zone, other)
+            }
+            try storage.read { tx throws in
+                #expect(try tx.records(zoneRowID: zone.rowID, recordType: "Item").map(\.recordName) == ["a", "b"])
+                #expect(try tx.records(zoneRowID: zone.rowID, recordType: nil).map(\.recordName) == ["a", "b", "c"])
+                #expect(try tx.records(zoneRowID: zone.rowID, recordType: "List").map(\.recordName) == ["c"])
+                #expect(try tx.records(zoneRowID: zone.rowID, recordType: "Nothing").isEmpty)
+                #expect(try tx.records(zoneRowID: other.rowID, recordType: nil).map(\.recordName) == ["a0"])
+                let a = try #require(try tx.record(zoneRowID: zone.rowID, name: "a"))
+                #expect(try tx.records(zoneRowID: zone.rowID, recordType: "Item").first == a)
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "d")?.deleted == true)
+            }
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func recordChangesPageInCommitOrderWithTombstones(_ backend: StorageBackend) throws {
+        let seed = UInt64.random(in: 1...UInt64.max)
+        print("StorageContractTests.recordChangesPageInCommitOrderWithTombstones seed: \(seed)")
+        var random = SplitMix64(seed: seed)
+        try withStorage(backend) { storage in
+            let zone = try storage.write { tx in try makeZone(tx) }
+            // The expected log: each name at its latest position, with its latest state.
+            var latest: [String: StoredRecord] = [:]
+            for batch in 0..<12 {
+                try storage.write { tx throws in
+                    for _ in 0..<Int(random.next() % 6 + 1) {
+                        let name = "r\(random.next() % 10)"
+                        let frame = (0..<Int(random.next() % 8)).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+                        let saved = try tx.saveRecord(zoneRowID: zone.rowID,
+                                                      write(name, frame: frame, deleted: random.next() % 4 == 0,
+                                                            at: Int64(batch)))
+                        latest[name] = saved
+                    }
+                }
+            }
+            let expected = latest.values.sorted { $0.seq < $1.seq }
+            let all = try storage.read { try $0.recordChanges(zoneRowID: zone.rowID, after: 0, limit: 1_000) }
+            #expect(all == expected, "seed \(seed)")
+            // Any page size gives the same log.
+            for limit in [1, 2, 3, Int(random.next() % 5) + 1] {
+                var paged: [StoredRecord] = []
+                var cursor: Int64 = 0
+                for _ in 0..<100 {
+                    let page = try storage.read { try $0.recordChanges(zoneRowID: zone.rowID, after: cursor, limit: limit) }
+                    #expect(page.count <= limit)
+                    guard let last = page.last else { break }
+                    paged += page
+                    cursor = last.seq
+                }
+                #expect(paged == expected, "seed \(seed), limit \(limit)")
+            }
+            let end = try #require(expected.last?.seq)
+            #expect(try storage.read { try $0.recordChanges(zoneRowID: zone.rowID, after: end, limit: 10) }.isEmpty)
+            // Live records by name agree with the log.
+            let live = expected.filter { !$0.deleted }.sorted { $0.recordName < $1.recordName }
+            #expect(try storage.read { try $0.records(zoneRowID: zone.rowID, recordType: nil) } == live, "seed \(seed)")
+            let bytes = latest.values.reduce(0) { $0 + Int64($1.frame.count) }
+            #expect(try storage.read { try $0.database(id: zone.databaseID)?.bytesUsed } == bytes, "seed \(seed)")
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func childrenAreTheLiveRecordsUnderAParent(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let zone = try storage.write { tx throws in
+                let zone = try makeZone(tx)
+                for (name, parent, deleted) in [("p", nil, false), ("c2", "p", false), ("c1", "p", false), ("c3", "q", false),
+                                                ("c4", "p", true), ("c5", "p", false), ("c5", "q", false)] as [(String, String?, Bool)] {
+                    _ = try tx.saveRecord(zoneRowID: zone.rowID, write(name, deleted: deleted, parent: parent))
+                }
+                return zone
+            }
+            try storage.read { tx throws in
+                #expect(try tx.children(zoneRowID: zone.rowID, parentName: "p") == ["c1", "c2"])
+                #expect(try tx.children(zoneRowID: zone.rowID, parentName: "q") == ["c3", "c5"])
+                #expect(try tx.children(zoneRowID: zone.rowID, parentName: "c1").isEmpty)
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "c5")?.parentName == "q")
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "p")?.parentName == nil)
+            }
+        }
+    }
+
+    // MARK: Shares
+
+    @Test(arguments: StorageBackends.all)
+    func sharesAreStoredAsGivenAndFoundLiveOrDeleted(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (owner, zone) = try storage.write { tx throws in
+                (try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1), try makeZone(tx))
+            }
+            let first = try storage.write { tx throws in
+                try tx.insertShare(share(zone, "sh_1", record: "cloudkit.zoneshare", ownerID: owner.id, permission: "read-write"))
+            }
+            #expect(first == StoredShare(id: first.id, publicID: "sh_1", zoneRowID: zone.rowID, recordName: "cloudkit.zoneshare",
+                                         rootRecordName: nil, ownerID: owner.id, title: "Trip", publicPermission: "read-write",
+                                         urlEpoch: StorageRules.firstURLEpoch, deleted: false, lastSeq: 0))
+            var second = try storage.write { tx throws in
+                var new = share(zone, "sh_2", record: "Share-2", root: "trip", ownerID: owner.id, permission: "not-a-permission")
+                new.urlEpoch = 7
+                return try tx.insertShare(new)
+            }
+            #expect(second.rootRecordName == "trip" && second.urlEpoch == 7 && second.id != first.id)
+            // The store keeps strings it does not understand as they are.
+            #expect(try storage.read { try $0.share(id: second.id) }?.publicPermission == "not-a-permission")
+            expectDuplicate { try storage.write { _ = try $0.insertShare(share(zone, "sh_3", record: "Share-2", ownerID: owner.id)) } }
+            expectDuplicate { try storage.write { _ = try $0.insertShare(share(zone, "sh_1", record: "Share-9", ownerID: owner.id)) } }
+            try storage.read { tx throws in
+                #expect(try tx.share(publicID: "sh_1") == first)
+                #expect(try tx.share(id: second.id) == second)
+                #expect(try tx.share(publicID: "sh_3") == nil)
+                #expect(try tx.shares(zoneRowID: zone.rowID) == [first, second])
+            }
+            // updateShare writes title, public permission, URL epoch and the deleted flag.
+            second.title = "Trip (old)"
+            second.publicPermission = "read-only"
+            second.urlEpoch = 8
+            second.deleted = true
+            try storage.write { try $0.updateShare(second) }
+            try storage.read { tx throws in
+                #expect(try tx.share(id: second.id) == second)
+                #expect(try tx.share(publicID: "sh_2") == second)
+                #expect(try tx.shares(zoneRowID: zone.rowID) == [first])
+            }
+            // A deleted share's record name may be used again.
+            let third = try storage.write { tx in try tx.insertShare(share(zone, "sh_3", record: "Share-2", ownerID: owner.id)) }
+            #expect(try storage.read { try $0.shares(zoneRowID: zone.rowID) } == [first, third])
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func participantsAreSavedPerShareAndUser(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (ann, bob, carl, first, second, gone) = try storage.write { tx throws in
+                let ann = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1)
+                let bob = try tx.insertUser(name: "bob", recordName: Self.bob, nowMs: 1)
+                let carl = try tx.insertUser(name: "carl", recordName: Self.carl, nowMs: 1)
+                let zone = try makeZone(tx)
+                let first = try tx.insertShare(share(zone, "sh_1", record: "S1", root: "a", ownerID: ann.id))
+                let second = try tx.insertShare(share(zone, "sh_2", record: "S2", root: "b", ownerID: ann.id))
+                var gone = try tx.insertShare(share(zone, "sh_3", record: "S3", root: "c", ownerID: ann.id))
+                gone.deleted = true
+                try tx.updateShare(gone)
+                return (ann, bob, carl, first, second, gone)
+            }
+            try storage.write { tx throws in
+                try tx.saveParticipant(StoredParticipant(shareID: first.id, userID: carl.id, role: "private-user",
+                                                         permission: "read-only", status: "invited", modifiedMs: 10))
+                try tx.saveParticipant(StoredParticipant(shareID: first.id, userID: ann.id, role: "owner",
+                                                         permission: "read-write", status: "accepted", modifiedMs: 10))
+                try tx.saveParticipant(StoredParticipant(shareID: second.id, userID: bob.id, role: "private-user",
+                                                         permission: "read-only", status: "accepted", modifiedMs: 11))
+                try tx.saveParticipant(StoredParticipant(shareID: first.id, userID: bob.id, role: "private-user",
+                                                         permission: "read-only", status: "invited", modifiedMs: 12))
+                try tx.saveParticipant(StoredParticipant(shareID: gone.id, userID: bob.id, role: "private-user",
+                                                         permission: "read-only", status: "accepted", modifiedMs: 12))
+            }
+            // Saving again replaces the row of (share, user).
+            let accepted = StoredParticipant(shareID: first.id, userID: bob.id, role: "administrator", permission: "read-write",
+                                             status: "accepted", modifiedMs: 20)
+            try storage.write { try $0.saveParticipant(accepted) }
+            try storage.read { tx throws in
+                let rows = try tx.participants(shareID: first.id)
+                #expect(rows.map(\.userID) == [ann.id, bob.id, carl.id].sorted())
+                #expect(rows.first { $0.userID == bob.id } == accepted)
+                #expect(rows.first { $0.userID == carl.id }?.status == "invited")
+                #expect(try tx.participants(shareID: gone.id).map(\.userID) == [bob.id])
+                // Participations: live shares only, in share order, with the given status.
+                let bobs = try tx.participations(userID: bob.id, status: "accepted")
+                #expect(bobs.map { $0.share } == [first, second])
+                let inSecond = StoredParticipant(shareID: second.id, userID: bob.id, role: "private-user", permission: "read-only",
+                                                 status: "accepted", modifiedMs: 11)
+                #expect(bobs.map { $0.participant } == [accepted, inSecond])
+                #expect(try tx.participations(userID: bob.id, status: "invited").isEmpty)
+                #expect(try tx.participations(userID: carl.id, status: "invited").map { $0.share.id } == [first.id])
+                #expect(try tx.participations(userID: carl.id, status: "accepted").isEmpty)
+            }
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func linkUsesCountPerToken(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let shareID = try storage.write { tx throws in
+                let owner = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1)
+                return try tx.insertShare(share(try makeZone(tx), "sh_1", record: "S", ownerID: owner.id)).id
+            }
+            #expect(try storage.read { try $0.linkUses(tokenID: "jti-1") } == 0)
+            try storage.write { tx throws in
+                try tx.recordLinkUse(tokenID: "jti-1", shareID: shareID)
+                try tx.recordLinkUse(tokenID: "jti-1", shareID: shareID)
+                try tx.recordLinkUse(tokenID: "jti-2", shareID: shareID)
+            }
+            try storage.write { try $0.recordLinkUse(tokenID: "jti-1", shareID: shareID) }
+            try storage.read { tx throws in
+                #expect(try tx.linkUses(tokenID: "jti-1") == 3)
+                #expect(try tx.linkUses(tokenID: "jti-2") == 1)
+                #expect(try tx.linkUses(tokenID: "jti-3") == 0)
+            }
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func aShareLogKeepsEachRecordAtItsLatestPosition(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (first, second) = try storage.write { tx throws in
+                let owner = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1)
+                let zone = try makeZone(tx)
+                return (try tx.insertShare(share(zone, "sh_1", record: "S1", root: "a", ownerID: owner.id)),
+                        try tx.insertShare(share(zone, "sh_2", record: "S2", root: "x", ownerID: owner.id)))
+            }
+            try storage.write { tx throws in
+                try tx.setShareMembership(shareID: first.id, recordName: "a", member: true)
+                try tx.setShareMembership(shareID: first.id, recordName: "b", member: true)
+                try tx.setShareMembership(shareID: second.id, recordName: "x", member: true)
+            }
+            try storage.write { try $0.setShareMembership(shareID: first.id, recordName: "a", member: false) }
+            try storage.read { tx throws in
+                #expect(try tx.shareMembership(shareID: first.id, recordName: "a") == false)
+                #expect(try tx.shareMembership(shareID: first.id, recordName: "b") == true)
+                #expect(try tx.shareMembership(shareID: first.id, recordName: "x") == nil)
+                #expect(try tx.shareMembership(shareID: second.id, recordName: "x") == true)
+                let log = try tx.shareChanges(shareID: first.id, after: 0, limit: 10)
+                #expect(log.map(\.recordName) == ["b", "a"] && log.map(\.member) == [true, false])
+                #expect(log[0].seq < log[1].seq)
+                #expect(log[1].seq == (try tx.share(id: first.id)?.lastSeq))
+                #expect(try tx.shareChanges(shareID: first.id, after: 0, limit: 1) == [log[0]])
+                #expect(try tx.shareChanges(shareID: first.id, after: log[0].seq, limit: 10) == [log[1]])
+                #expect(try tx.shareChanges(shareID: first.id, after: log[1].seq, limit: 10).isEmpty)
+                #expect(try tx.shareChanges(shareID: second.id, after: 0, limit: 10).map(\.recordName) == ["x"])
+            }
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func aSharedDatabaseLogKeepsEachShareAtItsLatestPosition(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (shared, first, second) = try storage.write { tx throws in
+                let owner = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1)
+                let zone = try makeZone(tx)
+                let shared = try tx.database(DatabaseKey(kind: .shared, environment: "production", ownerID: 2))
+                return (shared, try tx.insertShare(share(zone, "sh_1", record: "S1", root: "a", ownerID: owner.id)),
+                        try tx.insertShare(share(zone, "sh_2", record: "S2", root: "b", ownerID: owner.id)))
+            }
+            try storage.write { tx throws in
+                try tx.markSharedZone(databaseID: shared.id, shareID: first.id, deleted: false)
+                try tx.markSharedZone(databaseID: shared.id, shareID: second.id, deleted: false)
+            }
+            try storage.write { try $0.markSharedZone(databaseID: shared.id, shareID: first.id, deleted: true) }
+            try storage.read { tx throws in
+                let log = try tx.sharedZoneChanges(databaseID: shared.id, after: 0, limit: 10)
+                #expect(log.map(\.shareID) == [second.id, first.id] && log.map(\.deleted) == [false, true])
+                #expect(log[0].databaseSeq < log[1].databaseSeq)
+                #expect(log[1].databaseSeq == (try tx.database(id: shared.id)?.lastSeq))
+                #expect(try tx.sharedZoneChanges(databaseID: shared.id, after: 0, limit: 1) == [log[0]])
+                #expect(try tx.sharedZoneChanges(databaseID: shared.id, after: log[0].databaseSeq, limit: 5) == [log[1]])
+                #expect(try tx.sharedZoneChanges(databaseID: shared.id, after: log[1].databaseSeq, limit: 5).isEmpty)
+                #expect(try tx.sharedZoneChanges(databaseID: shared.id + 1, after: 0, limit: 5).isEmpty)
+            }
+        }
+    }
+
+    // MARK: Client operations
+
+    @Test(arguments: StorageBackends.all)
+    func clientOperationsAreRememberedPerUser(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let operation = ClientOperation(requestHash: Array(repeating: 3, count: 32), status: 200, response: Array("{}".utf8))
+            #expect(try storage.read { try $0.clientOperation(userID: 1, operationID: "op-1") } == nil)
+            try storage.write { try $0.saveClientOperation(userID: 1, operationID: "op-1", operation, nowMs: 10) }
+            try storage.read { tx throws in
+                #expect(try tx.clientOperation(userID: 1, operationID: "op-1") == operation)
+                #expect(try tx.clientOperation(userID: 2, operationID: "op-1") == nil)
+                #expect(try tx.clientOperation(userID: 1, operationID: "op-2") == nil)
+            }
+            let empty = ClientOperation(requestHash: [], status: 409, response: [])
+            try storage.write { try $0.saveClientOperation(userID: 2, operationID: "op-1", empty, nowMs: 10) }
+            #expect(try storage.read { try $0.clientOperation(userID: 2, operationID: "op-1") } == empty)
+            expectDuplicate {
+                try storage.write { try $0.saveClientOperation(userID: 1, operationID: "op-1", empty, nowMs: 11) }
+            }
+            #expect(try storage.read { try $0.clientOperation(userID: 1, operationID: "op-1") } == operation)
+        }
+    }
+
+    // MARK: Transactions
+
+    @Test(arguments: StorageBackends.all)
+    func aSavepointThatThrowsUndoesOnlyItsOwnWrites(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let zone = try storage.write { tx in try makeZone(tx) }
+            let (kept, afterwards) = try storage.write { tx throws in
+                let kept = try tx.saveRecord(zoneRowID: zone.rowID, write("kept"))
+                let undone = thrownError {
+                    try tx.savepoint {
+                        _ = try tx.saveRecord(zoneRowID: zone.rowID, write("undone"))
+                        try tx.setMetadata("undone", "1")
+                        throw Marker()
+                    }
+                }
+                #expect(undone as? Marker == Marker())
+                // A failed storage operation inside a savepoint leaves the transaction usable.
+                let duplicate = thrownError {
+                    try tx.savepoint {
+                        _ = try tx.saveRecord(zoneRowID: zone.rowID, write("undone-too"))
+                        _ = try tx.createZone(databaseID: zone.databaseID, name: zone.name, ownerRecordName: Self.ann, nowMs: 1)
+                    }
+                }
+                #expect(isDuplicate(duplicate), "\(String(describing: duplicate))")
+                // Nested: the inner savepoint's writes go, the outer one's stay.
+                var inner: (any Error)?
+                let value = try tx.savepoint { () throws -> Int in
+                    _ = try tx.saveRecord(zoneRowID: zone.rowID, write("outer"))
+                    inner = thrownError {
+                        try tx.savepoint {
+                            _ = try tx.saveRecord(zoneRowID: zone.rowID, write("inner"))
+                            throw Marker()
+                        }
+                    }
+                    return 42
+                }
+                #expect(inner as? Marker == Marker())
+                #expect(value == 42)
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "undone") == nil)
+                let afterwards = try tx.saveRecord(zoneRowID: zone.rowID, write("afterwards"))
+                return (kept, afterwards)
+            }
+            try storage.read { tx throws in
+                let names = try tx.records(zoneRowID: zone.rowID, recordType: nil).map(\.recordName)
+                #expect(names == ["afterwards", "kept", "outer"])
+                #expect(try tx.metadata("undone") == nil)
+                // Positions taken by undone writes were given back: the log has no holes.
+                let log = try tx.recordChanges(zoneRowID: zone.rowID, after: 0, limit: 10)
+                #expect(log.map(\.recordName) == ["kept", "outer", "afterwards"])
+                #expect(log.map(\.seq) == [kept.seq, kept.seq + 1, kept.seq + 2] && afterwards.seq == kept.seq + 2)
+                #expect(try tx.zone(rowID: zone.rowID)?.lastSeq == afterwards.seq)
+            }
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func aWriteWhoseBodyThrowsWritesNothing(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let zone = try storage.write { tx in try makeZone(tx) }
+            let before = try storage.read { tx in (try tx.zone(rowID: zone.rowID), try tx.database(id: zone.databaseID)) }
+            var userID: Int64 = 0
+            #expect(throws: Marker.self) {
+                try storage.write { tx throws in
+                    try tx.setMetadata("k", "v")
+                    let user = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1)
+                    userID = user.id
+                    try tx.insertToken(hash: [1], userID: user.id, nowMs: 1)
+                    _ = try tx.database(privateKey(77))
+                    _ = try tx.createZone(databaseID: zone.databaseID, name: "Other", ownerRecordName: Self.ann, nowMs: 1)
+                    _ = try tx.saveRecord(zoneRowID: zone.rowID, write("r", frame: [9, 9]))
+                    _ = try tx.insertShare(share(zone, "sh_1", record: "S", ownerID: user.id))
+                    try tx.saveClientOperation(userID: user.id, operationID: "op", ClientOperation(requestHash: [], status: 200,
+                                                                                                 response: []), nowMs: 1)
+                    try tx.deleteZone(rowID: zone.rowID, nowMs: 2)
+                    throw Marker()
+                }
+            }
+            try storage.read { tx throws in
+                #expect(try tx.metadata("k") == nil)
+                #expect(try tx.user(named: "ann") == nil)
+                #expect(try tx.user(tokenHash: [1]) == nil)
+                #expect(try tx.database(privateKey(77)).id == 0)
+                #expect(try tx.zone(databaseID: zone.databaseID, name: "Other") == nil)
+                #expect(try tx.zone(rowID: zone.rowID) == before.0)
+                #expect(try tx.database(id: zone.databaseID) == before.1)
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "r") == nil)
+                #expect(try tx.share(publicID: "sh_1") == nil)
+                #expect(userID != 0)
+                #expect(try tx.user(id: userID) == nil)
+                #expect(try tx.clientOperation(userID: userID, operationID: "op") == nil)
+            }
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func aReadTransactionRefusesWrites(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (owner, zone) = try storage.write { tx throws in
+                (try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1), try makeZone(tx))
+            }
+            let before = try storage.read { tx in (try tx.zone(rowID: zone.rowID), try tx.database(id: zone.databaseID)) }
+            try storage.read { tx throws in
+                #expect(throws: StorageError.self) { try tx.setMetadata("k", "v") }
+                #expect(throws: StorageError.self) { _ = try tx.insertUser(name: "bob", recordName: Self.bob, nowMs: 1) }
+                #expect(throws: StorageError.self) { try tx.insertToken(hash: [1], userID: owner.id, nowMs: 1) }
+                #expect(throws: StorageError.self) {
+                    _ = try tx.createZone(databaseID: zone.databaseID, name: "Other", ownerRecordName: Self.ann, nowMs: 1)
+                }
+                #expect(throws: StorageError.self) { _ = try tx.saveRecord(zoneRowID: zone.rowID, write("r")) }
+                #expect(throws: StorageError.self) { try tx.deleteZone(rowID: zone.rowID, nowMs: 2) }
+                #expect(throws: StorageError.self) { _ = try tx.insertShare(share(zone, "sh_1", record: "S", ownerID: owner.id)) }
+                #expect(throws: StorageError.self) {
+                    try tx.saveClientOperation(userID: owner.id, operationID: "op",
+                                               ClientOperation(requestHash: [], status: 200, response: []), nowMs: 1)
+                }
+                #expect(throws: StorageError.self) { _ = try tx.purge(before: .max, operationsBeforeMs: .max) }
+            }
+            try storage.read { tx throws in
+                #expect(try tx.metadata("k") == nil)
+                #expect(try tx.user(named: "bob") == nil)
+                #expect(try tx.zone(databaseID: zone.databaseID, name: "Other") == nil)
+                #expect(try tx.zone(rowID: zone.rowID) == before.0)
+                #expect(try tx.database(id: zone.databaseID) == before.1)
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "r") == nil)
+                #expect(try tx.share(publicID: "sh_1") == nil)
+            }
+        }
+    }
+
+    // MARK: Purge
+
+    @Test(arguments: StorageBackends.all)
+    func purgeRemovesOnlyWhatIsPastItsHorizon(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let horizon: Int64 = 200
+            let setup = try storage.write { tx throws in
+                let owner = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1)
+                let zone = try makeZone(tx, "Lists", nowMs: 50)
+                let live = try tx.saveRecord(zoneRowID: zone.rowID, write("live", frame: [1], at: 100))
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("old", frame: [1, 1], at: 90))
+                let oldTombstone = try tx.saveRecord(zoneRowID: zone.rowID, write("old", frame: [2, 2, 2], deleted: true, at: 100))
+                let older = try tx.saveRecord(zoneRowID: zone.rowID, write("older", frame: [3, 3, 3, 3], deleted: true, at: 99))
+                let atHorizon = try tx.saveRecord(zoneRowID: zone.rowID, write("edge", frame: [4], deleted: true, at: horizon))
+                let recent = try tx.saveRecord(zoneRowID: zone.rowID, write("recent", frame: [5, 5], deleted: true, at: 300))
+
+                let plain = try makeZone(tx, "Plain", nowMs: 50)
+                _ = try tx.saveRecord(zoneRowID: plain.rowID, write("x", frame: [6], at: 60))
+                try tx.deleteZone(rowID: plain.rowID, nowMs: 100)
+                let shared = try makeZone(tx, "Shared", nowMs: 50)
+                var gone = try tx.insertShare(share(shared, "sh_1", record: "S", ownerID: owner.id))
+                gone.deleted = true
+                try tx.updateShare(gone)
+                try tx.deleteZone(rowID: shared.rowID, nowMs: 100)
+                let late = try makeZone(tx, "Late", nowMs: 50)
+                try tx.deleteZone(rowID: late.rowID, nowMs: 300)
+
+                let operation = ClientOperation(requestHash: [1], status: 200, response: [2])
+                try tx.saveClientOperation(userID: owner.id, operationID: "old", operation, nowMs: 100)
+                try tx.saveClientOperation(userID: owner.id, operationID: "new", operation, nowMs: 250)
+                return (owner, zone, live, oldTombstone, older, atHorizon, recent, plain, shared, late)
+            }
+            let (owner, zone, live, oldTombstone, older, atHorizon, recent, plain, shared, late) = setup
+            let before = try storage.read { tx throws in
+                (try tx.zone(rowID: plain.rowID)!, try tx.zone(rowID: shared.rowID)!, try tx.database(id: zone.databaseID)!)
+            }
+            #expect(before.2.bytesUsed == 1 + 3 + 4 + 1 + 2)
+
+            let report = try storage.write { try $0.purge(before: horizon, operationsBeforeMs: 200) }
+            #expect(report == PurgeReport(tombstones: 2, zones: 1, clientOperations: 1))
+            try storage.read { tx throws in
+                // Tombstones last changed before the horizon are gone; the rest stay.
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "old") == nil)
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "older") == nil)
+                #expect(try tx.recordChanges(zoneRowID: zone.rowID, after: 0, limit: 10) == [live, atHorizon, recent])
+                let purgedZone = try #require(try tx.zone(rowID: zone.rowID))
+                #expect(purgedZone.purgedSeq == max(oldTombstone.seq, older.seq))
+                #expect(purgedZone.lastSeq == recent.seq)
+                // Deleted zones before the horizon go, unless a share was made in them.
+                #expect(try tx.zone(rowID: plain.rowID) == nil)
+                #expect(try tx.zone(rowID: shared.rowID) == before.1)
+                #expect(try tx.zone(rowID: late.rowID)?.deleted == true)
+                let database = try #require(try tx.database(id: zone.databaseID))
+                #expect(database.purgedSeq == before.0.databaseSeq)
+                #expect(database.lastSeq == before.2.lastSeq)
+                #expect(database.bytesUsed == 1 + 1 + 2)
+                #expect(try tx.zoneChanges(databaseID: zone.databaseID, after: 0, limit: 10).map(\.rowID)
+                        == [zone.rowID, shared.rowID, late.rowID])
+                // Client operations saved before their horizon are forgotten.
+                #expect(try tx.clientOperation(userID: owner.id, operationID: "old") == nil)
+                #expect(try tx.clientOperation(userID: owner.id, operationID: "new") != nil)
+            }
+            // Purging again finds nothing and lowers no purged position.
+            let zoneAfter = try storage.read { try $0.zone(rowID: zone.rowID) }
+            let databaseAfter = try storage.read { try $0.database(id: zone.databaseID) }
+            #expect(try storage.write { try $0.purge(before: horizon, operationsBeforeMs: 200) } == PurgeReport())
+            #expect(try storage.read { try $0.zone(rowID: zone.rowID) } == zoneAfter)
+            #expect(try storage.read { try $0.database(id: zone.databaseID) } == databaseAfter)
+            // A later horizon takes the rest, and the zone's purged position reaches its newest tombstone.
+            let rest = try storage.write { try $0.purge(before: 1_000, operationsBeforeMs: 1_000) }
+            #expect(rest == PurgeReport(tombstones: 2, zones: 1, clientOperations: 1))
+            try storage.read { tx throws in
+                #expect(try tx.zone(rowID: zone.rowID)?.purgedSeq == recent.seq)
+                #expect(try tx.recordChanges(zoneRowID: zone.rowID, after: 0, limit: 10) == [live])
+                #expect(try tx.zone(rowID: late.rowID) == nil)
+                #expect(try tx.zone(rowID: shared.rowID) == before.1)
+                #expect(try tx.database(id: zone.databaseID)?.purgedSeq == before.2.lastSeq)
+                #expect(try tx.database(id: zone.databaseID)?.bytesUsed == 1)
+            }
+        }
+    }
+
+    // MARK: Closing
+
+    @Test(arguments: StorageBackends.all)
+    func aClosedStorageRefusesWork(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            try storage.write { try $0.setMetadata("k", "v") }
+            storage.close()
+            #expect(throws: StorageError.closed) { try storage.read { try $0.metadata("k") } }
+            #expect(throws: StorageError.closed) { try storage.write { try $0.setMetadata("k", "w") } }
+            storage.close() // closing twice is harmless
+            #expect(throws: StorageError.closed) { try storage.read { _ in 1 } }
+        }
+    }
+}
+
+/// SplitMix64: a small seeded generator, so a failing case can be replayed from its printed seed.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
