@@ -16,13 +16,13 @@ struct SyncBenchOptions: Sendable {
     var clients = 4
     var batches = [1, 2, 50, 200, 400]
     /// Records each client pushes per batch size (rounded up to whole batches).
-    var records = 2000
+    var records = 4000
     var pullRecords = 100_000
     /// Rows the ceiling writes per batch size, at least (cycling through the pushed frames).
     var ceilingRows = 20_000
     var wires: [SyncWire] = [.binary, .json]
     /// Time budget of one push measurement and of one ceiling measurement (checked between rounds).
-    var seconds = 20.0
+    var seconds = 30.0
     /// The whole run is stopped (server included) after this long.
     var timeout = 1800.0
     var jsonlPath: String?
@@ -52,14 +52,14 @@ struct SyncBenchOptions: Sendable {
           --clients N        concurrent client engines, 1 to 64 (default 4)
           --batches LIST     records per send, each 1 to 400 (default 1,2,50,200,400)
           --records N        records each client pushes per batch size, rounded up to whole
-                             batches, 1 to 1000000 (default 2000)
+                             batches, 1 to 1000000 (default 4000)
           --pull-records N   records of the account a fresh device pulls, 0 (skip) to 10000000
                              (default 100000)
           --ceiling-rows N   rows the ceiling writes per batch size, at least every pushed frame once,
                              1 to 10000000 (default 20000)
           --wire W           binary, json or both (default both): the engines' SyncEngine.wire
           --seconds S        time budget per push and per ceiling measurement, checked between
-                             rounds (default 20)
+                             rounds (default 30)
           --timeout S        the whole run is stopped, server included, after S seconds (default 1800)
           --jsonl FILE       also write every JSON line to FILE
           -h, --help         show this help and exit

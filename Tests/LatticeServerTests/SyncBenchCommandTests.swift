@@ -92,6 +92,8 @@ import Glibc
                 #expect(int(push, "requests") == clients * rounds + int(push, "throttled"))
                 let endpoints = push["endpoints"]?.objectValue ?? [:]
                 #expect(endpoints.values.reduce(0) { $0 + Int($1.intValue ?? 0) } == int(push, "requests"))
+                // The wire asked for is the wire used: the binary path's deltas/push, or records/modify.
+                #expect(Array(endpoints.keys) == [wire == "binary" ? "deltas/push" : "records/modify"], "\(endpoints)")
                 #expect(push["stopped_by"]?.stringValue == "records")
                 let seconds = try #require(push["seconds"]?.doubleValue)
                 let rate = try #require(push["records_per_s"]?.doubleValue)
@@ -125,6 +127,8 @@ import Glibc
             #expect(int(pull, "records") == pullRecords)
             #expect(int(pull, "records_expected") == pullRecords)
             #expect(int(pull, "requests") >= 1)
+            let pages = pull["wire"]?.stringValue == "binary" ? "deltas/pull" : "changes/zone"
+            #expect(pull["endpoints"]?[pages]?.intValue ?? 0 >= 1, "\(pull.serialized())")
         }
 
         // Summaries: one per wire and batch, the ratio of the two rates printed beside it.
