@@ -210,7 +210,8 @@ public final class LatticeService: HTTPHandler, Sendable {
         case .recordsAccept: return try write { tx, touched in try acceptShares(context, tx, &touched) }
         case .deltasPush:
             guard let push = context.push else { throw APIError.badRequest("deltas/push takes a binary delta push") }
-            return try idempotent(context) { try pushDelta(context, push, $0, &$1) }
+            let prepared = try preparePush(push)
+            return try idempotent(context) { try pushDelta(context, prepared, atomic: push.atomic, $0, &$1) }
         case .deltasPull: return try pullDelta(context)
         }
     }

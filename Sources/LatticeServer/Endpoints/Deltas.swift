@@ -29,8 +29,15 @@ extension LatticeService {
     /// states sent with `forceUpdate`. Answers, per record in the delta's order, its change tag, its zone
     /// position, and `upToDate` (the stored state is exactly the one sent, so the device needs nothing
     /// back), or the error.
-    func pushDelta(_ context: RequestContext, _ push: SyncMessage.Push, _ tx: any StorageTransaction,
-                   _ touched: inout Set<Int64>) throws -> HTTPResponse {
+    /// A push's delta validated and split into record frames: done before the write transaction, so
+    /// concurrent pushes check their bytes in parallel and the writer only plans and saves.
+    struct PreparedPush {
+        let delta: EncodedDelta
+        let frames: [RecordFrame]
+        let names: [String]
+    }
+
+    func preparePush(_ push: SyncMessage.Push) throws -> PreparedPush {
         let delta: EncodedDelta
         do {
             delta = try EncodedDelta(validating: push.delta)
@@ -42,6 +49,12 @@ extension LatticeService {
             throw APIError(.limitExceeded, "a push carries at most \(configuration.maximumOperations) records, not "
                            + "\(delta.recordCount)")
         }
+        return PreparedPush(delta: delta, frames: delta.recordFrames(), names: delta.recordNames)
+    }
+
+    func pushDelta(_ context: RequestContext, _ prepared: PreparedPush, atomic: Bool, _ tx: any StorageTransaction,
+                   _ touched: inout Set<Int64>) throws -> HTTPResponse {
+        let delta = prepared.delta
         let zoneJSON = JSON.object(["zoneName": .string(delta.zoneID.zoneName),
                                     "ownerRecordName": .string(delta.zoneID.ownerRecordName)])
         let resolved = try resolveZone(zoneJSON, context, tx, path: "delta.zoneID", creatingDefault: true)
@@ -50,8 +63,7 @@ extension LatticeService {
         }
         // The drift bound applies to the whole delta: one timestamp too far ahead refuses it all.
         try observe(delta.maximumHLC, path: "delta")
-        let frames = delta.recordFrames()
-        let names = delta.recordNames
+        let frames = prepared.frames, names = prepared.names
         let writes = zip(frames, names).map { incoming, name in
             { (shares: Set<String>) throws -> PlannedWrite in
                 let parent: String?? = incoming.parentName.map { .some($0) } ?? nil
@@ -75,7 +87,7 @@ extension LatticeService {
                 }
             }
         }
-        let outcomes = try writeBatch(writes, names: names, atomic: push.atomic, zone: zone, resolved: resolved,
+        let outcomes = try writeBatch(writes, names: names, atomic: atomic, zone: zone, resolved: resolved,
                                       context: context, tx, &touched)
         let items: [JSON] = zip(zip(outcomes, names), frames).map { pair, incoming in
             let (outcome, name) = pair
