@@ -7,6 +7,45 @@ struct UsageError: Error, CustomStringConvertible {
     var description: String { message }
 }
 
+/// Walks a command line one option at a time: `--name value`, `--name=value` and flags.
+struct OptionScanner {
+    private let arguments: [String]
+    private var index = 0
+    /// The current argument as written, and its option name (without an inline `=value`).
+    private(set) var argument = ""
+    private(set) var name = ""
+    private var inlineValue: String?
+
+    init(_ arguments: [String]) { self.arguments = arguments }
+
+    /// Moves to the next argument; false at the end.
+    mutating func next() -> Bool {
+        guard index < arguments.count else { return false }
+        argument = arguments[index]
+        index += 1
+        name = argument
+        inlineValue = nil
+        if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
+            name = String(argument[..<equals])
+            inlineValue = String(argument[argument.index(after: equals)...])
+        }
+        return true
+    }
+
+    /// The current option's value: inline, or the next argument.
+    mutating func value() throws(UsageError) -> String {
+        if let inlineValue { return inlineValue }
+        guard index < arguments.count else { throw UsageError(message: "\(name) expects a value") }
+        index += 1
+        return arguments[index - 1]
+    }
+
+    /// Checks that the current option, a flag, was given no value.
+    func flag() throws(UsageError) {
+        if inlineValue != nil { throw UsageError(message: "\(name) takes no value") }
+    }
+}
+
 /// The options of `lattice-bench merge`.
 struct MergeOptions: Sendable {
     /// The workload (validated by `parse`).
@@ -69,25 +108,11 @@ struct MergeOptions: Sendable {
     /// Parses the arguments after `merge`; validates the workload parameters too.
     static func parse(_ arguments: [String]) throws(UsageError) -> MergeOptions {
         var options = MergeOptions()
-        var index = 0
-        while index < arguments.count {
-            let argument = arguments[index]
-            index += 1
-            var name = argument
-            var inlineValue: String?
-            if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
-                name = String(argument[..<equals])
-                inlineValue = String(argument[argument.index(after: equals)...])
-            }
-            func value() throws(UsageError) -> String {
-                if let inlineValue { return inlineValue }
-                guard index < arguments.count else { throw UsageError(message: "\(name) expects a value") }
-                index += 1
-                return arguments[index - 1]
-            }
-            func flag() throws(UsageError) {
-                if inlineValue != nil { throw UsageError(message: "\(name) takes no value") }
-            }
+        var scanner = OptionScanner(arguments)
+        while scanner.next() {
+            let name = scanner.name, argument = scanner.argument
+            func value() throws(UsageError) -> String { try scanner.value() }
+            func flag() throws(UsageError) { try scanner.flag() }
             switch name {
             case "-h", "--help": try flag(); options.help = true
             case "-n", "--records": options.parameters.records = try integer(name, try value())

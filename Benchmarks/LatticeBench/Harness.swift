@@ -115,16 +115,7 @@ enum Harness {
     /// Prints the header, runs every repetition of every scenario in a fresh worker process,
     /// prints each run line and then one summary line per scenario.
     static func runOrchestrator(_ options: MergeOptions, argv: [String]) -> Int32 {
-        #if DEBUG
-        writeText(2, "lattice-bench: warning: this is a debug build; measure with -c release\n")
-        #endif
-        var output = LineOutput()
-        if let path = options.jsonlPath {
-            do { try output.openFile(path) } catch {
-                writeText(2, "lattice-bench merge: error: \(error)\n")
-                return 2
-            }
-        }
+        guard var output = LineOutput.forCommand("merge", jsonl: options.jsonlPath) else { return 2 }
         let header: [String: JSONValue]
         do {
             header = try makeHeader(options, argv: argv)   // the workload is freed on return
@@ -330,6 +321,22 @@ enum Harness {
 /// Emits JSON lines on stdout (flushed per line) and optionally to a file.
 struct LineOutput {
     private var fileDescriptor: Int32 = -1
+
+    /// The output of a measuring command (`merge`, `sync`): stdout, and `--jsonl FILE` when given. Warns
+    /// on a debug build; nil (after saying why) when the file cannot be opened.
+    static func forCommand(_ command: String, jsonl path: String?) -> LineOutput? {
+        #if DEBUG
+        writeText(2, "lattice-bench: warning: this is a debug build; measure with -c release\n")
+        #endif
+        var output = LineOutput()
+        if let path {
+            do { try output.openFile(path) } catch {
+                writeText(2, "lattice-bench \(command): error: \(error)\n")
+                return nil
+            }
+        }
+        return output
+    }
 
     mutating func openFile(_ path: String) throws {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)

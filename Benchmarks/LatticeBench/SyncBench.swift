@@ -72,25 +72,13 @@ struct SyncBenchOptions: Sendable {
 
     static func parse(_ arguments: [String]) throws(UsageError) -> SyncBenchOptions {
         var options = SyncBenchOptions()
-        var index = 0
-        while index < arguments.count {
-            let argument = arguments[index]
-            index += 1
-            var name = argument
-            var inlineValue: String?
-            if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
-                name = String(argument[..<equals])
-                inlineValue = String(argument[argument.index(after: equals)...])
-            }
-            func value() throws(UsageError) -> String {
-                if let inlineValue { return inlineValue }
-                guard index < arguments.count else { throw UsageError(message: "\(name) expects a value") }
-                index += 1
-                return arguments[index - 1]
-            }
+        var scanner = OptionScanner(arguments)
+        while scanner.next() {
+            let name = scanner.name, argument = scanner.argument
+            func value() throws(UsageError) -> String { try scanner.value() }
             switch name {
             case "-h", "--help":
-                if inlineValue != nil { throw UsageError(message: "\(name) takes no value") }
+                try scanner.flag()
                 options.help = true
             case "--clients": options.clients = try integer(name, try value(), in: 1...64)
             case "--batches": options.batches = try batchList(try value())
@@ -177,16 +165,7 @@ enum SyncBench {
     static let pullZoneName = "Pull"
 
     static func run(_ options: SyncBenchOptions, argv: [String]) -> Int32 {
-        #if DEBUG
-        writeText(2, "lattice-bench: warning: this is a debug build; measure with -c release\n")
-        #endif
-        var output = LineOutput()
-        if let path = options.jsonlPath {
-            do { try output.openFile(path) } catch {
-                writeText(2, "lattice-bench sync: error: \(error)\n")
-                return 2
-            }
-        }
+        guard var output = LineOutput.forCommand("sync", jsonl: options.jsonlPath) else { return 2 }
         defer { output.close() }
         let root = NSTemporaryDirectory() + "lattice-bench-sync-\(getpid())"
         let server: BenchServer
