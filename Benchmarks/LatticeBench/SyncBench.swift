@@ -156,8 +156,6 @@ struct BenchClient: Sendable {
     let engine: SyncEngine
     let transport: CountingTransport
     let zone: LocalZone
-    /// An empty report for `send`.
-    let blankReport: SyncReport
 }
 
 enum SyncBench {
@@ -262,8 +260,7 @@ enum SyncBench {
                 throw SystemError.message("client \(index): the warm-up sync was not acknowledged (\(report))")
             }
             _ = transport.take()
-            return BenchClient(engine: engine, transport: transport, zone: try engine.privateZone(zoneName),
-                               blankReport: emptied(report))
+            return BenchClient(engine: engine, transport: transport, zone: try engine.privateZone(zoneName))
         }
     }
 
@@ -274,19 +271,6 @@ enum SyncBench {
             try record.set("n", to: .int64(Int64(number)), at: stamp())
             try record.add([.string("alpha"), .string("tag\(tag)")], to: "tags", at: stamp())
         }
-    }
-
-    /// A report with nothing in it, to pass to `send` (`SyncReport` has no public initializer, so this is
-    /// the warm-up sync's report, emptied).
-    private static func emptied(_ report: SyncReport) -> SyncReport {
-        var report = report
-        report.sent = 0
-        report.fetched = 0
-        report.rejected = []
-        report.removedZones = []
-        report.online = true
-        report.queued = 0
-        return report
     }
 
     // MARK: Push
@@ -331,7 +315,7 @@ enum SyncBench {
             }
             if failure.message != nil { break }
             sendSeconds += crew.run { index in
-                var report = clients[index].blankReport
+                var report = SyncReport()
                 let sendBegan = monotonicNanoseconds()
                 do {
                     try clients[index].engine.send(&report)

@@ -63,6 +63,9 @@ public struct SyncReport: Sendable {
     /// False when the server could not be reached: local edits stay queued.
     public var online = true
     public var queued = 0
+
+    /// An empty report, for callers of `fetch(_:)` and `send(_:)`.
+    public init() {}
 }
 
 /// The client sync engine, modelled on CKSyncEngine: a local replica (SQLite in the home directory), a
