@@ -290,9 +290,10 @@ extension LatticeService {
             }
             let entries = try tx.shareChanges(shareID: shareID, after: drain.after, limit: room)
             var after = drain.after
+            var had: [String: Bool] = [:]
             for entry in entries where entry.seq <= drain.bound {
                 after = entry.seq
-                if entry.member, try hadRecord(entry.recordName, loss, tx) {
+                if entry.member, try hadRecord(entry.recordName, loss, tx, known: &had) {
                     removed.append(entry.recordName)
                 }
             }

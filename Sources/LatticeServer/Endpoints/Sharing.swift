@@ -757,19 +757,27 @@ extension LatticeService {
 
     /// Whether the caller had `recordName` from the lost share: it is the root or the share record, or (when
     /// the share lived on after the loss) neither it nor any record on its parent chain up to the root
-    /// changed since the loss, so it was in the share then and nothing newer is named.
-    func hadRecord(_ recordName: String, _ lost: ShareLoss, _ tx: any StorageTransaction) throws -> Bool {
+    /// changed since the loss, so it was in the share then and nothing newer is named. `known` keeps the
+    /// answers of one page, so records sharing ancestors cost one lookup each per page.
+    func hadRecord(_ recordName: String, _ lost: ShareLoss, _ tx: any StorageTransaction,
+                   known: inout [String: Bool]) throws -> Bool {
         guard let lossMs = lost.lossMs else { return true }
         var name = recordName
+        var path: [String] = []
         var seen: Set<String> = []
+        var answer = false
         while seen.insert(name).inserted && seen.count <= 1_000 {
-            if name == lost.share.rootRecordName || name == lost.share.recordName { return true }
+            if let earlier = known[name] { answer = earlier; break }
+            path.append(name)
+            if name == lost.share.rootRecordName || name == lost.share.recordName { answer = true; break }
             guard let stored = try tx.record(zoneRowID: lost.share.zoneRowID, name: name), stored.modifiedMs < lossMs
-            else { return false }
-            if stored.deleted { return true }
-            guard let parent = stored.parentName else { return false }
+            else { break }
+            if stored.deleted { answer = true; break }
+            guard let parent = stored.parentName else { break }
             name = parent
         }
-        return false
+        // A record is had exactly when its parent chain is: every record on the walked path shares the answer.
+        for walked in path { known[walked] = answer }
+        return answer
     }
 }
