@@ -486,8 +486,13 @@ public final class SyncEngine: @unchecked Sendable {
     /// The zone positions of this device's writes that the server holds exactly as sent, since the last
     /// complete pull: `[from, to]` ranges.
     private func knownRanges(_ zone: LocalZone) throws -> [[Int64]] {
-        guard let text = try store.transaction({ try $0.metadata(Self.knownKey(zone)) }),
-              let json = try? JSON.parse(text), let ranges = json.arrayValue else { return [] }
+        try store.transaction { tx in try knownRanges(zone, tx) }
+    }
+
+    private func knownRanges(_ zone: LocalZone, _ tx: LocalTransaction) throws -> [[Int64]] {
+        guard let text = try tx.metadata(Self.knownKey(zone)), let ranges = (try? JSON.parse(text))?.arrayValue else {
+            return []
+        }
         return ranges.compactMap { range in
             guard let pair = range.arrayValue, pair.count == 2, let from = pair[0].intValue, let to = pair[1].intValue,
                   from <= to else { return nil }
@@ -497,12 +502,7 @@ public final class SyncEngine: @unchecked Sendable {
 
     private func rememberKnown(_ positions: [Int64], zone: LocalZone, _ tx: LocalTransaction) throws {
         guard !positions.isEmpty else { return }
-        var ranges = try tx.metadata(Self.knownKey(zone)).flatMap { try? JSON.parse($0) }?.arrayValue?.compactMap { range -> [Int64]? in
-            guard let pair = range.arrayValue, pair.count == 2, let from = pair[0].intValue, let to = pair[1].intValue else {
-                return nil
-            }
-            return [from, to]
-        } ?? []
+        var ranges = try knownRanges(zone, tx)
         for position in positions.sorted() {
             if let last = ranges.last, last[1] + 1 == position { ranges[ranges.count - 1][1] = position }
             else { ranges.append([position, position]) }

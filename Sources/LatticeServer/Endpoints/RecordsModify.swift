@@ -32,8 +32,6 @@ struct PlannedWrite {
 struct AppliedWrite {
     let stored: StoredRecord
     let frame: RecordFrame
-    /// False when the record already reflected the write: nothing was written, the change tag stayed.
-    let changed: Bool
 }
 
 extension LatticeService {
@@ -97,7 +95,7 @@ extension LatticeService {
             let saved = try tx.saveRecords(zoneRowID: zone.rowID, pending.map { $0.plan.write! },
                                            previous: pending.map(\.plan.stored))
             for (item, record) in zip(pending, saved) {
-                slots[item.index] = .success(AppliedWrite(stored: record, frame: item.plan.after, changed: true))
+                slots[item.index] = .success(AppliedWrite(stored: record, frame: item.plan.after))
                 changedNames.append(record.recordName)
             }
             pending = []
@@ -108,7 +106,7 @@ extension LatticeService {
             do {
                 let plan = try write(shareRecordNames)
                 guard let record = plan.write else {
-                    slots[index] = .success(AppliedWrite(stored: plan.stored!, frame: plan.after, changed: false))
+                    slots[index] = .success(AppliedWrite(stored: plan.stored!, frame: plan.after))
                     continue
                 }
                 let growth = Int64(record.frame.count) - Int64(plan.stored?.frame.count ?? 0)
