@@ -242,19 +242,21 @@ extension BinaryCodec {
     /// name order; each record must appear once and belong to `zoneID`.
     public static func encodeDelta(zoneID: ZoneID, since: VersionVector = VersionVector(),
                                    version: VersionVector = VersionVector(), frames: [RecordFrame]) -> [UInt8] {
-        let sorted = frames.sorted { a, b in
-            a.withFrame { p in b.withFrame { q in EncodedOrder.compare(p, FrameHeader(p).name, q, FrameHeader(q).name) < 0 } }
+        // Each frame's name is located once; the zone is checked on the record-file header's bytes.
+        let prefix = RecordFrame.prefix(for: zoneID)
+        let named = frames.map { frame -> (frame: RecordFrame, name: ArraySlice<UInt8>) in
+            precondition(frame.bytes[..<frame.frameStart].elementsEqual(prefix), "a frame of another zone in a delta")
+            let name = frame.withFrame { FrameHeader($0).name }
+            return (frame, frame.bytes[(frame.frameStart + name.lowerBound)..<(frame.frameStart + name.upperBound)])
         }
+        let sorted = named.sorted { $0.name.lexicographicallyPrecedes($1.name) }
         var writer = BinaryWriter(capacity: 64 + frames.reduce(0) { $0 + $1.bytes.count })
         writer.header(kind: deltaKind)
         writer.zoneID(zoneID)
         writer.versionVector(since)
         writer.versionVector(version)
         writer.varint(UInt64(sorted.count))
-        for frame in sorted {
-            precondition(frame.zoneID == zoneID, "a frame of another zone in a delta")
-            frame.withFrame { writer.append($0) }
-        }
+        for item in sorted { item.frame.withFrame { writer.append($0) } }
         return writer.finish()
     }
 }

@@ -149,6 +149,64 @@ public enum SyncMessage {
     }
 }
 
+extension SyncMessage {
+    // The delta's own layout (Merge.md §7), walked leniently to point at the broken record.
+    /// A validation error, with the record it is in when that can be told: "record 3 (milk): ...".
+    public static func describe(_ error: CodecError, in delta: [UInt8]) -> String {
+        // The record count is checked against the bytes left before any frame is read: it is in no record.
+        guard !error.context.hasPrefix("record count"), let located = locate(error.offset, in: delta) else {
+            return error.description
+        }
+        let name = located.name.map { " (\($0))" } ?? ""
+        return "record \(located.index)\(name): \(error.description)"
+    }
+
+    /// Walks a delta's frames by their length prefixes only, to find the one holding `offset`.
+    private static func locate(_ offset: Int, in delta: [UInt8]) -> (index: Int, name: String?)? {
+        func varint(_ at: inout Int) -> Int? {
+            var value = 0, shift = 0
+            while at < delta.count, shift < 63 {
+                let byte = Int(delta[at])
+                at += 1
+                value |= (byte & 0x7F) << shift
+                if byte < 0x80 { return value }
+                shift += 7
+            }
+            return nil
+        }
+        func skipString(_ at: inout Int) -> Bool {
+            guard let length = varint(&at), length <= delta.count - at else { return false }
+            at += length
+            return true
+        }
+        var at = 5
+        guard skipString(&at), skipString(&at) else { return nil }
+        for _ in 0..<2 { // since and version
+            guard let count = varint(&at), count <= delta.count else { return nil }
+            for _ in 0..<count {
+                guard varint(&at) != nil, at + 8 <= delta.count else { return nil }
+                at += 8
+            }
+        }
+        guard let count = varint(&at) else { return nil }
+        for index in 0..<min(count, delta.count / 4) {
+            // An error before the first frame (the header, the record count) is in no record.
+            guard offset >= at, at + 4 <= delta.count else { return nil }
+            let length = Int(delta[at]) | Int(delta[at + 1]) << 8 | Int(delta[at + 2]) << 16 | Int(delta[at + 3]) << 24
+            let end = at + 4 + length
+            if offset < end || end > delta.count {
+                var nameAt = at + 4
+                guard let nameLength = varint(&nameAt), nameLength <= 255, nameAt + nameLength <= delta.count,
+                      let name = String(validating: delta[nameAt..<(nameAt + nameLength)], as: UTF8.self),
+                      (try? Names.validate(name, kind: .recordName)) != nil else { return (index, nil) }
+                return (index, name)
+            }
+            at = end
+        }
+        return nil
+    }
+}
+
 extension BinaryReader {
     /// A string of at most `SyncMessage.maximumStringBytes`, refused on its declared length before its
     /// bytes are read.
