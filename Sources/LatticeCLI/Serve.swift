@@ -56,6 +56,9 @@ func runServe(_ arguments: [String]) throws {
     // Signals are taken by dispatch sources, not handlers: nothing runs in signal context.
     signal(SIGINT, SIG_IGN)
     signal(SIGTERM, SIG_IGN)
+    // Past a file-size limit (RLIMIT_FSIZE) a write fails with EFBIG instead of killing the process:
+    // the write is refused as "disk full" and the server goes on serving.
+    signal(SIGXFSZ, SIG_IGN)
     let stopRequested = DispatchSemaphore(value: 0)
     let sources = [SIGINT, SIGTERM].map { number in
         let source = DispatchSource.makeSignalSource(signal: number, queue: .global())

@@ -255,12 +255,24 @@ public final class LatticeService: HTTPHandler, Sendable {
         return object
     }
 
-    /// Maps a non-API error: a busy database is TRY_AGAIN_LATER; anything else is logged and reported as
-    /// INTERNAL_ERROR with no detail.
+    /// When a full disk was last logged (milliseconds, the configuration's clock).
+    private static let diskFullLoggedMs = Atomic<Int64>(Int64.min / 2)
+
+    /// Maps a non-API error: a busy database is TRY_AGAIN_LATER, and so is a full disk (logged once a
+    /// minute: the operator must free space); anything else is logged and reported as INTERNAL_ERROR with
+    /// no detail.
     func internalError(_ error: any Error) -> APIError {
         if let error = error as? APIError { return error }
         if case StorageError.busy = error { return APIError(.tryAgainLater, "the database is busy; retry shortly") }
         if case StorageError.closed = error { return APIError(.tryAgainLater, "the server is shutting down") }
+        if case StorageError.diskFull = error {
+            // Logged at most once a minute: a full disk refuses every write, and the log may share the disk.
+            let now = configuration.now(), last = Self.diskFullLoggedMs.load(ordering: .relaxed)
+            if now - last >= 60_000, Self.diskFullLoggedMs.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged {
+                log("writes refused: the disk holding the data directory is full (or the file-size limit is reached)")
+            }
+            return APIError(.tryAgainLater, "the server's disk is full; nothing was written; retry later", retryAfter: 30)
+        }
         let reference = UUID().uuidString.lowercased()
         log("internal error \(reference): \(error)")
         return APIError(.internalError, "internal error (reference \(reference))")

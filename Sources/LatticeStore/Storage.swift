@@ -424,6 +424,9 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
     case duplicate(String)
     /// The backend was closed.
     case closed
+    /// The disk holding the data, or the server process's file-size limit, has no room for the write.
+    /// The transaction wrote nothing; reads go on, and writes succeed again once space returns.
+    case diskFull
     /// Anything else. The text is for logs, never for clients (it may name tables).
     case failure(String)
 
@@ -432,6 +435,7 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
         case .busy: return "the database is busy"
         case .duplicate(let what): return "\(what) already exists"
         case .closed: return "the storage is closed"
+        case .diskFull: return "the disk is full"
         case .failure(let text): return text
         }
     }

@@ -633,12 +633,14 @@ struct SQLiteTransaction: StorageTransaction {
 
 extension StorageError {
     /// SQLite's error in the storage taxonomy: a taken unique key is `.duplicate`, a lock held past the
-    /// busy timeout is `.busy`, anything else a `.failure` for the logs.
+    /// busy timeout is `.busy`, no room on the disk `.diskFull`, anything else a `.failure` for the logs.
     init(_ error: SQLiteError) {
         if error.isUniqueViolation {
             self = .duplicate(error.message)
         } else if error.isBusy {
             self = .busy
+        } else if error.isDiskFull {
+            self = .diskFull
         } else {
             self = .failure(error.description)
         }
