@@ -70,99 +70,26 @@ import Glibc
         return token
     }
 
-    private static func batchBody(_ batch: Int, size: Int) -> [UInt8] {
-        let operations: [JSON] = (0..<size).map { item in
-            .object(["operationType": .string("create"), "record": .object([
-                "recordName": .string("b\(batch)-\(item)"), "recordType": .string("Item"),
-                "fields": .object(["batch": .object(["value": .int(Int64(batch))]),
-                                   "payload": .object(["value": .string(String(repeating: "p", count: 200))])]),
-            ])])
-        }
-        return JSON.object(["zoneID": .object(["zoneName": .string("Batches")]), "atomic": .bool(true),
-                            "clientOperationID": .string("batch-\(batch)"), "operations": .array(operations)])
-            .serializedBytes()
-    }
-
-    @Test func sigkillDuringAtomicBatchesLosesNothingAcknowledgedAndHalfAppliesNothing() throws {
+    /// `kill -9` at random moments during concurrent atomic batches from several accounts: 20 runs, or
+    /// `LATTICE_CRASH_RUNS`; `LATTICE_CRASH_SEED` replays a printed seed's choices (kill moments, batch
+    /// sizes, which answered batches are retried). See `CrashSuite` for what each restart checks.
+    @Test func sigkillAtRandomPointsDuringConcurrentAtomicBatches() throws {
+        let environment = ProcessInfo.processInfo.environment
+        let runs = environment["LATTICE_CRASH_RUNS"].flatMap { Int($0) }.map { min(max($0, 1), 10_000) } ?? 20
+        let seed = environment["LATTICE_CRASH_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 1...UInt64(UInt32.max))
+        print(#"{"crash_test":"seed","seed":\#(seed),"runs":\#(runs)}"#)
         let data = temporaryDirectory("lattice-crash")
         defer { try? FileManager.default.removeItem(atPath: data) }
-        let batchSize = 20
-        let first = try ServerUnderTest(data: data)
-        let token = try Self.signUp(first.port)
-        let headers = ["Authorization": "Bearer " + token]
-
-        // Four writers stream batches; the server is killed while they are mid-request.
-        let acknowledged = Mutex<Set<Int>>([])
-        let attempted = Mutex<Set<Int>>([])
-        let writers = 4
-        let group = DispatchGroup()
-        let port = first.port
-        for writer in 0..<writers {
-            group.enter()
-            Thread {
-                defer { group.leave() }
-                guard let client = try? RawHTTPClient(port: port, timeoutSeconds: 5) else { return }
-                var batch = writer
-                while true {
-                    attempted.withLock { _ = $0.insert(batch) }
-                    guard let reply = try? client.send(method: "POST", path: "/database/1/lattice/production/private/records/modify",
-                                                       headers: headers, body: Self.batchBody(batch, size: batchSize)),
-                          reply.status == 200,
-                          let items = try? JSON.parse(reply.body)["records"]?.arrayValue,
-                          items.count == batchSize, items.allSatisfy({ $0["serverErrorCode"] == nil })
-                    else { return } // the server is gone
-                    acknowledged.withLock { _ = $0.insert(batch) }
-                    batch += writers
-                }
-            }.start()
-        }
-        // Let a good number of batches through, then kill without warning.
-        let deadline = Date().addingTimeInterval(20)
-        while acknowledged.withLock({ $0.count }) < 40 && Date() < deadline { usleep(10_000) }
-        first.kill(SIGKILL)
-        group.wait()
-        let acked = acknowledged.withLock { $0 }
-        let tried = attempted.withLock { $0 }
-        #expect(acked.count >= 40)
-        print(#"{"crash_test":"sigkill","acknowledged_batches":\#(acked.count),"attempted_batches":\#(tried.count)}"#)
-
-        // Restart on the same data directory.
-        let second = try ServerUnderTest(data: data)
-        defer { second.kill(SIGTERM) }
-        let client = try RawHTTPClient(port: second.port, timeoutSeconds: 10)
-        var present: [String: Int] = [:]
-        var feedCount = 0
-        var syncToken: JSON = .null
-        repeat {
-            var request: [String: JSON] = ["zoneID": .object(["zoneName": .string("Batches")])]
-            if syncToken != .null { request["syncToken"] = syncToken }
-            let reply = try client.send(method: "POST", path: "/database/1/lattice/production/private/changes/zone",
-                                        headers: headers, body: JSON.object(["zones": .array([.object(request)])]).serializedBytes())
-            let zone = try #require(try JSON.parse(reply.body)["zones"]?.arrayValue?.first)
-            for record in zone["records"]?.arrayValue ?? [] {
-                feedCount += 1
-                if let batch = record["fields"]?["batch"]?["value"]?.intValue { present[record["recordName"]!.stringValue!] = Int(batch) }
-            }
-            syncToken = zone["syncToken"] ?? .null
-            if zone["moreComing"] != .bool(true) { break }
-        } while true
-        #expect(feedCount == present.count, "the feed lists a record twice")
-        var perBatch: [Int: Int] = [:]
-        for batch in present.values { perBatch[batch, default: 0] += 1 }
-        for (batch, count) in perBatch { #expect(count == batchSize, "batch \(batch) is half applied: \(count) records") }
-        for batch in acked { #expect(perBatch[batch] == batchSize, "acknowledged batch \(batch) is missing") }
-        #expect(Set(perBatch.keys).isSubset(of: tried))
-
-        // A batch in flight at the kill can be retried with its operation id: it applies exactly once.
-        for batch in tried.subtracting(acked) {
-            let reply = try client.send(method: "POST", path: "/database/1/lattice/production/private/records/modify",
-                                        headers: headers, body: Self.batchBody(batch, size: batchSize))
-            let items = try JSON.parse(reply.body)["records"]?.arrayValue ?? []
-            let created = items.filter { $0["serverErrorCode"] == nil }.count
-            let exists = items.filter { $0["serverErrorCode"]?.stringValue == "EXISTS" }.count
-            // Either it had committed (replayed or EXISTS) or it applies now, whole.
-            #expect(created == batchSize || exists == batchSize || reply.headers["lattice-replayed"] == "true")
-        }
+        let started = Date()
+        let counts = try CrashSuite(data: data, runs: runs, seed: seed).run()
+        print(counts.json.dropLast() + #","seed":\#(seed),"seconds":\#(Int(Date().timeIntervalSince(started)))}"#)
+        #expect(counts.runs == runs)
+        #expect(counts.acknowledgedBatches >= runs, "too few writes got through before the kills to test anything")
+        #expect(counts.partialBatches == 0)
+        #expect(counts.missingAcknowledged == 0)
+        #expect(counts.integrityOK == runs && counts.integrityFailed == 0)
+        #expect(counts.retriesFailed == 0 && counts.doubleApplications == 0)
+        #expect(counts.writerAnomalies == 0)
     }
 
     @Test func sigtermStopsGracefullyAndClosesTheDatabase() throws {
