@@ -121,6 +121,8 @@ extension LatticeService {
                 bytesUsed += growth
                 pending.append((index, plan))
                 pendingNames.insert(plan.recordName)
+            } catch StorageError.deadlineExceeded {
+                throw StorageError.deadlineExceeded // the whole request stops: TRY_AGAIN_LATER, nothing written
             } catch {
                 slots[index] = .failure(internalError(error))
             }
