@@ -94,7 +94,15 @@ extension LatticeService {
             for stored in try tx.records(zoneRowID: zone.rowID, recordType: recordType) {
                 try context.deadline.check()
                 let record = try decode(stored)
-                guard filters.allSatisfy({ $0.matches(record) }) else { continue }
+                // Each field is read once per record, however many filters name it.
+                var fields: [String: FieldValue?] = [:]
+                func field(_ name: String) -> FieldValue? {
+                    if let known = fields[name] { return known }
+                    let value = record[name]
+                    fields[name] = .some(value)
+                    return value
+                }
+                guard filters.allSatisfy({ $0.matches(field($0.fieldName)) }) else { continue }
                 if resolved.isShared, try grant(for: stored.recordName, resolved, tx) == nil { continue }
                 let position = QueryPosition(keys: sorts.map { record[$0.fieldName] }, recordName: stored.recordName)
                 if let after, !(after.precedes(position, sorts)) { continue }
@@ -191,8 +199,11 @@ struct QueryFilter {
     }
 
     /// Whether a record matches. A record without the field matches no condition.
-    func matches(_ record: Record) -> Bool {
-        guard let field = record[fieldName] else { return false }
+    func matches(_ record: Record) -> Bool { matches(record[fieldName]) }
+
+    /// Whether a record whose `fieldName` holds `field` matches (nil: the record lacks it).
+    func matches(_ field: FieldValue?) -> Bool {
+        guard let field else { return false }
         switch comparator {
         case .equals: return field == value
         case .notEquals: return field != value
