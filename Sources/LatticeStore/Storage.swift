@@ -172,6 +172,10 @@ public protocol StorageTransaction {
     func record(zoneRowID: Int64, name: String) throws -> StoredRecord?
     /// Records of a type (all types when nil), live only, in name order.
     func records(zoneRowID: Int64, recordType: String?) throws -> [StoredRecord]
+    /// The same records as `records(zoneRowID:recordType:)`, in the same order, handed to `body` one at a
+    /// time so that a caller keeps only what it needs; stops early when `body` returns false. A backend
+    /// without a streaming read takes the default (`records`, then a loop).
+    func forEachRecord(zoneRowID: Int64, recordType: String?, _ body: (StoredRecord) throws -> Bool) throws
     /// Saves a record's new state: the next position in the zone log, a new change tag
     /// (`StorageRules.changeTag`), and the zone's next position in its database's log. `created` follows
     /// `StorageRules.creation`: kept from the row it replaces, new over a tombstone.
@@ -529,6 +533,12 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
 }
 
 extension StorageTransaction {
+    public func forEachRecord(zoneRowID: Int64, recordType: String?, _ body: (StoredRecord) throws -> Bool) throws {
+        for record in try records(zoneRowID: zoneRowID, recordType: recordType) {
+            guard try body(record) else { return }
+        }
+    }
+
     public func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord] {
         try writes.map { try saveRecord(zoneRowID: zoneRowID, $0) }
     }

@@ -90,8 +90,12 @@ extension LatticeService {
             let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
             try requireZone(resolved)
             guard let zone = resolved.zone else { return .object(["records": .array([])]) }
+            // Records stream in name order; only the best `keep` matches are kept (O(n log keep) time, O(keep)
+            // memory), and without sort keys name order is the query's order, so the read stops once the
+            // page (and one more, to know there are more) is found.
             var matches: [(StoredRecord, Record, QueryPosition)] = []
-            for stored in try tx.records(zoneRowID: zone.rowID, recordType: recordType) {
+            let keep = limit + 1
+            try tx.forEachRecord(zoneRowID: zone.rowID, recordType: recordType) { stored in
                 try context.deadline.check()
                 let record = try decode(stored)
                 // Each field is read once per record, however many filters name it.
@@ -102,11 +106,17 @@ extension LatticeService {
                     fields[name] = .some(value)
                     return value
                 }
-                guard filters.allSatisfy({ $0.matches(field($0.fieldName)) }) else { continue }
-                if resolved.isShared, try grant(for: stored.recordName, resolved, tx) == nil { continue }
-                let position = QueryPosition(keys: sorts.map { record[$0.fieldName] }, recordName: stored.recordName)
-                if let after, !(after.precedes(position, sorts)) { continue }
+                guard filters.allSatisfy({ $0.matches(field($0.fieldName)) }) else { return true }
+                if resolved.isShared, try grant(for: stored.recordName, resolved, tx) == nil { return true }
+                let position = QueryPosition(keys: sorts.map { field($0.fieldName) }, recordName: stored.recordName)
+                if let after, !(after.precedes(position, sorts)) { return true }
                 matches.append((stored, record, position))
+                if sorts.isEmpty { return matches.count < keep }
+                if matches.count >= 2 * keep + 64 {
+                    matches.sort { $0.2.precedes($1.2, sorts) }
+                    matches.removeSubrange(keep...)
+                }
+                return true
             }
             try context.deadline.check()
             matches.sort { $0.2.precedes($1.2, sorts) }

@@ -399,6 +399,28 @@ struct SQLiteTransaction: StorageTransaction {
         return rows.map { record($0, zoneRowID: zoneRowID) }
     }
 
+    func forEachRecord(zoneRowID: Int64, recordType: String?, _ body: (StoredRecord) throws -> Bool) throws {
+        var sql = "SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND deleted = 0 "
+        var values: [SQLiteValue] = [.integer(zoneRowID)]
+        if let recordType {
+            sql += "AND record_type = ? "
+            values.append(.text(recordType))
+        }
+        // A statement of its own (not the cached one): `body` may run other statements meanwhile.
+        let statement: Statement
+        do {
+            statement = try db.prepare(sql + "ORDER BY name")
+            try statement.bind(values)
+        } catch {
+            throw StorageError(error)
+        }
+        while true {
+            let hasRow: Bool
+            do { hasRow = try statement.step() } catch { throw StorageError(error) }
+            guard hasRow, try body(record(statement.row(), zoneRowID: zoneRowID)) else { return }
+        }
+    }
+
     func saveRecord(zoneRowID: Int64, _ write: RecordWrite) throws -> StoredRecord {
         guard let zone = try zone(rowID: zoneRowID), !zone.deleted else {
             throw StorageError.failure("zone \(zoneRowID) is not live")
