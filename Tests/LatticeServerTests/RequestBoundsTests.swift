@@ -228,6 +228,53 @@ import Testing
         #expect(firstNames + rest == expected + ["r000"], "\(firstNames) + \(rest)")
     }
 
+    @Test func aHierarchyShareFeedStopsAtTheByteCapAndResumesWhereItStopped() throws {
+        let cap = 12_000
+        let w = try MatrixWorld { $0.maximumResponseBytes = cap }
+        let text = String(repeating: "s", count: 1_500)
+        let children = (0..<30).map { index in
+            operation("create", String(format: "S%03d", index), fields: ["text": value(.string(text))],
+                      extra: parentRef("L-child"))
+        }
+        #expect(w.owner("records/modify", MatrixWorld.lists, ["operations": .array(children)]).records
+            .allSatisfy { $0["serverErrorCode"] == nil })
+        // The participant's feed paged with the cap, and all at once by a service on the same storage
+        // without it: the same records in the same order.
+        func page(_ service: LatticeService?) -> (names: [String], pages: [[Int]]) {
+            var names: [String] = []
+            var pages: [[Int]] = []
+            var syncToken: String?
+            for _ in 0..<100 {
+                var item: [String: JSON] = ["zoneID": w.zoneID(MatrixWorld.lists, shared: true)]
+                if let syncToken { item["syncToken"] = .string(syncToken) }
+                let body = JSON.object(["zones": .array([.object(item)])])
+                let zoneItem: JSON
+                if let service {
+                    zoneItem = call(service, "changes/zone", body, token: w.token("priv-ro"),
+                                    database: "shared").1["zones"]?.arrayValue?.first ?? .null
+                } else {
+                    zoneItem = w.h.call("changes/zone", body, token: w.token("priv-ro"), database: "shared").zones.first ?? .null
+                }
+                let records = zoneItem["records"]?.arrayValue ?? []
+                names += self.names(records)
+                pages.append(records.map { $0.serializedBytes().count })
+                syncToken = zoneItem["syncToken"]?.stringValue
+                if zoneItem["moreComing"] != .bool(true) { break }
+            }
+            return (names, pages)
+        }
+        var whole = w.h.service.configuration
+        whole.maximumResponseBytes = 64 << 20
+        let reference = page(try LatticeService(storage: w.h.storage, configuration: whole, keyRing: w.h.keyRing,
+                                                log: { _ in }))
+        #expect(reference.pages.count == 1 && Set(reference.names).isSuperset(of: children.compactMap {
+            $0["record"]?["recordName"]?.stringValue }), "\(reference.names)")
+        let capped = page(nil)
+        #expect(capped.pages.count > 2, "\(capped.pages)")
+        for sizes in capped.pages { #expect(sizes.count == 1 || sizes.reduce(0, +) <= cap, "\(sizes)") }
+        #expect(capped.names == reference.names)
+    }
+
     @Test func queriesStopAtTheByteCapAndTheMarkerResumes() throws {
         let cap = 12_000
         let h = try ServiceHarness { $0.maximumResponseBytes = cap }
@@ -308,9 +355,10 @@ import Testing
         return try LatticeService(storage: h.storage, configuration: configuration, keyRing: h.keyRing, log: { _ in })
     }
 
-    private func call(_ service: LatticeService, _ operation: String, _ body: JSON, token: String) -> (Int, JSON) {
+    private func call(_ service: LatticeService, _ operation: String, _ body: JSON, token: String,
+                      database: String = "private") -> (Int, JSON) {
         let response = service.respond(to: HTTPRequest(
-            method: "POST", path: "/database/1/lattice/production/private/\(operation)",
+            method: "POST", path: "/database/1/lattice/production/\(database)/\(operation)",
             headers: ["Authorization": "Bearer " + token], body: body.serializedBytes(), remoteAddress: "127.0.0.1"))
         return (response.status, (try? JSON.parse(response.body)) ?? .null)
     }
