@@ -189,6 +189,11 @@ public protocol StorageTransaction {
     func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord]
     /// Records whose zone position is after `cursor` (tombstones included), in log order.
     func recordChanges(zoneRowID: Int64, after cursor: Int64, limit: Int) throws -> [StoredRecord]
+    /// The same records as `recordChanges(zoneRowID:after:limit:)`, in the same order, handed to `body` one
+    /// at a time; stops early when `body` returns false, so a page cut at a byte budget never holds more
+    /// than it sends. A backend without a streaming read takes the default (`recordChanges`, then a loop).
+    func forEachRecordChange(zoneRowID: Int64, after cursor: Int64, limit: Int,
+                             _ body: (StoredRecord) throws -> Bool) throws
     /// Names of the live records whose parent is `parentName`.
     func children(zoneRowID: Int64, parentName: String) throws -> [String]
 
@@ -535,6 +540,13 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
 extension StorageTransaction {
     public func forEachRecord(zoneRowID: Int64, recordType: String?, _ body: (StoredRecord) throws -> Bool) throws {
         for record in try records(zoneRowID: zoneRowID, recordType: recordType) {
+            guard try body(record) else { return }
+        }
+    }
+
+    public func forEachRecordChange(zoneRowID: Int64, after cursor: Int64, limit: Int,
+                                    _ body: (StoredRecord) throws -> Bool) throws {
+        for record in try recordChanges(zoneRowID: zoneRowID, after: cursor, limit: limit) {
             guard try body(record) else { return }
         }
     }

@@ -235,12 +235,18 @@ extension LatticeService {
             return try shareFeedPage(request, resolved, zone: zone, limit: limit, context: context, tx, admit: admit)
         }
         let cursor = try zoneCursor(token, zone)
-        var records = try tx.recordChanges(zoneRowID: zone.rowID, after: cursor, limit: limit)
-        var moreComing = records.count == limit && records.last.map { $0.seq < zone.lastSeq } == true
-        if let cut = try records.firstIndex(where: { try !admit($0) }) {
-            records.removeSubrange(cut...)
-            moreComing = true
+        // Streamed: the rows past the one `admit` refuses are never read.
+        var records: [StoredRecord] = []
+        var cut = false
+        try tx.forEachRecordChange(zoneRowID: zone.rowID, after: cursor, limit: limit) { stored in
+            guard try admit(stored) else {
+                cut = true
+                return false
+            }
+            records.append(stored)
+            return true
         }
+        let moreComing = cut || (records.count == limit && records.last.map { $0.seq < zone.lastSeq } == true)
         let syncToken: SyncToken
         if moreComing, let last = records.last {
             syncToken = SyncToken(log: .zone, owner: zone.rowID, position: last.seq)

@@ -90,10 +90,10 @@ extension LatticeService {
             let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
             try requireZone(resolved)
             guard let zone = resolved.zone else { return .object(["records": .array([])]) }
-            // Records stream in name order; only the best `keep` matches are kept (O(n log keep) time, O(keep)
-            // memory), and without sort keys name order is the query's order, so the read stops once the
-            // page (and one more, to know there are more) is found.
-            var matches: [(StoredRecord, Record, QueryPosition)] = []
+            // Records stream in name order; only the positions of the best `keep` matches are kept (O(n log
+            // keep) time, no record held), and without sort keys name order is the query's order, so the read
+            // stops once the page (and one more, to know there are more) is found.
+            var matches: [QueryPosition] = []
             let keep = limit + 1
             try tx.forEachRecord(zoneRowID: zone.rowID, recordType: recordType) { stored in
                 try context.deadline.check()
@@ -110,27 +110,30 @@ extension LatticeService {
                 if resolved.isShared, try grant(for: stored.recordName, resolved, tx) == nil { return true }
                 let position = QueryPosition(keys: sorts.map { field($0.fieldName) }, recordName: stored.recordName)
                 if let after, !(after.precedes(position, sorts)) { return true }
-                matches.append((stored, record, position))
+                matches.append(position)
                 if sorts.isEmpty { return matches.count < keep }
                 if matches.count >= 2 * keep + 64 {
-                    matches.sort { $0.2.precedes($1.2, sorts) }
+                    matches.sort { $0.precedes($1, sorts) }
                     matches.removeSubrange(keep...)
                 }
                 return true
             }
             try context.deadline.check()
-            matches.sort { $0.2.precedes($1.2, sorts) }
-            try context.deadline.check()
-            // The page: at most `limit` records and `maximumResponseBytes` of them; the marker resumes after
-            // the last one answered.
+            matches.sort { $0.precedes($1, sorts) }
+            // The page: at most `limit` records and `maximumResponseBytes` of them, read again by name in the
+            // same snapshot; the marker resumes after the last one answered.
             var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
             var records: [JSON] = []
             var last: QueryPosition?
             for match in matches.prefix(limit) {
-                let json = recordJSON(match.0, match.1, desiredKeys: desiredKeys)
+                try context.deadline.check()
+                guard let stored = try tx.record(zoneRowID: zone.rowID, name: match.recordName), !stored.deleted else {
+                    continue
+                }
+                let json = recordJSON(stored, try decode(stored), desiredKeys: desiredKeys)
                 guard budget.admit(json) else { break }
                 records.append(json)
-                last = match.2
+                last = match
             }
             var result: [String: JSON] = ["records": .array(records)]
             if matches.count > records.count, let last {

@@ -406,10 +406,22 @@ struct SQLiteTransaction: StorageTransaction {
             sql += "AND record_type = ? "
             values.append(.text(recordType))
         }
+        try streamRecords(sql + "ORDER BY name", values, zoneRowID: zoneRowID, body)
+    }
+
+    func forEachRecordChange(zoneRowID: Int64, after cursor: Int64, limit: Int,
+                             _ body: (StoredRecord) throws -> Bool) throws {
+        try streamRecords("SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                          [.integer(zoneRowID), .integer(cursor), .integer(Int64(limit))], zoneRowID: zoneRowID, body)
+    }
+
+    /// Steps through the record rows of `sql` one at a time, until `body` returns false.
+    private func streamRecords(_ sql: String, _ values: [SQLiteValue], zoneRowID: Int64,
+                               _ body: (StoredRecord) throws -> Bool) throws {
         // A statement of its own (not the cached one): `body` may run other statements meanwhile.
         let statement: Statement
         do {
-            statement = try db.prepare(sql + "ORDER BY name")
+            statement = try db.prepare(sql)
             try statement.bind(values)
         } catch {
             throw StorageError(error)
