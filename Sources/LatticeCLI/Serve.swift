@@ -19,11 +19,29 @@ let serveUsage = """
                                  closed: only `lattice admin add-user` does
       --tombstone-horizon-days N deleted records are purged after N days (default 30); older sync
                                  tokens then get CHANGE_TOKEN_EXPIRED
+
+    Bounds on each request (over a cap: LIMIT_EXCEEDED, checked before any work):
+      --request-deadline SECONDS how long one request may work (default 10); past it storage work is
+                                 interrupted and rolled back, and the client gets TRY_AGAIN_LATER
+                                 (a parked changes/wait is not working)
+      --reader-connections N     SQLite reader connections for requests (default 4), besides one kept
+                                 for authentication
+      --max-response-bytes N     bytes of records per answer of a query, lookup or feed (default
+                                 8388608); feeds and queries stop there with moreComing
+      --max-query-filters N      filters per records/query (default 64)
+      --max-query-sort-keys N    sort keys per records/query (default 8)
+      --max-filter-values N      values per IN or NOT_IN filter (default 10000)
+      --max-list-elements N      elements per list field of a write (default 50000)
+      --max-fields-per-record N  fields per record of a write (default 1000)
     """
 
 func runServe(_ arguments: [String]) throws {
     let parsed = try ParsedArguments(arguments, valueOptions: ["data", "host", "port", "public-url", "container",
-                                                               "registration", "tombstone-horizon-days"],
+                                                               "registration", "tombstone-horizon-days",
+                                                               "request-deadline", "reader-connections",
+                                                               "max-response-bytes", "max-query-filters",
+                                                               "max-query-sort-keys", "max-filter-values",
+                                                               "max-list-elements", "max-fields-per-record"],
                                      flagOptions: [])
     if parsed.flag("help") {
         print(serveUsage)
@@ -46,6 +64,7 @@ func runServe(_ arguments: [String]) throws {
     if let days = try parsed.integer("tombstone-horizon-days", in: 1...36500) {
         options.service.tombstoneHorizonMilliseconds = Int64(days) * 24 * 3_600_000
     }
+    try applyBoundsOptions(parsed, to: &options.service)
     let publicURL = try parsed.value("public-url")
     if let publicURL, URL(string: publicURL)?.scheme == nil {
         throw UsageError("--public-url must be an absolute URL such as https://lattice.example.com")
@@ -75,4 +94,21 @@ func runServe(_ arguments: [String]) throws {
     FileHandle.standardError.write(Data("lattice: shutting down\n".utf8))
     server.stop()
     sources.forEach { $0.cancel() }
+}
+
+/// The request bounds of `lattice serve` (see the usage text).
+private func applyBoundsOptions(_ parsed: ParsedArguments, to service: inout ServiceConfiguration) throws {
+    if let text = try parsed.value("request-deadline") {
+        guard let seconds = Double(text), seconds >= 0.01, seconds <= 3600 else {
+            throw UsageError("--request-deadline must be a number of seconds from 0.01 to 3600")
+        }
+        service.requestDeadlineMilliseconds = Int64((seconds * 1000).rounded())
+    }
+    if let count = try parsed.integer("reader-connections", in: 1...64) { service.storageReaderConnections = count }
+    if let bytes = try parsed.integer("max-response-bytes", in: 65_536...(1 << 30)) { service.maximumResponseBytes = bytes }
+    if let count = try parsed.integer("max-query-filters", in: 1...10_000) { service.maximumQueryFilters = count }
+    if let count = try parsed.integer("max-query-sort-keys", in: 1...100) { service.maximumQuerySortKeys = count }
+    if let count = try parsed.integer("max-filter-values", in: 1...1_000_000) { service.maximumFilterValues = count }
+    if let count = try parsed.integer("max-list-elements", in: 1...1_000_000) { service.maximumListElements = count }
+    if let count = try parsed.integer("max-fields-per-record", in: 1...100_000) { service.maximumFieldsPerRecord = count }
 }

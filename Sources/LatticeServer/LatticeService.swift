@@ -164,7 +164,10 @@ public final class LatticeService: HTTPHandler, Sendable {
         guard let kind = DatabaseKind(rawValue: parts[5]) else {
             throw APIError.badRequest("database must be private, public or shared")
         }
-        let user = try authenticate(request)
+        // The request's work ends at its deadline (storage is interrupted, CPU loops check it); a parked
+        // long poll is not working, and its reads before and after parking take fresh ones.
+        let deadline = RequestDeadline.after(milliseconds: configuration.requestDeadlineMilliseconds)
+        let user = try authenticate(request, deadline: deadline)
         try throttle(key: "user:\(user.id)")
         // deltas/push has a binary body: its envelope carries what a JSON body would (clientOperationID, atomic).
         var push: SyncMessage.Push? = nil
@@ -178,7 +181,7 @@ public final class LatticeService: HTTPHandler, Sendable {
             body = try parseBody(request)
         }
         let context = RequestContext(user: user, kind: kind, environment: parts[4], body: body,
-                                     rawBody: request.body, path: path, push: push)
+                                     rawBody: request.body, path: path, push: push, deadline: deadline)
         switch operation {
         case .changesWait:
             try waitForChanges(context, respond: respond)
@@ -194,7 +197,9 @@ public final class LatticeService: HTTPHandler, Sendable {
         case .zonesList: return .json(try listZones(context))
         case .zonesLookup: return .json(try lookupZones(context))
         case .zonesModify: return try idempotent(context) { try modifyZones(context, $0, &$1) }
-        case .recordsModify: return try idempotent(context) { try modifyRecords(context, $0, &$1) }
+        case .recordsModify:
+            let refused = try recordsModifyRefusals(context) // the size caps, before the write lock is taken
+            return try idempotent(context) { try modifyRecords(context, $0, &$1, refused: refused) }
         case .recordsLookup: return .json(try lookupRecords(context))
         case .recordsQuery: return .json(try queryRecords(context))
         case .changesDatabase: return .json(try databaseChanges(context))
@@ -203,11 +208,11 @@ public final class LatticeService: HTTPHandler, Sendable {
         case .sharesCreate: return try idempotent(context) { try createShare(context, $0, &$1) }
         case .sharesLookup: return .json(try lookupShare(context))
         case .sharesModify: return try idempotent(context) { try modifyShare(context, $0, &$1) }
-        case .sharesURL: return try write { tx, touched in try shareURL(context, tx, &touched) }
+        case .sharesURL: return try write(deadline: context.deadline) { tx, touched in try shareURL(context, tx, &touched) }
         case .sharesLeave: return try idempotent(context) { try leaveShare(context, $0, &$1) }
         case .sharesDelete: return try idempotent(context) { try deleteShare(context, $0, &$1) }
         case .recordsResolve: return .json(try resolveShares(context))
-        case .recordsAccept: return try write { tx, touched in try acceptShares(context, tx, &touched) }
+        case .recordsAccept: return try write(deadline: context.deadline) { tx, touched in try acceptShares(context, tx, &touched) }
         case .deltasPush:
             guard let push = context.push else { throw APIError.badRequest("deltas/push takes a binary delta push") }
             let prepared = try preparePush(push)
@@ -222,7 +227,7 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     // MARK: Authentication and throttling
 
-    private func authenticate(_ request: HTTPRequest) throws -> UserAccount {
+    private func authenticate(_ request: HTTPRequest, deadline: RequestDeadline?) throws -> UserAccount {
         guard let header = request.header("authorization") else {
             throw APIError(.authenticationRequired, "sign in: send Authorization: Bearer <token> (POST /auth/signup makes one)")
         }
@@ -230,7 +235,8 @@ public final class LatticeService: HTTPHandler, Sendable {
         guard parts.count == 2, parts[0].lowercased() == "bearer", let token = BearerToken(text: String(parts[1])) else {
             throw APIError(.authenticationFailed, "the Authorization header is not a Lattice bearer token")
         }
-        guard let user = try storage.read({ try $0.user(tokenHash: token.storedHash) }) else {
+        // The authentication lane: never queued behind a long read or a write.
+        guard let user = try storage.read(deadline: deadline, lane: .authentication, { try $0.user(tokenHash: token.storedHash) }) else {
             throw APIError(.authenticationFailed, "unknown or revoked token")
         }
         return user
@@ -273,6 +279,10 @@ public final class LatticeService: HTTPHandler, Sendable {
             }
             return APIError(.tryAgainLater, "the server's disk is full; nothing was written; retry later", retryAfter: 30)
         }
+        if case StorageError.deadlineExceeded = error {
+            return APIError(.tryAgainLater, "the request ran past its deadline of \(configuration.requestDeadlineMilliseconds) ms "
+                            + "and was stopped (nothing was written); retry, or ask for less at once")
+        }
         let reference = UUID().uuidString.lowercased()
         log("internal error \(reference): \(error)")
         return APIError(.internalError, "internal error (reference \(reference))")
@@ -283,13 +293,13 @@ public final class LatticeService: HTTPHandler, Sendable {
     private func idempotent(_ context: RequestContext,
                             _ body: (any StorageTransaction, inout Set<Int64>) throws -> HTTPResponse) throws -> HTTPResponse {
         guard let idJSON = context.body["clientOperationID"] else {
-            return try write { tx, touched in try body(tx, &touched) }
+            return try write(deadline: context.deadline) { tx, touched in try body(tx, &touched) }
         }
         guard let operationID = idJSON.stringValue, (1...128).contains(operationID.utf8.count) else {
             throw APIError.badRequest("clientOperationID must be a string of 1 to 128 bytes")
         }
         let requestHash = Secrets.sha256(Array(context.path.utf8) + [0] + context.rawBody)
-        return try write { tx, touched in
+        return try write(deadline: context.deadline) { tx, touched in
             if let earlier = try tx.clientOperation(userID: context.user.id, operationID: operationID) {
                 guard earlier.requestHash == requestHash else {
                     throw APIError.badRequest("clientOperationID \(operationID) was already used for a different request")
@@ -310,9 +320,9 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     /// A write transaction. `touched` collects the databases whose logs it moved; after the commit their
     /// long polls are woken with the committed positions.
-    func write<T>(_ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
+    func write<T>(deadline: RequestDeadline? = nil, _ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
         var touched = Set<Int64>()
-        let result = try storage.write { tx in
+        let result = try storage.write(deadline: deadline) { tx in
             let result = try body(tx, &touched)
             // Keep the clock's high-water mark with the writes it stamped: after a restart the clock never
             // goes back, even if the wall clock did.
@@ -337,6 +347,8 @@ struct RequestContext {
     let path: String
     /// The envelope of a `deltas/push` (its body is binary, not JSON).
     var push: SyncMessage.Push? = nil
+    /// When the request's work must stop (`ServiceConfiguration.requestDeadlineMilliseconds`).
+    var deadline: RequestDeadline? = nil
 
     var databaseKey: DatabaseKey {
         DatabaseKey(kind: kind, environment: environment, ownerID: kind == .public ? 0 : user.id)

@@ -36,7 +36,7 @@ public final class ServerProcess: @unchecked Sendable {
         let data = try DataDirectory.open(options.dataDirectory)
         lockDescriptor = data.lockDescriptor
         do {
-            storage = try SQLiteStorage(path: data.databasePath)
+            storage = try SQLiteStorage(path: data.databasePath, readerConnections: options.service.storageReaderConnections)
             let keyRing = try ShareKeyRing.open(directory: data.path, nowMilliseconds: options.service.now())
             var serviceConfiguration = options.service
             if let publicURL = options.publicURL { serviceConfiguration.publicURL = publicURL }

@@ -49,5 +49,27 @@ public struct ServiceConfiguration: Sendable {
         }
     }
 
+    // MARK: bounds
+
+    /// Filters (`query.filterBy`) per `records/query`: LIMIT_EXCEEDED above it, before any work.
+    public var maximumQueryFilters = 64
+    /// Sort keys (`query.sortBy`) per `records/query`: LIMIT_EXCEEDED above it, before any work.
+    public var maximumQuerySortKeys = 8
+    /// Values in one `IN` or `NOT_IN` filter (and in the list value of any filter): LIMIT_EXCEEDED above it.
+    /// Matching looks each field up in a set of them, so the cost does not grow with the count.
+    public var maximumFilterValues = 10_000
+    /// Bytes of records in one answer of `records/query`, `records/lookup`, `changes/zone` and `deltas/pull`
+    /// (JSON as sent; binary frames for `deltas/pull`). A feed or query stops before the record that would
+    /// pass it and says `moreComing` (a continuation resumes exactly there); a lookup answers the records
+    /// past it with a per-item LIMIT_EXCEEDED. One record is always answered, so a page always moves on.
+    public var maximumResponseBytes = 8 * 1024 * 1024
+    /// How long a request may work, in milliseconds: storage work past it is interrupted and rolled back,
+    /// CPU work checks it between items, and the client gets TRY_AGAIN_LATER. A parked `changes/wait` is
+    /// not working and is not subject to it.
+    public var requestDeadlineMilliseconds: Int64 = 10_000
+    /// Reader connections of the storage's general lane (SQLite: a pool of WAL readers, besides one kept for
+    /// authentication). Read by `ServerProcess` when it opens the storage.
+    public var storageReaderConnections = 4
+
     public init() {}
 }

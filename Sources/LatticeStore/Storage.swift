@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The storage seam: everything the service keeps, behind one protocol, so a PostgreSQL backend can
 /// replace the embedded SQLite one without touching the HTTP layer. No SQL type or text crosses it, and
 /// every operation reports failures as `StorageError`.
@@ -36,14 +40,98 @@
 /// A deleted record stays as a tombstone (`deleted == true`, its frame holds the deletion stamp) until
 /// `purge(before:)` removes tombstones older than the horizon and raises the zone's `purgedSeq`; a
 /// cursor below `purgedSeq` has missed a deletion and must start over (`CHANGE_TOKEN_EXPIRED`).
+///
+/// ## Deadlines and lanes
+///
+/// `read` and `write` take the request's `RequestDeadline` (nil: none). A backend stops its own work once
+/// the deadline has passed and throws `StorageError.deadlineExceeded`: waiting for a connection, and the
+/// statements it runs (SQLite: a progress handler; PostgreSQL: `statement_timeout` set from
+/// `RequestDeadline.remainingMilliseconds`). A write that ran past its deadline is rolled back whole, so
+/// nothing is half-written; a body that returned in time is committed even if the commit itself ends after
+/// the deadline. Reads take a `ReadLane`: `.authentication` reads (one token lookup per request) must
+/// never queue behind long reads or writes, so a backend keeps capacity apart for them.
 public protocol Storage: Sendable {
-    /// Runs `body` on a consistent snapshot of committed data.
-    func read<T>(_ body: (any StorageTransaction) throws -> T) throws -> T
+    /// Runs `body` on a consistent snapshot of committed data, stopping at `deadline`.
+    func read<T>(deadline: RequestDeadline?, lane: ReadLane, _ body: (any StorageTransaction) throws -> T) throws -> T
     /// Runs `body` in one write transaction: committed durably before this returns, or, if `body`
-    /// throws, rolled back so nothing is written.
-    func write<T>(_ body: (any StorageTransaction) throws -> T) throws -> T
+    /// throws or the work runs past `deadline`, rolled back so nothing is written.
+    func write<T>(deadline: RequestDeadline?, _ body: (any StorageTransaction) throws -> T) throws -> T
     /// Closes the backend; later calls fail with `StorageError.closed`.
     func close()
+}
+
+extension Storage {
+    /// Runs `body` on a consistent snapshot of committed data, with no deadline.
+    public func read<T>(_ body: (any StorageTransaction) throws -> T) throws -> T {
+        try read(deadline: nil, lane: .general, body)
+    }
+
+    /// A read of the general lane that stops at `deadline`.
+    public func read<T>(deadline: RequestDeadline?, _ body: (any StorageTransaction) throws -> T) throws -> T {
+        try read(deadline: deadline, lane: .general, body)
+    }
+
+    /// One write transaction with no deadline.
+    public func write<T>(_ body: (any StorageTransaction) throws -> T) throws -> T {
+        try write(deadline: nil, body)
+    }
+}
+
+/// Which capacity a read uses.
+public enum ReadLane: Sendable, Hashable {
+    /// Any read of a request (lookups, queries, feeds).
+    case general
+    /// A short point read on every request's path (the token lookup): kept apart from the general lane so
+    /// that it never waits for a long read or a write.
+    case authentication
+}
+
+/// The moment a request's work must stop, on the monotonic clock: storage-neutral, so every backend can
+/// honour it (see `Storage`), and the server checks it between items of CPU work outside storage.
+public struct RequestDeadline: Sendable, Hashable, Comparable {
+    /// `CLOCK_MONOTONIC` nanoseconds.
+    public let uptimeNanoseconds: UInt64
+
+    public init(uptimeNanoseconds: UInt64) {
+        self.uptimeNanoseconds = uptimeNanoseconds
+    }
+
+    /// `milliseconds` from now (0 or less: already passed).
+    public static func after(milliseconds: Int64) -> RequestDeadline {
+        let now = RequestDeadline.nowNanoseconds()
+        let span = UInt64(max(0, milliseconds)).multipliedReportingOverflow(by: 1_000_000)
+        let (sum, overflow) = now.addingReportingOverflow(span.partialValue)
+        return RequestDeadline(uptimeNanoseconds: span.overflow || overflow ? .max : sum)
+    }
+
+    /// The monotonic clock now, in nanoseconds.
+    public static func nowNanoseconds() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
+    }
+
+    public var hasPassed: Bool { RequestDeadline.nowNanoseconds() >= uptimeNanoseconds }
+
+    /// Milliseconds left, at least 0 (for a backend's own timeout, e.g. PostgreSQL's `statement_timeout`).
+    public var remainingMilliseconds: Int64 {
+        let now = RequestDeadline.nowNanoseconds()
+        return now >= uptimeNanoseconds ? 0 : Int64(min((uptimeNanoseconds - now) / 1_000_000, UInt64(Int64.max)))
+    }
+
+    /// - Throws: `StorageError.deadlineExceeded` once the deadline has passed.
+    public func check() throws(StorageError) {
+        if hasPassed { throw StorageError.deadlineExceeded }
+    }
+
+    public static func < (a: RequestDeadline, b: RequestDeadline) -> Bool { a.uptimeNanoseconds < b.uptimeNanoseconds }
+}
+
+extension Optional where Wrapped == RequestDeadline {
+    /// Checks the deadline, if there is one.
+    public func check() throws(StorageError) {
+        if let self { try self.check() }
+    }
 }
 
 /// The operations available inside a transaction. Writes fail in a read transaction (with a `StorageError`).
@@ -84,6 +172,10 @@ public protocol StorageTransaction {
     func record(zoneRowID: Int64, name: String) throws -> StoredRecord?
     /// Records of a type (all types when nil), live only, in name order.
     func records(zoneRowID: Int64, recordType: String?) throws -> [StoredRecord]
+    /// The same records as `records(zoneRowID:recordType:)`, in the same order, handed to `body` one at a
+    /// time so that a caller keeps only what it needs; stops early when `body` returns false. A backend
+    /// without a streaming read takes the default (`records`, then a loop).
+    func forEachRecord(zoneRowID: Int64, recordType: String?, _ body: (StoredRecord) throws -> Bool) throws
     /// Saves a record's new state: the next position in the zone log, a new change tag
     /// (`StorageRules.changeTag`), and the zone's next position in its database's log. `created` follows
     /// `StorageRules.creation`: kept from the row it replaces, new over a tombstone.
@@ -97,6 +189,11 @@ public protocol StorageTransaction {
     func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord]
     /// Records whose zone position is after `cursor` (tombstones included), in log order.
     func recordChanges(zoneRowID: Int64, after cursor: Int64, limit: Int) throws -> [StoredRecord]
+    /// The same records as `recordChanges(zoneRowID:after:limit:)`, in the same order, handed to `body` one
+    /// at a time; stops early when `body` returns false, so a page cut at a byte budget never holds more
+    /// than it sends. A backend without a streaming read takes the default (`recordChanges`, then a loop).
+    func forEachRecordChange(zoneRowID: Int64, after cursor: Int64, limit: Int,
+                             _ body: (StoredRecord) throws -> Bool) throws
     /// Names of the live records whose parent is `parentName`.
     func children(zoneRowID: Int64, parentName: String) throws -> [String]
 
@@ -427,6 +524,8 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The disk holding the data, or the server process's file-size limit, has no room for the write.
     /// The transaction wrote nothing; reads go on, and writes succeed again once space returns.
     case diskFull
+    /// The request's `RequestDeadline` passed before the work finished; nothing of a write was kept.
+    case deadlineExceeded
     /// Anything else. The text is for logs, never for clients (it may name tables).
     case failure(String)
 
@@ -436,12 +535,26 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
         case .duplicate(let what): return "\(what) already exists"
         case .closed: return "the storage is closed"
         case .diskFull: return "the disk is full"
+        case .deadlineExceeded: return "the request ran past its deadline"
         case .failure(let text): return text
         }
     }
 }
 
 extension StorageTransaction {
+    public func forEachRecord(zoneRowID: Int64, recordType: String?, _ body: (StoredRecord) throws -> Bool) throws {
+        for record in try records(zoneRowID: zoneRowID, recordType: recordType) {
+            guard try body(record) else { return }
+        }
+    }
+
+    public func forEachRecordChange(zoneRowID: Int64, after cursor: Int64, limit: Int,
+                                    _ body: (StoredRecord) throws -> Bool) throws {
+        for record in try recordChanges(zoneRowID: zoneRowID, after: cursor, limit: limit) {
+            guard try body(record) else { return }
+        }
+    }
+
     public func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord] {
         try writes.map { try saveRecord(zoneRowID: zoneRowID, $0) }
     }

@@ -15,7 +15,7 @@ extension LatticeService {
             return try SyncToken(text: text, expected: .database)
         }
         if context.kind == .shared { return try sharedDatabaseChanges(context, token: token, limit: limit) }
-        return try storage.read { tx in
+        return try storage.read(deadline: context.deadline) { tx in
             let database = try tx.database(context.databaseKey)
             let cursor = try databaseCursor(token, database)
             let changes = try tx.zoneChanges(databaseID: database.id, after: cursor, limit: limit)
@@ -57,13 +57,19 @@ extension LatticeService {
 
     /// `changes/zone {"zones": [{"zoneID", "syncToken"?, "resultsLimit"?}]}`: each zone's records changed
     /// since its token, in commit order, deletions included, with `moreComing` while more are left.
+    ///
+    /// A zone named twice is refused (BAD_REQUEST naming it). The records of all zones together stop at
+    /// `maximumResponseBytes`: a zone cut there, and every zone after it, says `moreComing` with a token that
+    /// resumes exactly after its last record answered.
     func zoneChanges(_ context: RequestContext) throws -> JSON {
         guard context.kind != .public else {
             throw APIError.badRequest("the public database has no change feed (as in CloudKit)")
         }
         let requests = try items(context.body, "zones", limit: configuration.maximumResultsLimit)
-        return try storage.read { tx in
+        try refuseDuplicateZones(requests.map { $0["zoneID"] }, context, path: { "zones[\($0)].zoneID" })
+        return try storage.read(deadline: context.deadline) { tx in
             var results: [JSON] = []
+            var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
             for (index, request) in requests.enumerated() {
                 let path = "zones[\(index)]"
                 let zoneName = request["zoneID"]?["zoneName"]?.stringValue ?? ""
@@ -72,9 +78,16 @@ extension LatticeService {
                 do {
                     let parsed = try parseZoneID(request["zoneID"], context, path: path + ".zoneID")
                     zoneID = parsed
+                    var rendered: [JSON] = []
                     let page = try zoneFeedPage(request.objectValue ?? [:], zoneID: parsed, context, tx, path: path + ".",
-                                                defaultLimit: context.body["resultsLimit"])
-                    results.append(try pageJSON(page))
+                                                defaultLimit: context.body["resultsLimit"]) { stored in
+                        try context.deadline.check()
+                        let json = recordJSON(stored, try decode(stored), desiredKeys: nil)
+                        guard budget.admit(json) else { return false }
+                        rendered.append(json)
+                        return true
+                    }
+                    results.append(pageJSON(page, rendered: rendered))
                 } catch let error as APIError {
                     var item = error.json(item: (key: "zoneName", value: zoneName))
                     if case .object(var object) = item, let zoneID {
@@ -149,7 +162,8 @@ extension LatticeService {
             watched.append((context.kind, token))
         }
         // The databases must exist so their ids can be watched; reading them inside a write creates them.
-        let databases = try write { tx, _ in
+        // The request's deadline covers this work, not the parking (the waiter's own timeout bounds that).
+        let databases = try write(deadline: context.deadline) { tx, _ in
             try watched.map { try tx.database(DatabaseKey(kind: $0.kind, environment: context.environment,
                                                           ownerID: context.user.id)) }
         }
@@ -171,14 +185,14 @@ extension LatticeService {
             throw APIError(.tryAgainLater, "the server is shutting down")
         }
         // Registered first, then re-read: a commit that landed before the registration is seen here.
-        let now = try storage.read { tx in try databases.compactMap { try tx.database(id: $0.id) } }
+        let now = try storage.read(deadline: context.deadline) { tx in try databases.compactMap { try tx.database(id: $0.id) } }
         if now.contains(where: { $0.lastSeq > cursors[$0.id]! }) { notifier.finish(waiter, .changed) }
     }
 
     /// `changes/database` in the shared database: the caller's log of shared zones. A zone whose every
     /// share the caller lost (removed, left, share deleted) is reported deleted.
     private func sharedDatabaseChanges(_ context: RequestContext, token: SyncToken?, limit: Int) throws -> JSON {
-        try storage.read { tx in
+        try storage.read(deadline: context.deadline) { tx in
             let database = try tx.database(context.databaseKey)
             let cursor = try databaseCursor(token, database)
             let entries = try tx.sharedZoneChanges(databaseID: database.id, after: cursor, limit: limit)
@@ -206,10 +220,11 @@ extension LatticeService {
     }
 
     /// A feed page as `changes/zone` answers it: records that left what the caller may see come first, as
-    /// deletions without CRDT state, then the changed records with their state.
-    func pageJSON(_ page: ZoneFeedPage) throws -> JSON {
+    /// deletions without CRDT state, then the changed records with their state (`rendered`: the page's
+    /// records as JSON, in order, rendered while the page was cut to the response budget).
+    func pageJSON(_ page: ZoneFeedPage, rendered: [JSON]) -> JSON {
         var records: [JSON] = page.removed.map { .object(["recordName": .string($0), "deleted": .bool(true)]) }
-        for stored in page.records { records.append(recordJSON(stored, try decode(stored), desiredKeys: nil)) }
+        records.append(contentsOf: rendered)
         var object: [String: JSON] = [
             "zoneID": page.zoneID.cloudKitJSON,
             "records": .array(records),
@@ -233,8 +248,12 @@ extension LatticeService {
     /// A share the token holds a position for but the caller no longer has (removed, left, share deleted,
     /// `publicPermission` none, root deleted) is named once in `lostShares` and then drained: a removal for
     /// each record the caller had from it, paged like the rest. See `hadRecord` for what counts as "had".
+    ///
+    /// `admit` is asked for each record before it joins the page (the response budget); the first it refuses
+    /// ends the page there, the share's position staying before it, and `moreComing` is set.
     func shareFeedPage(_ request: [String: JSON], _ resolved: ResolvedZone, zone: StoredZone, limit: Int,
-                       context: RequestContext, _ tx: any StorageTransaction) throws -> ZoneFeedPage {
+                       context: RequestContext, _ tx: any StorageTransaction,
+                       admit: (StoredRecord) throws -> Bool) throws -> ZoneFeedPage {
         var token = ShareFeedToken.State()
         if let json = request["syncToken"] {
             guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
@@ -243,6 +262,7 @@ extension LatticeService {
         var records: [StoredRecord] = []
         var removed: [String] = []
         var moreComing = false
+        var full = false // the response budget refused a record: no more records on this page
         let granted = Set(resolved.grants.map(\.share.id))
         for grant in resolved.grants.sorted(by: { $0.share.id < $1.share.id }) {
             let share = try tx.share(id: grant.share.id) ?? grant.share
@@ -250,17 +270,28 @@ extension LatticeService {
             let cursor = token.positions[share.id] ?? 0
             guard cursor <= share.lastSeq else { throw APIError.badRequest("the sync token is from the future") }
             let room = limit - records.count - removed.count
-            guard room > 0 else {
+            guard room > 0, !full else {
                 moreComing = moreComing || cursor < share.lastSeq
                 continue
             }
             let entries = try tx.shareChanges(shareID: share.id, after: cursor, limit: room)
+            var taken = cursor
             for entry in entries {
                 if entry.member, let stored = try tx.record(zoneRowID: zone.rowID, name: entry.recordName) {
+                    guard try admit(stored) else {
+                        full = true
+                        break
+                    }
                     records.append(stored)
                 } else {
                     removed.append(entry.recordName)
                 }
+                taken = entry.seq
+            }
+            if full {
+                token.positions[share.id] = taken
+                moreComing = true
+                continue
             }
             let last = entries.last?.seq ?? share.lastSeq
             let done = entries.count < room || last >= share.lastSeq

@@ -35,6 +35,8 @@ extension LatticeService {
         let delta: EncodedDelta
         let frames: [RecordFrame]
         let names: [String]
+        /// Frames over the size caps or holding a value outside its domain, by index: each answers its error.
+        var refused: [Int: APIError] = [:]
     }
 
     func preparePush(_ push: SyncMessage.Push) throws -> PreparedPush {
@@ -49,7 +51,28 @@ extension LatticeService {
             throw APIError(.limitExceeded, "a push carries at most \(configuration.maximumOperations) records, not "
                            + "\(delta.recordCount)")
         }
-        return PreparedPush(delta: delta, frames: delta.recordFrames(), names: delta.recordNames)
+        var prepared = PreparedPush(delta: delta, frames: delta.recordFrames(), names: delta.recordNames)
+        // The bounds records/modify checks on JSON, before any work and outside the write transaction: the
+        // size of the state, fields, elements per list, and the value domain.
+        for (index, (incoming, name)) in zip(prepared.frames, prepared.names).enumerated() {
+            if incoming.exceedsWriteLimit {
+                prepared.refused[index] = APIError(.limitExceeded, "record \(name) is \(incoming.encodedSize) bytes; "
+                                                   + "the limit is \(Record.maximumEncodedSize)")
+                continue
+            }
+            let shape = incoming.shape
+            if shape.fieldCount > configuration.maximumFieldsPerRecord {
+                prepared.refused[index] = APIError(.limitExceeded, "record \(name) has \(shape.fieldCount) fields; the "
+                                                   + "limit is \(configuration.maximumFieldsPerRecord)")
+            } else if shape.largestListCount > configuration.maximumListElements {
+                prepared.refused[index] = APIError(.limitExceeded, "record \(name) holds a list of "
+                                                   + "\(shape.largestListCount) elements; the limit is "
+                                                   + "\(configuration.maximumListElements)")
+            } else if let violation = incoming.domainViolation {
+                prepared.refused[index] = APIError.badRequest("record \(name) field \(violation.field): \(violation.reason)")
+            }
+        }
+        return prepared
     }
 
     func pushDelta(_ context: RequestContext, _ prepared: PreparedPush, atomic: Bool, _ tx: any StorageTransaction,
@@ -64,25 +87,14 @@ extension LatticeService {
         // The drift bound applies to the whole delta: one timestamp too far ahead refuses it all.
         try observe(delta.maximumHLC, path: "delta")
         let frames = prepared.frames, names = prepared.names
-        let writes = zip(frames, names).map { incoming, name in
-            { (shares: Set<String>) throws -> PlannedWrite in
+        let writes = zip(frames, names).enumerated().map { index, pair in
+            let (incoming, name) = pair
+            return { (shares: Set<String>) throws -> PlannedWrite in
                 let parent: String?? = incoming.parentName.map { .some($0) } ?? nil
                 return try self.plan(name, kind: .forceUpdate, requestedParent: parent, changeTag: nil, zone: zone,
                                       resolved: resolved, shareRecordNames: shares, context: context, tx: tx) { existing, live in
-                    if incoming.exceedsWriteLimit {
-                        throw APIError(.limitExceeded, "record \(name) is \(incoming.encodedSize) bytes; the limit is "
-                                       + "\(Record.maximumEncodedSize)")
-                    }
-                    // The bounds records/modify checks on JSON before any work: fields, and elements per list.
-                    let shape = incoming.shape
-                    if shape.fieldCount > self.configuration.maximumFieldsPerRecord {
-                        throw APIError(.limitExceeded, "record \(name) has \(shape.fieldCount) fields; the limit is "
-                                       + "\(self.configuration.maximumFieldsPerRecord)")
-                    }
-                    if shape.largestListCount > self.configuration.maximumListElements {
-                        throw APIError(.limitExceeded, "record \(name) holds a list of \(shape.largestListCount) "
-                                       + "elements; the limit is \(self.configuration.maximumListElements)")
-                    }
+                    // Found by `preparePush` (sharing and tag checks come first, as for any write).
+                    if let error = prepared.refused[index] { throw error }
                     return try self.join(incoming, into: existing, live: live, kind: .forceUpdate, path: "record \(name)")
                 }
             }
@@ -112,15 +124,24 @@ extension LatticeService {
         }
         let known = try knownRanges(context.body["known"])
         let zoneID = try parseZoneID(context.body["zoneID"], context, path: "zoneID")
-        let page = try storage.read { tx in
-            try zoneFeedPage(context.body, zoneID: zoneID, context, tx, path: "",
-                             maximumLimit: configuration.maximumPullRecords)
-        }
+        // The page stops before the frame that would pass `maximumResponseBytes` (a skipped record counts
+        // its name), with `moreComing` and a token that resumes there.
+        var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
         var frames: [RecordFrame] = []
         var skipped: [String] = []
-        frames.reserveCapacity(page.records.count)
-        for stored in page.records {
-            if known.contains(stored.seq) { skipped.append(stored.recordName) } else { frames.append(try frame(stored)) }
+        let page = try storage.read(deadline: context.deadline) { tx in
+            try zoneFeedPage(context.body, zoneID: zoneID, context, tx, path: "",
+                             maximumLimit: configuration.maximumPullRecords) { stored in
+                try context.deadline.check()
+                if known.contains(stored.seq) {
+                    guard budget.admit(bytes: stored.recordName.utf8.count + 1) else { return false }
+                    skipped.append(stored.recordName)
+                } else {
+                    guard budget.admit(bytes: stored.frame.count) else { return false }
+                    frames.append(try frame(stored))
+                }
+                return true
+            }
         }
         let delta = BinaryCodec.encodeDelta(zoneID: page.zoneID, frames: frames)
         let body = SyncMessage.Pull(syncToken: page.syncToken, moreComing: page.moreComing, removed: page.removed,
@@ -189,8 +210,13 @@ extension LatticeService {
     /// One zone's page of changes since the request's token: the zone's log, or for a participant of
     /// hierarchy shares the shares' own logs. `request` is one item of `changes/zone`'s `zones`, or the body
     /// of `deltas/pull`.
+    ///
+    /// `admit` is asked for each record, in order, before it joins the page (the caller renders it and counts
+    /// it against the response budget); the first one it refuses ends the page before it, with `moreComing`
+    /// and a token whose position is the last record answered, so the next page starts at the refused one.
     func zoneFeedPage(_ request: [String: JSON], zoneID: ZoneID, _ context: RequestContext, _ tx: any StorageTransaction,
-                      path: String, defaultLimit: JSON? = nil, maximumLimit: Int? = nil) throws -> ZoneFeedPage {
+                      path: String, defaultLimit: JSON? = nil, maximumLimit: Int? = nil,
+                      admit: (StoredRecord) throws -> Bool = { _ in true }) throws -> ZoneFeedPage {
         let resolved = try resolveZone(zoneID, context, tx)
         let limit = try resultsLimit(request["resultsLimit"] ?? defaultLimit, maximum: maximumLimit)
         let hierarchy = resolved.grants.contains { $0.share.rootRecordName != nil }
@@ -206,14 +232,33 @@ extension LatticeService {
             throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
         }
         if resolved.isShared, hierarchy {
-            return try shareFeedPage(request, resolved, zone: zone, limit: limit, context: context, tx)
+            return try shareFeedPage(request, resolved, zone: zone, limit: limit, context: context, tx, admit: admit)
         }
         let cursor = try zoneCursor(token, zone)
-        let records = try tx.recordChanges(zoneRowID: zone.rowID, after: cursor, limit: limit)
-        let moreComing = records.count == limit && records.last.map { $0.seq < zone.lastSeq } == true
-        let position = moreComing ? records.last!.seq : zone.lastSeq
+        // Streamed: the rows past the one `admit` refuses are never read.
+        var records: [StoredRecord] = []
+        var cut = false
+        try tx.forEachRecordChange(zoneRowID: zone.rowID, after: cursor, limit: limit) { stored in
+            guard try admit(stored) else {
+                cut = true
+                return false
+            }
+            records.append(stored)
+            return true
+        }
+        let moreComing = cut || (records.count == limit && records.last.map { $0.seq < zone.lastSeq } == true)
+        let syncToken: SyncToken
+        if moreComing, let last = records.last {
+            syncToken = SyncToken(log: .zone, owner: zone.rowID, position: last.seq)
+        } else if moreComing {
+            // Nothing fitted (the budget was spent on earlier zones): the same place again; "from the start"
+            // stays the token that means it, which no purge expires.
+            syncToken = cursor == 0 ? SyncToken(log: .zone, owner: 0, position: 0)
+                                    : SyncToken(log: .zone, owner: zone.rowID, position: cursor)
+        } else {
+            syncToken = SyncToken(log: .zone, owner: zone.rowID, position: zone.lastSeq)
+        }
         return ZoneFeedPage(zoneID: resolved.zoneID, records: records, removed: [], lostShares: [],
-                            syncToken: SyncToken(log: .zone, owner: zone.rowID, position: position).text,
-                            moreComing: moreComing)
+                            syncToken: syncToken.text, moreComing: moreComing)
     }
 }

@@ -40,8 +40,11 @@ extension LatticeService {
     /// - Atomic (the default): any failed operation fails the batch; nothing is written, the failed
     ///   operations report their own error and every other one ATOMIC_ERROR.
     /// - `"atomic": false`: each operation stands alone.
-    func modifyRecords(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
-        -> HTTPResponse {
+    ///
+    /// `refused` holds the operations over the size caps, found by `recordsModifyRefusals` before the write
+    /// transaction began; each answers its error as if it had failed there.
+    func modifyRecords(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>,
+                       refused: [Int: APIError] = [:]) throws -> HTTPResponse {
         let operationsJSON = try items(context.body, "operations", limit: configuration.maximumOperations)
         guard !operationsJSON.isEmpty else { throw APIError.badRequest("operations is empty") }
         let atomic = try atomicFlag(context.body["atomic"])
@@ -52,6 +55,7 @@ extension LatticeService {
         let names = operationsJSON.map { $0["record"]?["recordName"]?.stringValue ?? "" }
         let writes = operationsJSON.enumerated().map { index, json in
             { (shares: Set<String>) throws -> PlannedWrite in
+                if let error = refused[index] { throw error }
                 let operation = try self.parseOperation(json, path: "operations[\(index)]")
                 return try self.apply(operation, zone: zone, resolved: resolved, shareRecordNames: shares,
                                       context: context, tx: tx)
@@ -117,6 +121,8 @@ extension LatticeService {
                 bytesUsed += growth
                 pending.append((index, plan))
                 pendingNames.insert(plan.recordName)
+            } catch StorageError.deadlineExceeded {
+                throw StorageError.deadlineExceeded // the whole request stops: TRY_AGAIN_LATER, nothing written
             } catch {
                 slots[index] = .failure(internalError(error))
             }
@@ -175,7 +181,7 @@ extension LatticeService {
     private func apply(_ operation: RecordOperation, zone: StoredZone, resolved: ResolvedZone,
                        shareRecordNames: Set<String>, context: RequestContext,
                        tx: any StorageTransaction) throws -> PlannedWrite {
-        try checkSize(of: operation)
+        // The size caps were checked before the transaction (`recordsModifyRefusals`).
         let requestedParent: String?? = operation.record["parent"].map { $0 == .null ? nil : $0["recordName"]?.stringValue ?? "" }
         return try plan(operation.recordName, kind: operation.kind, requestedParent: requestedParent,
                          changeTag: operation.record["recordChangeTag"], zone: zone, resolved: resolved,
@@ -277,7 +283,11 @@ extension LatticeService {
             throw APIError.badRequest("\(operation.path).zoneID differs from the request's zone")
         }
         try observe(incoming.maximumHLC, path: operation.path)
-        return try RecordFrame(encoding: incoming)
+        let frame = try RecordFrame(encoding: incoming)
+        if let violation = frame.domainViolation {
+            throw APIError.badRequest("record \(operation.recordName) field \(violation.field): \(violation.reason)")
+        }
+        return frame
     }
 
     /// Checks a remote clock value against the drift bound (and moves the server's clock past it).
@@ -307,19 +317,37 @@ extension LatticeService {
         return result
     }
 
+    /// The size caps of a `records/modify` request, checked before the write transaction: the number of
+    /// operations (LIMIT_EXCEEDED for the whole request), and per operation fields per record and elements
+    /// per array anywhere in it (LIMIT_EXCEEDED for that operation, answered by `modifyRecords`). One walk
+    /// over the request, O(its size).
+    func recordsModifyRefusals(_ context: RequestContext) throws -> [Int: APIError] {
+        let operations = try items(context.body, "operations", limit: configuration.maximumOperations)
+        var refused: [Int: APIError] = [:]
+        for (index, json) in operations.enumerated() {
+            guard let record = json["record"]?.objectValue else { continue } // parseOperation names the problem
+            do {
+                try checkSize(of: record, path: "operations[\(index)].record")
+            } catch let error as APIError {
+                refused[index] = error
+            }
+        }
+        return refused
+    }
+
     /// Bounds the work of one operation before any is done: fields per record and elements per array.
-    private func checkSize(of operation: RecordOperation) throws {
-        if let fields = operation.record["fields"]?.objectValue, fields.count > configuration.maximumFieldsPerRecord {
-            throw APIError(.limitExceeded, "\(operation.path).fields has \(fields.count) fields; the limit is "
+    private func checkSize(of record: [String: JSON], path: String) throws {
+        if let fields = record["fields"]?.objectValue, fields.count > configuration.maximumFieldsPerRecord {
+            throw APIError(.limitExceeded, "\(path).fields has \(fields.count) fields; the limit is "
                            + "\(configuration.maximumFieldsPerRecord)")
         }
         // Every array anywhere in the record (list values, add/remove, CRDT entries and contexts).
-        var pending: [JSON] = [.object(operation.record)]
+        var pending: [JSON] = [.object(record)]
         while let json = pending.popLast() {
             switch json {
             case .array(let elements):
                 guard elements.count <= configuration.maximumListElements else {
-                    throw APIError(.limitExceeded, "\(operation.path) holds a list of \(elements.count) elements; the "
+                    throw APIError(.limitExceeded, "\(path) holds a list of \(elements.count) elements; the "
                                    + "limit is \(configuration.maximumListElements)")
                 }
                 pending.append(contentsOf: elements.filter { $0.arrayValue != nil || $0.objectValue != nil })
@@ -369,7 +397,8 @@ extension LatticeService {
                 if operation.record["parent"] == nil { try edit.setParent(nil, at: tick()) }
             }
             for name in edits.keys.sorted() {
-                try applyFieldEdit(name, edits[name]!, to: &edit, path: "\(path).fields.\(name)")
+                try applyFieldEdit(name, edits[name]!, to: &edit, path: "\(path).fields.\(name)",
+                                   recordName: operation.recordName)
             }
             if let parentJSON = operation.record["parent"] {
                 if parentJSON == .null {
@@ -406,13 +435,18 @@ extension LatticeService {
     /// - `{"value": v, "type": T}` sets a scalar, or makes a list hold exactly the given elements;
     /// - `{"value": null}` clears the field;
     /// - `{"add": [...], "remove": [...], "type": "T_LIST"}` adds and removes list elements.
-    private func applyFieldEdit(_ name: String, _ json: JSON, to edit: inout RecordEdit, path: String) throws {
+    private func applyFieldEdit(_ name: String, _ json: JSON, to edit: inout RecordEdit, path: String,
+                                recordName: String) throws {
         guard let object = json.objectValue else { throw APIError.badRequest("\(path) must be an object") }
         if object["add"] != nil || object["remove"] != nil {
             guard object["value"] == nil else { throw APIError.badRequest("\(path): give value, or add/remove, not both") }
             let type = try listElementType(object, path: path)
             try edit.remove(try listElements(object["remove"], type: type, path: path + ".remove"), from: name, at: tick())
-            try edit.add(try listElements(object["add"], type: type, path: path + ".add"), to: name, at: tick())
+            let added = try listElements(object["add"], type: type, path: path + ".add")
+            if let violation = FieldValue.list(type, added).domainViolation {
+                throw APIError.badRequest("record \(recordName) field \(name) (\(path).add): \(violation)")
+            }
+            try edit.add(added, to: name, at: tick())
             return
         }
         guard let value = object["value"] else { throw APIError.badRequest("\(path).value is missing") }
@@ -420,7 +454,11 @@ extension LatticeService {
             try edit.clear(name, at: tick())
             return
         }
-        switch try FieldValue(cloudKitJSON: json, path: path) {
+        let parsed = try FieldValue(cloudKitJSON: json, path: path)
+        if let violation = parsed.domainViolation {
+            throw APIError.badRequest("record \(recordName) field \(name) (\(path)): \(violation)")
+        }
+        switch parsed {
         case .scalar(let scalar):
             try edit.set(name, to: scalar, at: tick())
         case .list(_, let elements):

@@ -5,16 +5,24 @@ import LatticeStore
 
 extension LatticeService {
     /// `records/lookup {"zoneID", "records": [{"recordName"}], "desiredKeys"?}`.
+    ///
+    /// A record named twice is refused (BAD_REQUEST naming it). Records past `maximumResponseBytes` of
+    /// answer get a per-item LIMIT_EXCEEDED: look them up again in another request.
     func lookupRecords(_ context: RequestContext) throws -> JSON {
         let requested = try items(context.body, "records", limit: configuration.maximumResultsLimit)
+        try refuseDuplicates(requested.enumerated().compactMap { index, item in
+            item["recordName"]?.stringValue.map { (key: $0, label: $0, path: "records[\(index)].recordName") }
+        }, what: "record")
         let desiredKeys = try parseDesiredKeys(context.body)
-        return try storage.read { tx in
+        return try storage.read(deadline: context.deadline) { tx in
             let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
             try requireZone(resolved)
             var results: [JSON] = []
+            var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
             for (index, item) in requested.enumerated() {
                 let name = item["recordName"]?.stringValue ?? ""
                 do {
+                    try context.deadline.check()
                     guard item["recordName"]?.stringValue != nil else {
                         throw APIError.badRequest("records[\(index)].recordName is missing")
                     }
@@ -22,7 +30,10 @@ extension LatticeService {
                           !stored.deleted, try !resolved.isShared || grant(for: name, resolved, tx) != nil else {
                         throw APIError(.notFound, "record \(name) does not exist")
                     }
-                    results.append(recordJSON(stored, try decode(stored), desiredKeys: desiredKeys))
+                    guard !budget.isFull else { throw budget.lookupRefusal(name) }
+                    let json = recordJSON(stored, try decode(stored), desiredKeys: desiredKeys)
+                    guard budget.admit(json) else { throw budget.lookupRefusal(name) }
+                    results.append(json)
                 } catch let error as APIError {
                     results.append(error.json(item: (key: "recordName", value: name)))
                 }
@@ -47,10 +58,21 @@ extension LatticeService {
         guard let query = context.body["query"]?.objectValue else { throw APIError.badRequest("query is missing") }
         let recordType = query["recordType"]?.stringValue
         if query["recordType"] != nil && recordType == nil { throw APIError.badRequest("query.recordType must be a string") }
-        let filters = try (query["filterBy"].map { try parseArray($0, "query.filterBy") } ?? [])
-            .enumerated().map { try QueryFilter(json: $1, path: "query.filterBy[\($0)]") }
-        let sorts = try (query["sortBy"].map { try parseArray($0, "query.sortBy") } ?? [])
-            .enumerated().map { try QuerySort(json: $1, path: "query.sortBy[\($0)]") }
+        // Bounded before any work: filters, sort keys and the values of each filter.
+        let filterJSON = try query["filterBy"].map { try parseArray($0, "query.filterBy") } ?? []
+        guard filterJSON.count <= configuration.maximumQueryFilters else {
+            throw APIError(.limitExceeded, "query.filterBy has \(filterJSON.count) filters; the limit is "
+                           + "\(configuration.maximumQueryFilters) per query")
+        }
+        let sortJSON = try query["sortBy"].map { try parseArray($0, "query.sortBy") } ?? []
+        guard sortJSON.count <= configuration.maximumQuerySortKeys else {
+            throw APIError(.limitExceeded, "query.sortBy has \(sortJSON.count) sort keys; the limit is "
+                           + "\(configuration.maximumQuerySortKeys) per query")
+        }
+        let filters = try filterJSON.enumerated().map {
+            try QueryFilter(json: $1, path: "query.filterBy[\($0)]", maximumValues: configuration.maximumFilterValues)
+        }
+        let sorts = try sortJSON.enumerated().map { try QuerySort(json: $1, path: "query.sortBy[\($0)]") }
         let limit = try resultsLimit(context.body["resultsLimit"])
         let desiredKeys = try parseDesiredKeys(context.body)
         let fingerprint = Secrets.hex(Array(Secrets.sha256(
@@ -64,26 +86,58 @@ extension LatticeService {
                 throw APIError.badRequest("continuationMarker does not belong to this query")
             }
         }
-        return try storage.read { tx in
+        return try storage.read(deadline: context.deadline) { tx in
             let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
             try requireZone(resolved)
             guard let zone = resolved.zone else { return .object(["records": .array([])]) }
-            var matches: [(StoredRecord, Record, QueryPosition)] = []
-            for stored in try tx.records(zoneRowID: zone.rowID, recordType: recordType) {
+            // Records stream in name order; only the positions of the best `keep` matches are kept (O(n log
+            // keep) time, no record held), and without sort keys name order is the query's order, so the read
+            // stops once the page (and one more, to know there are more) is found.
+            var matches: [QueryPosition] = []
+            let keep = limit + 1
+            try tx.forEachRecord(zoneRowID: zone.rowID, recordType: recordType) { stored in
+                try context.deadline.check()
                 let record = try decode(stored)
-                guard filters.allSatisfy({ $0.matches(record) }) else { continue }
-                if resolved.isShared, try grant(for: stored.recordName, resolved, tx) == nil { continue }
-                let position = QueryPosition(keys: sorts.map { record[$0.fieldName] }, recordName: stored.recordName)
-                if let after, !(after.precedes(position, sorts)) { continue }
-                matches.append((stored, record, position))
+                // Each field is read once per record, however many filters name it.
+                var fields: [String: FieldValue?] = [:]
+                func field(_ name: String) -> FieldValue? {
+                    if let known = fields[name] { return known }
+                    let value = record[name]
+                    fields[name] = .some(value)
+                    return value
+                }
+                guard filters.allSatisfy({ $0.matches(field($0.fieldName)) }) else { return true }
+                if resolved.isShared, try grant(for: stored.recordName, resolved, tx) == nil { return true }
+                let position = QueryPosition(keys: sorts.map { field($0.fieldName) }, recordName: stored.recordName)
+                if let after, !(after.precedes(position, sorts)) { return true }
+                matches.append(position)
+                if sorts.isEmpty { return matches.count < keep }
+                if matches.count >= 2 * keep + 64 {
+                    matches.sort { $0.precedes($1, sorts) }
+                    matches.removeSubrange(keep...)
+                }
+                return true
             }
-            matches.sort { $0.2.precedes($1.2, sorts) }
-            let page = matches.prefix(limit)
-            var result: [String: JSON] = [
-                "records": .array(page.map { recordJSON($0.0, $0.1, desiredKeys: desiredKeys) }),
-            ]
-            if matches.count > limit, let last = page.last {
-                result["continuationMarker"] = .string(last.2.marker(fingerprint: fingerprint))
+            try context.deadline.check()
+            matches.sort { $0.precedes($1, sorts) }
+            // The page: at most `limit` records and `maximumResponseBytes` of them, read again by name in the
+            // same snapshot; the marker resumes after the last one answered.
+            var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
+            var records: [JSON] = []
+            var last: QueryPosition?
+            for match in matches.prefix(limit) {
+                try context.deadline.check()
+                guard let stored = try tx.record(zoneRowID: zone.rowID, name: match.recordName), !stored.deleted else {
+                    continue
+                }
+                let json = recordJSON(stored, try decode(stored), desiredKeys: desiredKeys)
+                guard budget.admit(json) else { break }
+                records.append(json)
+                last = match
+            }
+            var result: [String: JSON] = ["records": .array(records)]
+            if matches.count > records.count, let last {
+                result["continuationMarker"] = .string(last.marker(fingerprint: fingerprint))
             }
             return .object(result)
         }
@@ -118,14 +172,21 @@ struct QueryFilter {
     let fieldName: String
     let comparator: Comparator
     let value: FieldValue
+    /// The candidates of IN and NOT_IN, looked up by hash (`ScalarValue`'s hash agrees with its equality).
+    let candidates: Set<ScalarValue>
 
-    init(json: JSON, path: String) throws {
+    /// - Parameter maximumValues: the most elements a list value may have (LIMIT_EXCEEDED above it,
+    ///   checked before they are parsed).
+    init(json: JSON, path: String, maximumValues: Int = .max) throws {
         guard let fieldName = json["fieldName"]?.stringValue else { throw APIError.badRequest("\(path).fieldName is missing") }
         guard let name = json["comparator"]?.stringValue, let comparator = Comparator(rawValue: name) else {
             throw APIError.badRequest("\(path).comparator must be one of "
                                       + Comparator.allCases.map(\.rawValue).joined(separator: ", "))
         }
         guard let valueJSON = json["fieldValue"] else { throw APIError.badRequest("\(path).fieldValue is missing") }
+        if let count = valueJSON["value"]?.arrayValue?.count, count > maximumValues {
+            throw APIError(.limitExceeded, "\(path).fieldValue holds \(count) values; the limit is \(maximumValues) per filter")
+        }
         do {
             value = try FieldValue(cloudKitJSON: valueJSON, path: path + ".fieldValue")
         } catch {
@@ -143,11 +204,19 @@ struct QueryFilter {
         }
         self.fieldName = fieldName
         self.comparator = comparator
+        if case .list(_, let elements) = value, comparator == .in || comparator == .notIn {
+            candidates = Set(elements)
+        } else {
+            candidates = []
+        }
     }
 
     /// Whether a record matches. A record without the field matches no condition.
-    func matches(_ record: Record) -> Bool {
-        guard let field = record[fieldName] else { return false }
+    func matches(_ record: Record) -> Bool { matches(record[fieldName]) }
+
+    /// Whether a record whose `fieldName` holds `field` matches (nil: the record lacks it).
+    func matches(_ field: FieldValue?) -> Bool {
+        guard let field else { return false }
         switch comparator {
         case .equals: return field == value
         case .notEquals: return field != value
@@ -167,7 +236,7 @@ struct QueryFilter {
             guard case .list(_, let elements) = field, case .scalar(let element) = value else { return false }
             return elements.contains(element) == (comparator == .listContains)
         case .in, .notIn:
-            guard case .scalar(let scalar) = field, case .list(_, let candidates) = value else { return false }
+            guard case .scalar(let scalar) = field, case .list = value else { return false }
             return candidates.contains(scalar) == (comparator == .in)
         }
     }
@@ -244,6 +313,60 @@ struct QueryPosition {
             if key == .null { return nil }
             guard let value = try? FieldValue(cloudKitJSON: key, path: "k") else { throw invalid }
             return value
+        }
+    }
+}
+
+/// The bytes of records one answer may still carry (`ServiceConfiguration.maximumResponseBytes`), counted
+/// as each record is rendered. The answer's first record is always admitted, so a page always moves on;
+/// once one is refused, every later one is too, so a feed or query stops at one place and resumes there.
+struct ResponseBudget {
+    let limit: Int
+    private(set) var used = 0
+    private(set) var admitted = 0
+    private(set) var isFull = false
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// Takes `bytes` for one more record; false (taking nothing, and full from now on) when it would pass
+    /// the limit.
+    mutating func admit(bytes: Int) -> Bool {
+        guard !isFull else { return false }
+        if admitted > 0 && used + bytes > limit {
+            isFull = true
+            return false
+        }
+        used += bytes
+        admitted += 1
+        return true
+    }
+
+    /// ``admit(bytes:)`` for a record's JSON, as it will be serialized.
+    mutating func admit(_ json: JSON) -> Bool {
+        guard !isFull else { return false }
+        return admit(bytes: json.serializedBytes().count)
+    }
+
+    /// The per-item error of a lookup whose answer is full.
+    func lookupRefusal(_ name: String) -> APIError {
+        APIError(.limitExceeded, "not answered: the answer reached its limit of \(limit) bytes before record "
+                 + "\(name.prefix(300)); look it up in another request")
+    }
+}
+
+extension LatticeService {
+    /// Refuses a request that names the same item twice: BAD_REQUEST naming the item and both places.
+    /// `key` tells items apart, `label` names one in the reason.
+    func refuseDuplicates(_ items: [(key: String, label: String, path: String)], what: String) throws {
+        var seen: [String: String] = [:]
+        for item in items {
+            if let first = seen[item.key] {
+                throw APIError.badRequest("\(item.path) names \(what) \(item.label.prefix(300)) again (as \(first) "
+                                          + "does); name each \(what) once")
+            }
+            seen[item.key] = item.path
         }
     }
 }

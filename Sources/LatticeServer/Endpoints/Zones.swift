@@ -96,10 +96,12 @@ extension LatticeService {
     /// The shared database lists the zones of the shares the caller has accepted.
     func listZones(_ context: RequestContext) throws -> JSON {
         if context.kind == .shared {
-            return .object(["zones": .array(try storage.read { tx in try sharedZones(context, tx) })])
+            return .object(["zones": .array(try storage.read(deadline: context.deadline) { tx in try sharedZones(context, tx) })])
         }
         let owner = context.kind == .public ? Self.publicOwner : context.user.recordName
-        let zones = try storage.read { tx in try tx.liveZones(databaseID: tx.database(context.databaseKey).id) }
+        let zones = try storage.read(deadline: context.deadline) { tx in
+            try tx.liveZones(databaseID: tx.database(context.databaseKey).id)
+        }
         var list = zones.map { zoneJSON($0, withToken: context.kind != .public) }
         if !zones.contains(where: { $0.name == Names.systemZoneName }),
            let defaultZone = try? ZoneID(zoneName: Names.systemZoneName, ownerRecordName: owner) {
@@ -108,10 +110,13 @@ extension LatticeService {
         return .object(["zones": .array(list)])
     }
 
-    /// `zones/lookup {"zones": [zoneID, ...]}`.
+    /// `zones/lookup {"zones": [zoneID, ...]}`. A zone named twice is refused (BAD_REQUEST naming it).
     func lookupZones(_ context: RequestContext) throws -> JSON {
         let requested = try items(context.body, "zones", limit: configuration.maximumResultsLimit)
-        return try storage.read { tx in
+        try refuseDuplicateZones(requested.map { $0["zoneID"] ?? $0 }, context, path: { index in
+            requested[index]["zoneID"] == nil ? "zones[\(index)]" : "zones[\(index)].zoneID"
+        })
+        return try storage.read(deadline: context.deadline) { tx in
             var results: [JSON] = []
             for (index, item) in requested.enumerated() {
                 let path = "zones[\(index)]"
@@ -183,6 +188,16 @@ extension LatticeService {
             }
         }
         return .json(.object(["zones": .array(results)]))
+    }
+
+    /// Refuses a request naming one zone twice (BAD_REQUEST naming it). Ids that do not parse are left to
+    /// the per-item errors of the request.
+    func refuseDuplicateZones(_ zoneIDs: [JSON?], _ context: RequestContext, path: (Int) -> String) throws {
+        try refuseDuplicates(zoneIDs.enumerated().compactMap { index, json in
+            guard let zoneID = try? parseZoneID(json, context, path: "") else { return nil }
+            return (key: zoneID.zoneName + "\u{0}" + zoneID.ownerRecordName,
+                    label: "\(zoneID.zoneName) (owner \(zoneID.ownerRecordName))", path: path(index))
+        }, what: "zone")
     }
 
     /// The array under `key` in a body, each element an object, at most `limit` of them.

@@ -10,6 +10,13 @@ import Foundation
 final class Connection {
     let handle: OpaquePointer
     private var statementCache: [String: Statement] = [:]
+    /// `CLOCK_MONOTONIC` nanoseconds after which this connection's statements are interrupted (`.max`:
+    /// never). Set for one use (`withDeadline`, `transaction`) by the one thread using the connection, and
+    /// read by the progress handler on that same thread.
+    private var deadlineNanoseconds: UInt64 = .max
+    /// Set once a statement was interrupted for the deadline: every later statement of the same use is
+    /// refused, so a body that swallowed the error cannot go on writing outside the rolled-back transaction.
+    private(set) var interrupted = false
 
     /// Opens (creating if needed) the database at `path`; `":memory:"` opens a private in-memory one.
     /// A `readOnly` connection refuses every statement that would change the database (`query_only`).
@@ -24,6 +31,12 @@ final class Connection {
         }
         handle = db
         sqlite3_extended_result_codes(db, 1)
+        // Every 1,000 virtual-machine steps SQLite asks whether to go on: not past the deadline of the
+        // current use. The context is this connection, which outlives its handle's callbacks (deinit closes it).
+        sqlite3_progress_handler(db, 1_000, { context in
+            guard let context else { return 0 }
+            return Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue().progressShouldInterrupt() ? 1 : 0
+        }, Unmanaged.passUnretained(self).toOpaque())
         sqlite3_busy_timeout(db, busyTimeoutMilliseconds)
         if path != ":memory:" { try execute("PRAGMA journal_mode=WAL") }
         try execute("PRAGMA synchronous=FULL")
@@ -36,10 +49,49 @@ final class Connection {
         sqlite3_close_v2(handle)
     }
 
-    /// Runs one or more statements that take no parameters (schema changes, pragmas).
+    /// Runs one or more statements that take no parameters (schema changes, pragmas, savepoints). Refused
+    /// once the current use is past its deadline.
     func execute(_ sql: String) throws(SQLiteError) {
+        try checkDeadline()
+        try executeUnchecked(sql)
+    }
+
+    /// `execute` without the deadline check: for BEGIN, COMMIT and ROLLBACK, which must run whatever the time.
+    private func executeUnchecked(_ sql: String) throws(SQLiteError) {
         let code = sqlite3_exec(handle, sql, nil, nil, nil)
+        if code == SQLITE_INTERRUPT { interrupted = true }
         guard code == SQLITE_OK else { throw SQLiteError(code: code, connection: handle, context: "execute") }
+    }
+
+    // MARK: Deadlines
+
+    /// Runs `body` with statements interrupted past `deadline` (nil: none).
+    func withDeadline<T>(_ deadline: RequestDeadline?, _ body: () throws -> T) rethrows -> T {
+        deadlineNanoseconds = deadline?.uptimeNanoseconds ?? .max
+        interrupted = false
+        defer {
+            deadlineNanoseconds = .max
+            interrupted = false
+        }
+        return try body()
+    }
+
+    /// Throws SQLITE_INTERRUPT when the current use is past its deadline or was interrupted already.
+    func checkDeadline() throws(SQLiteError) {
+        if interrupted || progressShouldInterrupt() {
+            throw SQLiteError(code: SQLITE_INTERRUPT, connection: nil, context: "the request deadline")
+        }
+    }
+
+    /// Notes when a step ended interrupted (the deadline, seen by the progress handler).
+    func noteResult(_ code: Int32) {
+        if code & 0xFF == SQLITE_INTERRUPT { interrupted = true }
+    }
+
+    fileprivate func progressShouldInterrupt() -> Bool {
+        guard deadlineNanoseconds != .max else { return false }
+        if RequestDeadline.nowNanoseconds() >= deadlineNanoseconds { interrupted = true }
+        return interrupted
     }
 
     func prepare(_ sql: String) throws(SQLiteError) -> Statement {
@@ -54,16 +106,34 @@ final class Connection {
         return statement
     }
 
-    /// Runs `body` in an immediate transaction: committed if it returns, rolled back if it throws.
-    func transaction<T>(_ body: (Connection) throws -> T) throws -> T {
-        try execute("BEGIN IMMEDIATE")
-        do {
-            let result = try body(self)
-            try execute("COMMIT")
-            return result
-        } catch {
-            try? execute("ROLLBACK")
-            throw error
+    /// Runs `body` in an immediate transaction: committed if it returns, rolled back if it throws or a
+    /// statement ran into `deadline`. A body that returned is committed even if the deadline passes during
+    /// the commit; one whose statement was interrupted is rolled back even if it caught the error.
+    func transaction<T>(deadline: RequestDeadline? = nil, _ body: (Connection) throws -> T) throws -> T {
+        try withDeadline(deadline) {
+            try executeUnchecked("BEGIN IMMEDIATE")
+            do {
+                let result = try body(self)
+                // Interrupted (SQLite may have rolled the transaction back on its own already): keep nothing.
+                if interrupted || sqlite3_get_autocommit(handle) != 0 {
+                    throw SQLiteError(code: SQLITE_INTERRUPT, connection: nil, context: "the request deadline")
+                }
+                deadlineNanoseconds = .max
+                try executeUnchecked("COMMIT")
+                return result
+            } catch {
+                if sqlite3_get_autocommit(handle) == 0 { try? executeUnchecked("ROLLBACK") }
+                throw error
+            }
+        }
+    }
+
+    /// Runs `body` in a read transaction (a snapshot) with statements interrupted past `deadline`.
+    func readTransaction<T>(deadline: RequestDeadline?, _ body: (Connection) throws -> T) throws -> T {
+        try withDeadline(deadline) {
+            try executeUnchecked("BEGIN")
+            defer { if sqlite3_get_autocommit(handle) == 0 { try? executeUnchecked("COMMIT") } }
+            return try body(self)
         }
     }
 
@@ -109,11 +179,27 @@ final class DatabaseQueue: @unchecked Sendable {
         return try body(try open())
     }
 
-    /// Runs `body` in an immediate transaction; on error nothing is written.
-    func write<T>(_ body: (Connection) throws -> T) throws -> T {
-        lock.lock()
+    /// Runs `body` in a read transaction, waiting for the connection no longer than `deadline`.
+    func readTransaction<T>(deadline: RequestDeadline?, _ body: (Connection) throws -> T) throws -> T {
+        try DatabaseQueue.lock(lock, before: deadline)
         defer { lock.unlock() }
-        return try open().transaction(body)
+        return try open().readTransaction(deadline: deadline, body)
+    }
+
+    /// Runs `body` in an immediate transaction; on error (or past `deadline`) nothing is written.
+    func write<T>(deadline: RequestDeadline? = nil, _ body: (Connection) throws -> T) throws -> T {
+        try DatabaseQueue.lock(lock, before: deadline)
+        defer { lock.unlock() }
+        return try open().transaction(deadline: deadline, body)
+    }
+
+    /// Takes `lock`, waiting at most until `deadline`; SQLITE_INTERRUPT (the deadline) when it passes first.
+    static func lock(_ lock: NSLock, before deadline: RequestDeadline?) throws(SQLiteError) {
+        guard let deadline else { return lock.lock() }
+        let seconds = Double(deadline.remainingMilliseconds) / 1000
+        guard lock.lock(before: Date(timeIntervalSinceNow: seconds)) else {
+            throw SQLiteError(code: SQLITE_INTERRUPT, connection: nil, context: "waiting for the request deadline")
+        }
     }
 
     /// Closes the connection after any use in progress; later uses throw `SQLITE_MISUSE`.
@@ -126,5 +212,76 @@ final class DatabaseQueue: @unchecked Sendable {
     private func open() throws(SQLiteError) -> Connection {
         guard let connection else { throw SQLiteError(code: SQLITE_MISUSE, connection: nil, context: "use after close") }
         return connection
+    }
+}
+
+/// A fixed set of read-only connections to one database, lent one at a time: several readers run at once
+/// (WAL gives each its own snapshot), and a reader waits only when all are lent, at most until its deadline.
+///
+/// `@unchecked Sendable` is sound because `condition` guards `idle` and `closed`, and a lent connection is
+/// reachable only by the one caller that holds it until it is given back.
+final class ConnectionPool: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var idle: [Connection]
+    /// Connections lent and not given back yet.
+    private var lent = 0
+    private var closed = false
+    let count: Int
+
+    init(path: String, count: Int, busyTimeoutMilliseconds: Int32 = 5_000) throws(SQLiteError) {
+        var connections: [Connection] = []
+        for _ in 0..<count {
+            connections.append(try Connection(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds, readOnly: true))
+        }
+        idle = connections
+        self.count = count
+    }
+
+    /// Runs `body` with a connection of the pool, waiting for a free one no longer than `deadline`.
+    func read<T>(deadline: RequestDeadline?, _ body: (Connection) throws -> T) throws -> T {
+        let connection = try take(deadline)
+        defer { giveBack(connection) }
+        return try body(connection)
+    }
+
+    private func take(_ deadline: RequestDeadline?) throws(SQLiteError) -> Connection {
+        condition.lock()
+        defer { condition.unlock() }
+        while true {
+            if closed { throw SQLiteError(code: SQLITE_MISUSE, connection: nil, context: "use after close") }
+            if let connection = idle.popLast() {
+                lent += 1
+                return connection
+            }
+            if let deadline {
+                let seconds = Double(deadline.remainingMilliseconds) / 1000
+                if seconds <= 0 || !condition.wait(until: Date(timeIntervalSinceNow: seconds)) {
+                    if !closed, let connection = idle.popLast() {
+                        lent += 1
+                        return connection
+                    }
+                    throw SQLiteError(code: SQLITE_INTERRUPT, connection: nil, context: "waiting for the request deadline")
+                }
+            } else {
+                condition.wait()
+            }
+        }
+    }
+
+    private func giveBack(_ connection: Connection) {
+        condition.lock()
+        lent -= 1
+        if !closed { idle.append(connection) }
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Waits until every connection is back, then closes them all; later uses throw `SQLITE_MISUSE`.
+    func close() {
+        condition.lock()
+        defer { condition.unlock() }
+        closed = true
+        idle = []
+        while lent > 0 { condition.wait() }
     }
 }

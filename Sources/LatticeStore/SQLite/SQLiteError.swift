@@ -21,6 +21,9 @@ struct SQLiteError: Error, Hashable, Sendable, CustomStringConvertible {
 
     var isBusy: Bool { code == SQLITE_BUSY || code == SQLITE_LOCKED }
     var isConstraintViolation: Bool { code == SQLITE_CONSTRAINT }
+    /// Interrupted: a statement ran into the request deadline (the progress handler), or a connection was
+    /// not free before it.
+    var isInterrupt: Bool { code == SQLITE_INTERRUPT }
     /// A UNIQUE or PRIMARY KEY constraint failed: the row exists already.
     var isUniqueViolation: Bool {
         // SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY are macros Swift cannot import.

@@ -5,23 +5,34 @@ import Synchronization
 /// The embedded backend: one SQLite file in WAL mode with `synchronous=FULL`.
 ///
 /// One writer connection (SQLite allows one writer at a time, so the zone and database logs are
-/// allocated in commit order) and one read-only reader connection, each behind its own lock; WAL lets the
-/// reader see committed snapshots while a write is in progress. Decisions about records, shares and purging
-/// come from `StorageRules`; this type owns the SQL, the connections and the transactions.
+/// allocated in commit order) behind its lock; a pool of read-only reader connections (WAL lets each see
+/// a committed snapshot while a write is in progress, and several read at once); and one more read-only
+/// connection for the `.authentication` lane, so a token lookup never waits for a long read or a write.
+/// Every use honours the request's `RequestDeadline`: waiting for a connection ends at it, and a progress
+/// handler interrupts statements past it (a write is then rolled back). Decisions about records, shares
+/// and purging come from `StorageRules`; this type owns the SQL, the connections and the transactions.
 public final class SQLiteStorage: Storage, Sendable {
     private let writer: DatabaseQueue
-    private let reader: DatabaseQueue
+    private let readers: ConnectionPool
+    private let authenticationReader: DatabaseQueue
     private let isClosed = Atomic<Bool>(false)
 
     /// The file name inside a data directory.
     public static let fileName = "lattice.sqlite"
+    /// Reader connections of the general lane unless told otherwise.
+    public static let defaultReaderConnections = 4
 
-    /// Opens (creating and migrating if needed) the database at `path`.
-    public init(path: String, busyTimeoutMilliseconds: Int32 = 5_000) throws {
+    /// Opens (creating and migrating if needed) the database at `path`, with `readerConnections` (at least 1)
+    /// reader connections for the general lane besides the authentication reader.
+    public init(path: String, busyTimeoutMilliseconds: Int32 = 5_000,
+                readerConnections: Int = SQLiteStorage.defaultReaderConnections) throws {
         do {
             writer = try DatabaseQueue(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
             _ = try writer.read { connection in try SQLiteStorage.migrator.migrate(connection) }
-            reader = try DatabaseQueue(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds, readOnly: true)
+            readers = try ConnectionPool(path: path, count: max(1, readerConnections),
+                                         busyTimeoutMilliseconds: busyTimeoutMilliseconds)
+            authenticationReader = try DatabaseQueue(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds,
+                                                     readOnly: true)
         } catch let error as SQLiteError {
             throw StorageError.failure("cannot open \(path): \(error.description)")
         } catch let error as MigrationError {
@@ -29,20 +40,30 @@ public final class SQLiteStorage: Storage, Sendable {
         }
     }
 
-    public func read<T>(_ body: (any StorageTransaction) throws -> T) throws -> T {
+    /// Reader connections of the general lane.
+    public var readerConnections: Int { readers.count }
+
+    public func read<T>(deadline: RequestDeadline?, lane: ReadLane, _ body: (any StorageTransaction) throws -> T) throws -> T {
         try checkOpen()
         return try mapErrors {
-            try reader.read { connection in
-                try connection.execute("BEGIN")
-                defer { try? connection.execute("COMMIT") }
-                return try body(SQLiteTransaction(connection, readOnly: true))
+            switch lane {
+            case .general:
+                return try readers.read(deadline: deadline) { connection in
+                    try connection.readTransaction(deadline: deadline) { try body(SQLiteTransaction($0, readOnly: true)) }
+                }
+            case .authentication:
+                return try authenticationReader.readTransaction(deadline: deadline) {
+                    try body(SQLiteTransaction($0, readOnly: true))
+                }
             }
         }
     }
 
-    public func write<T>(_ body: (any StorageTransaction) throws -> T) throws -> T {
+    public func write<T>(deadline: RequestDeadline?, _ body: (any StorageTransaction) throws -> T) throws -> T {
         try checkOpen()
-        return try mapErrors { try writer.write { connection in try body(SQLiteTransaction(connection, readOnly: false)) } }
+        return try mapErrors {
+            try writer.write(deadline: deadline) { connection in try body(SQLiteTransaction(connection, readOnly: false)) }
+        }
     }
 
     public func close() {
@@ -50,7 +71,8 @@ public final class SQLiteStorage: Storage, Sendable {
         // Wait for in-flight work, then checkpoint the WAL so the file is whole on its own.
         try? writer.read { connection in try connection.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
         writer.close()
-        reader.close()
+        readers.close()
+        authenticationReader.close()
     }
 
     private func checkOpen() throws {
@@ -377,6 +399,40 @@ struct SQLiteTransaction: StorageTransaction {
         return rows.map { record($0, zoneRowID: zoneRowID) }
     }
 
+    func forEachRecord(zoneRowID: Int64, recordType: String?, _ body: (StoredRecord) throws -> Bool) throws {
+        var sql = "SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND deleted = 0 "
+        var values: [SQLiteValue] = [.integer(zoneRowID)]
+        if let recordType {
+            sql += "AND record_type = ? "
+            values.append(.text(recordType))
+        }
+        try streamRecords(sql + "ORDER BY name", values, zoneRowID: zoneRowID, body)
+    }
+
+    func forEachRecordChange(zoneRowID: Int64, after cursor: Int64, limit: Int,
+                             _ body: (StoredRecord) throws -> Bool) throws {
+        try streamRecords("SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                          [.integer(zoneRowID), .integer(cursor), .integer(Int64(limit))], zoneRowID: zoneRowID, body)
+    }
+
+    /// Steps through the record rows of `sql` one at a time, until `body` returns false.
+    private func streamRecords(_ sql: String, _ values: [SQLiteValue], zoneRowID: Int64,
+                               _ body: (StoredRecord) throws -> Bool) throws {
+        // A statement of its own (not the cached one): `body` may run other statements meanwhile.
+        let statement: Statement
+        do {
+            statement = try db.prepare(sql)
+            try statement.bind(values)
+        } catch {
+            throw StorageError(error)
+        }
+        while true {
+            let hasRow: Bool
+            do { hasRow = try statement.step() } catch { throw StorageError(error) }
+            guard hasRow, try body(record(statement.row(), zoneRowID: zoneRowID)) else { return }
+        }
+    }
+
     func saveRecord(zoneRowID: Int64, _ write: RecordWrite) throws -> StoredRecord {
         guard let zone = try zone(rowID: zoneRowID), !zone.deleted else {
             throw StorageError.failure("zone \(zoneRowID) is not live")
@@ -633,10 +689,13 @@ struct SQLiteTransaction: StorageTransaction {
 
 extension StorageError {
     /// SQLite's error in the storage taxonomy: a taken unique key is `.duplicate`, a lock held past the
-    /// busy timeout is `.busy`, no room on the disk `.diskFull`, anything else a `.failure` for the logs.
+    /// busy timeout is `.busy`, a statement interrupted for the request deadline `.deadlineExceeded`, no
+    /// room on the disk `.diskFull`, anything else a `.failure` for the logs.
     init(_ error: SQLiteError) {
         if error.isUniqueViolation {
             self = .duplicate(error.message)
+        } else if error.isInterrupt {
+            self = .deadlineExceeded
         } else if error.isBusy {
             self = .busy
         } else if error.isDiskFull {

@@ -31,6 +31,7 @@ final class Statement {
     /// Binds parameters by position (1-based in SQL, 0-based here) after clearing earlier bindings.
     @discardableResult
     func bind(_ values: [SQLiteValue]) throws(SQLiteError) -> Statement {
+        try connection.checkDeadline() // every run starts here: nothing runs past the deadline
         sqlite3_reset(handle)
         sqlite3_clear_bindings(handle)
         for (index, value) in values.enumerated() {
@@ -86,6 +87,7 @@ final class Statement {
         case SQLITE_DONE: return false
         default:
             sqlite3_reset(handle)
+            connection.noteResult(code)
             throw SQLiteError(code: code, connection: connection.handle, context: "step")
         }
     }
