@@ -50,4 +50,9 @@ public struct ServiceConfiguration: Sendable {
     }
 
     public init() {}
+
+    // MARK: conn
+
+    /// `changes/wait` requests one account may have parked at once; more get THROTTLED (429).
+    public var maximumParkedWaitsPerUser = 8
 }
