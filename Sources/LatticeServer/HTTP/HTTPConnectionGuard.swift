@@ -177,6 +177,8 @@ final class HTTPConnectionGuard: Sendable {
         return peeked == 0 || (peeked < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
     }
 
+    func openConnections(from address: String) -> Int { state.withLock { $0.perAddress[address, default: 0] } }
+
     struct Counters: Equatable {
         var open: Int
         var droppedSlow: Int

@@ -90,6 +90,12 @@ public final class HTTPServer: Sendable {
     /// abandoned by their client while parked.
     var connectionCounters: HTTPConnectionGuard.Counters { context.connections.counters }
 
+    /// Connections open now from `address`, as the per-address limit counts them.
+    func openConnections(from address: String) -> Int { context.connections.openConnections(from: address) }
+
+    /// Requests waiting in line for a worker now.
+    var queuedRequestCount: Int { context.workers.queuedCount }
+
     /// Bytes of request bodies held against the server-wide budget now.
     var bufferedBodyBytes: Int { context.bufferedBodyByteCount }
 
