@@ -37,7 +37,8 @@ let serveUsage = """
                                  proxy, requests in flight per forwarded client
       --workers N                threads running requests (default 2 x cores, at least 4)
       --workers-per-client N     requests of one account (or address before sign-in) running at once
-                                 (default workers / 4, at least 1); the rest wait in line, fairly
+                                 (default workers / 4, at least 2, fewer than all); the rest wait in
+                                 line, served fairly
       --header-timeout S         seconds to send complete request headers, from connecting or from
                                  the previous answer (default 10): slow senders are dropped
       --body-timeout S           seconds to send a request body (default 60); a body must also average
@@ -138,7 +139,7 @@ private func applyConnectionOptions(_ parsed: ParsedArguments, to options: inout
     }
     if let workers = try parsed.integer("workers", in: 1...4096) {
         options.http.workerThreads = workers
-        options.http.workersPerClient = max(1, workers / 4)
+        options.http.workersPerClient = HTTPServerConfiguration.defaultWorkersPerClient(workerThreads: workers)
     }
     if let perClient = try parsed.integer("workers-per-client", in: 1...4096) {
         options.http.workersPerClient = perClient
@@ -183,17 +184,62 @@ private func applyConnectionOptions(_ parsed: ParsedArguments, to options: inout
         guard descriptor >= 0 else {
             throw UsageError("cannot open the access log \(path): \(String(cString: strerror(errno)))")
         }
-        options.http.accessLog = { line in writeLine(line, to: descriptor) }
+        let writer = AccessLogWriter(descriptor: descriptor)
+        options.http.accessLog = { line in writer.append(line) }
     case nil:
-        options.http.accessLog = { line in writeLine(line, to: 2) }
+        let writer = AccessLogWriter(descriptor: 2)
+        options.http.accessLog = { line in writer.append(line) }
     }
 }
 
-/// One `write` per line, so lines from several threads never interleave (O_APPEND files, pipes).
-private func writeLine(_ line: String, to descriptor: Int32) {
-    var bytes = Array(line.utf8)
-    bytes.append(10)
-    _ = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+/// Writes access-log lines from a thread of its own, so a log nobody reads fast enough (a full pipe)
+/// never blocks a request: past 10,000 waiting lines new ones are dropped, and the count is written once
+/// the writer catches up.
+/// `@unchecked Sendable`: `condition` guards `waiting` and `dropped`; `descriptor` is immutable.
+private final class AccessLogWriter: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var waiting: [String] = []
+    private var dropped = 0
+    private let descriptor: Int32
+
+    init(descriptor: Int32) {
+        self.descriptor = descriptor
+        let thread = Thread { [self] in run() }
+        thread.name = "lattice-access-log"
+        thread.start()
+    }
+
+    func append(_ line: String) {
+        condition.lock()
+        if waiting.count >= 10_000 {
+            dropped += 1
+        } else {
+            waiting.append(line)
+            condition.signal()
+        }
+        condition.unlock()
+    }
+
+    private func run() {
+        while true {
+            condition.lock()
+            while waiting.isEmpty && dropped == 0 { condition.wait() }
+            let lines = waiting
+            let lost = dropped
+            waiting = []
+            dropped = 0
+            condition.unlock()
+            var text = lines.map { $0 + "\n" }.joined()
+            if lost > 0 { text += "lattice: access log: \(lost) lines dropped (the log was not read fast enough)\n" }
+            var bytes = Array(text.utf8)[...]
+            while !bytes.isEmpty {
+                let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+                if written < 0 && errno == EINTR { continue }
+                if written <= 0 { break }
+                bytes = bytes.dropFirst(written)
+            }
+        }
+    }
 }
 
 /// Raises the soft open-file limit to the hard one; returns the soft limit now in force.

@@ -70,8 +70,10 @@ public struct HTTPServerConfiguration: Sendable {
     /// Threads running handlers (the HTTP threads only accept, parse and write). Storage work happens here.
     public var workerThreads = max(4, 2 * ProcessInfo.processInfo.activeProcessorCount)
     /// Requests of one client (an account, or an address before sign-in) running at once; the rest wait
-    /// in line, served round-robin across clients.
-    public var workersPerClient = max(1, max(4, 2 * ProcessInfo.processInfo.activeProcessorCount) / 4)
+    /// in line, served round-robin across clients. Default: a quarter of the workers, at least 2, and
+    /// always fewer than all of them (when there are two or more).
+    public var workersPerClient = HTTPServerConfiguration.defaultWorkersPerClient(
+        workerThreads: max(4, 2 * ProcessInfo.processInfo.activeProcessorCount))
     /// Requests of one client waiting in line; more get 429 THROTTLED with Retry-After.
     public var queuedRequestsPerClient = 32
     /// Requests waiting in line in total; more get 503 TRY_AGAIN_LATER with Retry-After.
@@ -83,6 +85,10 @@ public struct HTTPServerConfiguration: Sendable {
     /// them, the last address of that header is the client's for limits, throttles and logs; from anyone
     /// else the header is ignored. Their own connections are exempt from `perIPConnectionLimit`.
     public var trustedProxies: [String] = []
+    /// The default `workersPerClient` for a pool of `workerThreads`.
+    public static func defaultWorkersPerClient(workerThreads: Int) -> Int {
+        max(1, min(workerThreads - 1, max(2, workerThreads / 4)))
+    }
     /// Receives one line per request (time, client, method, path without query, status, duration, bytes);
     /// nil logs nothing.
     public var accessLog: (@Sendable (String) -> Void)? = nil
