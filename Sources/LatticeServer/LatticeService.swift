@@ -215,7 +215,9 @@ public final class LatticeService: HTTPHandler, Sendable {
             || path == "/.well-known/jwks.json" || path.hasPrefix("/share/") {
             return .inline
         }
-        if path == "/auth/signup" { return .pool(client: "ip:" + head.remoteAddress, principal: nil) }
+        // Sign-up, and any other route outside /database/ (route() answers it, 404 included), in the
+        // address's share.
+        guard path.hasPrefix("/database/") else { return .pool(client: "ip:" + head.remoteAddress, principal: nil) }
         do {
             _ = try databaseRoute(head)
             let user = try authenticate(head)
@@ -266,6 +268,10 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     // MARK: Authentication and throttling
 
+    /// For routes that authenticate while handling (those outside /database/, which `admit` leaves alone).
+    private func authenticate(_ request: HTTPRequest) throws -> UserAccount { try authenticate(request.head) }
+
+    /// Takes the head only, so `admit` can run it before the body is read.
     private func authenticate(_ request: HTTPRequestHead) throws -> UserAccount {
         guard let header = request.header("authorization") else {
             throw APIError(.authenticationRequired, "sign in: send Authorization: Bearer <token> (POST /auth/signup makes one)")
