@@ -16,7 +16,8 @@ public struct HTTPServerConfiguration: Sendable {
     public var host: String
     /// The TCP port; 0 picks a free one (read it back from `HTTPServer.port`).
     public var port: UInt16
-    /// Worker threads serving connections. Requests waiting for a late answer do not hold a thread.
+    /// libmicrohttpd's threads, which accept, parse and write (handlers run on `workerThreads`). Requests
+    /// waiting for a worker or a late answer do not hold one.
     public var threadPoolSize: Int
     /// Seconds a connection may sit idle before it is closed; 0 keeps idle connections forever. The clock
     /// stops while a request waits for a late answer and restarts once the answer is being sent.
