@@ -3,7 +3,8 @@
 # Needs root (or sudo) only when something has to be installed.
 set -euo pipefail
 
-packages=(libsqlite3-dev libssl-dev libmicrohttpd-dev pkg-config)
+# nginx: the reverse-proxy example (Docs/examples/nginx-lattice.conf) is tested against it.
+packages=(libsqlite3-dev libssl-dev libmicrohttpd-dev pkg-config nginx)
 missing=()
 for package in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then

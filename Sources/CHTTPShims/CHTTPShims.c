@@ -8,6 +8,15 @@ struct MHD_Daemon *lattice_mhd_start(const lattice_mhd_config *config,
                                      MHD_AccessHandlerCallback handler, void *handler_context,
                                      MHD_RequestCompletedCallback completed, void *completed_context,
                                      lattice_mhd_uri_logger uri_logger, void *uri_logger_context) {
+    return lattice_mhd_start_tracked(config, handler, handler_context, completed, completed_context,
+                                     uri_logger, uri_logger_context, NULL, NULL);
+}
+
+struct MHD_Daemon *lattice_mhd_start_tracked(const lattice_mhd_config *config,
+                                             MHD_AccessHandlerCallback handler, void *handler_context,
+                                             MHD_RequestCompletedCallback completed, void *completed_context,
+                                             lattice_mhd_uri_logger uri_logger, void *uri_logger_context,
+                                             MHD_NotifyConnectionCallback notify, void *notify_context) {
     if (config == NULL || handler == NULL || config->thread_pool_size == 0) {
         return NULL;
     }
@@ -23,6 +32,8 @@ struct MHD_Daemon *lattice_mhd_start(const lattice_mhd_config *config,
     if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES) {
         flags |= MHD_USE_EPOLL;
     }
+    // Without a connection callback, MHD_OPTION_NOTIFY_CONNECTION is passed with NULL, which the library
+    // treats as none.
     return MHD_start_daemon(
         flags, config->port, NULL, NULL, handler, handler_context,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&address,
@@ -33,7 +44,16 @@ struct MHD_Daemon *lattice_mhd_start(const lattice_mhd_config *config,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, config->connection_memory_limit,
         MHD_OPTION_NOTIFY_COMPLETED, completed, completed_context,
         MHD_OPTION_URI_LOG_CALLBACK, uri_logger, uri_logger_context,
+        MHD_OPTION_NOTIFY_CONNECTION, notify, notify_context,
         MHD_OPTION_END);
+}
+
+int lattice_mhd_connection_fd(struct MHD_Connection *connection) {
+    if (connection == NULL) {
+        return -1;
+    }
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : (int)info->connect_fd;
 }
 
 uint16_t lattice_mhd_bound_port(struct MHD_Daemon *daemon) {

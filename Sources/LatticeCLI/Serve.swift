@@ -5,6 +5,10 @@ import LatticeServer
 let serveUsage = """
     usage: lattice serve --data DIR [--host 127.0.0.1] [--port 8080] [--public-url URL]
                          [--container NAME] [--registration open|closed] [--tombstone-horizon-days N]
+                         [--trusted-proxy ADDRESS|CIDR]... [--access-log PATH|off]
+                         [--connections N] [--per-address-connections N] [--workers N]
+                         [--workers-per-client N] [--header-timeout S] [--body-timeout S]
+                         [--body-budget-mib N] [--parked-waits-per-user N] [--shutdown-grace S]
 
     Runs the Lattice sync service on embedded SQLite, with everything under DIR (created if missing).
     Prints "listening on http://HOST:PORT" once it accepts requests. SIGINT or SIGTERM stop it
@@ -33,6 +37,32 @@ let serveUsage = """
       --max-filter-values N      values per IN or NOT_IN filter (default 10000)
       --max-list-elements N      elements per list field of a write (default 50000)
       --max-fields-per-record N  fields per record of a write (default 1000)
+
+    Connections and limits:
+      --trusted-proxy ADDRESS    a reverse proxy (IPv4 address or CIDR such as 10.0.0.0/8; repeatable)
+                                 whose X-Forwarded-For is believed: its last address is the client's
+                                 for limits, throttles and the access log. Ignored from anyone else.
+                                 The proxy's own connections are exempt from the per-address limit.
+      --access-log PATH          one line per request (time, client, method, path, status, duration,
+                                 bytes) appended to PATH; default stderr; off for none
+      --connections N            simultaneous connections in total (default 4096, lowered to fit the
+                                 open-file limit, which serve raises to its hard limit)
+      --per-address-connections N  connections from one address (default 64); through a trusted
+                                 proxy, requests in flight per forwarded client
+      --workers N                threads running requests (default 2 x cores, at least 4)
+      --workers-per-client N     requests of one account (or address before sign-in) running at once
+                                 (default workers / 4, at least 2, fewer than all); the rest wait in
+                                 line, served fairly
+      --header-timeout S         seconds to send complete request headers, from connecting or from
+                                 the previous answer (default 10): slow senders are dropped
+      --body-timeout S           seconds to send a request body (default 60); a body must also average
+                                 4 KiB/s after its first 5 s
+      --body-budget-mib N        MiB of request bodies buffered at once, server-wide (default 64);
+                                 past it new requests get 503 TRY_AGAIN_LATER with Retry-After
+      --parked-waits-per-user N  changes/wait requests one account may have parked (default 8);
+                                 more get 429 THROTTLED
+      --shutdown-grace S         seconds in-flight requests get to finish on SIGTERM (default 10); if
+                                 the process is still stopping 5 s later, it exits anyway (status 1)
     """
 
 func runServe(_ arguments: [String]) throws {
@@ -41,7 +71,12 @@ func runServe(_ arguments: [String]) throws {
                                                                "request-deadline", "reader-connections",
                                                                "max-response-bytes", "max-query-filters",
                                                                "max-query-sort-keys", "max-filter-values",
-                                                               "max-list-elements", "max-fields-per-record"],
+                                                               "max-list-elements", "max-fields-per-record",
+                                                               "trusted-proxy", "access-log", "connections",
+                                                               "per-address-connections", "workers",
+                                                               "workers-per-client", "header-timeout", "body-timeout",
+                                                               "body-budget-mib", "parked-waits-per-user",
+                                                               "shutdown-grace"],
                                      flagOptions: [])
     if parsed.flag("help") {
         print(serveUsage)
@@ -70,6 +105,8 @@ func runServe(_ arguments: [String]) throws {
         throw UsageError("--public-url must be an absolute URL such as https://lattice.example.com")
     }
 
+    try applyConnectionOptions(parsed, to: &options)
+
     umask(0o077) // the database holds token hashes: owner-only files
 
     // Signals are taken by dispatch sources, not handlers: nothing runs in signal context.
@@ -92,6 +129,7 @@ func runServe(_ arguments: [String]) throws {
     fflush(nil) // flush stdout: a supervisor reading the pipe sees the line now
     stopRequested.wait()
     FileHandle.standardError.write(Data("lattice: shutting down\n".utf8))
+    startShutdownWatchdog(after: options.http.shutdownGracePeriodSeconds + shutdownMarginSeconds)
     server.stop()
     sources.forEach { $0.cancel() }
 }
@@ -111,4 +149,157 @@ private func applyBoundsOptions(_ parsed: ParsedArguments, to service: inout Ser
     if let count = try parsed.integer("max-filter-values", in: 1...1_000_000) { service.maximumFilterValues = count }
     if let count = try parsed.integer("max-list-elements", in: 1...1_000_000) { service.maximumListElements = count }
     if let count = try parsed.integer("max-fields-per-record", in: 1...100_000) { service.maximumFieldsPerRecord = count }
+}
+
+/// Seconds past the grace period after which a stop that is still stuck (a handler that does not return
+/// holds the database) ends the process anyway.
+let shutdownMarginSeconds = 5
+
+/// Exits with status 1 if the process is still running `seconds` from now.
+private func startShutdownWatchdog(after seconds: Int) {
+    let thread = Thread {
+        Thread.sleep(forTimeInterval: Double(seconds))
+        let message = "lattice: still stopping \(seconds) s after the signal (a request is stuck); exiting without "
+            + "a clean database close (SQLite recovers on the next start)\n"
+        _ = message.withCString { write(2, $0, strlen($0)) }
+        _exit(1)
+    }
+    thread.start()
+}
+
+/// The connection flags, the open-file limit raised to fit them, and the access log.
+private func applyConnectionOptions(_ parsed: ParsedArguments, to options: inout ServerProcess.Options) throws {
+    options.http.trustedProxies = parsed.values["trusted-proxy"] ?? []
+    for proxy in options.http.trustedProxies where !isAddressOrBlock(proxy) {
+        throw UsageError("--trusted-proxy must be an IPv4 address or CIDR block such as 10.0.0.0/8, not \(proxy)")
+    }
+    if let perAddress = try parsed.integer("per-address-connections", in: 1...1_000_000) {
+        options.http.perIPConnectionLimit = perAddress
+    }
+    if let workers = try parsed.integer("workers", in: 1...4096) {
+        options.http.workerThreads = workers
+        options.http.workersPerClient = HTTPServerConfiguration.defaultWorkersPerClient(workerThreads: workers)
+    }
+    if let perClient = try parsed.integer("workers-per-client", in: 1...4096) {
+        options.http.workersPerClient = perClient
+    }
+    if let seconds = try parsed.integer("header-timeout", in: 1...3600) { options.http.headerTimeoutSeconds = seconds }
+    if let seconds = try parsed.integer("body-timeout", in: 1...3600) { options.http.bodyTimeoutSeconds = seconds }
+    if let mebibytes = try parsed.integer("body-budget-mib", in: 1...1_048_576) {
+        options.http.bodyBufferBudgetBytes = mebibytes * 1024 * 1024
+    }
+    if let waits = try parsed.integer("parked-waits-per-user", in: 1...10_000) {
+        options.service.maximumParkedWaitsPerUser = waits
+    }
+    if let seconds = try parsed.integer("shutdown-grace", in: 0...3600) { options.http.shutdownGracePeriodSeconds = seconds }
+
+    // Every connection is a file descriptor; so are the database, the log and each HTTP thread's poller.
+    let reserve = 64 + 4 * options.http.threadPoolSize
+    let available = raiseOpenFileLimit() - reserve
+    if let connections = try parsed.integer("connections", in: 1...10_000_000) {
+        guard connections <= available else {
+            throw UsageError("--connections \(connections) does not fit the open-file limit (RLIMIT_NOFILE hard limit "
+                             + "\(available + reserve), \(reserve) kept for the server): raise it (ulimit -Hn, "
+                             + "LimitNOFILE= in systemd) or ask for at most \(max(available, 0))")
+        }
+        options.http.connectionLimit = connections
+    } else if options.http.connectionLimit > available {
+        guard available >= 16 else {
+            throw UsageError("the open-file limit (RLIMIT_NOFILE) of \(available + reserve) is too low to serve; raise it")
+        }
+        FileHandle.standardError.write(Data("lattice: the open-file limit allows \(available) connections, not \(options.http.connectionLimit); serving at most \(available)\n".utf8))
+        options.http.connectionLimit = available
+    }
+    guard options.http.perIPConnectionLimit <= options.http.connectionLimit else {
+        throw UsageError("--per-address-connections \(options.http.perIPConnectionLimit) is over the total of "
+                         + "\(options.http.connectionLimit) connections")
+    }
+
+    switch try parsed.value("access-log") {
+    case "off"?:
+        options.http.accessLog = nil
+    case let path?:
+        let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            throw UsageError("cannot open the access log \(path): \(String(cString: strerror(errno)))")
+        }
+        let writer = AccessLogWriter(descriptor: descriptor)
+        options.http.accessLog = { line in writer.append(line) }
+    case nil:
+        let writer = AccessLogWriter(descriptor: 2)
+        options.http.accessLog = { line in writer.append(line) }
+    }
+}
+
+/// Writes access-log lines from a thread of its own, so a log nobody reads fast enough (a full pipe)
+/// never blocks a request: past 10,000 waiting lines new ones are dropped, and the count is written once
+/// the writer catches up.
+/// `@unchecked Sendable`: `condition` guards `waiting` and `dropped`; `descriptor` is immutable.
+private final class AccessLogWriter: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var waiting: [String] = []
+    private var dropped = 0
+    private let descriptor: Int32
+
+    init(descriptor: Int32) {
+        self.descriptor = descriptor
+        let thread = Thread { [self] in run() }
+        thread.name = "lattice-access-log"
+        thread.start()
+    }
+
+    func append(_ line: String) {
+        condition.lock()
+        if waiting.count >= 10_000 {
+            dropped += 1
+        } else {
+            waiting.append(line)
+            condition.signal()
+        }
+        condition.unlock()
+    }
+
+    private func run() {
+        while true {
+            condition.lock()
+            while waiting.isEmpty && dropped == 0 { condition.wait() }
+            let lines = waiting
+            let lost = dropped
+            waiting = []
+            dropped = 0
+            condition.unlock()
+            var text = lines.map { $0 + "\n" }.joined()
+            if lost > 0 { text += "lattice: access log: \(lost) lines dropped (the log was not read fast enough)\n" }
+            var bytes = Array(text.utf8)[...]
+            while !bytes.isEmpty {
+                let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+                if written < 0 && errno == EINTR { continue }
+                if written <= 0 { break }
+                bytes = bytes.dropFirst(written)
+            }
+        }
+    }
+}
+
+/// Raises the soft open-file limit to the hard one; returns the soft limit now in force.
+private func raiseOpenFileLimit() -> Int {
+    var limit = rlimit()
+    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+    if limit.rlim_cur < limit.rlim_max {
+        var raised = limit
+        raised.rlim_cur = limit.rlim_max
+        if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+    }
+    return limit.rlim_cur == rlim_t.max ? 1 << 20 : Int(min(limit.rlim_cur, 1 << 30))
+}
+
+private func isAddressOrBlock(_ text: String) -> Bool {
+    let parts = text.split(separator: "/", omittingEmptySubsequences: false)
+    guard (1...2).contains(parts.count) else { return false }
+    var address = in_addr()
+    guard inet_pton(AF_INET, String(parts[0]), &address) == 1 else { return false }
+    if parts.count == 2 {
+        guard parts[1].allSatisfy(\.isNumber), let bits = Int(parts[1]), (0...32).contains(bits) else { return false }
+    }
+    return true
 }

@@ -9,13 +9,16 @@ final class ChangeNotifier: Sendable {
     /// One waiting request. It fires once: on a change, on its timeout, or at shutdown.
     final class Waiter: Sendable {
         let id: Int
+        /// The account the wait counts against (`register`'s `limit`).
+        let owner: Int64
         let databaseIDs: Set<Int64>
         /// Fires when a database's position exceeds its cursor here.
         let cursors: [Int64: Int64]
         private let fire: Mutex<(@Sendable (WaitOutcome) -> Void)?>
 
-        init(id: Int, cursors: [Int64: Int64], fire: @escaping @Sendable (WaitOutcome) -> Void) {
+        init(id: Int, owner: Int64, cursors: [Int64: Int64], fire: @escaping @Sendable (WaitOutcome) -> Void) {
             self.id = id
+            self.owner = owner
             self.cursors = cursors
             self.databaseIDs = Set(cursors.keys)
             self.fire = Mutex(fire)
@@ -35,36 +38,56 @@ final class ChangeNotifier: Sendable {
         case changed
         case timedOut
         case shuttingDown
+        /// The client went away; the answer goes nowhere.
+        case abandoned
+    }
+
+    enum Registration {
+        case registered(Waiter)
+        /// The owner already has `limit` waiters.
+        case overLimit
+        case shuttingDown
     }
 
     private struct State {
         var nextID = 0
         var waiters: [Int: Waiter] = [:]
+        /// Waiters per owner, for the per-account cap.
+        var perOwner: [Int64: Int] = [:]
         var shuttingDown = false
+
+        mutating func remove(_ waiter: Waiter) {
+            guard waiters.removeValue(forKey: waiter.id) != nil else { return }
+            let count = perOwner[waiter.owner, default: 1] - 1
+            perOwner[waiter.owner] = count > 0 ? count : nil
+        }
     }
 
     private let state = Mutex(State())
 
-    /// Registers a waiter over databases with their cursors; returns nil when shutting down.
-    func register(cursors: [Int64: Int64], timeoutSeconds: Int,
-                  fire: @escaping @Sendable (WaitOutcome) -> Void) -> Waiter? {
-        let waiter: Waiter? = state.withLock { state in
-            guard !state.shuttingDown else { return nil }
+    /// Registers a waiter over databases with their cursors, counted against `owner`, who may have at most
+    /// `limit` at once.
+    func register(cursors: [Int64: Int64], timeoutSeconds: Int, owner: Int64 = 0, limit: Int = .max,
+                  fire: @escaping @Sendable (WaitOutcome) -> Void) -> Registration {
+        let registration: Registration = state.withLock { state in
+            guard !state.shuttingDown else { return .shuttingDown }
+            guard state.perOwner[owner, default: 0] < limit else { return .overLimit }
             state.nextID += 1
-            let waiter = Waiter(id: state.nextID, cursors: cursors, fire: fire)
+            let waiter = Waiter(id: state.nextID, owner: owner, cursors: cursors, fire: fire)
             state.waiters[waiter.id] = waiter
-            return waiter
+            state.perOwner[owner, default: 0] += 1
+            return .registered(waiter)
         }
-        guard let waiter else { return nil }
+        guard case .registered(let waiter) = registration else { return registration }
         DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(timeoutSeconds)) { [weak self] in
             self?.finish(waiter, .timedOut)
         }
-        return waiter
+        return registration
     }
 
     /// Completes and forgets a waiter.
     func finish(_ waiter: Waiter, _ outcome: WaitOutcome) {
-        _ = state.withLock { $0.waiters.removeValue(forKey: waiter.id) }
+        state.withLock { $0.remove(waiter) }
         waiter.complete(outcome)
     }
 
@@ -72,7 +95,7 @@ final class ChangeNotifier: Sendable {
     func notify(databaseID: Int64, position: Int64) {
         let woken: [Waiter] = state.withLock { state in
             let ready = state.waiters.values.filter { ($0.cursors[databaseID] ?? .max) < position }
-            for waiter in ready { state.waiters.removeValue(forKey: waiter.id) }
+            for waiter in ready { state.remove(waiter) }
             return ready
         }
         for waiter in woken { waiter.complete(.changed) }
@@ -82,7 +105,7 @@ final class ChangeNotifier: Sendable {
     func wakeAll(where predicate: (Waiter) -> Bool) {
         let woken: [Waiter] = state.withLock { state in
             let ready = state.waiters.values.filter(predicate)
-            for waiter in ready { state.waiters.removeValue(forKey: waiter.id) }
+            for waiter in ready { state.remove(waiter) }
             return ready
         }
         for waiter in woken { waiter.complete(.changed) }
@@ -92,11 +115,17 @@ final class ChangeNotifier: Sendable {
     func shutDown() {
         let all: [Waiter] = state.withLock { state in
             state.shuttingDown = true
-            defer { state.waiters.removeAll() }
+            defer {
+                state.waiters.removeAll()
+                state.perOwner.removeAll()
+            }
             return Array(state.waiters.values)
         }
         for waiter in all { waiter.complete(.shuttingDown) }
     }
 
     var waiterCount: Int { state.withLock { $0.waiters.count } }
+
+    /// Waiters `owner` holds now.
+    func waiterCount(owner: Int64) -> Int { state.withLock { $0.perOwner[owner, default: 0] } }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// One HTTP request as the service core sees it: already parsed, body fully received and within the cap.
 ///
@@ -12,20 +13,134 @@ public struct HTTPRequest: Sendable {
     /// Header names are lowercased.
     public var headers: [String: String]
     public var body: [UInt8]
-    /// The client's IPv4 address as dotted text, or empty when unknown (in-process tests).
+    /// The client's address as text, or empty when unknown (in-process tests): the TCP peer's, or, when
+    /// the peer is a trusted proxy, the last address of its `X-Forwarded-For`.
     public var remoteAddress: String
+    /// What `HTTPHandler.admit(_:)` returned with `.pool(client:principal:)` for this request (say, the
+    /// account its token authenticated), or nil.
+    public var principal: (any Sendable)?
+    /// Fires if the client goes away before the request is answered (see `HTTPAbandonment`).
+    public var abandonment: HTTPAbandonment
 
     public init(method: String, path: String, query: String = "", headers: [String: String] = [:],
-                body: [UInt8] = [], remoteAddress: String = "") {
+                body: [UInt8] = [], remoteAddress: String = "", principal: (any Sendable)? = nil,
+                abandonment: HTTPAbandonment = HTTPAbandonment()) {
         self.method = method
         self.path = path
         self.query = query
         self.headers = Dictionary(headers.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { _, last in last })
         self.body = body
         self.remoteAddress = remoteAddress
+        self.principal = principal
+        self.abandonment = abandonment
     }
 
     public func header(_ name: String) -> String? { headers[name.lowercased()] }
+
+    /// The request without its body.
+    public var head: HTTPRequestHead {
+        HTTPRequestHead(method: method, path: path, query: query, headers: headers, remoteAddress: remoteAddress)
+    }
+}
+
+/// What is known of a request once its headers are in, before any byte of its body has been read.
+public struct HTTPRequestHead: Sendable {
+    public var method: String
+    /// The path without the query string, exactly as sent.
+    public var path: String
+    /// The raw query string after `?`, or empty.
+    public var query: String
+    /// Header names are lowercased.
+    public var headers: [String: String]
+    /// The client's address, as in `HTTPRequest.remoteAddress`.
+    public var remoteAddress: String
+
+    public init(method: String, path: String, query: String = "", headers: [String: String] = [:],
+                remoteAddress: String = "") {
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = Dictionary(headers.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { _, last in last })
+        self.remoteAddress = remoteAddress
+    }
+
+    public func header(_ name: String) -> String? { headers[name.lowercased()] }
+}
+
+/// How the adapter runs a request, decided from its head (`HTTPHandler.admit(_:)`).
+public enum HTTPAdmission: Sendable {
+    /// Answer with this right away; the body is not read (nor buffered).
+    case answer(HTTPResponse)
+    /// Cheap (no storage work): `handle` runs on the HTTP thread as soon as the body is in.
+    case inline
+    /// `handle` runs on the worker pool, counted against `client`'s share of it (an account, or an
+    /// address before sign-in); `principal` reaches `HTTPRequest.principal`.
+    case pool(client: String, principal: (any Sendable)?)
+}
+
+/// The adapter's own refusals; the handler renders them (`HTTPHandler.response(for:)`).
+public enum HTTPRefusal: Sendable, Equatable {
+    /// HTTP/1.1 without `Host`: 400.
+    case missingHost
+    /// The server-wide budget for buffered request bodies is spent: 503, retry after the seconds given.
+    case bodyBudgetExhausted(retryAfter: Int)
+    /// The worker pool's queue is full: 503.
+    case queueFull(retryAfter: Int)
+    /// This client already has its share of the worker pool queued, or its share of in-flight requests
+    /// through a trusted proxy: 429.
+    case clientBusy(retryAfter: Int)
+}
+
+/// Tells a handler that the client of a request went away before its answer (a long poll whose peer
+/// closed its connection), so it can release what it holds for it. Runs its callbacks once, or never
+/// when the request is answered first.
+public final class HTTPAbandonment: Sendable {
+    private struct State {
+        var callbacks: [@Sendable () -> Void] = []
+        /// nil while open; true once abandoned, false once answered.
+        var outcome: Bool?
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    /// Runs `callback` when the client goes away (right away if it already has); never if the request is
+    /// answered first.
+    public func onAbandon(_ callback: @escaping @Sendable () -> Void) {
+        let runNow = state.withLock { state -> Bool in
+            switch state.outcome {
+            case nil:
+                state.callbacks.append(callback)
+                return false
+            case true?: return true
+            case false?: return false
+            }
+        }
+        if runNow { callback() }
+    }
+
+    /// The client went away: runs the callbacks (once).
+    func abandon() {
+        let callbacks = state.withLock { state -> [@Sendable () -> Void] in
+            guard state.outcome == nil else { return [] }
+            state.outcome = true
+            defer { state.callbacks = [] }
+            return state.callbacks
+        }
+        for callback in callbacks { callback() }
+    }
+
+    /// The request was answered: the callbacks are dropped without running.
+    func settle() {
+        state.withLock { state in
+            guard state.outcome == nil else { return }
+            state.outcome = false
+            state.callbacks = []
+        }
+    }
+
+    var isAbandoned: Bool { state.withLock { $0.outcome == true } }
 }
 
 /// One HTTP response.
@@ -55,8 +170,9 @@ public struct HTTPResponse: Sendable, Equatable {
 /// (a long poll does that), but never twice.
 public typealias HTTPResponder = @Sendable (HTTPResponse) -> Void
 
-/// The service core: `Request -> Response`, with no sockets. The HTTP adapter calls it from its worker
-/// threads; tests call it in-process.
+/// The service core: `Request -> Response`, with no sockets. The HTTP adapter calls `admit` on its HTTP
+/// threads once a request's headers are in, then `handle` (on its worker pool, or inline for cheap
+/// requests); tests call `handle` in-process.
 public protocol HTTPHandler: Sendable {
     /// The body-size cap. The adapter rejects longer bodies before buffering them, answering with
     /// `responseForOversizedBody()`, and never calls `handle` for them.
@@ -71,9 +187,39 @@ public protocol HTTPHandler: Sendable {
     /// Called once when the server starts shutting down, after it stops accepting connections: answer
     /// anything that is waiting (long polls) now, so in-flight requests can finish.
     func beginShutdown()
+
+    /// Decides from the head alone, before the body is read, whether to refuse the request (a bad token),
+    /// run it inline (cheap) or on the worker pool, and whose share of the pool it uses. Runs on an HTTP
+    /// thread: keep it cheap. Default: the pool, one share per client address.
+    func admit(_ head: HTTPRequestHead) -> HTTPAdmission
+
+    /// The answer for one of the adapter's own refusals. Default: an API error in JSON.
+    func response(for refusal: HTTPRefusal) -> HTTPResponse
+
+    /// The path as the access log shows it: without secrets (say, a share token in the path). Default: as is.
+    func pathForLog(_ path: String) -> String
 }
 
 extension HTTPHandler {
+    public func admit(_ head: HTTPRequestHead) -> HTTPAdmission { .pool(client: head.remoteAddress, principal: nil) }
+
+    public func response(for refusal: HTTPRefusal) -> HTTPResponse {
+        switch refusal {
+        case .missingHost:
+            APIError(.badRequest, "an HTTP/1.1 request must have a Host header").response
+        case .bodyBudgetExhausted(let seconds):
+            APIError(.tryAgainLater, "the server is receiving too many request bodies; retry shortly",
+                     retryAfter: seconds).response
+        case .queueFull(let seconds):
+            APIError(.tryAgainLater, "the server is busy; retry shortly", retryAfter: seconds).response
+        case .clientBusy(let seconds):
+            APIError(.throttled, "too many requests in flight from this client; retry after \(seconds) s",
+                     retryAfter: seconds).response
+        }
+    }
+
+    public func pathForLog(_ path: String) -> String { path }
+
     /// Handles a request and waits for its answer. For tests and for callers that are already off the
     /// adapter's threads.
     public func respond(to request: HTTPRequest) -> HTTPResponse {

@@ -147,28 +147,18 @@ public final class LatticeService: HTTPHandler, Sendable {
             try throttle(key: "ip:" + request.remoteAddress)
             return respond(try signUp(parseBody(request)))
         }
-        let parts = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        guard parts.count >= 7, parts[0].isEmpty, parts[1] == "database", parts[2] == "1" else {
-            throw APIError(.notFound, "no such endpoint: \(request.method) \(path.prefix(200))")
-        }
-        guard let operation = DatabaseOperation(rawValue: parts[6...].joined(separator: "/")) else {
-            throw APIError(.notFound, "no such operation: \(parts[6...].joined(separator: "/").prefix(100))")
-        }
-        guard request.method == "POST" else { throw methodNotAllowed(request, "POST") }
-        guard parts[3] == configuration.container else {
-            throw APIError(.notFound, "unknown container \(parts[3].prefix(100)); this server serves \(configuration.container)")
-        }
-        guard parts[4] == "development" || parts[4] == "production" else {
-            throw APIError.badRequest("environment must be development or production")
-        }
-        guard let kind = DatabaseKind(rawValue: parts[5]) else {
-            throw APIError.badRequest("database must be private, public or shared")
-        }
+        let (operation, kind, environment) = try databaseRoute(request.head)
         // The request's work ends at its deadline (storage is interrupted, CPU loops check it); a parked
         // long poll is not working, and its reads before and after parking take fresh ones.
         let deadline = RequestDeadline.after(milliseconds: configuration.requestDeadlineMilliseconds)
-        let user = try authenticate(request, deadline: deadline)
-        try throttle(key: "user:\(user.id)")
+        // Admitted from the headers (`admit`): authenticated and throttled there already.
+        let user: UserAccount
+        if let admitted = request.principal as? UserAccount {
+            user = admitted
+        } else {
+            user = try authenticate(request.head, deadline: deadline)
+            try throttle(key: "user:\(user.id)")
+        }
         // deltas/push has a binary body: its envelope carries what a JSON body would (clientOperationID, atomic).
         var push: SyncMessage.Push? = nil
         var body: [String: JSON]
@@ -180,14 +170,70 @@ public final class LatticeService: HTTPHandler, Sendable {
         } else {
             body = try parseBody(request)
         }
-        let context = RequestContext(user: user, kind: kind, environment: parts[4], body: body,
+        let context = RequestContext(user: user, kind: kind, environment: environment, body: body,
                                      rawBody: request.body, path: path, push: push, deadline: deadline)
         switch operation {
         case .changesWait:
-            try waitForChanges(context, respond: respond)
+            try waitForChanges(context, abandonment: request.abandonment, respond: respond)
         default:
             respond(try perform(operation, context))
         }
+    }
+
+    /// A database route (`/database/1/{container}/{environment}/{database}/{operation}`) checked from the
+    /// head alone.
+    private func databaseRoute(_ head: HTTPRequestHead) throws -> (DatabaseOperation, DatabaseKind, String) {
+        let path = head.path
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count >= 7, parts[0].isEmpty, parts[1] == "database", parts[2] == "1" else {
+            throw APIError(.notFound, "no such endpoint: \(head.method.prefix(20)) \(path.prefix(200))")
+        }
+        guard let operation = DatabaseOperation(rawValue: parts[6...].joined(separator: "/")) else {
+            throw APIError(.notFound, "no such operation: \(parts[6...].joined(separator: "/").prefix(100))")
+        }
+        guard head.method == "POST" else {
+            throw APIError(.notFound, "\(path.prefix(200)) answers POST, not \(head.method.prefix(20))")
+        }
+        guard parts[3] == configuration.container else {
+            throw APIError(.notFound, "unknown container \(parts[3].prefix(100)); this server serves \(configuration.container)")
+        }
+        guard parts[4] == "development" || parts[4] == "production" else {
+            throw APIError.badRequest("environment must be development or production")
+        }
+        guard let kind = DatabaseKind(rawValue: parts[5]) else {
+            throw APIError.badRequest("database must be private, public or shared")
+        }
+        return (operation, kind, parts[4])
+    }
+
+    // MARK: Admission (before the body)
+
+    /// From the headers alone: cheap routes run inline; a database request is routed and its token
+    /// authenticated and throttled before its body is read (a bad or missing token gets its 401/421
+    /// without the body being buffered), then runs on the worker pool in its account's share; sign-up in
+    /// its address's share.
+    public func admit(_ head: HTTPRequestHead) -> HTTPAdmission {
+        let path = head.path
+        if shuttingDown.load(ordering: .sequentiallyConsistent) || path == "/healthz"
+            || path == "/.well-known/jwks.json" || path.hasPrefix("/share/") {
+            return .inline
+        }
+        // Sign-up, and any other route outside /database/ (route() answers it, 404 included), in the
+        // address's share.
+        guard path.hasPrefix("/database/") else { return .pool(client: "ip:" + head.remoteAddress, principal: nil) }
+        do {
+            _ = try databaseRoute(head)
+            let user = try authenticate(head)
+            try throttle(key: "user:\(user.id)")
+            return .pool(client: "user:\(user.id)", principal: user)
+        } catch {
+            return .answer(internalError(error).response)
+        }
+    }
+
+    /// Share tokens in `/share/{token}` are secrets: the access log shows the route only.
+    public func pathForLog(_ path: String) -> String {
+        path.hasPrefix("/share/") ? "/share/{token}" : path
     }
 
     private func perform(_ operation: DatabaseOperation, _ context: RequestContext) throws -> HTTPResponse {
@@ -227,7 +273,11 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     // MARK: Authentication and throttling
 
-    private func authenticate(_ request: HTTPRequest, deadline: RequestDeadline?) throws -> UserAccount {
+    /// For routes that authenticate while handling (those outside /database/, which `admit` leaves alone).
+    private func authenticate(_ request: HTTPRequest, deadline: RequestDeadline?) throws -> UserAccount { try authenticate(request.head, deadline: deadline) }
+
+    /// Takes the head only, so `admit` can run it before the body is read.
+    private func authenticate(_ request: HTTPRequestHead, deadline: RequestDeadline? = nil) throws -> UserAccount {
         guard let header = request.header("authorization") else {
             throw APIError(.authenticationRequired, "sign in: send Authorization: Bearer <token> (POST /auth/signup makes one)")
         }

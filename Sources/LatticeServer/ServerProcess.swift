@@ -30,13 +30,15 @@ public final class ServerProcess: @unchecked Sendable {
     private let purgeTimer: any DispatchSourceTimer
     private let lockDescriptor: Int32
 
-    /// Opens the data directory (creating it, mode 0700), takes its lock so a second server cannot use it,
-    /// migrates the database and starts listening.
-    public init(_ options: Options) throws {
-        let data = try DataDirectory.open(options.dataDirectory)
+    /// Opens the data directory (creating it, mode 0700; an existing one open to group or others is made
+    /// 0700, or refused), takes its lock so a second server cannot use it, migrates the database (its
+    /// files 0600) and starts listening.
+    public init(_ options: Options, log: @escaping @Sendable (String) -> Void = ServerProcess.logToStandardError) throws {
+        let data = try DataDirectory.open(options.dataDirectory, log: log)
         lockDescriptor = data.lockDescriptor
         do {
             storage = try SQLiteStorage(path: data.databasePath, readerConnections: options.service.storageReaderConnections)
+            try data.restrictDatabaseFiles(log: log)
             let keyRing = try ShareKeyRing.open(directory: data.path, nowMilliseconds: options.service.now())
             var serviceConfiguration = options.service
             if let publicURL = options.publicURL { serviceConfiguration.publicURL = publicURL }
@@ -61,6 +63,11 @@ public final class ServerProcess: @unchecked Sendable {
         }
     }
 
+    /// Writes `lattice: message` to stderr.
+    public static let logToStandardError: @Sendable (String) -> Void = { message in
+        FileHandle.standardError.write(Data("lattice: \(message)\n".utf8))
+    }
+
     /// Graceful stop: no new connections, open long polls answered, in-flight requests finished, then the
     /// database is checkpointed and closed and the lock released.
     public func stop() {
@@ -81,11 +88,27 @@ public struct DataDirectory: Sendable {
         public let description: String
     }
 
-    /// Creates the directory if needed and takes its exclusive lock.
-    static func open(_ path: String) throws -> DataDirectory {
+    /// Creates the directory if needed (mode 0700), makes an existing one private (0700: it holds token
+    /// hashes and signing keys) or refuses it when that fails, and takes its exclusive lock (`lattice.lock`,
+    /// 0600).
+    static func open(_ path: String, log: @Sendable (String) -> Void) throws -> DataDirectory {
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
             guard isDirectory.boolValue else { throw Failure(description: "\(path) exists and is not a directory") }
+            var status = stat()
+            guard stat(path, &status) == 0 else {
+                throw Failure(description: "cannot read the mode of the data directory \(path): \(String(cString: strerror(errno)))")
+            }
+            let mode = status.st_mode & 0o7777
+            if mode & 0o077 != 0 {
+                guard chmod(path, 0o700) == 0 else {
+                    let reason = String(cString: strerror(errno))
+                    throw Failure(description: "the data directory \(path) has mode \(String(mode, radix: 8)), open to "
+                                  + "group or others, and it cannot be made 0700 (\(reason)); run chmod 700 \(path) as "
+                                  + "its owner, or choose another --data directory")
+                }
+                log("the data directory \(path) had mode \(String(mode, radix: 8)); changed it to 700")
+            }
         } else {
             do {
                 try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
@@ -102,7 +125,26 @@ public struct DataDirectory: Sendable {
             close(descriptor)
             throw Failure(description: "another lattice server is using \(path)")
         }
+        guard fchmod(descriptor, 0o600) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(descriptor)
+            throw Failure(description: "cannot make \(path)/lattice.lock mode 600: \(reason)")
+        }
         return DataDirectory(path: path, lockDescriptor: descriptor)
+    }
+
+    /// Makes the database and its WAL files owner-only (0600), logging any that were not.
+    func restrictDatabaseFiles(log: @Sendable (String) -> Void) throws {
+        for file in [databasePath, databasePath + "-wal", databasePath + "-shm"] {
+            var status = stat()
+            guard stat(file, &status) == 0 else { continue }
+            let mode = status.st_mode & 0o7777
+            guard mode & 0o177 != 0 else { continue }
+            guard chmod(file, 0o600) == 0 else {
+                throw Failure(description: "cannot make \(file) mode 600: \(String(cString: strerror(errno)))")
+            }
+            log("\(file) had mode \(String(mode, radix: 8)); changed it to 600")
+        }
     }
 
     /// Opens (creating if needed) the storage and service of a data directory without serving it, for

@@ -72,4 +72,9 @@ public struct ServiceConfiguration: Sendable {
     public var storageReaderConnections = 4
 
     public init() {}
+
+    // MARK: conn
+
+    /// `changes/wait` requests one account may have parked at once; more get THROTTLED (429).
+    public var maximumParkedWaitsPerUser = 8
 }

@@ -20,11 +20,17 @@ import Glibc
         return directory.appendingPathComponent("lattice").path
     }
 
+    /// What a process wrote to a pipe, collected by a reader thread.
+    final class CollectedOutput: Sendable {
+        let state = Mutex<(bytes: Data, ended: Bool)>((Data(), false))
+    }
+
     /// A running `lattice serve` process.
     final class ServerUnderTest {
         let process = Process()
         let port: UInt16
         private let errors = Pipe()
+        private let collected = CollectedOutput()
 
         init(data: String, extra: [String] = []) throws {
             process.executableURL = URL(fileURLWithPath: CrashRecoveryTests.latticeBinary)
@@ -33,6 +39,18 @@ import Glibc
             process.standardOutput = output
             process.standardError = errors
             try process.run()
+            // Drain stderr all along (the access log writes a line per request there): a full pipe would
+            // block the server.
+            let errorHandle = errors.fileHandleForReading
+            let collected = self.collected
+            Thread {
+                while true {
+                    let data = errorHandle.availableData
+                    if data.isEmpty { break }
+                    collected.state.withLock { $0.bytes += data }
+                }
+                collected.state.withLock { $0.ended = true }
+            }.start()
             // The first line is "listening on http://127.0.0.1:PORT".
             var line = [UInt8]()
             let handle = output.fileHandleForReading
@@ -54,8 +72,12 @@ import Glibc
             process.waitUntilExit()
         }
 
+        /// Everything the server wrote to stderr so far (all of it, once the process has exited).
         var standardError: String {
-            String(decoding: errors.fileHandleForReading.availableData, as: UTF8.self)
+            if !process.isRunning {
+                for _ in 0..<200 where !collected.state.withLock({ $0.ended }) { Thread.sleep(forTimeInterval: 0.01) }
+            }
+            return String(decoding: collected.state.withLock { $0.bytes }, as: UTF8.self)
         }
     }
 

@@ -37,6 +37,19 @@ struct MHD_Daemon *lattice_mhd_start(const lattice_mhd_config *config,
                                      MHD_RequestCompletedCallback completed, void *completed_context,
                                      lattice_mhd_uri_logger uri_logger, void *uri_logger_context);
 
+/// `lattice_mhd_start` plus MHD_OPTION_NOTIFY_CONNECTION: `notify` (may be NULL) runs when a connection
+/// is accepted (MHD_CONNECTION_NOTIFY_STARTED) and when it is cleaned up (MHD_CONNECTION_NOTIFY_CLOSED,
+/// which libmicrohttpd calls before it closes the socket, so the descriptor stays this connection's until
+/// the callback returns). `per_ip_connection_limit` 0 means no limit from the library.
+struct MHD_Daemon *lattice_mhd_start_tracked(const lattice_mhd_config *config,
+                                             MHD_AccessHandlerCallback handler, void *handler_context,
+                                             MHD_RequestCompletedCallback completed, void *completed_context,
+                                             lattice_mhd_uri_logger uri_logger, void *uri_logger_context,
+                                             MHD_NotifyConnectionCallback notify, void *notify_context);
+
+/// The connection's socket descriptor, or -1.
+int lattice_mhd_connection_fd(struct MHD_Connection *connection);
+
 /// The port the daemon is bound to, or 0 if unknown.
 uint16_t lattice_mhd_bound_port(struct MHD_Daemon *daemon);
 

@@ -120,7 +120,10 @@ extension LatticeService {
     /// a long poll, the push path in place of CloudKit's database subscriptions. Answers `{"changed": true}`
     /// as soon as a watched database's change log moves past its token (a `changes/database` token; without
     /// one, past its position now), or `{"changed": false}` after `timeout` seconds.
-    func waitForChanges(_ context: RequestContext, respond: @escaping HTTPResponder) throws {
+    /// At most `maximumParkedWaitsPerUser` per account are parked at once (more get THROTTLED); one whose
+    /// client goes away (`abandonment`) is released at once.
+    func waitForChanges(_ context: RequestContext, abandonment: HTTPAbandonment = HTTPAbandonment(),
+                        respond: @escaping HTTPResponder) throws {
         guard context.kind != .public else {
             throw APIError.badRequest("changes/wait watches the private or the shared database; the public one has no feed")
         }
@@ -176,14 +179,23 @@ extension LatticeService {
             case .changed: respond(.json(.object(["changed": .bool(true)])))
             case .timedOut: respond(.json(.object(["changed": .bool(false)])))
             case .shuttingDown: respond(APIError(.tryAgainLater, "the server is shutting down").response)
+            case .abandoned: respond(.json(.object(["changed": .bool(false)])))
             }
         }
         // Already behind: answer at once, whatever the timeout.
         if databases.contains(where: { $0.lastSeq > cursors[$0.id]! }) { return answer(.changed) }
         if timeout == 0 { return answer(.timedOut) }
-        guard let waiter = notifier.register(cursors: cursors, timeoutSeconds: timeout, fire: answer) else {
-            throw APIError(.tryAgainLater, "the server is shutting down")
+        let waiter: ChangeNotifier.Waiter
+        let limit = configuration.maximumParkedWaitsPerUser
+        switch notifier.register(cursors: cursors, timeoutSeconds: timeout, owner: context.user.id, limit: limit,
+                                 fire: answer) {
+        case .registered(let registered): waiter = registered
+        case .overLimit:
+            throw APIError(.throttled, "this account already has \(limit) changes/wait requests parked; one "
+                           + "request can watch both the private and the shared database", retryAfter: 1)
+        case .shuttingDown: throw APIError(.tryAgainLater, "the server is shutting down")
         }
+        abandonment.onAbandon { [notifier] in notifier.finish(waiter, .abandoned) }
         // Registered first, then re-read: a commit that landed before the registration is seen here.
         let now = try storage.read(deadline: context.deadline) { tx in try databases.compactMap { try tx.database(id: $0.id) } }
         if now.contains(where: { $0.lastSeq > cursors[$0.id]! }) { notifier.finish(waiter, .changed) }

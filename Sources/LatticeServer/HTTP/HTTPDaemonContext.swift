@@ -1,3 +1,4 @@
+import CHTTPShims
 import CMicroHTTPD
 import Foundation
 import Synchronization
@@ -6,6 +7,16 @@ import Synchronization
 /// flight (from request line to completion), which shutdown waits for.
 final class HTTPDaemonContext: Sendable {
     let handler: any HTTPHandler
+    let connections: HTTPConnectionGuard
+    let workers: HTTPWorkerPool
+    let resolver: ClientAddressResolver
+    let accessLog: (@Sendable (String) -> Void)?
+    private let bodyBudget: Int
+    private let bufferedBodyBytes = Atomic<Int>(0)
+    /// Requests in flight per forwarded client address, when the peer is a trusted proxy: each such
+    /// client gets `perForwardedClient` of them, as a direct client gets that many connections.
+    private let forwardedInFlight = Mutex<[String: Int]>([:])
+    private let perForwardedClient: Int
 
     private struct Registry {
         var exchanges: [ObjectIdentifier: HTTPExchange] = [:]
@@ -17,8 +28,63 @@ final class HTTPDaemonContext: Sendable {
 
     private let registry = Mutex(Registry())
 
-    init(handler: any HTTPHandler) {
+    init(handler: any HTTPHandler, configuration: HTTPServerConfiguration) {
         self.handler = handler
+        resolver = ClientAddressResolver(trustedProxies: configuration.trustedProxies)
+        connections = HTTPConnectionGuard(
+            limits: .init(perAddress: configuration.perIPConnectionLimit,
+                          headerTimeout: .seconds(configuration.headerTimeoutSeconds),
+                          bodyTimeout: .seconds(configuration.bodyTimeoutSeconds),
+                          minimumBodyBytesPerSecond: configuration.minimumBodyBytesPerSecond,
+                          bodyRateGrace: .seconds(configuration.bodyRateGraceSeconds)),
+            resolver: resolver)
+        workers = HTTPWorkerPool(limits: .init(threads: configuration.workerThreads,
+                                               perClientRunning: configuration.workersPerClient,
+                                               perClientQueued: configuration.queuedRequestsPerClient,
+                                               totalQueued: configuration.requestQueueLimit))
+        accessLog = configuration.accessLog
+        bodyBudget = configuration.bodyBufferBudgetBytes
+        perForwardedClient = configuration.perIPConnectionLimit
+    }
+
+    // MARK: Body budget
+
+    /// Reserves `bytes` of the server-wide body budget; false (and nothing reserved) if it would pass it.
+    func reserveBody(_ bytes: Int) -> Bool {
+        guard bytes > 0 else { return true }
+        var current = bufferedBodyBytes.load(ordering: .relaxed)
+        while true {
+            guard current + bytes <= bodyBudget else { return false }
+            let (exchanged, original) = bufferedBodyBytes.compareExchange(expected: current, desired: current + bytes,
+                                                                          ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
+    }
+
+    func releaseBody(_ bytes: Int) {
+        if bytes > 0 { bufferedBodyBytes.subtract(bytes, ordering: .relaxed) }
+    }
+
+    var bufferedBodyByteCount: Int { bufferedBodyBytes.load(ordering: .relaxed) }
+
+    // MARK: Forwarded clients
+
+    /// Counts a request from a client behind a trusted proxy; false if it has its share in flight.
+    func admitForwarded(_ client: String) -> Bool {
+        forwardedInFlight.withLock { counts in
+            let count = counts[client, default: 0]
+            guard count < perForwardedClient else { return false }
+            counts[client] = count + 1
+            return true
+        }
+    }
+
+    func finishForwarded(_ client: String) {
+        forwardedInFlight.withLock { counts in
+            let count = counts[client, default: 1] - 1
+            counts[client] = count > 0 ? count : nil
+        }
     }
 
     var isDraining: Bool { registry.withLock { $0.isDraining } }
@@ -98,7 +164,8 @@ func accessRequest(
         exchange = daemon.open(connection: connection, target: url.map { String(cString: $0) } ?? "/")
         requestContext.pointee = Unmanaged.passRetained(exchange).toOpaque()
     }
-    let healthy = exchange.advance(in: daemon, method: method, uploadData: uploadData, uploadSize: uploadSize)
+    let healthy = exchange.advance(in: daemon, method: method, version: version, uploadData: uploadData,
+                                   uploadSize: uploadSize)
     return healthy ? .YES : .NO
 }
 
@@ -106,9 +173,31 @@ func accessRequest(
 func requestCompleted(_ context: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
                       _ requestContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
                       _ reason: MHD_RequestTerminationCode) {
-    guard let context, let requestContext, let raw = requestContext.pointee else { return }
-    requestContext.pointee = nil
+    guard let context else { return }
     let daemon = Unmanaged<HTTPDaemonContext>.fromOpaque(context).takeUnretainedValue()
+    // The connection waits for its next request from now on.
+    if let connection { daemon.connections.move(connection, to: .awaitingHeaders, resetClock: true) }
+    guard let requestContext, let raw = requestContext.pointee else { return }
+    requestContext.pointee = nil
     let exchange = Unmanaged<HTTPExchange>.fromOpaque(raw).takeRetainedValue()
+    exchange.complete(in: daemon, completedNormally: reason == .REQUEST_TERMINATED_COMPLETED_OK)
     daemon.close(exchange)
+}
+
+/// `MHD_NotifyConnectionCallback`: a connection was accepted, or is about to be closed (before its
+/// socket is).
+func connectionChanged(_ context: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
+                       _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
+                       _ change: MHD_ConnectionNotificationCode) {
+    guard let context, let connection else { return }
+    let daemon = Unmanaged<HTTPDaemonContext>.fromOpaque(context).takeUnretainedValue()
+    switch change {
+    case .CONNECTION_NOTIFY_STARTED:
+        daemon.connections.opened(connection, fd: lattice_mhd_connection_fd(connection),
+                                  peer: peerAddress(of: connection))
+    case .CONNECTION_NOTIFY_CLOSED:
+        daemon.connections.closed(connection)
+    default:
+        break
+    }
 }

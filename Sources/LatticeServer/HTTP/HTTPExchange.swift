@@ -1,21 +1,27 @@
 import CHTTPShims
 import CMicroHTTPD
+import Foundation
 import Synchronization
 
 /// One request on one connection, from its request line to libmicrohttpd's completion callback.
 ///
 /// libmicrohttpd calls the access handler for it several times: once the headers are in, once per piece
 /// of body, once more when the body is complete, and once again after a suspended connection is resumed.
-/// Those calls come one at a time on the connection's worker thread; `deliver(_:)` may come from any
+/// Those calls come one at a time on the connection's HTTP thread; `deliver(_:)` may come from any
 /// thread at any moment, so everything sits behind one lock.
+///
+/// Once the headers are in, the handler's `admit` decides (before any body is read) whether to refuse
+/// the request, run it inline, or on the worker pool; a pooled request's connection is suspended while it
+/// waits and runs, so the HTTP threads stay free.
 final class HTTPExchange: Sendable {
     private enum Phase {
         /// The access handler has not been called yet.
         case awaitingHeaders
         case receivingBody
-        /// Inside `HTTPHandler.handle`.
+        /// Inside `HTTPHandler.handle`, on the HTTP thread.
         case handling
-        /// Parked with `MHD_suspend_connection`; `deliver` resumes it.
+        /// Parked with `MHD_suspend_connection` (waiting for a worker, on one, or a late answer);
+        /// `deliver` resumes it.
         case suspended
         /// `deliver` resumed the connection; the next access-handler call queues the answer.
         case resumed
@@ -25,20 +31,34 @@ final class HTTPExchange: Sendable {
 
     private struct State {
         var phase = Phase.awaitingHeaders
-        /// The first answer wins: the handler's, the oversized-body one, or the server's shutdown answer.
+        /// The first answer wins: the handler's, an early refusal, or the server's shutdown answer.
         var response: HTTPResponse?
         var method = ""
         var headers: [String: String] = [:]
         var remoteAddress = ""
+        var peerAddress = ""
         var body: [UInt8] = []
         var receivedBodyBytes = 0
         var bodyIsOversized = false
+        /// The body would pass the server-wide budget: answered with 503 once it is in.
+        var bodyOverBudget = false
+        /// Bytes of the server-wide body budget this request holds.
+        var reservedBodyBytes = 0
+        var admission = HTTPAdmission.inline
+        /// A forwarded client's in-flight slot this request holds.
+        var forwardedSlot: String?
+        /// What went out, for the access log.
+        var sentStatus: Int?
+        var sentBytes = 0
     }
 
     /// Valid until the completion callback; only used for suspend and resume, which the phase guards.
     nonisolated(unsafe) private let connection: OpaquePointer
     private let path: String
     private let query: String
+    private let started = ContinuousClock.now
+    private let startedAt = Date()
+    let abandonment = HTTPAbandonment()
     private let state = Mutex(State())
 
     /// `target` is the request target exactly as sent: the path, then `?` and the raw query, if any.
@@ -66,14 +86,24 @@ final class HTTPExchange: Sendable {
         if mustResume { MHD_resume_connection(connection) }
     }
 
+    /// The client went away while the request was parked: tell the handler, and resume the connection
+    /// (its socket is already shut down) so libmicrohttpd closes it.
+    func abandon() {
+        abandonment.abandon()
+        deliver(HTTPResponse(status: 400, headers: [("Connection", "close")]))
+    }
+
+    var isAnswered: Bool { state.withLock { $0.response != nil } }
+
     /// One access-handler call. Returns `false` when the connection must be closed.
-    func advance(in context: HTTPDaemonContext, method: UnsafePointer<CChar>?, uploadData: UnsafePointer<CChar>?,
-                 uploadSize: UnsafeMutablePointer<Int>) -> Bool {
+    func advance(in context: HTTPDaemonContext, method: UnsafePointer<CChar>?, version: UnsafePointer<CChar>?,
+                 uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>) -> Bool {
         switch state.withLock({ $0.phase }) {
         case .awaitingHeaders:
-            if let early = receiveHeaders(in: context, method: method) {
+            if let early = receiveHeaders(in: context, method: method, version: version) {
                 return queue(early, in: context)
             }
+            context.connections.move(connection, to: .receivingBody(bytes: 0), resetClock: true)
             if uploadSize.pointee > 0 { receiveBody(uploadData, count: uploadSize, in: context) }
             return true
         case .receivingBody:
@@ -81,6 +111,7 @@ final class HTTPExchange: Sendable {
                 receiveBody(uploadData, count: uploadSize, in: context)
                 return true
             }
+            context.connections.move(connection, to: .busy)
             return finishRequest(in: context)
         case .resumed:
             let response = state.withLock { state in
@@ -95,63 +126,101 @@ final class HTTPExchange: Sendable {
         }
     }
 
-    /// Records method, headers and client address. Returns an answer to send right away, without reading
-    /// the body: the oversized-body answer when Content-Length is over the cap, or an answer set earlier.
-    private func receiveHeaders(in context: HTTPDaemonContext, method: UnsafePointer<CChar>?) -> HTTPResponse? {
+    /// Records method, headers and client address, and asks the handler to admit the request. Returns an
+    /// answer to send right away, without reading the body: a missing Host, the handler's refusal, the
+    /// oversized-body answer when Content-Length is over the cap, the body budget being spent, or an
+    /// answer set earlier (shutdown).
+    private func receiveHeaders(in context: HTTPDaemonContext, method: UnsafePointer<CChar>?,
+                                version: UnsafePointer<CChar>?) -> HTTPResponse? {
         let headers = requestHeaders(of: connection)
-        let remoteAddress = clientAddress(of: connection)
-        let maximum = context.handler.maximumBodySize
+        let peer = peerAddress(of: connection)
+        let (remoteAddress, forwarded) = context.resolver.client(peer: peer, headers: headers)
         let declaredLength = headers["content-length"].flatMap { Int($0.trimmingSpaces) }
         let methodName = method.map { String(cString: $0) } ?? ""
+        let versionName = version.map { String(cString: $0) } ?? ""
 
-        let (isOversized, earlier) = state.withLock { state in
+        let earlier = state.withLock { state -> HTTPResponse? in
             state.method = methodName
             state.headers = headers
             state.remoteAddress = remoteAddress
+            state.peerAddress = peer
             state.phase = .receivingBody
-            if let declaredLength {
-                if declaredLength > maximum {
-                    state.bodyIsOversized = true
-                } else {
-                    state.body.reserveCapacity(min(declaredLength, 1 << 20))
-                }
-            }
-            return (state.bodyIsOversized, state.response)
+            return state.response
         }
-        if isOversized { return answer(with: context.handler.responseForOversizedBody()) }
         if earlier != nil { return answer(with: nil) }
+        if versionName == "HTTP/1.1" && headers["host"] == nil {
+            return answer(with: context.handler.response(for: .missingHost))
+        }
+        let head = HTTPRequestHead(method: methodName, path: path, query: query, headers: headers,
+                                   remoteAddress: remoteAddress)
+        let admission = context.handler.admit(head)
+        if case .answer(let response) = admission { return answer(with: response) }
+        if let declaredLength, declaredLength > context.handler.maximumBodySize {
+            state.withLock { $0.bodyIsOversized = true }
+            return answer(with: context.handler.responseForOversizedBody())
+        }
+        if forwarded {
+            guard context.admitForwarded(remoteAddress) else {
+                return answer(with: context.handler.response(for: .clientBusy(retryAfter: 1)))
+            }
+            state.withLock { $0.forwardedSlot = remoteAddress }
+        }
+        if let declaredLength, declaredLength > 0 {
+            guard context.reserveBody(declaredLength) else {
+                return answer(with: context.handler.response(for: .bodyBudgetExhausted(retryAfter: 1)))
+            }
+            state.withLock { state in
+                state.reservedBodyBytes = declaredLength
+                state.body.reserveCapacity(min(declaredLength, 1 << 20))
+            }
+        }
+        state.withLock { $0.admission = admission }
         return nil
     }
 
-    /// Keeps body bytes up to the cap and counts (but drops) the rest. Consumes the whole piece.
+    /// Keeps body bytes up to the cap and the budget, and counts (but drops) the rest. Consumes the piece.
     private func receiveBody(_ data: UnsafePointer<CChar>?, count: UnsafeMutablePointer<Int>,
                              in context: HTTPDaemonContext) {
         let size = count.pointee
         count.pointee = 0
         guard let data, size > 0 else { return }
+        context.connections.bodyReceived(connection, bytes: size)
         let maximum = context.handler.maximumBodySize
         state.withLock { state in
             state.receivedBodyBytes += size
-            guard !state.bodyIsOversized else { return }
+            guard !state.bodyIsOversized, !state.bodyOverBudget else { return }
             guard state.receivedBodyBytes <= maximum else {
                 state.bodyIsOversized = true
                 state.body = []
                 return
             }
+            // A chunked body (or one longer than declared) reserves its budget as it arrives.
+            let missing = state.receivedBodyBytes - state.reservedBodyBytes
+            if missing > 0 {
+                guard context.reserveBody(missing) else {
+                    state.bodyOverBudget = true
+                    state.body = []
+                    return
+                }
+                state.reservedBodyBytes += missing
+            }
             state.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: size))
         }
     }
 
-    /// The body is complete: answer an oversized body, or hand the request to the handler and either queue
-    /// its answer now or park the connection until `deliver` brings one.
+    /// The body is complete: answer an oversized body, or hand the request to the handler, inline or on
+    /// the worker pool, and either queue its answer now or park the connection until `deliver` brings one.
     private func finishRequest(in context: HTTPDaemonContext) -> Bool {
         enum Next {
-            case oversized
+            case refuse(HTTPResponse)
             case answered(HTTPResponse)
-            case handle(HTTPRequest)
+            case handle(HTTPRequest, HTTPAdmission)
         }
         let next = state.withLock { state -> Next in
-            if state.bodyIsOversized { return .oversized }
+            if state.bodyIsOversized { return .refuse(context.handler.responseForOversizedBody()) }
+            if state.bodyOverBudget {
+                return .refuse(context.handler.response(for: .bodyBudgetExhausted(retryAfter: 1)))
+            }
             if let response = state.response {
                 state.phase = .answered
                 return .answered(response)
@@ -159,28 +228,61 @@ final class HTTPExchange: Sendable {
             state.phase = .handling
             let body = state.body
             state.body = []
+            var principal: (any Sendable)?
+            if case .pool(_, let admitted) = state.admission { principal = admitted }
             return .handle(HTTPRequest(method: state.method, path: path, query: query, headers: state.headers,
-                                       body: body, remoteAddress: state.remoteAddress))
+                                       body: body, remoteAddress: state.remoteAddress, principal: principal,
+                                       abandonment: abandonment),
+                           state.admission)
         }
         switch next {
-        case .oversized:
-            return queue(answer(with: context.handler.responseForOversizedBody()), in: context)
+        case .refuse(let response):
+            return queue(answer(with: response), in: context)
         case .answered(let response):
             return queue(response, in: context)
-        case .handle(let request):
+        case .handle(let request, .pool(let client, _)):
+            // Park first, so the worker's answer always finds the connection suspended (or a refusal is
+            // delivered like an answer).
+            park(in: context)
+            let handler = context.handler
+            let submitted = context.workers.submit(client: client) { [self] in
+                guard !isAnswered else { return }
+                handler.handle(request) { [self] response in deliver(response) }
+            }
+            switch submitted {
+            case .accepted: break
+            case .clientBusy: deliver(handler.response(for: .clientBusy(retryAfter: 1)))
+            case .queueFull: deliver(handler.response(for: .queueFull(retryAfter: 1)))
+            case .stopped: deliver(HTTPServer.shuttingDownResponse)
+            }
+            return true
+        case .handle(let request, _):
             context.handler.handle(request) { [self] response in deliver(response) }
             let ready = state.withLock { state -> HTTPResponse? in
                 if let response = state.response {
                     state.phase = .answered
                     return response
                 }
-                // Suspend under the lock so `deliver` cannot resume before the suspension happened.
-                state.phase = .suspended
-                MHD_suspend_connection(connection)
                 return nil
             }
-            guard let ready else { return true }
-            return queue(ready, in: context)
+            if let ready { return queue(ready, in: context) }
+            park(in: context)
+            return true
+        }
+    }
+
+    /// Suspends the connection until `deliver`, unless an answer came first (then the next access-handler
+    /// call, right after a resume, sends it).
+    private func park(in context: HTTPDaemonContext) {
+        context.connections.move(connection, to: .parked(self))
+        state.withLock { state in
+            // Suspend under the lock so `deliver` cannot resume before the suspension happened.
+            state.phase = .suspended
+            MHD_suspend_connection(connection)
+            if state.response != nil {
+                state.phase = .resumed
+                MHD_resume_connection(connection)
+            }
         }
     }
 
@@ -194,8 +296,70 @@ final class HTTPExchange: Sendable {
     }
 
     private func queue(_ response: HTTPResponse, in context: HTTPDaemonContext) -> Bool {
-        queueResponse(response, on: connection, closeAfterwards: context.isDraining)
+        context.connections.move(connection, to: .busy)
+        state.withLock { state in
+            state.sentStatus = response.status
+            state.sentBytes = response.body.count
+        }
+        releaseBudget(in: context)
+        return queueResponse(response, on: connection, closeAfterwards: context.isDraining)
     }
+
+    private func releaseBudget(in context: HTTPDaemonContext) {
+        let (bytes, slot) = state.withLock { state -> (Int, String?) in
+            defer {
+                state.reservedBodyBytes = 0
+                state.forwardedSlot = nil
+            }
+            return (state.reservedBodyBytes, state.forwardedSlot)
+        }
+        context.releaseBody(bytes)
+        if let slot { context.finishForwarded(slot) }
+    }
+
+    /// libmicrohttpd is done with the request: release what it holds, tell the handler if its client left
+    /// before an answer, and write the access-log line.
+    func complete(in context: HTTPDaemonContext, completedNormally: Bool) {
+        releaseBudget(in: context)
+        let (answered, status, bytes, method, address, peer) = state.withLock { state in
+            (state.response != nil, state.sentStatus, state.sentBytes, state.method, state.remoteAddress,
+             state.peerAddress)
+        }
+        if answered && completedNormally { abandonment.settle() } else { abandonment.abandon() }
+        guard let log = context.accessLog else { return }
+        let elapsed = ContinuousClock.now - started
+        let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        var line = "\(accessLogTime(startedAt)) \(address.isEmpty ? "-" : address) \(logSafe(method.isEmpty ? "-" : method)) "
+        line += "\(logSafe(context.handler.pathForLog(path))) \(status.map(String.init) ?? "-") "
+        line += String(format: "%.1fms", milliseconds) + " \(bytes)"
+        if address != peer { line += " via=\(peer)" }
+        if !completedNormally { line += " incomplete" }
+        log(line)
+    }
+}
+
+/// `2026-12-01T21:49:11.123Z`.
+private func accessLogTime(_ date: Date) -> String {
+    var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+    let milliseconds = Int((date.timeIntervalSince1970 - Double(seconds)) * 1000)
+    var parts = tm()
+    gmtime_r(&seconds, &parts)
+    return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1,
+                  Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), milliseconds)
+}
+
+/// At most 200 bytes, with spaces, controls and non-ASCII bytes percent-encoded, so one request is one
+/// line of space-separated fields whatever its path.
+private func logSafe(_ text: String) -> String {
+    var out = ""
+    for byte in text.utf8.prefix(200) {
+        if byte > 0x20 && byte < 0x7F && byte != UInt8(ascii: "%") {
+            out.unicodeScalars.append(UnicodeScalar(byte))
+        } else {
+            out += String(format: "%%%02X", byte)
+        }
+    }
+    return out
 }
 
 // MARK: - libmicrohttpd calls
@@ -249,7 +413,8 @@ private func collectHeader(_ context: UnsafeMutableRawPointer?, _ kind: MHD_Valu
     return .YES
 }
 
-private func clientAddress(of connection: OpaquePointer) -> String {
+/// The TCP peer's address as text, or empty.
+func peerAddress(of connection: OpaquePointer) -> String {
     var buffer = [CChar](repeating: 0, count: 64)
     guard lattice_mhd_client_address(connection, &buffer, buffer.count) == 1 else { return "" }
     return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)

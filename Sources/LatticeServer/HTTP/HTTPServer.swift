@@ -3,9 +3,11 @@ import CMicroHTTPD
 import Foundation
 import Synchronization
 
-/// Serves an `HTTPHandler` over HTTP/1.1 with libmicrohttpd: a pool of worker threads polling the
-/// connections, request bodies capped before they are buffered, and late answers (long polls) that park
-/// their connection instead of a thread.
+/// Serves an `HTTPHandler` over HTTP/1.1 with libmicrohttpd: a pool of HTTP threads polling the
+/// connections (accept, parse, write), handlers on a worker pool of their own shared fairly between
+/// clients, request bodies capped and budgeted before they are buffered, the token checked from the
+/// headers (`HTTPHandler.admit`), header and body deadlines, per-address limits that see through trusted
+/// proxies, and late answers (long polls) that park their connection instead of a thread.
 ///
 /// ```swift
 /// let server = try HTTPServer(handler: service, configuration: HTTPServerConfiguration(port: 0))
@@ -28,22 +30,25 @@ public final class HTTPServer: Sendable {
     /// be bound.
     public init(handler: any HTTPHandler, configuration: HTTPServerConfiguration) throws {
         let bindAddress = try configuration.validatedBindAddress()
-        let context = HTTPDaemonContext(handler: handler)
+        let context = HTTPDaemonContext(handler: handler, configuration: configuration)
         var settings = lattice_mhd_config(
             bind_address_be: bindAddress,
             port: configuration.port,
             thread_pool_size: UInt32(configuration.threadPoolSize),
             connection_timeout_s: UInt32(configuration.connectionTimeoutSeconds),
-            per_ip_connection_limit: UInt32(configuration.perIPConnectionLimit),
+            // The per-address limit is ours (HTTPConnectionGuard), so a trusted proxy can be exempt.
+            per_ip_connection_limit: 0,
             connection_limit: UInt32(configuration.connectionLimit),
             connection_memory_limit: configuration.connectionMemoryLimit)
         // Unretained: `self.context` outlives the daemon, which `shutdown()` stops before `self` goes away.
         let pointer = Unmanaged.passUnretained(context).toOpaque()
-        guard let started = lattice_mhd_start(&settings, accessRequest, pointer, requestCompleted, pointer,
-                                              requestStarted, pointer)
+        guard let started = lattice_mhd_start_tracked(&settings, accessRequest, pointer, requestCompleted, pointer,
+                                                      requestStarted, pointer, connectionChanged, pointer)
         else {
+            context.workers.stop()
             throw HTTPServerError.cannotListen(host: configuration.host, port: configuration.port)
         }
+        context.connections.start()
         self.port = lattice_mhd_bound_port(started)
         self.context = context
         self.gracePeriod = .seconds(configuration.shutdownGracePeriodSeconds)
@@ -71,6 +76,8 @@ public final class HTTPServer: Sendable {
                 context.refuseEverything(with: Self.shuttingDownResponse)
                 _ = context.waitUntilQuiet(before: .now + .seconds(2))
             }
+            context.workers.stop()
+            context.connections.stop()
             MHD_stop_daemon(running.pointer)
             if listeningSocket >= 0 { close(listeningSocket) }
         }
@@ -78,6 +85,19 @@ public final class HTTPServer: Sendable {
 
     /// Requests between their request line and their completion (tests watch this go back to zero).
     var inFlightRequestCount: Int { context.inFlightCount }
+
+    /// Open connections, and how many were dropped as too slow, over the per-address limit, or
+    /// abandoned by their client while parked.
+    var connectionCounters: HTTPConnectionGuard.Counters { context.connections.counters }
+
+    /// Connections open now from `address`, as the per-address limit counts them.
+    func openConnections(from address: String) -> Int { context.connections.openConnections(from: address) }
+
+    /// Requests waiting in line for a worker now.
+    var queuedRequestCount: Int { context.workers.queuedCount }
+
+    /// Bytes of request bodies held against the server-wide budget now.
+    var bufferedBodyBytes: Int { context.bufferedBodyByteCount }
 
     /// The adapter's own answer to stragglers at shutdown: JSON like every answer of the API.
     static let shuttingDownResponse = HTTPResponse(

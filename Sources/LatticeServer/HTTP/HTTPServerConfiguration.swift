@@ -16,14 +16,16 @@ public struct HTTPServerConfiguration: Sendable {
     public var host: String
     /// The TCP port; 0 picks a free one (read it back from `HTTPServer.port`).
     public var port: UInt16
-    /// Worker threads serving connections. Requests waiting for a late answer do not hold a thread.
+    /// libmicrohttpd's threads, which accept, parse and write (handlers run on `workerThreads`). Requests
+    /// waiting for a worker or a late answer do not hold one.
     public var threadPoolSize: Int
     /// Seconds a connection may sit idle before it is closed; 0 keeps idle connections forever. The clock
     /// stops while a request waits for a late answer and restarts once the answer is being sent.
     public var connectionTimeoutSeconds: Int
-    /// Simultaneous connections accepted from one client address.
+    /// Simultaneous connections accepted from one client address (a trusted proxy is exempt; through it,
+    /// each forwarded client may have this many requests in flight instead).
     public var perIPConnectionLimit: Int
-    /// Simultaneous connections in total.
+    /// Simultaneous connections in total. Each takes a file descriptor: keep it under RLIMIT_NOFILE.
     public var connectionLimit: Int
     /// Bytes one connection may use for its request line, headers and buffers (not the request body,
     /// which the handler's `maximumBodySize` caps).
@@ -38,7 +40,7 @@ public struct HTTPServerConfiguration: Sendable {
         threadPoolSize: Int = ProcessInfo.processInfo.activeProcessorCount,
         connectionTimeoutSeconds: Int = 30,
         perIPConnectionLimit: Int = 64,
-        connectionLimit: Int = 1024,
+        connectionLimit: Int = 4096,
         connectionMemoryLimit: Int = 128 * 1024,
         shutdownGracePeriodSeconds: Int = 10
     ) {
@@ -51,6 +53,46 @@ public struct HTTPServerConfiguration: Sendable {
         self.connectionMemoryLimit = connectionMemoryLimit
         self.shutdownGracePeriodSeconds = shutdownGracePeriodSeconds
     }
+
+    // MARK: conn
+
+    /// Seconds a connection has to deliver a request's complete headers, counted from its opening and,
+    /// on a kept-alive connection, from the previous answer. Past it the connection is dropped (a slowloris
+    /// client sending a byte every few seconds is not idle, so the idle timeout alone does not stop it);
+    /// idle kept-alive connections therefore close after this long too.
+    public var headerTimeoutSeconds = 10
+    /// Seconds a request body may take, from the end of its headers, before the connection is dropped.
+    public var bodyTimeoutSeconds = 60
+    /// Once a body has been arriving for `bodyRateGraceSeconds`, it must have averaged at least this many
+    /// bytes per second since its headers, or the connection is dropped.
+    public var minimumBodyBytesPerSecond = 4096
+    /// See `minimumBodyBytesPerSecond`.
+    public var bodyRateGraceSeconds = 5
+    /// Threads running handlers (the HTTP threads only accept, parse and write). Storage work happens here.
+    public var workerThreads = max(4, 2 * ProcessInfo.processInfo.activeProcessorCount)
+    /// Requests of one client (an account, or an address before sign-in) running at once; the rest wait
+    /// in line, served round-robin across clients. Default: a quarter of the workers, at least 2, and
+    /// always fewer than all of them (when there are two or more).
+    public var workersPerClient = HTTPServerConfiguration.defaultWorkersPerClient(
+        workerThreads: max(4, 2 * ProcessInfo.processInfo.activeProcessorCount))
+    /// Requests of one client waiting in line; more get 429 THROTTLED with Retry-After.
+    public var queuedRequestsPerClient = 32
+    /// Requests waiting in line in total; more get 503 TRY_AGAIN_LATER with Retry-After.
+    public var requestQueueLimit = 1024
+    /// Bytes of request bodies buffered at once, server-wide. A request whose declared (or, chunked,
+    /// received) body would pass it gets 503 TRY_AGAIN_LATER with Retry-After before it is buffered.
+    public var bodyBufferBudgetBytes = 64 * 1024 * 1024
+    /// Proxies whose `X-Forwarded-For` is believed: IPv4 addresses or CIDR blocks (`10.0.0.0/8`). From
+    /// them, the last address of that header is the client's for limits, throttles and logs; from anyone
+    /// else the header is ignored. Their own connections are exempt from `perIPConnectionLimit`.
+    public var trustedProxies: [String] = []
+    /// The default `workersPerClient` for a pool of `workerThreads`.
+    public static func defaultWorkersPerClient(workerThreads: Int) -> Int {
+        max(1, min(workerThreads - 1, max(2, workerThreads / 4)))
+    }
+    /// Receives one line per request (time, client, method, path without query, status, duration, bytes);
+    /// nil logs nothing.
+    public var accessLog: (@Sendable (String) -> Void)? = nil
 }
 
 /// Why an `HTTPServer` could not start.
@@ -103,6 +145,18 @@ extension HTTPServerConfiguration {
                     "must be at least 1")
         try require(connectionMemoryLimit >= 4096, "connectionMemoryLimit", "must be at least 4096 bytes")
         try require(shutdownGracePeriodSeconds >= 0, "shutdownGracePeriodSeconds", "must be 0 or more")
+        try require(headerTimeoutSeconds >= 1, "headerTimeoutSeconds", "must be at least 1")
+        try require(bodyTimeoutSeconds >= 1, "bodyTimeoutSeconds", "must be at least 1")
+        try require(minimumBodyBytesPerSecond >= 0, "minimumBodyBytesPerSecond", "must be 0 or more")
+        try require(bodyRateGraceSeconds >= 0, "bodyRateGraceSeconds", "must be 0 or more")
+        try require((1...4096).contains(workerThreads), "workerThreads", "must be between 1 and 4096")
+        try require(workersPerClient >= 1, "workersPerClient", "must be at least 1")
+        try require(queuedRequestsPerClient >= 0, "queuedRequestsPerClient", "must be 0 or more")
+        try require(requestQueueLimit >= 0, "requestQueueLimit", "must be 0 or more")
+        try require(bodyBufferBudgetBytes >= 0, "bodyBufferBudgetBytes", "must be 0 or more")
+        for proxy in trustedProxies where AddressBlock(proxy) == nil {
+            throw .invalidSetting("trustedProxies", "must be IPv4 addresses or CIDR blocks, not \(proxy)")
+        }
 
         var address = in_addr()
         guard inet_pton(AF_INET, host, &address) == 1 else { throw .hostIsNotIPv4(host) }

@@ -35,8 +35,9 @@ final class RawHTTPClient {
     private var received: [UInt8] = []
     private var readIndex = 0
 
-    /// Connects to 127.0.0.1:`port`. Throws when the connection is refused or does not open in time.
-    init(port: UInt16, timeoutSeconds: Double = 10) throws {
+    /// Connects to 127.0.0.1:`port`, from `source` (another loopback address such as 127.0.0.2) when
+    /// given. Throws when the connection is refused or does not open in time.
+    init(port: UInt16, timeoutSeconds: Double = 10, source: String? = nil) throws {
         self.port = port
         descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard descriptor >= 0 else { throw Failure.system("socket") }
@@ -48,6 +49,22 @@ final class RawHTTPClient {
         var noDelay: Int32 = 1
         setsockopt(descriptor, Int32(IPPROTO_TCP), TCP_NODELAY, &noDelay, socklen_t(MemoryLayout<Int32>.size))
 
+        if let source {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            inet_pton(AF_INET, source, &local.sin_addr)
+            let bound = withUnsafePointer(to: &local) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            guard bound == 0 else {
+                let failure = Failure.system("bind to \(source)")
+                Glibc.close(descriptor)
+                descriptor = -1
+                throw failure
+            }
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian

@@ -1,0 +1,127 @@
+import Foundation
+
+/// The threads that run handlers, so libmicrohttpd's threads only accept, parse and write.
+///
+/// Fair between clients: each client (an account, or an address before sign-in) runs at most
+/// `perClientRunning` jobs at once; its other jobs wait in its own line, and free threads take the next
+/// job from the clients in turn (round-robin), so one client with many requests cannot hold every thread
+/// nor make others wait behind its whole backlog. Lines are bounded per client and in total.
+///
+/// `@unchecked Sendable`: `condition` guards every mutable member (`state`).
+final class HTTPWorkerPool: @unchecked Sendable {
+    struct Limits: Sendable {
+        var threads: Int
+        var perClientRunning: Int
+        var perClientQueued: Int
+        var totalQueued: Int
+    }
+
+    enum Submission: Equatable {
+        case accepted
+        /// The client's own line is full.
+        case clientBusy
+        /// The pool's line is full.
+        case queueFull
+        case stopped
+    }
+
+    typealias Job = @Sendable () -> Void
+
+    private struct State {
+        var lines: [String: [Job]] = [:]
+        /// Clients with jobs waiting, in turn order.
+        var turn: [String] = []
+        var running: [String: Int] = [:]
+        var queued = 0
+        var stopped = false
+    }
+
+    private let limits: Limits
+    private let condition = NSCondition()
+    private var state = State()
+
+    init(limits: Limits) {
+        self.limits = limits
+        for index in 0..<limits.threads {
+            let thread = Thread { [self] in work() }
+            thread.name = "lattice-worker-\(index)"
+            thread.start()
+        }
+    }
+
+    /// Queues `job` for `client`.
+    func submit(client: String, _ job: @escaping Job) -> Submission {
+        condition.lock()
+        defer { condition.unlock() }
+        if state.stopped { return .stopped }
+        if state.lines[client, default: []].count >= limits.perClientQueued { return .clientBusy }
+        if state.queued >= limits.totalQueued { return .queueFull }
+        if state.lines[client] == nil || state.lines[client]!.isEmpty { state.turn.append(client) }
+        state.lines[client, default: []].append(job)
+        state.queued += 1
+        condition.signal()
+        return .accepted
+    }
+
+    /// Lets the threads finish what they run and exit; queued jobs are dropped (the server has answered
+    /// their requests). Does not wait: a stuck handler keeps its thread.
+    func stop() {
+        condition.lock()
+        state.stopped = true
+        state.lines = [:]
+        state.turn = []
+        state.queued = 0
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    var queuedCount: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return state.queued
+    }
+
+    var runningCount: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return state.running.values.reduce(0, +)
+    }
+
+    private func work() {
+        condition.lock()
+        while true {
+            if state.stopped {
+                condition.unlock()
+                return
+            }
+            guard let (client, job) = nextJob() else {
+                condition.wait()
+                continue
+            }
+            condition.unlock()
+            job()
+            condition.lock()
+            state.running[client, default: 1] -= 1
+            if state.running[client] == 0 { state.running[client] = nil }
+            // That client may take a thread again.
+            if state.lines[client]?.isEmpty == false { condition.signal() }
+        }
+    }
+
+    /// The first client in turn below its running cap gives up its oldest job and goes to the back of
+    /// the turn. Called with the lock held.
+    private func nextJob() -> (String, Job)? {
+        guard let index = state.turn.firstIndex(where: { state.running[$0, default: 0] < limits.perClientRunning })
+        else { return nil }
+        let client = state.turn.remove(at: index)
+        let job = state.lines[client]!.removeFirst()
+        if state.lines[client]!.isEmpty {
+            state.lines[client] = nil
+        } else {
+            state.turn.append(client)
+        }
+        state.queued -= 1
+        state.running[client, default: 0] += 1
+        return (client, job)
+    }
+}
