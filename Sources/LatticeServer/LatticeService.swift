@@ -17,6 +17,8 @@ public final class LatticeService: HTTPHandler, Sendable {
     let clock: Mutex<HybridLogicalClock>
     let notifier = ChangeNotifier()
     private let limiter: RateLimiter?
+    /// Failed authentications per client address (in memory, per process).
+    private let authenticationFailures: RateLimiter?
     private let shuttingDown = Atomic<Bool>(false)
     private let currentPublicURL: Mutex<String>
 
@@ -26,7 +28,7 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     /// Sets the public URL once the listening port is known (`lattice serve --port 0` without --public-url).
     public func setPublicURL(_ url: String) { currentPublicURL.withLock { $0 = url } }
-    private let log: @Sendable (String) -> Void
+    let log: @Sendable (String) -> Void
 
     /// - Parameter log: where internal errors are written (never to clients).
     public init(storage: any Storage, configuration: ServiceConfiguration = ServiceConfiguration(),
@@ -38,6 +40,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         currentPublicURL = Mutex(configuration.publicURL)
         self.log = log
         limiter = configuration.rateLimit.map(RateLimiter.init)
+        authenticationFailures = configuration.failedAuthenticationLimit.map(RateLimiter.init)
         // The server's replica id stamps plain writes; it is made once and kept in the database.
         let (replica, latest): (ReplicaID, UInt64) = try storage.write { tx in
             let latest = try tx.metadata("clock_latest").flatMap(UInt64.init) ?? 0
@@ -102,6 +105,9 @@ public final class LatticeService: HTTPHandler, Sendable {
         case recordsAccept = "records/accept"
         case deltasPush = "deltas/push"
         case deltasPull = "deltas/pull"
+        case tokensList = "tokens/list"
+        case tokensCreate = "tokens/create"
+        case tokensRevoke = "tokens/revoke"
     }
 
     public func handle(_ request: HTTPRequest, respond: @escaping HTTPResponder) {
@@ -145,7 +151,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         if path == "/auth/signup" {
             guard request.method == "POST" else { throw methodNotAllowed(request, "POST") }
             try throttle(key: "ip:" + request.remoteAddress)
-            return respond(try signUp(parseBody(request)))
+            return respond(try signUp(parseBody(request), address: request.remoteAddress))
         }
         let parts = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
         guard parts.count >= 7, parts[0].isEmpty, parts[1] == "database", parts[2] == "1" else {
@@ -164,7 +170,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         guard let kind = DatabaseKind(rawValue: parts[5]) else {
             throw APIError.badRequest("database must be private, public or shared")
         }
-        let user = try authenticate(request)
+        let (user, tokenID) = try authenticate(request)
         try throttle(key: "user:\(user.id)")
         // deltas/push has a binary body: its envelope carries what a JSON body would (clientOperationID, atomic).
         var push: SyncMessage.Push? = nil
@@ -178,7 +184,8 @@ public final class LatticeService: HTTPHandler, Sendable {
             body = try parseBody(request)
         }
         let context = RequestContext(user: user, kind: kind, environment: parts[4], body: body,
-                                     rawBody: request.body, path: path, push: push)
+                                     rawBody: request.body, path: path, push: push, tokenID: tokenID)
+        if addsData(operation, body) { try checkDiskBudget(operation.rawValue) }
         switch operation {
         case .changesWait:
             try waitForChanges(context, respond: respond)
@@ -194,7 +201,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         case .zonesList: return .json(try listZones(context))
         case .zonesLookup: return .json(try lookupZones(context))
         case .zonesModify: return try idempotent(context) { try modifyZones(context, $0, &$1) }
-        case .recordsModify: return try idempotent(context) { try modifyRecords(context, $0, &$1) }
+        case .recordsModify: return try idempotent(context, replay: .records) { try modifyRecords(context, $0, &$1) }
         case .recordsLookup: return .json(try lookupRecords(context))
         case .recordsQuery: return .json(try queryRecords(context))
         case .changesDatabase: return .json(try databaseChanges(context))
@@ -211,8 +218,13 @@ public final class LatticeService: HTTPHandler, Sendable {
         case .deltasPush:
             guard let push = context.push else { throw APIError.badRequest("deltas/push takes a binary delta push") }
             let prepared = try preparePush(push)
-            return try idempotent(context) { try pushDelta(context, prepared, atomic: push.atomic, $0, &$1) }
+            return try idempotent(context, replay: .push(prepared)) {
+                try pushDelta(context, prepared, atomic: push.atomic, $0, &$1)
+            }
         case .deltasPull: return try pullDelta(context)
+        case .tokensList: return .json(try listTokens(context))
+        case .tokensCreate: return .json(try createToken(context))
+        case .tokensRevoke: return .json(try revokeTokens(context))
         }
     }
 
@@ -222,18 +234,45 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     // MARK: Authentication and throttling
 
-    private func authenticate(_ request: HTTPRequest) throws -> UserAccount {
+    /// The caller and the id of the token they sent. A bad, unknown, revoked or expired token is
+    /// AUTHENTICATION_FAILED and counts against the client address; an address over its failure budget
+    /// gets THROTTLED for every token it sends until the budget refills (good tokens from other
+    /// addresses are unaffected).
+    private func authenticate(_ request: HTTPRequest) throws -> (user: UserAccount, tokenID: String) {
         guard let header = request.header("authorization") else {
             throw APIError(.authenticationRequired, "sign in: send Authorization: Bearer <token> (POST /auth/signup makes one)")
         }
+        let address = "auth:" + request.remoteAddress
+        if let authenticationFailures, let wait = authenticationFailures.wait(address, nowMs: configuration.now()) {
+            throw APIError(.throttled, "too many failed sign-ins from this address; retry after \(wait) s", retryAfter: wait)
+        }
+        do {
+            return try checkToken(header)
+        } catch let error as APIError where error.code == .authenticationFailed {
+            if let authenticationFailures, authenticationFailures.take(address, nowMs: configuration.now()) == nil,
+               authenticationFailures.wait(address, nowMs: configuration.now()) != nil {
+                log("authentication: \(request.remoteAddress.isEmpty ? "-" : request.remoteAddress) throttled after "
+                    + "repeated failed tokens")
+            }
+            throw error
+        }
+    }
+
+    /// Checks a bearer token against the database (no cache: revocation takes effect at once).
+    private func checkToken(_ header: String) throws -> (user: UserAccount, tokenID: String) {
         let parts = header.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer", let token = BearerToken(text: String(parts[1])) else {
             throw APIError(.authenticationFailed, "the Authorization header is not a Lattice bearer token")
         }
-        guard let user = try storage.read({ try $0.user(tokenHash: token.storedHash) }) else {
+        guard let found = try storage.read({ try $0.tokenOwner(hash: token.storedHash) }) else {
             throw APIError(.authenticationFailed, "unknown or revoked token")
         }
-        return user
+        if let expires = found.token.expiresMs, expires <= configuration.now() {
+            let date = Date(timeIntervalSince1970: Double(expires) / 1000)
+            throw APIError(.authenticationFailed, "the token expired at \(ISO8601DateFormatter().string(from: date)); "
+                           + "sign in again with a new token")
+        }
+        return (found.user, found.token.id)
     }
 
     private func throttle(key: String) throws {
@@ -266,36 +305,6 @@ public final class LatticeService: HTTPHandler, Sendable {
         return APIError(.internalError, "internal error (reference \(reference))")
     }
 
-    /// Runs a write under a client operation id, if the body has one: a retried request with the same id
-    /// and body gets the first answer again instead of applying twice.
-    private func idempotent(_ context: RequestContext,
-                            _ body: (any StorageTransaction, inout Set<Int64>) throws -> HTTPResponse) throws -> HTTPResponse {
-        guard let idJSON = context.body["clientOperationID"] else {
-            return try write { tx, touched in try body(tx, &touched) }
-        }
-        guard let operationID = idJSON.stringValue, (1...128).contains(operationID.utf8.count) else {
-            throw APIError.badRequest("clientOperationID must be a string of 1 to 128 bytes")
-        }
-        let requestHash = Secrets.sha256(Array(context.path.utf8) + [0] + context.rawBody)
-        return try write { tx, touched in
-            if let earlier = try tx.clientOperation(userID: context.user.id, operationID: operationID) {
-                guard earlier.requestHash == requestHash else {
-                    throw APIError.badRequest("clientOperationID \(operationID) was already used for a different request")
-                }
-                var response = HTTPResponse.json(.null, status: earlier.status)
-                response.body = earlier.response
-                response.headers.append((name: "Lattice-Replayed", value: "true"))
-                return response
-            }
-            let response = try body(tx, &touched)
-            try tx.saveClientOperation(userID: context.user.id, operationID: operationID,
-                                       ClientOperation(requestHash: requestHash, status: response.status,
-                                                       response: response.body),
-                                       nowMs: configuration.now())
-            return response
-        }
-    }
-
     /// A write transaction. `touched` collects the databases whose logs it moved; after the commit their
     /// long polls are woken with the committed positions.
     func write<T>(_ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
@@ -325,6 +334,8 @@ struct RequestContext {
     let path: String
     /// The envelope of a `deltas/push` (its body is binary, not JSON).
     var push: SyncMessage.Push? = nil
+    /// The id of the bearer token the request was made with.
+    var tokenID: String? = nil
 
     var databaseKey: DatabaseKey {
         DatabaseKey(kind: kind, environment: environment, ownerID: kind == .public ? 0 : user.id)
