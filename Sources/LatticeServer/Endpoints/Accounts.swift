@@ -70,7 +70,7 @@ extension LatticeService {
     /// sliding window, counted in the database (so every server process on it shares the count).
     private func checkSignUpLimits(address: String, nowMs: Int64, _ tx: any StorageTransaction) throws {
         let window = configuration.signUpWindowMilliseconds
-        let since = nowMs - window
+        let since = nowMs - window + 1 // the window is the last `window` milliseconds, now included
         try tx.forgetSignUps(before: since)
         func check(_ limit: Int?, _ address: String?, _ what: String) throws {
             guard let limit else { return }
