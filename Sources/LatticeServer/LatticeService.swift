@@ -19,6 +19,8 @@ public final class LatticeService: HTTPHandler, Sendable {
     private let limiter: RateLimiter?
     /// Failed authentications per client address (in memory, per process).
     private let authenticationFailures: RateLimiter?
+    /// Keeps refusals that an attacker can repeat from flooding the log: one line per kind a minute.
+    private let refusalLog = RateLimiter(.init(requestsPerSecond: 1.0 / 60, burst: 1))
     private let shuttingDown = Atomic<Bool>(false)
     private let currentPublicURL: Mutex<String>
 
@@ -251,8 +253,8 @@ public final class LatticeService: HTTPHandler, Sendable {
         } catch let error as APIError where error.code == .authenticationFailed {
             if let authenticationFailures, authenticationFailures.take(address, nowMs: configuration.now()) == nil,
                authenticationFailures.wait(address, nowMs: configuration.now()) != nil {
-                log("authentication: \(request.remoteAddress.isEmpty ? "-" : request.remoteAddress) throttled after "
-                    + "repeated failed tokens")
+                logRefusal("auth " + request.remoteAddress, "authentication: \(request.remoteAddress.isEmpty ? "-" : request.remoteAddress) "
+                           + "throttled after repeated failed tokens")
             }
             throw error
         }
@@ -278,6 +280,11 @@ public final class LatticeService: HTTPHandler, Sendable {
     private func throttle(key: String) throws {
         guard let limiter, let wait = limiter.take(key, nowMs: configuration.now()) else { return }
         throw APIError(.throttled, "too many requests; retry after \(wait) s", retryAfter: wait)
+    }
+
+    /// Logs a refusal of kind `key`, at most once a minute per kind.
+    func logRefusal(_ key: String, _ message: @autoclosure () -> String) {
+        if refusalLog.take(key, nowMs: configuration.now()) == nil { log(message()) }
     }
 
     // MARK: Bodies and errors

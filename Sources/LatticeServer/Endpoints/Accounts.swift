@@ -78,7 +78,8 @@ extension LatticeService {
             guard counted.count >= limit else { return }
             let freeAtMs = (counted.oldestMs ?? nowMs) + window
             let wait = max(1, Int((Double(freeAtMs - nowMs) / 1000).rounded(.up)))
-            log("sign-up refused: \(what) limit of \(limit) reached (address \(address ?? "any"))")
+            logRefusal("signup " + (address ?? "*"), "sign-up refused: the limit \(what) of \(limit) per "
+                       + "\(window / 1000) s is reached (address \(address ?? "any"))")
             throw APIError(.throttled, "too many sign-ups \(what) (at most \(limit) per \(window / 1000) s); "
                            + "retry after \(wait) s", retryAfter: wait)
         }
@@ -246,7 +247,8 @@ extension LatticeService {
         guard let budget = configuration.diskBudgetBytes else { return }
         let size = try storage.sizeOnDisk()
         guard size >= budget else { return }
-        log("disk budget: refused \(what): the database uses \(size) bytes of \(budget)")
+        logRefusal("disk budget", "disk budget: the database uses \(size) bytes of \(budget); refusing writes that add "
+                   + "data (first refused: \(what)); at most one such line a minute")
         throw APIError(.quotaExceeded, "the server is full: its database uses \(size) bytes of its \(budget)-byte disk "
                        + "budget; reads and deletions still work")
     }
