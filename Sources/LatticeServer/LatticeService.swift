@@ -237,24 +237,24 @@ public final class LatticeService: HTTPHandler, Sendable {
     // MARK: Authentication and throttling
 
     /// The caller and the id of the token they sent. A bad, unknown, revoked or expired token is
-    /// AUTHENTICATION_FAILED and counts against the client address; an address over its failure budget
-    /// gets THROTTLED for every token it sends until the budget refills (good tokens from other
-    /// addresses are unaffected).
+    /// AUTHENTICATION_FAILED and counts against the client address; once an address has used up its
+    /// failure budget its bad tokens get THROTTLED (with Retry-After) instead, until the budget refills.
+    /// Good tokens are always served, from any address (clients behind one NAT or proxy are not locked
+    /// out by one bad client).
     private func authenticate(_ request: HTTPRequest) throws -> (user: UserAccount, tokenID: String) {
         guard let header = request.header("authorization") else {
             throw APIError(.authenticationRequired, "sign in: send Authorization: Bearer <token> (POST /auth/signup makes one)")
         }
-        let address = "auth:" + request.remoteAddress
-        if let authenticationFailures, let wait = authenticationFailures.wait(address, nowMs: configuration.now()) {
-            throw APIError(.throttled, "too many failed sign-ins from this address; retry after \(wait) s", retryAfter: wait)
-        }
         do {
             return try checkToken(header)
         } catch let error as APIError where error.code == .authenticationFailed {
-            if let authenticationFailures, authenticationFailures.take(address, nowMs: configuration.now()) == nil,
-               authenticationFailures.wait(address, nowMs: configuration.now()) != nil {
-                logRefusal("auth " + request.remoteAddress, "authentication: \(request.remoteAddress.isEmpty ? "-" : request.remoteAddress) "
+            guard let authenticationFailures else { throw error }
+            let address = "auth:" + request.remoteAddress
+            let now = configuration.now()
+            if let wait = authenticationFailures.take(address, nowMs: now) {
+                logRefusal(address, "authentication: \(request.remoteAddress.isEmpty ? "-" : request.remoteAddress) is "
                            + "throttled after repeated failed tokens")
+                throw APIError(.throttled, "too many failed sign-ins from this address; retry after \(wait) s", retryAfter: wait)
             }
             throw error
         }

@@ -51,7 +51,8 @@ public struct ServiceConfiguration: Sendable {
     public var signUpWindowMilliseconds: Int64 = 3_600_000
     /// Failed authentications (bad, unknown, revoked or expired tokens) allowed per client address: a
     /// token bucket of `burst`, refilled at `requestsPerSecond`. An address with an empty bucket gets
-    /// THROTTLED for every authenticated request until it refills. In memory, per process. Nil: off.
+    /// THROTTLED instead of AUTHENTICATION_FAILED for its bad tokens until it refills (good tokens are
+    /// always served). In memory, per process. Nil: off.
     public var failedAuthenticationLimit: RateLimit? = RateLimit(requestsPerSecond: 20.0 / 60, burst: 20)
     /// The longest lifetime of a bearer token, in seconds: tokens asking for more (or for none) get this
     /// one. Nil: tokens live until revoked unless they ask for a lifetime.
