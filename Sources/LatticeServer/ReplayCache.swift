@@ -13,6 +13,8 @@ import LatticeStore
 ///   the first answer said. A record since deleted shows its tombstone; a zone since deleted answers its
 ///   items ZONE_NOT_FOUND; in the shared database a record no longer shared with the caller answers
 ///   NOT_FOUND, and a caller who lost the zone gets the zone's error (nothing leaks past a revocation).
+///   A CONFLICT item keeps its error but not its `serverRecord`; a replay shows the record's current state
+///   there.
 /// - Every other answer (and small ones) is kept whole: they are bounded by their own caps.
 ///
 /// Each remembered operation is charged to the caller's private database quota (in the request's
@@ -94,7 +96,13 @@ extension LatticeService {
         }
         var failed: [JSON] = []
         for (index, item) in items.enumerated() where item["serverErrorCode"] != nil {
-            failed.append(.array([.int(Int64(index)), item]))
+            // A CONFLICT's serverRecord (up to a whole record) is not kept: a replay shows the current one.
+            guard case .object(var object) = item, object["serverRecord"] != nil else {
+                failed.append(.array([.int(Int64(index)), item]))
+                continue
+            }
+            object["serverRecord"] = .bool(true)
+            failed.append(.array([.int(Int64(index)), .object(object)]))
         }
         let compact = JSON.object(["zone": .int(zone.rowID), "items": .int(Int64(items.count)), "failed": .array(failed)])
         return [tag.rawValue] + compact.serializedBytes()
@@ -129,10 +137,15 @@ extension LatticeService {
             let names = (context.body["operations"]?.arrayValue ?? []).map { $0["record"]?["recordName"]?.stringValue ?? "" }
             guard names.count == count else { throw StorageError.failure("a remembered records/modify does not match its body") }
             let items: [JSON] = try names.enumerated().map { index, name in
-                if let failure = failures[index] { return failure }
-                return try currentItem(name, resolved, zoneRowID: zoneRowID, tx) { stored in
-                    recordJSON(stored, try decode(stored), desiredKeys: nil)
+                let render = { (stored: StoredRecord) throws -> JSON in self.recordJSON(stored, try self.decode(stored), desiredKeys: nil) }
+                guard let failure = failures[index] else {
+                    return try currentItem(name, resolved, zoneRowID: zoneRowID, tx, render: render)
                 }
+                guard case .object(var object) = failure, object["serverRecord"] == .bool(true) else { return failure }
+                // The record as it is now, where the first answer had it as it was then.
+                let current = try currentItem(name, resolved, zoneRowID: zoneRowID, tx, render: render)
+                object["serverRecord"] = current["serverErrorCode"] == nil && current["deleted"] != .bool(true) ? current : nil
+                return .object(object)
             }
             return .json(.object(["records": .array(items)]))
         case (.push, .push(let prepared)):

@@ -116,6 +116,31 @@ import Testing
         #expect(retry.json == first.json)
     }
 
+    @Test func aConflictKeepsNoServerRecordAndAReplayShowsTheCurrentOne() throws {
+        let h = try ServiceHarness()
+        let (token, _) = try h.signUp("ann")
+        try h.createZone("Lists", token: token)
+        let big = String(repeating: "z", count: 50_000)
+        let created = h.modify("Lists", [operation("create", "c", fields: ["blob": .object(["value": .string(big)])])], token: token)
+        let tag = try #require(created.records.first?["recordChangeTag"]?.stringValue)
+        #expect(h.modify("Lists", [operation("forceUpdate", "c", fields: ["n": .object(["value": .int(1)])])], token: token).status == 200)
+        // A stale tag: CONFLICT with the server's record (50 KB) in the answer.
+        let body: JSON = .object(["zoneID": Self.zone, "atomic": .bool(false), "clientOperationID": .string("op-conflict"),
+                                  "operations": .array([operation("update", "c", fields: ["n": .object(["value": .int(2)])], tag: tag)])])
+        let first = h.call("records/modify", body, token: token)
+        #expect(first.records.first?["serverErrorCode"]?.stringValue == "CONFLICT")
+        #expect(first.records.first?["serverRecord"]?["fields"]?["n"]?["value"]?.intValue == Int64(1))
+        let kept = try #require(try Self.remembered(h, "ann", "op-conflict"))
+        #expect(kept.response.count < 1_024, "remembered \(kept.response.count) bytes")
+        let retry = h.call("records/modify", body, token: token)
+        #expect(retry.response.header("Lattice-Replayed") == "true")
+        #expect(retry.json == first.json)
+        #expect(h.modify("Lists", [operation("forceUpdate", "c", fields: ["n": .object(["value": .int(3)])])], token: token).status == 200)
+        let later = h.call("records/modify", body, token: token)
+        #expect(later.records.first?["serverErrorCode"]?.stringValue == "CONFLICT")
+        #expect(later.records.first?["serverRecord"]?["fields"]?["n"]?["value"]?.intValue == Int64(3))
+    }
+
     @Test func aReplayedPushRendersCurrentPositionsAndAppliesOnce() throws {
         let h = try ServiceHarness()
         let (token, owner) = try h.signUp("ann")
