@@ -84,28 +84,49 @@ extension LatticeService {
                              _ tx: any StorageTransaction) throws -> [UInt8] {
         let zoneJSON: JSON?
         let tag: Tag
+        let count: Int
         switch form {
         case .whole: return [Tag.whole.rawValue] + response.body
-        case .records: (zoneJSON, tag) = (context.body["zoneID"], .records)
-        case .push(let prepared): (zoneJSON, tag) = (Self.zoneJSON(of: prepared), .push)
+        case .records: (zoneJSON, tag, count) = (context.body["zoneID"], .records, context.body["operations"]?.arrayValue?.count ?? 0)
+        case .push(let prepared): (zoneJSON, tag, count) = (Self.zoneJSON(of: prepared), .push, prepared.names.count)
         }
         guard response.status == 200, response.body.count > Self.wholeAnswerLimit,
-              let items = (try? JSON.parse(response.body))?["records"]?.arrayValue,
               let zone = try resolveZone(zoneJSON, context, tx, path: "zoneID").zone else {
             return [Tag.whole.rawValue] + response.body
         }
         var failed: [JSON] = []
-        for (index, item) in items.enumerated() where item["serverErrorCode"] != nil {
-            // A CONFLICT's serverRecord (up to a whole record) is not kept: a replay shows the current one.
-            guard case .object(var object) = item, object["serverRecord"] != nil else {
-                failed.append(.array([.int(Int64(index)), item]))
-                continue
+        // Only an answer with a failed item is parsed (the common all-saved answer is not): a cheap scan
+        // for the error key first.
+        if Self.contains(response.body, Self.errorKey) {
+            guard let items = (try? JSON.parse(response.body))?["records"]?.arrayValue, items.count == count else {
+                return [Tag.whole.rawValue] + response.body
             }
-            object["serverRecord"] = .bool(true)
-            failed.append(.array([.int(Int64(index)), .object(object)]))
+            for (index, item) in items.enumerated() where item["serverErrorCode"] != nil {
+                // A CONFLICT's serverRecord (up to a whole record) is not kept: a replay shows the current one.
+                guard case .object(var object) = item, object["serverRecord"] != nil else {
+                    failed.append(.array([.int(Int64(index)), item]))
+                    continue
+                }
+                object["serverRecord"] = .bool(true)
+                failed.append(.array([.int(Int64(index)), .object(object)]))
+            }
         }
-        let compact = JSON.object(["zone": .int(zone.rowID), "items": .int(Int64(items.count)), "failed": .array(failed)])
+        let compact = JSON.object(["zone": .int(zone.rowID), "items": .int(Int64(count)), "failed": .array(failed)])
         return [tag.rawValue] + compact.serializedBytes()
+    }
+
+    private static let errorKey = Array("\"serverErrorCode\"".utf8)
+
+    /// Whether `needle` (not empty) occurs in `haystack`: a scan for its first byte, then a compare.
+    private static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard let first = needle.first, haystack.count >= needle.count else { return false }
+        let last = haystack.count - needle.count
+        var index = 0
+        while index <= last {
+            if haystack[index] == first, haystack[index..<(index + needle.count)].elementsEqual(needle) { return true }
+            index += 1
+        }
+        return false
     }
 
     /// The answer to a retry, from what was remembered.
