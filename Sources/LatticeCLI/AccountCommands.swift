@@ -67,6 +67,36 @@ func runLogIn(_ arguments: [String]) throws {
     try outcome.finish()
 }
 
+func runLogOut(_ arguments: [String]) throws {
+    let options = try ClientOptions(arguments, flagOptions: ["force", "local"])
+    if options.help { return print(logoutUsage) }
+    _ = try options.operands(options.positionals)
+    let engine = try options.openEngine()
+    guard let account = engine.account else { throw CommandFailure(SyncError.notSignedIn.description) }
+    let pending = try engine.pendingCount()
+    if pending > 0, !options.parsed.flag("force") {
+        throw CommandFailure("this home holds \(pending) unsent \(plural(pending, "change")) of \(account.name); "
+                             + "run lattice sync first, or lattice logout --force to drop them")
+    }
+    let local = options.parsed.flag("local")
+    let revoked: Bool
+    do {
+        revoked = try engine.logOut(local: local)
+    } catch let error as TransportError {
+        throw CommandFailure("cannot reach \(account.serverURL) (\(error.description)): the token was not revoked and "
+                             + "this home stays signed in; run lattice logout again when the server is reachable, or "
+                             + "lattice logout --local to forget the token here only (it then stays valid until "
+                             + "revoked, for example with lattice admin revoke-token)")
+    }
+    let state = local ? "kept on the server (not revoked)" : revoked ? "revoked" : "already revoked or expired"
+    if options.json {
+        printJSON(.object(["name": .string(account.name), "server": .string(account.serverURL),
+                           "token": .string(local ? "kept" : revoked ? "revoked" : "invalid")]))
+    } else {
+        print("signed out of \(account.name) on \(account.serverURL); the token is \(state)")
+    }
+}
+
 func runWhoAmI(_ arguments: [String]) throws {
     let options = try ClientOptions(arguments)
     if options.help { return print(whoamiUsage) }

@@ -4,7 +4,10 @@ import LatticeServer
 import LatticeSharing
 
 let adminUsage = """
-    usage: lattice admin add-user NAME --data DIR [--json]
+    usage: lattice admin add-user NAME --data DIR [--lifetime SECONDS] [--json]
+           lattice admin tokens NAME --data DIR [--json]
+           lattice admin revoke-token TOKEN_ID --data DIR [--json]
+           lattice admin revoke-token --user NAME --data DIR [--json]
            lattice admin share-keys --data DIR [--json]
            lattice admin rotate-share-key --data DIR [--json]
            lattice admin retire-share-key KID --data DIR
@@ -12,6 +15,11 @@ let adminUsage = """
     add-user          creates an account on the server whose data directory is DIR (it may be running)
                       and prints its user record name and bearer token. The token is shown only now; the
                       server keeps only its hash. This is how accounts are made with --registration closed.
+                      --lifetime SECONDS makes the token expire (the server's --token-lifetime caps it).
+    tokens            lists a user's bearer tokens by id, with created and expiry times (never secrets).
+    revoke-token      revokes one token by its id, or with --user every token of a user. It takes effect
+                      at once, also on a running server: the next request with the token gets
+                      AUTHENTICATION_FAILED.
     share-keys        lists the share-link signing keys: kid, created, active or verifying or retired.
     rotate-share-key  makes a new active signing key; links signed by older keys keep verifying until
                       their key is retired. A running server picks the change up on its next request.
@@ -19,7 +27,7 @@ let adminUsage = """
     """
 
 func runAdmin(_ arguments: [String]) throws {
-    let parsed = try ParsedArguments(arguments, valueOptions: ["data"], flagOptions: ["json"])
+    let parsed = try ParsedArguments(arguments, valueOptions: ["data", "user", "lifetime"], flagOptions: ["json"])
     if parsed.flag("help") {
         print(adminUsage)
         return
@@ -30,16 +38,56 @@ func runAdmin(_ arguments: [String]) throws {
     switch subcommand {
     case "add-user":
         guard parsed.positionals.count == 2 else { throw UsageError("add-user takes exactly one NAME") }
+        let lifetime = try parsed.integer("lifetime", in: 60...315_360_000).map(Int64.init)
         let (storage, service) = try DataDirectory.openService(data)
         defer { storage.close() }
-        let account = try service.createAccount(name: parsed.positionals[1])
+        let account = try service.createAccount(name: parsed.positionals[1], lifetimeSeconds: lifetime)
         if parsed.flag("json") {
-            print(JSON.object(["name": .string(account.user.name), "userRecordName": .string(account.user.recordName),
-                               "token": .string(account.token.text)]).serialized())
+            var object: [String: JSON] = ["name": .string(account.user.name), "userRecordName": .string(account.user.recordName),
+                                          "token": .string(account.token.text), "tokenID": .string(account.tokenInfo.id)]
+            if let expires = account.tokenInfo.expiresMs { object["expiresMs"] = .int(expires) }
+            print(JSON.object(object).serialized())
         } else {
             print("created user \(account.user.name) (\(account.user.recordName))")
             print("token: \(account.token.text)")
+            if let expires = account.tokenInfo.expiresMs { print("expires: \(adminDate(expires))") }
             print("keep the token: it is not stored and cannot be shown again")
+        }
+    case "tokens":
+        guard parsed.positionals.count == 2 else { throw UsageError("tokens takes exactly one user NAME") }
+        guard FileManager.default.fileExists(atPath: data) else { throw UsageError("\(data) does not exist") }
+        let (storage, service) = try DataDirectory.openService(data)
+        defer { storage.close() }
+        let tokens = try service.tokens(userName: parsed.positionals[1])
+        if parsed.flag("json") {
+            print(JSON.array(tokens.map { token in
+                var object: [String: JSON] = ["tokenID": .string(token.id), "createdMs": .int(token.createdMs)]
+                if let expires = token.expiresMs { object["expiresMs"] = .int(expires) }
+                return .object(object)
+            }).serialized())
+        } else if tokens.isEmpty {
+            print("\(parsed.positionals[1]) has no tokens")
+        } else {
+            for token in tokens {
+                print("\(token.id)  created \(adminDate(token.createdMs))  "
+                      + (token.expiresMs.map { "expires \(adminDate($0))" } ?? "never expires"))
+            }
+        }
+    case "revoke-token":
+        let user = try parsed.value("user")
+        guard (user == nil && parsed.positionals.count == 2) || (user != nil && parsed.positionals.count == 1) else {
+            throw UsageError("revoke-token takes one TOKEN_ID, or --user NAME")
+        }
+        guard FileManager.default.fileExists(atPath: data) else { throw UsageError("\(data) does not exist") }
+        let (storage, service) = try DataDirectory.openService(data)
+        defer { storage.close() }
+        let revoked = try service.revokeTokens(tokenID: user == nil ? parsed.positionals[1] : nil, userName: user)
+        if parsed.flag("json") {
+            print(JSON.object(["revoked": .array(revoked.map { .string($0) })]).serialized())
+        } else if let user {
+            print("revoked \(revoked.count) \(revoked.count == 1 ? "token" : "tokens") of \(user)")
+        } else {
+            print("revoked token \(revoked[0])")
         }
     case "share-keys", "rotate-share-key", "retire-share-key":
         guard FileManager.default.fileExists(atPath: data) else { throw UsageError("\(data) does not exist") }
@@ -71,4 +119,8 @@ func runAdmin(_ arguments: [String]) throws {
     default:
         throw UsageError("unknown subcommand \(subcommand)")
     }
+}
+
+private func adminDate(_ milliseconds: Int64) -> String {
+    ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
 }

@@ -36,6 +36,18 @@ let loginUsage = """
     \(clientOptionsHelp)
     """
 
+let logoutUsage = """
+    usage: lattice logout [--force] [--local] [--home DIR] [--json]
+
+    Signs this home out: revokes its token on the server (it stops working at once, on every device
+    that uses it), then forgets the account and its lists here. If the server cannot be reached nothing
+    changes; run it again later. A home with unsent changes refuses unless --force (they are dropped).
+    --local: forget the token here without revoking it (it stays valid until revoked).
+    --json: {"name","server","token": "revoked" | "invalid" | "kept"}
+
+    \(clientOptionsHelp)
+    """
+
 let whoamiUsage = """
     usage: lattice whoami [--home DIR] [--json]
 
@@ -168,7 +180,7 @@ let explainUsage = """
     """
 
 let clientCommandUsages: [String: String] = [
-    "signup": signupUsage, "login": loginUsage, "whoami": whoamiUsage, "sync": syncUsage, "watch": watchUsage,
+    "signup": signupUsage, "login": loginUsage, "logout": logoutUsage, "whoami": whoamiUsage, "sync": syncUsage, "watch": watchUsage,
     "lists": listsUsage, "list": listUsage, "share": shareUsage, "accept": acceptUsage, "explain": explainUsage,
 ]
 
@@ -179,6 +191,7 @@ func runClientCommand(_ command: String, _ arguments: [String]) throws {
         case "signup": try runSignUp(arguments)
         case "login": try runLogIn(arguments)
         case "whoami": try runWhoAmI(arguments)
+        case "logout": try runLogOut(arguments)
         case "sync": try runSync(arguments)
         case "watch": try runWatch(arguments)
         case "lists": try runLists(arguments)

@@ -9,6 +9,8 @@ let serveUsage = """
                          [--connections N] [--per-address-connections N] [--workers N]
                          [--workers-per-client N] [--header-timeout S] [--body-timeout S]
                          [--body-budget-mib N] [--parked-waits-per-user N] [--shutdown-grace S]
+                         [--signup-per-address N] [--signup-global N] [--auth-failures-per-minute N]
+                         [--token-lifetime SECONDS] [--disk-budget BYTES] [--client-operations-per-user N]
 
     Runs the Lattice sync service on embedded SQLite, with everything under DIR (created if missing).
     Prints "listening on http://HOST:PORT" once it accepts requests. SIGINT or SIGTERM stop it
@@ -23,6 +25,20 @@ let serveUsage = """
                                  closed: only `lattice admin add-user` does
       --tombstone-horizon-days N deleted records are purged after N days (default 30); older sync
                                  tokens then get CHANGE_TOKEN_EXPIRED
+      --signup-per-address N     accounts POST /auth/signup makes per client address per hour
+                                 (default 5; 0: no limit); counted in the database
+      --signup-global N          accounts POST /auth/signup makes per hour in all (default 100; 0: no limit)
+      --auth-failures-per-minute N
+                                 bad or expired tokens one address may send per minute, in a burst of N,
+                                 before its bad tokens get THROTTLED instead of 401 (default 20; 0: off)
+      --token-lifetime SECONDS   the longest a bearer token lives; tokens asking for more or for no
+                                 expiry get this one (default: tokens live until revoked)
+      --disk-budget BYTES        server-wide budget for the database file plus WAL (suffix K, M, G or T
+                                 allowed); over it, writes that add data get QUOTA_EXCEEDED while reads
+                                 and deletions work (default: none)
+      --client-operations-per-user N
+                                 clientOperationIDs remembered per user for retries; the oldest is
+                                 forgotten first (default 1000)
 
     Bounds on each request (over a cap: LIMIT_EXCEEDED, checked before any work):
       --request-deadline SECONDS how long one request may work (default 10); past it storage work is
@@ -76,7 +92,10 @@ func runServe(_ arguments: [String]) throws {
                                                                "per-address-connections", "workers",
                                                                "workers-per-client", "header-timeout", "body-timeout",
                                                                "body-budget-mib", "parked-waits-per-user",
-                                                               "shutdown-grace"],
+                                                               "shutdown-grace",
+                                                               "signup-per-address", "signup-global",
+                                                               "auth-failures-per-minute", "token-lifetime",
+                                                               "disk-budget", "client-operations-per-user"],
                                      flagOptions: [])
     if parsed.flag("help") {
         print(serveUsage)
@@ -100,6 +119,7 @@ func runServe(_ arguments: [String]) throws {
         options.service.tombstoneHorizonMilliseconds = Int64(days) * 24 * 3_600_000
     }
     try applyBoundsOptions(parsed, to: &options.service)
+    try applyAccountOptions(parsed, to: &options.service)
     let publicURL = try parsed.value("public-url")
     if let publicURL, URL(string: publicURL)?.scheme == nil {
         throw UsageError("--public-url must be an absolute URL such as https://lattice.example.com")
@@ -302,4 +322,42 @@ private func isAddressOrBlock(_ text: String) -> Bool {
         guard parts[1].allSatisfy(\.isNumber), let bits = Int(parts[1]), (0...32).contains(bits) else { return false }
     }
     return true
+}
+
+/// The sign-up, authentication, token, disk-budget and replay-cache flags of `lattice serve`.
+private func applyAccountOptions(_ parsed: ParsedArguments, to service: inout ServiceConfiguration) throws {
+    if let count = try parsed.integer("signup-per-address", in: 0...1_000_000) {
+        service.signUpsPerAddress = count == 0 ? nil : count
+    }
+    if let count = try parsed.integer("signup-global", in: 0...100_000_000) {
+        service.signUpsGlobal = count == 0 ? nil : count
+    }
+    if let count = try parsed.integer("auth-failures-per-minute", in: 0...1_000_000) {
+        service.failedAuthenticationLimit = count == 0
+            ? nil : ServiceConfiguration.RateLimit(requestsPerSecond: Double(count) / 60, burst: Double(count))
+    }
+    if let seconds = try parsed.integer("token-lifetime", in: 60...315_360_000) {
+        service.maximumTokenLifetimeSeconds = Int64(seconds)
+    }
+    if let text = try parsed.value("disk-budget") {
+        service.diskBudgetBytes = try byteCount(text, option: "--disk-budget")
+    }
+    if let count = try parsed.integer("client-operations-per-user", in: 1...1_000_000) {
+        service.maximumClientOperationsPerUser = count
+    }
+}
+
+/// `123`, `64K`, `512M`, `2G`, `1T` (powers of 1024).
+private func byteCount(_ text: String, option: String) throws -> Int64 {
+    let multipliers: [Character: Int64] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40]
+    var digits = text.uppercased()
+    var multiplier: Int64 = 1
+    if let last = digits.last, let found = multipliers[last] {
+        multiplier = found
+        digits.removeLast()
+    }
+    guard let value = Int64(digits), value > 0, value <= Int64.max / multiplier else {
+        throw UsageError("\(option) must be a positive number of bytes, optionally with K, M, G or T")
+    }
+    return value * multiplier
 }

@@ -34,6 +34,7 @@ let usage = """
     Account and sync:
       signup NAME --server URL                    create an account; the token stays in the home
       login --server URL --token TOKEN            sign this home in with an existing account
+      logout [--force] [--local]                  revoke this home's token on the server and forget it
       whoami                                      the account, server, home and pending changes
       sync                                        send queued changes, fetch everyone else's
       watch [LIST]                                print changes made elsewhere as they arrive; Ctrl-C stops
@@ -41,7 +42,8 @@ let usage = """
     Server:
       serve --data DIR ...                        run the sync service (lattice serve --help)
       admin add-user NAME --data DIR              create an account on a server's data directory
-                                                  (also share-keys, rotate-share-key, retire-share-key)
+      admin revoke-token TOKEN_ID --data DIR      revoke a token (or --user NAME: all of a user's)
+                                                  (also tokens, share-keys, rotate-share-key, retire-share-key)
       demo [--json]                               two replicas edit one list offline and converge
       version                                     print the version
       help [COMMAND]                              show this help, or a command's
@@ -80,7 +82,7 @@ do {
         try runServe(arguments)
     case "admin":
         try runAdmin(arguments)
-    case "signup", "login", "whoami", "sync", "watch", "lists", "list", "share", "accept", "explain":
+    case "signup", "login", "logout", "whoami", "sync", "watch", "lists", "list", "share", "accept", "explain":
         try runClientCommand(command, arguments)
     case "demo":
         let parsed = try ParsedArguments(arguments, valueOptions: [], flagOptions: ["json"])

@@ -17,6 +17,10 @@ public final class LatticeService: HTTPHandler, Sendable {
     let clock: Mutex<HybridLogicalClock>
     let notifier = ChangeNotifier()
     private let limiter: RateLimiter?
+    /// Failed authentications per client address (in memory, per process).
+    private let authenticationFailures: RateLimiter?
+    /// Keeps refusals that an attacker can repeat from flooding the log: one line per kind a minute.
+    private let refusalLog = RateLimiter(.init(requestsPerSecond: 1.0 / 60, burst: 1))
     private let shuttingDown = Atomic<Bool>(false)
     private let currentPublicURL: Mutex<String>
 
@@ -26,7 +30,7 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     /// Sets the public URL once the listening port is known (`lattice serve --port 0` without --public-url).
     public func setPublicURL(_ url: String) { currentPublicURL.withLock { $0 = url } }
-    private let log: @Sendable (String) -> Void
+    let log: @Sendable (String) -> Void
 
     /// - Parameter log: where internal errors are written (never to clients).
     public init(storage: any Storage, configuration: ServiceConfiguration = ServiceConfiguration(),
@@ -38,6 +42,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         currentPublicURL = Mutex(configuration.publicURL)
         self.log = log
         limiter = configuration.rateLimit.map(RateLimiter.init)
+        authenticationFailures = configuration.failedAuthenticationLimit.map(RateLimiter.init)
         // The server's replica id stamps plain writes; it is made once and kept in the database.
         let (replica, latest): (ReplicaID, UInt64) = try storage.write { tx in
             let latest = try tx.metadata("clock_latest").flatMap(UInt64.init) ?? 0
@@ -102,6 +107,9 @@ public final class LatticeService: HTTPHandler, Sendable {
         case recordsAccept = "records/accept"
         case deltasPush = "deltas/push"
         case deltasPull = "deltas/pull"
+        case tokensList = "tokens/list"
+        case tokensCreate = "tokens/create"
+        case tokensRevoke = "tokens/revoke"
     }
 
     public func handle(_ request: HTTPRequest, respond: @escaping HTTPResponder) {
@@ -145,18 +153,18 @@ public final class LatticeService: HTTPHandler, Sendable {
         if path == "/auth/signup" {
             guard request.method == "POST" else { throw methodNotAllowed(request, "POST") }
             try throttle(key: "ip:" + request.remoteAddress)
-            return respond(try signUp(parseBody(request)))
+            return respond(try signUp(parseBody(request), address: request.remoteAddress))
         }
         let (operation, kind, environment) = try databaseRoute(request.head)
         // The request's work ends at its deadline (storage is interrupted, CPU loops check it); a parked
         // long poll is not working, and its reads before and after parking take fresh ones.
         let deadline = RequestDeadline.after(milliseconds: configuration.requestDeadlineMilliseconds)
         // Admitted from the headers (`admit`): authenticated and throttled there already.
-        let user: UserAccount
-        if let admitted = request.principal as? UserAccount {
-            user = admitted
+        let user: UserAccount, tokenID: String
+        if let admitted = request.principal as? AuthenticatedCaller {
+            (user, tokenID) = (admitted.user, admitted.tokenID)
         } else {
-            user = try authenticate(request.head, deadline: deadline)
+            (user, tokenID) = try authenticate(request.head, deadline: deadline)
             try throttle(key: "user:\(user.id)")
         }
         // deltas/push has a binary body: its envelope carries what a JSON body would (clientOperationID, atomic).
@@ -171,7 +179,8 @@ public final class LatticeService: HTTPHandler, Sendable {
             body = try parseBody(request)
         }
         let context = RequestContext(user: user, kind: kind, environment: environment, body: body,
-                                     rawBody: request.body, path: path, push: push, deadline: deadline)
+                                     rawBody: request.body, path: path, push: push, deadline: deadline, tokenID: tokenID)
+        if addsData(operation, body) { try checkDiskBudget(operation.rawValue) }
         switch operation {
         case .changesWait:
             try waitForChanges(context, abandonment: request.abandonment, respond: respond)
@@ -223,9 +232,9 @@ public final class LatticeService: HTTPHandler, Sendable {
         guard path.hasPrefix("/database/") else { return .pool(client: "ip:" + head.remoteAddress, principal: nil) }
         do {
             _ = try databaseRoute(head)
-            let user = try authenticate(head)
+            let (user, tokenID) = try authenticate(head)
             try throttle(key: "user:\(user.id)")
-            return .pool(client: "user:\(user.id)", principal: user)
+            return .pool(client: "user:\(user.id)", principal: AuthenticatedCaller(user: user, tokenID: tokenID))
         } catch {
             return .answer(internalError(error).response)
         }
@@ -245,7 +254,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         case .zonesModify: return try idempotent(context) { try modifyZones(context, $0, &$1) }
         case .recordsModify:
             let refused = try recordsModifyRefusals(context) // the size caps, before the write lock is taken
-            return try idempotent(context) { try modifyRecords(context, $0, &$1, refused: refused) }
+            return try idempotent(context, replay: .records) { try modifyRecords(context, $0, &$1, refused: refused) }
         case .recordsLookup: return .json(try lookupRecords(context))
         case .recordsQuery: return .json(try queryRecords(context))
         case .changesDatabase: return .json(try databaseChanges(context))
@@ -262,8 +271,13 @@ public final class LatticeService: HTTPHandler, Sendable {
         case .deltasPush:
             guard let push = context.push else { throw APIError.badRequest("deltas/push takes a binary delta push") }
             let prepared = try preparePush(push)
-            return try idempotent(context) { try pushDelta(context, prepared, atomic: push.atomic, $0, &$1) }
+            return try idempotent(context, replay: .push(prepared)) {
+                try pushDelta(context, prepared, atomic: push.atomic, $0, &$1)
+            }
         case .deltasPull: return try pullDelta(context)
+        case .tokensList: return .json(try listTokens(context))
+        case .tokensCreate: return .json(try createToken(context))
+        case .tokensRevoke: return .json(try revokeTokens(context))
         }
     }
 
@@ -273,28 +287,61 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     // MARK: Authentication and throttling
 
-    /// For routes that authenticate while handling (those outside /database/, which `admit` leaves alone).
-    private func authenticate(_ request: HTTPRequest, deadline: RequestDeadline?) throws -> UserAccount { try authenticate(request.head, deadline: deadline) }
+    /// The caller and the id of the token they sent. A bad, unknown, revoked or expired token is
+    /// AUTHENTICATION_FAILED and counts against the client address; once an address has used up its
+    /// failure budget its bad tokens get THROTTLED (with Retry-After) instead, until the budget refills.
+    /// Good tokens are always served, from any address (clients behind one NAT or proxy are not locked
+    /// out by one bad client).
+    private func authenticate(_ request: HTTPRequest, deadline: RequestDeadline?) throws -> (user: UserAccount, tokenID: String) {
+        try authenticate(request.head, deadline: deadline)
+    }
 
     /// Takes the head only, so `admit` can run it before the body is read.
-    private func authenticate(_ request: HTTPRequestHead, deadline: RequestDeadline? = nil) throws -> UserAccount {
+    private func authenticate(_ request: HTTPRequestHead, deadline: RequestDeadline? = nil) throws -> (user: UserAccount, tokenID: String) {
         guard let header = request.header("authorization") else {
             throw APIError(.authenticationRequired, "sign in: send Authorization: Bearer <token> (POST /auth/signup makes one)")
         }
+        do {
+            return try checkToken(header, deadline: deadline)
+        } catch let error as APIError where error.code == .authenticationFailed {
+            guard let authenticationFailures else { throw error }
+            let address = "auth:" + request.remoteAddress
+            let now = configuration.now()
+            if let wait = authenticationFailures.take(address, nowMs: now) {
+                logRefusal(address, "authentication: \(request.remoteAddress.isEmpty ? "-" : request.remoteAddress) is "
+                           + "throttled after repeated failed tokens")
+                throw APIError(.throttled, "too many failed sign-ins from this address; retry after \(wait) s", retryAfter: wait)
+            }
+            throw error
+        }
+    }
+
+    /// Checks a bearer token against the database (no cache: revocation takes effect at once).
+    private func checkToken(_ header: String, deadline: RequestDeadline?) throws -> (user: UserAccount, tokenID: String) {
         let parts = header.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer", let token = BearerToken(text: String(parts[1])) else {
             throw APIError(.authenticationFailed, "the Authorization header is not a Lattice bearer token")
         }
         // The authentication lane: never queued behind a long read or a write.
-        guard let user = try storage.read(deadline: deadline, lane: .authentication, { try $0.user(tokenHash: token.storedHash) }) else {
+        guard let found = try storage.read(deadline: deadline, lane: .authentication, { try $0.tokenOwner(hash: token.storedHash) }) else {
             throw APIError(.authenticationFailed, "unknown or revoked token")
         }
-        return user
+        if let expires = found.token.expiresMs, expires <= configuration.now() {
+            let date = Date(timeIntervalSince1970: Double(expires) / 1000)
+            throw APIError(.authenticationFailed, "the token expired at \(ISO8601DateFormatter().string(from: date)); "
+                           + "sign in again with a new token")
+        }
+        return (found.user, found.token.id)
     }
 
     private func throttle(key: String) throws {
         guard let limiter, let wait = limiter.take(key, nowMs: configuration.now()) else { return }
         throw APIError(.throttled, "too many requests; retry after \(wait) s", retryAfter: wait)
+    }
+
+    /// Logs a refusal of kind `key`, at most once a minute per kind.
+    func logRefusal(_ key: String, _ message: @autoclosure () -> String) {
+        if refusalLog.take(key, nowMs: configuration.now()) == nil { log(message()) }
     }
 
     // MARK: Bodies and errors
@@ -338,36 +385,6 @@ public final class LatticeService: HTTPHandler, Sendable {
         return APIError(.internalError, "internal error (reference \(reference))")
     }
 
-    /// Runs a write under a client operation id, if the body has one: a retried request with the same id
-    /// and body gets the first answer again instead of applying twice.
-    private func idempotent(_ context: RequestContext,
-                            _ body: (any StorageTransaction, inout Set<Int64>) throws -> HTTPResponse) throws -> HTTPResponse {
-        guard let idJSON = context.body["clientOperationID"] else {
-            return try write(deadline: context.deadline) { tx, touched in try body(tx, &touched) }
-        }
-        guard let operationID = idJSON.stringValue, (1...128).contains(operationID.utf8.count) else {
-            throw APIError.badRequest("clientOperationID must be a string of 1 to 128 bytes")
-        }
-        let requestHash = Secrets.sha256(Array(context.path.utf8) + [0] + context.rawBody)
-        return try write(deadline: context.deadline) { tx, touched in
-            if let earlier = try tx.clientOperation(userID: context.user.id, operationID: operationID) {
-                guard earlier.requestHash == requestHash else {
-                    throw APIError.badRequest("clientOperationID \(operationID) was already used for a different request")
-                }
-                var response = HTTPResponse.json(.null, status: earlier.status)
-                response.body = earlier.response
-                response.headers.append((name: "Lattice-Replayed", value: "true"))
-                return response
-            }
-            let response = try body(tx, &touched)
-            try tx.saveClientOperation(userID: context.user.id, operationID: operationID,
-                                       ClientOperation(requestHash: requestHash, status: response.status,
-                                                       response: response.body),
-                                       nowMs: configuration.now())
-            return response
-        }
-    }
-
     /// A write transaction. `touched` collects the databases whose logs it moved; after the commit their
     /// long polls are woken with the committed positions.
     func write<T>(deadline: RequestDeadline? = nil, _ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
@@ -387,6 +404,12 @@ public final class LatticeService: HTTPHandler, Sendable {
     }
 }
 
+/// Who `admit` authenticated from the headers: the account and the id of the token it used.
+struct AuthenticatedCaller: Sendable {
+    let user: UserAccount
+    let tokenID: String
+}
+
 /// What a request is about, once routed and authenticated.
 struct RequestContext {
     let user: UserAccount
@@ -399,6 +422,8 @@ struct RequestContext {
     var push: SyncMessage.Push? = nil
     /// When the request's work must stop (`ServiceConfiguration.requestDeadlineMilliseconds`).
     var deadline: RequestDeadline? = nil
+    /// The id of the bearer token the request was made with.
+    var tokenID: String? = nil
 
     var databaseKey: DatabaseKey {
         DatabaseKey(kind: kind, environment: environment, ownerID: kind == .public ? 0 : user.id)

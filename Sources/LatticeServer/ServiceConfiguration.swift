@@ -40,6 +40,32 @@ public struct ServiceConfiguration: Sendable {
     /// How far ahead of this server's clock a client's CRDT stamp may be.
     public var maximumClockDriftMilliseconds: UInt64 = HybridLogicalClock.defaultMaximumDrift
 
+    // MARK: accounts
+
+    /// Accounts `POST /auth/signup` makes per client address per `signUpWindowMilliseconds`; nil: no limit.
+    /// Counted in the database, so the limit survives restarts and holds across server processes.
+    public var signUpsPerAddress: Int? = 5
+    /// Accounts `POST /auth/signup` makes per `signUpWindowMilliseconds` from all addresses together; nil: no limit.
+    public var signUpsGlobal: Int? = 100
+    /// The sliding window of the sign-up limits.
+    public var signUpWindowMilliseconds: Int64 = 3_600_000
+    /// Failed authentications (bad, unknown, revoked or expired tokens) allowed per client address: a
+    /// token bucket of `burst`, refilled at `requestsPerSecond`. An address with an empty bucket gets
+    /// THROTTLED instead of AUTHENTICATION_FAILED for its bad tokens until it refills (good tokens are
+    /// always served). In memory, per process. Nil: off.
+    public var failedAuthenticationLimit: RateLimit? = RateLimit(requestsPerSecond: 20.0 / 60, burst: 20)
+    /// The longest lifetime of a bearer token, in seconds: tokens asking for more (or for none) get this
+    /// one. Nil: tokens live until revoked unless they ask for a lifetime.
+    public var maximumTokenLifetimeSeconds: Int64? = nil
+    /// Bearer tokens per user (sign-up, `tokens/create`); creating one more answers LIMIT_EXCEEDED.
+    public var maximumTokensPerUser = 100
+    /// The server-wide disk budget in bytes (database file plus WAL). Over it, writes that add data
+    /// answer QUOTA_EXCEEDED ("the server is full"); reads and deletions keep working. Nil: no budget.
+    public var diskBudgetBytes: Int64? = nil
+    /// Client operation ids remembered per user for idempotent retries; saving one more forgets the
+    /// user's oldest. Each remembered answer is charged to the user's private database quota.
+    public var maximumClientOperationsPerUser = 1_000
+
     public struct RateLimit: Sendable {
         public var requestsPerSecond: Double
         public var burst: Double

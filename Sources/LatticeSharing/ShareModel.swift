@@ -72,6 +72,8 @@ public struct ShareRuleError: Error, Hashable, Sendable, CustomStringConvertible
 /// - At most `maximumParticipants` (100) participants that are not removed, the owner included.
 /// - The owner and administrators manage participants; an administrator cannot remove or change the owner
 ///   or make another owner.
+/// - The administrator rule: only the owner removes an administrator, changes an administrator's
+///   permission or role (a re-invitation that would demote one), or makes one. An administrator may leave.
 /// - Invited (private) participants and public participants do not mix: invitations need the public
 ///   permission to be `none`.
 /// - Changing the public permission drops pending invitations; setting it to `none` removes every public
@@ -166,6 +168,10 @@ public struct ShareRoster: Sendable, Hashable {
         }
         guard actor == userID || canManage(actor) else {
             throw ShareRuleError(.permissionFailure, "only the owner or an administrator removes participants")
+        }
+        // The administrator rule: only the owner removes an administrator (an administrator may leave).
+        guard participants[index].role != .administrator || actor == userID || participant(actor)?.role == .owner else {
+            throw ShareRuleError(.permissionFailure, "only the owner removes an administrator")
         }
         participants[index].status = .removed
     }

@@ -58,6 +58,9 @@ public protocol Storage: Sendable {
     func write<T>(deadline: RequestDeadline?, _ body: (any StorageTransaction) throws -> T) throws -> T
     /// Closes the backend; later calls fail with `StorageError.closed`.
     func close()
+    /// The bytes the backend occupies on disk now (SQLite: the database file plus its WAL), measured cheaply
+    /// (no scan of records), for the server-wide disk budget.
+    func sizeOnDisk() throws -> Int64
 }
 
 extension Storage {
@@ -146,9 +149,27 @@ public protocol StorageTransaction {
     func user(named name: String) throws -> UserAccount?
     func user(recordName: String) throws -> UserAccount?
     func user(id: Int64) throws -> UserAccount?
+    /// The owner of a token, expired or not (the caller decides about expiry).
     func user(tokenHash: [UInt8]) throws -> UserAccount?
-    /// - Throws: `StorageError.duplicate` when the hash is taken.
-    func insertToken(hash: [UInt8], userID: Int64, nowMs: Int64) throws
+    /// - Throws: `StorageError.duplicate` when the hash or the id is taken.
+    func insertToken(_ token: NewToken) throws
+    /// A token and its owner by the token's hash, expired or not; nil for an unknown (or revoked) token.
+    func tokenOwner(hash: [UInt8]) throws -> (token: StoredToken, user: UserAccount)?
+    /// A user's tokens, oldest first.
+    func tokens(userID: Int64) throws -> [StoredToken]
+    func token(id: String) throws -> StoredToken?
+    /// Revokes (deletes) a token; returns whether it existed.
+    func deleteToken(id: String) throws -> Bool
+    /// Revokes every token of a user; returns how many there were.
+    func deleteTokens(userID: Int64) throws -> Int
+
+    // MARK: Sign-ups
+    /// Remembers one account made by `POST /auth/signup` from `address` (for the sign-up limits).
+    func recordSignUp(address: String, nowMs: Int64) throws
+    /// The sign-ups recorded at or after `sinceMs`, from `address` (from every address when nil).
+    func signUps(address: String?, sinceMs: Int64) throws -> SignUpWindow
+    /// Forgets sign-ups recorded before `beforeMs`.
+    func forgetSignUps(before beforeMs: Int64) throws
 
     // MARK: Databases and zones
     /// The database for a kind, environment and owner (0 for the public database), created on first use.
@@ -228,8 +249,17 @@ public protocol StorageTransaction {
 
     // MARK: Idempotent requests
     func clientOperation(userID: Int64, operationID: String) throws -> ClientOperation?
+    /// Remembers an answer, and charges `operation.storedBytes(operationID:)` to the `bytesUsed` of the
+    /// database `chargedTo` (0: charge nothing) until the operation is forgotten (by `purge` or
+    /// `forgetOldestClientOperations`), which gives the bytes back.
     /// - Throws: `StorageError.duplicate` if the user already has an operation with this id.
-    func saveClientOperation(userID: Int64, operationID: String, _ operation: ClientOperation, nowMs: Int64) throws
+    func saveClientOperation(userID: Int64, operationID: String, _ operation: ClientOperation, chargedTo databaseID: Int64,
+                             nowMs: Int64) throws
+    /// How many operations the user has remembered.
+    func clientOperationCount(userID: Int64) throws -> Int
+    /// Forgets the user's `count` oldest remembered operations (by the time they were saved); returns how
+    /// many went.
+    func forgetOldestClientOperations(userID: Int64, count: Int) throws -> Int
 
     /// Runs `body` so that, if it throws, only its own writes are undone (a savepoint), and rethrows.
     /// The transaction stays usable after that, even when a storage operation failed inside `body`
@@ -492,12 +522,65 @@ public struct ClientOperation: Sendable, Hashable {
     /// SHA-256 of what was asked, so a reused id with a different request is refused.
     public let requestHash: [UInt8]
     public let status: Int
+    /// What the server needs to answer a retry (its own encoding; opaque to the store).
     public let response: [UInt8]
 
     public init(requestHash: [UInt8], status: Int, response: [UInt8]) {
         self.requestHash = requestHash
         self.status = status
         self.response = response
+    }
+
+    /// The bytes a remembered operation is charged against a quota: its id, hash and answer, plus 32 for
+    /// the rest of the row. Every backend charges this.
+    public func storedBytes(operationID: String) -> Int64 {
+        Int64(operationID.utf8.count + requestHash.count + response.count + 32)
+    }
+}
+
+/// A bearer token to store: its hash (never the token), a public id and an optional expiry.
+public struct NewToken: Sendable, Hashable {
+    public var hash: [UInt8]
+    /// The non-secret id that lists and revocation name it by.
+    public var id: String
+    public var userID: Int64
+    public var createdMs: Int64
+    /// When it stops working; nil: never.
+    public var expiresMs: Int64?
+
+    public init(hash: [UInt8], id: String, userID: Int64, createdMs: Int64, expiresMs: Int64? = nil) {
+        self.hash = hash
+        self.id = id
+        self.userID = userID
+        self.createdMs = createdMs
+        self.expiresMs = expiresMs
+    }
+}
+
+/// A stored bearer token, without its hash.
+public struct StoredToken: Sendable, Hashable {
+    public let id: String
+    public let userID: Int64
+    public let createdMs: Int64
+    public let expiresMs: Int64?
+
+    public init(id: String, userID: Int64, createdMs: Int64, expiresMs: Int64?) {
+        self.id = id
+        self.userID = userID
+        self.createdMs = createdMs
+        self.expiresMs = expiresMs
+    }
+}
+
+/// The sign-ups in a time window: how many, and when the oldest of them was.
+public struct SignUpWindow: Sendable, Hashable {
+    public let count: Int
+    /// Nil when `count` is 0.
+    public let oldestMs: Int64?
+
+    public init(count: Int, oldestMs: Int64?) {
+        self.count = count
+        self.oldestMs = oldestMs
     }
 }
 
@@ -553,6 +636,14 @@ extension StorageTransaction {
         for record in try recordChanges(zoneRowID: zoneRowID, after: cursor, limit: limit) {
             guard try body(record) else { return }
         }
+    }
+
+    /// A token that never expires, with a random id.
+    public func insertToken(hash: [UInt8], userID: Int64, nowMs: Int64) throws {
+        var random = SystemRandomNumberGenerator()
+        let id = String(random.next() as UInt64, radix: 16)
+        try insertToken(NewToken(hash: hash, id: String(repeating: "0", count: 16 - id.count) + id, userID: userID,
+                                 createdMs: nowMs))
     }
 
     public func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord] {

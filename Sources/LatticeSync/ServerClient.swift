@@ -45,6 +45,15 @@ public struct ServerClient: Sendable {
         return (try? JSON.parse(response.body)) ?? .null
     }
 
+    /// Revokes `token` itself on the server (`tokens/revoke {"current": true}`): its next use fails.
+    public func revokeToken(_ token: String) throws {
+        let answer = try call("private", "tokens/revoke", .object(["current": .bool(true)]), token: token)
+        guard answer["tokens"]?.arrayValue?.first?["revoked"] == .bool(true) else {
+            throw ServerError(code: answer["tokens"]?.arrayValue?.first?["serverErrorCode"]?.stringValue ?? "HTTP_200",
+                              reason: "the server did not revoke the token", status: 200, retryAfter: nil)
+        }
+    }
+
     /// A call whose body is binary (`deltas/push`), answered in JSON.
     public func callBinary(_ database: String, _ operation: String, body: [UInt8], contentType: String, token: String?,
                            timeout: TimeInterval = 30) throws -> TransportResponse {

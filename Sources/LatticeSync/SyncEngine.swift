@@ -198,6 +198,33 @@ public final class SyncEngine: @unchecked Sendable {
         }
     }
 
+    /// Signs this home out: revokes its token on the server (`tokens/revoke` with `current`), then forgets
+    /// the account and its synced data here. With `local`, only the second (the token stays valid on the
+    /// server until revoked otherwise).
+    /// - Returns: whether the server revoked the token now (false when it no longer accepted it, or `local`).
+    /// - Throws: `TransportError` when the server cannot be reached (nothing is forgotten), or the
+    ///   server's refusal other than AUTHENTICATION_FAILED.
+    @discardableResult
+    public func logOut(local: Bool = false) throws -> Bool {
+        let account = try requireAccount()
+        var revoked = false
+        if !local {
+            do {
+                try client(for: account).revokeToken(account.token)
+                revoked = true
+            } catch let error as ServerError where error.serverErrorCode == .authenticationFailed {
+                revoked = false // already revoked or expired: nothing left to revoke
+            }
+        }
+        try store.transaction { tx in
+            for zone in try tx.zones() { try tx.deleteZone(zone.id) }
+            try tx.setMetadata("dbtoken.private", nil)
+            try tx.setMetadata("dbtoken.shared", nil)
+            try tx.setMetadata("account", nil)
+        }
+        return revoked
+    }
+
     /// A raw API call with this home's account, for operations that are online only (sharing).
     public func call(_ database: String, _ operation: String, _ body: JSON) throws -> JSON {
         let account = try requireAccount()

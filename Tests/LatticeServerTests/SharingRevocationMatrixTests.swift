@@ -27,10 +27,14 @@ extension AuthorizationMatrixTests {
             w.shared("shares/modify", MatrixWorld.lists, ["participants": .array([
                 .object(["operation": .string("remove"), "userName": .string("priv-ro")])])], as: "admin-rw")
         },
-        Revocation(label: "an administrator removes another administrator", victims: ["admin-ro"], zone: MatrixWorld.lists,
+        Revocation(label: "the owner removes an administrator", victims: ["admin-ro"], zone: MatrixWorld.lists,
+                   bystanders: ["priv-rw", "admin-rw"]) { w in
+            w.owner("shares/modify", MatrixWorld.lists, ["participants": .array([
+                .object(["operation": .string("remove"), "userName": .string("admin-ro")])])])
+        },
+        Revocation(label: "an administrator leaves", victims: ["admin-ro"], zone: MatrixWorld.lists,
                    bystanders: ["priv-rw"]) { w in
-            w.shared("shares/modify", MatrixWorld.lists, ["participants": .array([
-                .object(["operation": .string("remove"), "userName": .string("admin-ro")])])], as: "admin-rw")
+            w.shared("shares/leave", MatrixWorld.lists, as: "admin-ro")
         },
         Revocation(label: "the participant leaves", victims: ["priv-rw"], zone: MatrixWorld.lists,
                    bystanders: ["priv-ro"]) { w in

@@ -155,6 +155,74 @@ struct StorageContractTests {
         }
     }
 
+    @Test(arguments: StorageBackends.all)
+    func tokensHaveIdsExpiriesAndCanBeRevoked(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (ann, bob) = try storage.write { tx throws in
+                let ann = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 10)
+                let bob = try tx.insertUser(name: "bob", recordName: Self.bob, nowMs: 10)
+                try tx.insertToken(NewToken(hash: [1], id: "t-ann-1", userID: ann.id, createdMs: 20))
+                try tx.insertToken(NewToken(hash: [2], id: "t-ann-2", userID: ann.id, createdMs: 30, expiresMs: 5_000))
+                try tx.insertToken(NewToken(hash: [3], id: "t-bob-1", userID: bob.id, createdMs: 25))
+                return (ann, bob)
+            }
+            let annFirst = StoredToken(id: "t-ann-1", userID: ann.id, createdMs: 20, expiresMs: nil)
+            let annSecond = StoredToken(id: "t-ann-2", userID: ann.id, createdMs: 30, expiresMs: 5_000)
+            try storage.read { tx throws in
+                #expect(try tx.tokens(userID: ann.id) == [annFirst, annSecond])
+                #expect(try tx.token(id: "t-ann-2") == annSecond)
+                #expect(try tx.token(id: "nope") == nil)
+                // The owner comes with the token, expired or not: the caller decides about expiry.
+                let found = try #require(try tx.tokenOwner(hash: [2]))
+                #expect(found.token == annSecond && found.user == ann)
+                #expect(try tx.tokenOwner(hash: [3])?.user == bob)
+                #expect(try tx.tokenOwner(hash: [9]) == nil)
+            }
+            // A taken id is a duplicate, like a taken hash.
+            expectDuplicate { try storage.write { try $0.insertToken(NewToken(hash: [4], id: "t-ann-1", userID: bob.id, createdMs: 1)) } }
+            expectDuplicate { try storage.write { try $0.insertToken(NewToken(hash: [1], id: "fresh", userID: bob.id, createdMs: 1)) } }
+            // Revocation: by id, then all of a user's; gone at once for lookups by hash.
+            #expect(try storage.write { try $0.deleteToken(id: "t-ann-1") })
+            #expect(try storage.write { try $0.deleteToken(id: "t-ann-1") } == false)
+            #expect(try storage.read { try $0.tokenOwner(hash: [1]) } == nil)
+            #expect(try storage.read { try $0.user(tokenHash: [1]) } == nil)
+            #expect(try storage.write { try $0.deleteTokens(userID: ann.id) } == 1)
+            try storage.read { tx throws in
+                #expect(try tx.tokens(userID: ann.id).isEmpty)
+                #expect(try tx.tokenOwner(hash: [2]) == nil)
+                #expect(try tx.tokens(userID: bob.id).map(\.id) == ["t-bob-1"])
+            }
+        }
+    }
+
+    // MARK: Sign-ups
+
+    @Test(arguments: StorageBackends.all)
+    func signUpsAreCountedPerAddressAndInAllInAWindow(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            try storage.write { tx throws in
+                try tx.recordSignUp(address: "10.0.0.1", nowMs: 100)
+                try tx.recordSignUp(address: "10.0.0.1", nowMs: 200)
+                try tx.recordSignUp(address: "10.0.0.2", nowMs: 150)
+                try tx.recordSignUp(address: "10.0.0.1", nowMs: 300)
+            }
+            try storage.read { tx throws in
+                #expect(try tx.signUps(address: "10.0.0.1", sinceMs: 0) == SignUpWindow(count: 3, oldestMs: 100))
+                #expect(try tx.signUps(address: "10.0.0.1", sinceMs: 150) == SignUpWindow(count: 2, oldestMs: 200))
+                #expect(try tx.signUps(address: "10.0.0.1", sinceMs: 200) == SignUpWindow(count: 2, oldestMs: 200))
+                #expect(try tx.signUps(address: nil, sinceMs: 0) == SignUpWindow(count: 4, oldestMs: 100))
+                #expect(try tx.signUps(address: nil, sinceMs: 120) == SignUpWindow(count: 3, oldestMs: 150))
+                #expect(try tx.signUps(address: "10.0.0.3", sinceMs: 0) == SignUpWindow(count: 0, oldestMs: nil))
+                #expect(try tx.signUps(address: nil, sinceMs: 301) == SignUpWindow(count: 0, oldestMs: nil))
+            }
+            try storage.write { try $0.forgetSignUps(before: 200) }
+            try storage.read { tx throws in
+                #expect(try tx.signUps(address: nil, sinceMs: 0) == SignUpWindow(count: 2, oldestMs: 200))
+                #expect(try tx.signUps(address: "10.0.0.2", sinceMs: 0).count == 0)
+            }
+        }
+    }
+
     // MARK: Databases
 
     @Test(arguments: StorageBackends.all)
@@ -681,19 +749,72 @@ struct StorageContractTests {
         try withStorage(backend) { storage in
             let operation = ClientOperation(requestHash: Array(repeating: 3, count: 32), status: 200, response: Array("{}".utf8))
             #expect(try storage.read { try $0.clientOperation(userID: 1, operationID: "op-1") } == nil)
-            try storage.write { try $0.saveClientOperation(userID: 1, operationID: "op-1", operation, nowMs: 10) }
+            try storage.write { try $0.saveClientOperation(userID: 1, operationID: "op-1", operation, chargedTo: 0, nowMs: 10) }
             try storage.read { tx throws in
                 #expect(try tx.clientOperation(userID: 1, operationID: "op-1") == operation)
                 #expect(try tx.clientOperation(userID: 2, operationID: "op-1") == nil)
                 #expect(try tx.clientOperation(userID: 1, operationID: "op-2") == nil)
             }
             let empty = ClientOperation(requestHash: [], status: 409, response: [])
-            try storage.write { try $0.saveClientOperation(userID: 2, operationID: "op-1", empty, nowMs: 10) }
+            try storage.write { try $0.saveClientOperation(userID: 2, operationID: "op-1", empty, chargedTo: 0, nowMs: 10) }
             #expect(try storage.read { try $0.clientOperation(userID: 2, operationID: "op-1") } == empty)
             expectDuplicate {
-                try storage.write { try $0.saveClientOperation(userID: 1, operationID: "op-1", empty, nowMs: 11) }
+                try storage.write { try $0.saveClientOperation(userID: 1, operationID: "op-1", empty, chargedTo: 0, nowMs: 11) }
             }
             #expect(try storage.read { try $0.clientOperation(userID: 1, operationID: "op-1") } == operation)
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func rememberedOperationsAreChargedAndTheOldestForgottenFirst(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let operation = ClientOperation(requestHash: Array(repeating: 3, count: 32), status: 200, response: Array("{}".utf8))
+            let charge = operation.storedBytes(operationID: "op-1")
+            #expect(charge == Int64("op-1".utf8.count + 32 + 2 + 32))
+            let database = try storage.write { tx throws in
+                let database = try tx.database(privateKey(1))
+                for (index, at) in [30, 10, 20].enumerated() {
+                    try tx.saveClientOperation(userID: 1, operationID: "op-\(index + 1)", operation, chargedTo: database.id,
+                                               nowMs: Int64(at))
+                }
+                try tx.saveClientOperation(userID: 2, operationID: "op-1", operation, chargedTo: 0, nowMs: 5)
+                return database
+            }
+            try storage.read { tx throws in
+                #expect(try tx.database(id: database.id)?.bytesUsed == 3 * charge)
+                #expect(try tx.clientOperationCount(userID: 1) == 3)
+                #expect(try tx.clientOperationCount(userID: 2) == 1)
+            }
+            // The oldest by save time (op-2 at 10, then op-3 at 20) go first, and give their charge back.
+            #expect(try storage.write { try $0.forgetOldestClientOperations(userID: 1, count: 2) } == 2)
+            try storage.read { tx throws in
+                #expect(try tx.clientOperation(userID: 1, operationID: "op-2") == nil)
+                #expect(try tx.clientOperation(userID: 1, operationID: "op-3") == nil)
+                #expect(try tx.clientOperation(userID: 1, operationID: "op-1") == operation)
+                #expect(try tx.clientOperation(userID: 2, operationID: "op-1") == operation)
+                #expect(try tx.database(id: database.id)?.bytesUsed == charge)
+            }
+            #expect(try storage.write { try $0.forgetOldestClientOperations(userID: 1, count: 0) } == 0)
+            // Purging past the horizon gives the rest back too.
+            let report = try storage.write { try $0.purge(before: 0, operationsBeforeMs: 31) }
+            #expect(report.clientOperations == 2)
+            #expect(try storage.read { try $0.database(id: database.id)?.bytesUsed } == 0)
+            #expect(try storage.read { try $0.clientOperationCount(userID: 1) } == 0)
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func sizeOnDiskGrowsWithData(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let before = try storage.sizeOnDisk()
+            #expect(before > 0)
+            try storage.write { tx throws in
+                let zone = try makeZone(tx)
+                for index in 0..<50 {
+                    _ = try tx.saveRecord(zoneRowID: zone.rowID, write("r\(index)", frame: Array(repeating: UInt8(index), count: 4_000)))
+                }
+            }
+            #expect(try storage.sizeOnDisk() >= before + 50 * 4_000)
         }
     }
 
@@ -769,7 +890,7 @@ struct StorageContractTests {
                     _ = try tx.saveRecord(zoneRowID: zone.rowID, write("r", frame: [9, 9]))
                     _ = try tx.insertShare(share(zone, "sh_1", record: "S", ownerID: user.id))
                     try tx.saveClientOperation(userID: user.id, operationID: "op", ClientOperation(requestHash: [], status: 200,
-                                                                                                 response: []), nowMs: 1)
+                                                                                                 response: []), chargedTo: 0, nowMs: 1)
                     try tx.deleteZone(rowID: zone.rowID, nowMs: 2)
                     throw Marker()
                 }
@@ -810,8 +931,11 @@ struct StorageContractTests {
                 #expect(throws: StorageError.self) { _ = try tx.insertShare(share(zone, "sh_1", record: "S", ownerID: owner.id)) }
                 #expect(throws: StorageError.self) {
                     try tx.saveClientOperation(userID: owner.id, operationID: "op",
-                                               ClientOperation(requestHash: [], status: 200, response: []), nowMs: 1)
+                                               ClientOperation(requestHash: [], status: 200, response: []), chargedTo: 0,
+                                               nowMs: 1)
                 }
+                #expect(throws: StorageError.self) { try tx.recordSignUp(address: "10.0.0.1", nowMs: 1) }
+                #expect(throws: StorageError.self) { _ = try tx.deleteTokens(userID: owner.id) }
                 #expect(throws: StorageError.self) { _ = try tx.purge(before: .max, operationsBeforeMs: .max) }
             }
             try storage.read { tx throws in
@@ -854,8 +978,8 @@ struct StorageContractTests {
                 try tx.deleteZone(rowID: late.rowID, nowMs: 300)
 
                 let operation = ClientOperation(requestHash: [1], status: 200, response: [2])
-                try tx.saveClientOperation(userID: owner.id, operationID: "old", operation, nowMs: 100)
-                try tx.saveClientOperation(userID: owner.id, operationID: "new", operation, nowMs: 250)
+                try tx.saveClientOperation(userID: owner.id, operationID: "old", operation, chargedTo: 0, nowMs: 100)
+                try tx.saveClientOperation(userID: owner.id, operationID: "new", operation, chargedTo: 0, nowMs: 250)
                 return (owner, zone, live, oldTombstone, older, atHorizon, recent, plain, shared, late)
             }
             let (owner, zone, live, oldTombstone, older, atHorizon, recent, plain, shared, late) = setup

@@ -16,6 +16,7 @@ public final class SQLiteStorage: Storage, Sendable {
     private let readers: ConnectionPool
     private let authenticationReader: DatabaseQueue
     private let isClosed = Atomic<Bool>(false)
+    private let path: String
 
     /// The file name inside a data directory.
     public static let fileName = "lattice.sqlite"
@@ -26,6 +27,7 @@ public final class SQLiteStorage: Storage, Sendable {
     /// reader connections for the general lane besides the authentication reader.
     public init(path: String, busyTimeoutMilliseconds: Int32 = 5_000,
                 readerConnections: Int = SQLiteStorage.defaultReaderConnections) throws {
+        self.path = path
         do {
             writer = try DatabaseQueue(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
             _ = try writer.read { connection in try SQLiteStorage.migrator.migrate(connection) }
@@ -73,6 +75,17 @@ public final class SQLiteStorage: Storage, Sendable {
         writer.close()
         readers.close()
         authenticationReader.close()
+    }
+
+    /// The database file plus its WAL, from `stat` (no SQL, no lock).
+    public func sizeOnDisk() throws -> Int64 {
+        try checkOpen()
+        var total: Int64 = 0
+        for suffix in ["", "-wal"] {
+            var info = stat()
+            if stat(path + suffix, &info) == 0 { total += Int64(info.st_size) }
+        }
+        return total
     }
 
     private func checkOpen() throws {
@@ -195,6 +208,21 @@ public final class SQLiteStorage: Storage, Sendable {
                 PRIMARY KEY(database_id, share_id)) WITHOUT ROWID;
             CREATE INDEX shared_zones_log ON shared_zones(database_id, db_seq);
             """),
+        Migrator.Migration("v3: token ids and expiry, the sign-up log, replay-cache charges", sql: """
+            ALTER TABLE tokens ADD COLUMN id TEXT;
+            UPDATE tokens SET id = lower(hex(randomblob(8)));
+            CREATE UNIQUE INDEX tokens_id ON tokens(id);
+            ALTER TABLE tokens ADD COLUMN expires_ms INTEGER;
+            CREATE INDEX tokens_user ON tokens(user_id);
+            CREATE TABLE signups(
+                address TEXT NOT NULL,
+                created_ms INTEGER NOT NULL);
+            CREATE INDEX signups_address ON signups(address, created_ms);
+            CREATE INDEX signups_age ON signups(created_ms);
+            ALTER TABLE client_operations ADD COLUMN database_id INTEGER NOT NULL DEFAULT 0;
+            ALTER TABLE client_operations ADD COLUMN charged_bytes INTEGER NOT NULL DEFAULT 0;
+            CREATE INDEX client_operations_user ON client_operations(user_id, created_ms);
+            """),
     ])
 
     /// The schema version this build creates.
@@ -272,9 +300,64 @@ struct SQLiteTransaction: StorageTransaction {
                  + "WHERE t.hash = ?", [.blob(tokenHash)]).first.map(user)
     }
 
-    func insertToken(hash: [UInt8], userID: Int64, nowMs: Int64) throws {
-        try run("INSERT INTO tokens(hash, user_id, created_ms) VALUES (?, ?, ?)",
-                [.blob(hash), .integer(userID), .integer(nowMs)])
+    func insertToken(_ token: NewToken) throws {
+        try run("INSERT INTO tokens(hash, id, user_id, created_ms, expires_ms) VALUES (?, ?, ?, ?, ?)",
+                [.blob(token.hash), .text(token.id), .integer(token.userID), .integer(token.createdMs),
+                 token.expiresMs.map { .integer($0) } ?? .null])
+    }
+
+    private static let tokenColumns = "t.id, t.user_id, t.created_ms, t.expires_ms"
+
+    private func token(_ row: [SQLiteValue]) -> StoredToken {
+        var expires: Int64? = nil
+        if case .integer(let value) = row[3] { expires = value }
+        return StoredToken(id: row[0].text ?? "", userID: row[1].integer, createdMs: row[2].integer, expiresMs: expires)
+    }
+
+    func tokenOwner(hash: [UInt8]) throws -> (token: StoredToken, user: UserAccount)? {
+        try rows("SELECT \(Self.tokenColumns), u.id, u.record_name, u.name, u.created_ms FROM tokens t "
+                 + "JOIN users u ON u.id = t.user_id WHERE t.hash = ?", [.blob(hash)]).first.map {
+            (token(Array($0[0..<4])), user(Array($0[4...])))
+        }
+    }
+
+    func tokens(userID: Int64) throws -> [StoredToken] {
+        try rows("SELECT \(Self.tokenColumns) FROM tokens t WHERE t.user_id = ? ORDER BY t.created_ms, t.id",
+                 [.integer(userID)]).map(token)
+    }
+
+    func token(id: String) throws -> StoredToken? {
+        try rows("SELECT \(Self.tokenColumns) FROM tokens t WHERE t.id = ?", [.text(id)]).first.map(token)
+    }
+
+    func deleteToken(id: String) throws -> Bool {
+        try run("DELETE FROM tokens WHERE id = ?", [.text(id)]) > 0
+    }
+
+    func deleteTokens(userID: Int64) throws -> Int {
+        try run("DELETE FROM tokens WHERE user_id = ?", [.integer(userID)])
+    }
+
+    // MARK: Sign-ups
+
+    func recordSignUp(address: String, nowMs: Int64) throws {
+        try run("INSERT INTO signups(address, created_ms) VALUES (?, ?)", [.text(address), .integer(nowMs)])
+    }
+
+    func signUps(address: String?, sinceMs: Int64) throws -> SignUpWindow {
+        let row: [SQLiteValue]?
+        if let address {
+            row = try rows("SELECT COUNT(*), MIN(created_ms) FROM signups WHERE address = ? AND created_ms >= ?",
+                           [.text(address), .integer(sinceMs)]).first
+        } else {
+            row = try rows("SELECT COUNT(*), MIN(created_ms) FROM signups WHERE created_ms >= ?", [.integer(sinceMs)]).first
+        }
+        guard let row, row[0].integer > 0 else { return SignUpWindow(count: 0, oldestMs: nil) }
+        return SignUpWindow(count: Int(row[0].integer), oldestMs: row[1].integer)
+    }
+
+    func forgetSignUps(before beforeMs: Int64) throws {
+        try run("DELETE FROM signups WHERE created_ms < ?", [.integer(beforeMs)])
     }
 
     // MARK: Databases and zones
@@ -635,11 +718,33 @@ struct SQLiteTransaction: StorageTransaction {
         }
     }
 
-    func saveClientOperation(userID: Int64, operationID: String, _ operation: ClientOperation, nowMs: Int64) throws {
-        try run("INSERT INTO client_operations(user_id, operation_id, request_hash, status, response, created_ms) "
-                + "VALUES (?, ?, ?, ?, ?, ?)",
+    func saveClientOperation(userID: Int64, operationID: String, _ operation: ClientOperation, chargedTo databaseID: Int64,
+                             nowMs: Int64) throws {
+        let charged = databaseID == 0 ? 0 : operation.storedBytes(operationID: operationID)
+        try run("INSERT INTO client_operations(user_id, operation_id, request_hash, status, response, created_ms, "
+                + "database_id, charged_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [.integer(userID), .text(operationID), .blob(operation.requestHash), .integer(Int64(operation.status)),
-                 .blob(operation.response), .integer(nowMs)])
+                 .blob(operation.response), .integer(nowMs), .integer(databaseID), .integer(charged)])
+        if charged != 0 {
+            try run("UPDATE databases SET bytes_used = bytes_used + ? WHERE id = ?", [.integer(charged), .integer(databaseID)])
+        }
+    }
+
+    func clientOperationCount(userID: Int64) throws -> Int {
+        Int(try rows("SELECT COUNT(*) FROM client_operations WHERE user_id = ?", [.integer(userID)]).first?[0].integer ?? 0)
+    }
+
+    func forgetOldestClientOperations(userID: Int64, count: Int) throws -> Int {
+        guard count > 0 else { return 0 }
+        let oldest = try rows("SELECT operation_id, database_id, charged_bytes FROM client_operations WHERE user_id = ? "
+                              + "ORDER BY created_ms, operation_id LIMIT ?", [.integer(userID), .integer(Int64(count))])
+        for row in oldest {
+            try run("DELETE FROM client_operations WHERE user_id = ? AND operation_id = ?", [.integer(userID), row[0]])
+            if row[2].integer != 0 {
+                try run("UPDATE databases SET bytes_used = bytes_used - ? WHERE id = ?", [row[2], row[1]])
+            }
+        }
+        return oldest.count
     }
 
     // MARK: Savepoints and maintenance
@@ -680,6 +785,11 @@ struct SQLiteTransaction: StorageTransaction {
             try run("UPDATE databases SET purged_seq = MAX(purged_seq, ?) WHERE id = ?",
                     [.integer(candidate.zone.databaseSeq), .integer(candidate.zone.databaseID)])
             report.zones += 1
+        }
+        // Remembered operations give back what they were charged.
+        for row in try rows("SELECT database_id, SUM(charged_bytes) FROM client_operations WHERE created_ms < ? "
+                            + "AND database_id != 0 GROUP BY database_id", [.integer(operationsBeforeMs)]) {
+            try run("UPDATE databases SET bytes_used = bytes_used - ? WHERE id = ?", [row[1], row[0]])
         }
         report.clientOperations = try run("DELETE FROM client_operations WHERE created_ms < ?",
                                           [.integer(operationsBeforeMs)])

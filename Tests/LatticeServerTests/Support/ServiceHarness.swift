@@ -38,6 +38,11 @@ final class ServiceHarness: @unchecked Sendable {
         let clock = self.clock
         configuration.now = { clock.now }
         configuration.rateLimit = nil
+        // Tests sign many users up from one address and send bad tokens on purpose; AbuseLimitTests turn
+        // these limits on.
+        configuration.signUpsPerAddress = nil
+        configuration.signUpsGlobal = nil
+        configuration.failedAuthenticationLimit = nil
         configure(&configuration)
         keyRing = try ShareKeyRing.open(directory: directory, nowMilliseconds: clock.now)
         service = try LatticeService(storage: storage, configuration: configuration, keyRing: keyRing, log: { _ in })

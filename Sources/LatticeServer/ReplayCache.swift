@@ -1,0 +1,210 @@
+import LatticeCore
+import LatticeSharing
+import LatticeStore
+
+/// The replay cache: what a write with a `clientOperationID` leaves behind so that a retry with the same
+/// id and body applies once and is answered again (`Lattice-Replayed: true`).
+///
+/// A remembered operation keeps the request's hash, the status and a short answer:
+/// - `records/modify` and `deltas/push` answers over `wholeAnswerLimit` bytes keep only the zone row they
+///   wrote and the items that failed (with their error). A replay names the records from the retried body
+///   (the same bytes, by the hash) and renders each one's current state. That is correct for CRDT state:
+///   the server's state of a record only grows past the first answer, so the current state contains what
+///   the first answer said. A record since deleted shows its tombstone; a zone since deleted answers its
+///   items ZONE_NOT_FOUND; in the shared database a record no longer shared with the caller answers
+///   NOT_FOUND, and a caller who lost the zone gets the zone's error (nothing leaks past a revocation).
+///   A CONFLICT item keeps its error but not its `serverRecord`; a replay shows the record's current state
+///   there.
+/// - Every other answer (and small ones) is kept whole: they are bounded by their own caps.
+///
+/// Each remembered operation is charged to the caller's private database quota (in the request's
+/// environment) until it is forgotten, and a user keeps at most `maximumClientOperationsPerUser`
+/// (saving one more forgets their oldest first).
+extension LatticeService {
+    /// Answers at most this long are remembered whole.
+    static let wholeAnswerLimit = 2_048
+
+    /// How a write's answer can be rebuilt on replay.
+    enum ReplayForm {
+        case whole
+        /// `records/modify`: items in operation order, named by the body's `operations[i].record.recordName`.
+        case records
+        /// `deltas/push`: items in the delta's order.
+        case push(PreparedPush)
+    }
+
+    private enum Tag: UInt8 {
+        case whole = 0, records = 1, push = 2
+    }
+
+    /// Runs a write under a client operation id, if the body has one: a retried request with the same id
+    /// and body gets its answer again (rebuilt as the type comment says) instead of applying twice; the
+    /// same id with another body is BAD_REQUEST.
+    func idempotent(_ context: RequestContext, replay form: ReplayForm = .whole,
+                    _ body: (any StorageTransaction, inout Set<Int64>) throws -> HTTPResponse) throws -> HTTPResponse {
+        guard let idJSON = context.body["clientOperationID"] else {
+            return try write(deadline: context.deadline) { tx, touched in try body(tx, &touched) }
+        }
+        guard let operationID = idJSON.stringValue, (1...128).contains(operationID.utf8.count) else {
+            throw APIError.badRequest("clientOperationID must be a string of 1 to 128 bytes")
+        }
+        let requestHash = Secrets.sha256(Array(context.path.utf8) + [0] + context.rawBody)
+        return try write(deadline: context.deadline) { tx, touched in
+            let userID = context.user.id
+            if let earlier = try tx.clientOperation(userID: userID, operationID: operationID) {
+                guard earlier.requestHash == requestHash else {
+                    throw APIError.badRequest("clientOperationID \(operationID) was already used for a different request")
+                }
+                var response = try replayed(earlier, form, context, tx)
+                response.headers.append((name: "Lattice-Replayed", value: "true"))
+                return response
+            }
+            let response = try body(tx, &touched)
+            let remembered = ClientOperation(requestHash: requestHash, status: response.status,
+                                             response: try shortAnswer(response, form, context, tx))
+            // The answer is charged to the caller's private database, against its quota.
+            let charged = try tx.database(DatabaseKey(kind: .private, environment: context.environment, ownerID: userID))
+            let bytes = remembered.storedBytes(operationID: operationID)
+            guard charged.bytesUsed + bytes <= configuration.quotaBytesPerDatabase else {
+                throw APIError(.quotaExceeded, "remembering clientOperationID \(operationID) (\(bytes) bytes) would put your "
+                               + "private database over its quota of \(configuration.quotaBytesPerDatabase) bytes")
+            }
+            // The cap: forget the oldest first, before this one is saved (so it is never the one forgotten).
+            let cap = max(1, configuration.maximumClientOperationsPerUser)
+            let count = try tx.clientOperationCount(userID: userID)
+            if count >= cap { _ = try tx.forgetOldestClientOperations(userID: userID, count: count - cap + 1) }
+            try tx.saveClientOperation(userID: userID, operationID: operationID, remembered, chargedTo: charged.id,
+                                       nowMs: configuration.now())
+            return response
+        }
+    }
+
+    /// The bytes remembered for an answer: a tag, then the whole body or the compact form.
+    private func shortAnswer(_ response: HTTPResponse, _ form: ReplayForm, _ context: RequestContext,
+                             _ tx: any StorageTransaction) throws -> [UInt8] {
+        let zoneJSON: JSON?
+        let tag: Tag
+        let count: Int
+        switch form {
+        case .whole: return [Tag.whole.rawValue] + response.body
+        case .records: (zoneJSON, tag, count) = (context.body["zoneID"], .records, context.body["operations"]?.arrayValue?.count ?? 0)
+        case .push(let prepared): (zoneJSON, tag, count) = (Self.zoneJSON(of: prepared), .push, prepared.names.count)
+        }
+        guard response.status == 200, response.body.count > Self.wholeAnswerLimit,
+              let zone = try resolveZone(zoneJSON, context, tx, path: "zoneID").zone else {
+            return [Tag.whole.rawValue] + response.body
+        }
+        var failed: [JSON] = []
+        // Only an answer with a failed item is parsed (the common all-saved answer is not): a cheap scan
+        // for the error key first.
+        if Self.contains(response.body, Self.errorKey) {
+            guard let items = (try? JSON.parse(response.body))?["records"]?.arrayValue, items.count == count else {
+                return [Tag.whole.rawValue] + response.body
+            }
+            for (index, item) in items.enumerated() where item["serverErrorCode"] != nil {
+                // A CONFLICT's serverRecord (up to a whole record) is not kept: a replay shows the current one.
+                guard case .object(var object) = item, object["serverRecord"] != nil else {
+                    failed.append(.array([.int(Int64(index)), item]))
+                    continue
+                }
+                object["serverRecord"] = .bool(true)
+                failed.append(.array([.int(Int64(index)), .object(object)]))
+            }
+        }
+        let compact = JSON.object(["zone": .int(zone.rowID), "items": .int(Int64(count)), "failed": .array(failed)])
+        return [tag.rawValue] + compact.serializedBytes()
+    }
+
+    private static let errorKey = Array("\"serverErrorCode\"".utf8)
+
+    /// Whether `needle` (not empty) occurs in `haystack`: a scan for its first byte, then a compare.
+    private static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard let first = needle.first, haystack.count >= needle.count else { return false }
+        let last = haystack.count - needle.count
+        var index = 0
+        while index <= last {
+            if haystack[index] == first, haystack[index..<(index + needle.count)].elementsEqual(needle) { return true }
+            index += 1
+        }
+        return false
+    }
+
+    /// The answer to a retry, from what was remembered.
+    private func replayed(_ earlier: ClientOperation, _ form: ReplayForm, _ context: RequestContext,
+                          _ tx: any StorageTransaction) throws -> HTTPResponse {
+        guard let first = earlier.response.first, let tag = Tag(rawValue: first) else {
+            // Remembered before the short form (schema v2): the bytes are the whole answer.
+            var response = HTTPResponse.json(.null, status: earlier.status)
+            response.body = earlier.response
+            return response
+        }
+        let rest = Array(earlier.response.dropFirst())
+        guard tag != .whole else {
+            var response = HTTPResponse.json(.null, status: earlier.status)
+            response.body = rest
+            return response
+        }
+        guard let compact = try? JSON.parse(rest), let zoneRowID = compact["zone"]?.intValue,
+              let count = compact["items"]?.intValue else {
+            throw StorageError.failure("a remembered client operation does not decode")
+        }
+        var failures: [Int: JSON] = [:]
+        for entry in compact["failed"]?.arrayValue ?? [] {
+            if let index = entry.arrayValue?.first?.intValue, let item = entry.arrayValue?.last { failures[Int(index)] = item }
+        }
+        switch (tag, form) {
+        case (.records, .records):
+            let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
+            let names = (context.body["operations"]?.arrayValue ?? []).map { $0["record"]?["recordName"]?.stringValue ?? "" }
+            guard names.count == count else { throw StorageError.failure("a remembered records/modify does not match its body") }
+            let items: [JSON] = try names.enumerated().map { index, name in
+                let render = { (stored: StoredRecord) throws -> JSON in self.recordJSON(stored, try self.decode(stored), desiredKeys: nil) }
+                guard let failure = failures[index] else {
+                    return try currentItem(name, resolved, zoneRowID: zoneRowID, tx, render: render)
+                }
+                guard case .object(var object) = failure, object["serverRecord"] == .bool(true) else { return failure }
+                // The record as it is now, where the first answer had it as it was then.
+                let current = try currentItem(name, resolved, zoneRowID: zoneRowID, tx, render: render)
+                object["serverRecord"] = current["serverErrorCode"] == nil && current["deleted"] != .bool(true) ? current : nil
+                return .object(object)
+            }
+            return .json(.object(["records": .array(items)]))
+        case (.push, .push(let prepared)):
+            let resolved = try resolveZone(Self.zoneJSON(of: prepared), context, tx, path: "delta.zoneID")
+            guard prepared.names.count == count else { throw StorageError.failure("a remembered push does not match its body") }
+            let items: [JSON] = try zip(prepared.names, prepared.frames).enumerated().map { index, pair in
+                let (name, incoming) = pair
+                if let failure = failures[index] { return failure }
+                return try currentItem(name, resolved, zoneRowID: zoneRowID, tx) { stored in
+                    .object(["recordName": .string(name), "recordChangeTag": .string(stored.changeTag),
+                             "position": .int(stored.seq), "upToDate": .bool(stored.frame == incoming.bytes)])
+                }
+            }
+            return .json(.object(["zoneID": resolved.zoneID.cloudKitJSON, "records": .array(items)]))
+        default:
+            throw StorageError.failure("a remembered client operation is of another kind than its request")
+        }
+    }
+
+    /// One replayed item: the record's current state, or why it cannot be shown.
+    private func currentItem(_ name: String, _ resolved: ResolvedZone, zoneRowID: Int64, _ tx: any StorageTransaction,
+                             render: (StoredRecord) throws -> JSON) throws -> JSON {
+        guard let zone = resolved.zone, zone.rowID == zoneRowID else {
+            return APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) was deleted after this operation was applied")
+                .json(item: (key: "recordName", value: name))
+        }
+        if resolved.isShared, try grant(for: name, resolved, tx) == nil {
+            return APIError(.notFound, "record \(name) is no longer shared with you").json(item: (key: "recordName", value: name))
+        }
+        guard let stored = try tx.record(zoneRowID: zone.rowID, name: name) else {
+            // Deleted since, and its tombstone purged.
+            return .object(["recordName": .string(name), "deleted": .bool(true)])
+        }
+        return try render(stored)
+    }
+
+    private static func zoneJSON(of prepared: PreparedPush) -> JSON {
+        .object(["zoneName": .string(prepared.delta.zoneID.zoneName),
+                 "ownerRecordName": .string(prepared.delta.zoneID.ownerRecordName)])
+    }
+}
