@@ -25,11 +25,18 @@ import Glibc
 /// at the end of the process (lines starting with `| `).
 ///
 /// Knobs: `LATTICE_BIN` (the binary; say `.build/release/lattice`), `LATTICE_ATTACK_P99_FACTOR` (overrides
-/// the factor), `LATTICE_ATTACK_SLOW_SECONDS` (how long slow clients may stay open, default 15).
-@Suite(.serialized) struct AttackSuiteTests {
-    /// A debug build's probe p99 budget is 250 ms times this (see /work notes: measured with no attack, the
-    /// `idle` row, on the 2-core build machine while other builds shared the cores). A stall caused by an
-    /// attack costs the probe seconds (its requests time out at 2 s), far above any of these budgets.
+/// the factor), `LATTICE_ATTACK_SLOW_SECONDS` (how long slow clients may stay open, default 15), and
+/// `LATTICE_ATTACK_SUITE=skip`, which skips the suite so a script can run everything else in parallel and
+/// then this suite alone (its probe measures latency; suites running beside it on a small machine add
+/// noise, and its floods slow them down).
+@Suite(.serialized, .enabled(if: ProcessInfo.processInfo.environment["LATTICE_ATTACK_SUITE"] != "skip",
+                             "LATTICE_ATTACK_SUITE=skip"))
+struct AttackSuiteTests {
+    /// A debug build's probe p99 budget is 250 ms times this. Measured with no attack (the `idle` row, debug
+    /// test process both times) on the 2-core build machine, 2026-12-01: a release server's probe p99 was
+    /// 14-22 ms, a debug server's 28-34 ms (about 2x), and 196 ms while a release build shared the cores.
+    /// 4x (1 s) leaves room for such neighbours; a stall caused by an attack costs the probe seconds (its
+    /// requests time out at 2 s), so it still fails.
     static let debugFactor = 4.0
 
     static var p99Factor: Double {
@@ -257,7 +264,7 @@ import Glibc
     /// The largest n in `range` whose request the server serves (2xx without item errors), by bisection
     /// to within 5 % (at most 11 requests). A request refused with a 4xx means "over the cap"; one not answered within
     /// `timeout` counts as served (the server took it on: that is what an attacker would use).
-    static func largestServed(_ range: ClosedRange<Int>, port: UInt16, source: String, timeout: Double = 8,
+    static func largestServed(_ range: ClosedRange<Int>, port: UInt16, source: String, timeout: Double = 4,
                               request: (Int) -> (path: String, headers: [String: String], body: [UInt8])) -> Int {
         func served(_ n: Int) -> Bool {
             let made = request(n)
