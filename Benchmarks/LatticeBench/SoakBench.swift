@@ -236,7 +236,7 @@ enum SoakBench {
 
     private static func intervalLine(index: Int, seconds: Double, elapsed: Double, stats: SoakStats, server: BenchServer,
                                      data: String) -> [String: JSONValue] {
-        let interval = stats.take()
+        let (interval, totalRequests, totalErrors) = stats.take()
         var operations: [String: JSONValue] = [:]
         var requests = 0, errors = 0
         for kind in kinds {
@@ -252,13 +252,12 @@ enum SoakBench {
         }
         let rss = server.statusKiB("VmRSS")
         let descriptors = ServerCounters.descriptors(pid: server.pid)
-        let totals = stats.total
         var line: [String: JSONValue] = [
             "kind": .string("interval"), "bench": .string("soak"), "interval": .integer(index),
             "seconds": .double((seconds * 1000).rounded() / 1000), "elapsed_s": .double((elapsed * 1000).rounded() / 1000),
             "requests": .integer(requests), "errors": .integer(errors),
             "requests_per_s": seconds > 0 ? .double((Double(requests) / seconds * 10).rounded() / 10) : .null,
-            "total_requests": .integer(totals.requests), "total_errors": .integer(totals.errors),
+            "total_requests": .integer(totalRequests), "total_errors": .integer(totalErrors),
             "operations": .object(operations),
             "server_rss_mib": rss < 0 ? .null : .double((Double(rss) / 1024 * 10).rounded() / 10),
             "server_open_files": descriptors.open < 0 ? .null : .integer(descriptors.open),

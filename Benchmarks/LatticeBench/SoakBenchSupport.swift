@@ -174,35 +174,41 @@ final class SoakStats: Sendable {
         var errorKinds: [String: Int] = [:]
     }
 
-    private let current = Mutex(Interval())
-    private let totals = Mutex((requests: 0, errors: 0))
+    private struct State {
+        var interval = Interval()
+        var requests = 0
+        var errors = 0
+    }
+
+    /// The interval and the totals under one lock, so an interval line's totals match its interval.
+    private let state = Mutex(State())
     /// Set to end the clients early (they stop at their end time anyway).
     let stopping = Atomic<Bool>(false)
 
     func record(_ kind: String, seconds: Double, error: String?) {
-        current.withLock {
-            $0.latencies[kind, default: []].append(seconds)
-            if let error {
-                $0.errors[kind, default: 0] += 1
-                if $0.errorKinds.count < 50 || $0.errorKinds[error] != nil { $0.errorKinds[error, default: 0] += 1 }
-            }
-        }
-        totals.withLock {
+        state.withLock {
+            $0.interval.latencies[kind, default: []].append(seconds)
             $0.requests += 1
-            if error != nil { $0.errors += 1 }
+            if let error {
+                $0.errors += 1
+                $0.interval.errors[kind, default: 0] += 1
+                if $0.interval.errorKinds.count < 50 || $0.interval.errorKinds[error] != nil {
+                    $0.interval.errorKinds[error, default: 0] += 1
+                }
+            }
         }
     }
 
-    /// The interval so far, and a fresh one.
-    func take() -> Interval {
-        current.withLock {
-            let taken = $0
-            $0 = Interval()
+    /// The interval so far with the totals at that moment; the next interval starts empty.
+    func take() -> (interval: Interval, requests: Int, errors: Int) {
+        state.withLock {
+            let taken = ($0.interval, $0.requests, $0.errors)
+            $0.interval = Interval()
             return taken
         }
     }
 
-    var total: (requests: Int, errors: Int) { totals.withLock { $0 } }
+    var total: (requests: Int, errors: Int) { state.withLock { ($0.requests, $0.errors) } }
 }
 
 /// Counters of the server process from /proc.

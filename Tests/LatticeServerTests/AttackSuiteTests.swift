@@ -139,7 +139,10 @@ struct AttackSuiteTests {
             self.attackerToken = attackerToken
             self.bigRecords = bigRecords
             bigElements = accepted
-            atexit { AttackSuiteTests.printTable() }
+            atexit {
+                AttackSuiteTests.printTable()
+                if let data = try? AttackSuiteTests.fixture.get().data { try? FileManager.default.removeItem(atPath: data) }
+            }
         }
     }
 
