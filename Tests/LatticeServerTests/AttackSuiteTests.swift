@@ -69,6 +69,7 @@ struct AttackSuiteTests {
 
         init() throws {
             let data = temporaryDirectory("lattice-attack")
+            chmod(data, 0o700) // owner-only, as the server wants its data directory
             _ = raiseOpenFilesLimit(to: 16_384)
             // Accounts through `lattice admin add-user`, not sign-up (its limits are under test).
             func addUser(_ name: String) throws -> String {

@@ -622,7 +622,13 @@ func holdSlowClients(port: UInt16, connections count: Int, sources: [String], pr
                     headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
                 }
             }
-            tally.add((status, headers, Array(bodyText.utf8)))
+            let response: LoopbackClient.Response = (status, headers, Array(bodyText.utf8))
+            if event == "closed by server" && !AnswerTally.isClearRefusal(response) {
+                // Answered (say, a bare 408) and closed: for a slow client the close is what counts.
+                tally.add(event: "closed by server after a \(status)", clear: true, refusal: true)
+            } else {
+                tally.add(response)
+            }
         } else {
             tally.add(event: event, clear: clear, refusal: refusal ?? clear)
         }
