@@ -65,6 +65,18 @@ enum Harness {
                 writeText(2, "lattice-bench sync: error: \(error.message)\n(run 'lattice-bench sync --help' for the options)\n")
                 return 2
             }
+        case "soak":
+            do {
+                let options = try SoakOptions.parse(Array(arguments.dropFirst()))
+                if options.help {
+                    writeText(1, SoakOptions.usage + "\n")
+                    return 0
+                }
+                return SoakBench.run(options, argv: arguments)
+            } catch {
+                writeText(2, "lattice-bench soak: error: \(error.message)\n(run 'lattice-bench soak --help' for the options)\n")
+                return 2
+            }
         case BenchServer.guardCommand: // internal: the process between `lattice-bench sync` and its server
             return BenchServer.runGuard(Array(arguments.dropFirst()))
         case "-h", "--help", "help":
@@ -80,6 +92,7 @@ enum Harness {
         usage: lattice-bench merge [options]     merge throughput (lattice-bench merge --help)
                lattice-bench serve [options]     server request rate and latency (lattice-bench serve --help)
                lattice-bench sync [options]      end-to-end sync: push, pull, storage ceiling (lattice-bench sync --help)
+               lattice-bench soak [options]      mixed traffic for minutes: latency, memory, files (lattice-bench soak --help)
 
         """
 

@@ -1,0 +1,564 @@
+import Foundation
+import LatticeCore
+import Synchronization
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The attack suite of issue 13: a real `lattice serve`, a probe client (its own account, from 127.0.0.1)
+/// measuring `/healthz`, a one-record write and a small query while an attacker (its own account and/or
+/// other loopback addresses, 127.0.k.x) runs one attack for a few seconds.
+///
+/// Pass, per attack: probe success >= 99 % and probe p99 under 250 ms times `p99Factor` (1 for a release
+/// build; `debugFactor` for a debug build, see below), and the attacker gets clear answers: a 4xx, or a 503
+/// with Retry-After, each with a JSON `serverErrorCode` (a 2xx where the request is within the caps), or
+/// for slow clients its connection closed by the server. Some attacks expect refusals too (over-cap
+/// requests, floods, long polls past a per-user cap).
+///
+/// Each attack gets a fresh server process on the same data directory (made once: accounts, a zone of
+/// 20,000 records, records near the 1 MiB cap), so one attack's leftovers (a query still running, parked
+/// connections) never count against the next. Attacks use their own loopback /24 (127.0.k.0), so per-address
+/// throttles of one never reach another, nor the probe's 127.0.0.1.
+///
+/// The table (attack, probe success, p50/p99, attacker's answers) is printed after each attack and whole
+/// at the end of the process (lines starting with `| `).
+///
+/// Knobs: `LATTICE_BIN` (the binary; say `.build/release/lattice`), `LATTICE_ATTACK_P99_FACTOR` (overrides
+/// the factor), `LATTICE_ATTACK_SLOW_SECONDS` (how long slow clients may stay open, default 15), and
+/// `LATTICE_ATTACK_SUITE=skip`, which skips the suite so a script can run everything else in parallel and
+/// then this suite alone (its probe measures latency; suites running beside it on a small machine add
+/// noise, and its floods slow them down).
+@Suite(.serialized, .enabled(if: ProcessInfo.processInfo.environment["LATTICE_ATTACK_SUITE"] != "skip",
+                             "LATTICE_ATTACK_SUITE=skip"))
+struct AttackSuiteTests {
+    /// A debug build's probe p99 budget is 250 ms times this. Measured with no attack (the `idle` row, debug
+    /// test process both times) on the 2-core build machine, 2026-12-01: a release server's probe p99 was
+    /// 14-22 ms, a debug server's 28-34 ms (about 2x), and 196 ms while a release build shared the cores.
+    /// 4x (1 s) leaves room for such neighbours; a stall caused by an attack costs the probe seconds (its
+    /// requests time out at 2 s), so it still fails.
+    static let debugFactor = 4.0
+
+    static var p99Factor: Double {
+        if let text = ProcessInfo.processInfo.environment["LATTICE_ATTACK_P99_FACTOR"], let factor = Double(text) { return factor }
+        return AttackServer.isDebugBuild ? debugFactor : 1
+    }
+
+    static var p99Budget: Double { 0.250 * p99Factor }
+
+    static var slowSeconds: Double {
+        ProcessInfo.processInfo.environment["LATTICE_ATTACK_SLOW_SECONDS"].flatMap(Double.init) ?? 15
+    }
+
+    /// Seconds each request attack lasts (the slow-client ones last until their connections are closed, at
+    /// most `slowSeconds`).
+    static let floodSeconds = 3.0
+
+    // MARK: Fixture
+
+    /// The data directory every attack's server opens, and the accounts and data in it.
+    final class Fixture: Sendable {
+        let data: String
+        let probeToken: String
+        let attackerToken: String
+        /// Records in the attacker's zone `Heavy`.
+        let heavyRecords = 20_000
+        /// Names of the attacker's records near the 1 MiB record cap (zone `Big`), and their list size.
+        let bigRecords: [String]
+        let bigElements: Int
+
+        init() throws {
+            let data = temporaryDirectory("lattice-attack")
+            chmod(data, 0o700) // owner-only, as the server wants its data directory
+            _ = raiseOpenFilesLimit(to: 16_384)
+            // Accounts through `lattice admin add-user`, not sign-up (its limits are under test).
+            func addUser(_ name: String) throws -> String {
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: AttackServer.binary)
+                process.arguments = ["admin", "add-user", name, "--data", data, "--json"]
+                let output = Pipe()
+                process.standardOutput = output
+                process.standardError = FileHandle.nullDevice
+                try process.run()
+                let bytes = output.fileHandleForReading.readDataToEndOfFile()
+                process.waitUntilExit()
+                guard process.terminationStatus == 0, let token = try JSON.parse([UInt8](bytes))["token"]?.stringValue else {
+                    throw HarnessError("lattice admin add-user \(name) failed")
+                }
+                return token
+            }
+            let probeToken = try addUser("probe")
+            let attackerToken = try addUser("attacker")
+
+            let server = try AttackServer(data: data)
+            defer { server.stop(graceSeconds: 10) }
+            let client = try LoopbackClient(port: server.port, source: "127.0.0.1", timeoutSeconds: 60)
+            func call(_ token: String, _ operation: String, _ body: [String: JSON]) throws -> JSON {
+                let reply = try client.send(path: "/database/1/lattice/production/private/" + operation,
+                                            headers: ["Authorization": "Bearer " + token], body: JSON.object(body).serializedBytes())
+                guard reply.status == 200 else {
+                    throw HarnessError("setup \(operation): \(reply.status) \(String(decoding: reply.body.prefix(300), as: UTF8.self))")
+                }
+                return try JSON.parse(reply.body)
+            }
+            for (token, zone) in [(probeToken, "Probe"), (attackerToken, "Heavy"), (attackerToken, "Big"), (attackerToken, "Lists")] {
+                _ = try call(token, "zones/modify", ["operations": .array([.object(["operationType": .string("create"),
+                                                                                   "zone": .object(["zoneID": .object(["zoneName": .string(zone)])])])])])
+            }
+            // The probe's query finds a few records.
+            _ = try call(probeToken, "records/modify", ["zoneID": .object(["zoneName": .string("Probe")]), "operations": .array((0..<10).map {
+                AttackSuiteTests.create("note-\($0)", type: "Note", fields: ["n": .object(["value": .int(Int64($0))])])
+            })])
+            // The heavy zone: 20,000 small records, 400 per request.
+            for start in stride(from: 0, to: 20_000, by: 400) {
+                let reply = try call(attackerToken, "records/modify", ["zoneID": .object(["zoneName": .string("Heavy")]),
+                    "operations": .array((start..<min(start + 400, 20_000)).map {
+                        AttackSuiteTests.create(String(format: "h%05d", $0), type: "Item", fields: [
+                            "n": .object(["value": .int(Int64($0))]), "s": .object(["value": .string("item-\($0)")]),
+                        ])
+                    })])
+                guard (reply["records"]?.arrayValue ?? []).allSatisfy({ $0["serverErrorCode"] == nil }) else {
+                    throw HarnessError("setup: the heavy zone refused a record: \(reply.serialized().prefix(300))")
+                }
+            }
+            // Records as close to the record cap as a list of 18-byte elements gets: the largest accepted size.
+            var elements = 50_000
+            var accepted: Int?
+            while accepted == nil && elements >= 1_000 {
+                let reply = try call(attackerToken, "records/modify", ["zoneID": .object(["zoneName": .string("Big")]),
+                                                                       "operations": .array([AttackSuiteTests.bigListRecord("big-0", elements: elements)])])
+                if reply["records"]?.arrayValue?.first?["serverErrorCode"] == nil { accepted = elements } else { elements = elements * 4 / 5 }
+            }
+            guard let accepted else { throw HarnessError("setup: no list record of 1,000 18-byte elements was accepted") }
+            let bigRecords = (0..<4).map { "big-\($0)" }
+            for name in bigRecords.dropFirst() {
+                _ = try call(attackerToken, "records/modify", ["zoneID": .object(["zoneName": .string("Big")]),
+                                                               "operations": .array([AttackSuiteTests.bigListRecord(name, elements: accepted)])])
+            }
+            self.data = data
+            self.probeToken = probeToken
+            self.attackerToken = attackerToken
+            self.bigRecords = bigRecords
+            bigElements = accepted
+            atexit {
+                AttackSuiteTests.printTable()
+                if let data = try? AttackSuiteTests.fixture.get().data { try? FileManager.default.removeItem(atPath: data) }
+            }
+        }
+    }
+
+    static let fixture = Result { try Fixture() }
+
+    static func create(_ name: String, type: String, fields: [String: JSON]) -> JSON {
+        .object(["operationType": .string("create"), "record": .object([
+            "recordName": .string(name), "recordType": .string(type), "fields": .object(fields),
+        ])])
+    }
+
+    /// A record with one STRING_LIST of `elements` distinct elements of `length` bytes each.
+    static func bigListRecord(_ name: String, elements: Int, length: Int = 18) -> JSON {
+        let values: [JSON] = (0..<elements).map { index in
+            let digits = String(index)
+            return .string(String(repeating: "x", count: max(0, length - digits.count)) + digits)
+        }
+        return create(name, type: "Blob", fields: ["list": .object(["value": .array(values), "type": .string("STRING_LIST")])])
+    }
+
+    // MARK: Table
+
+    struct Row: Sendable {
+        var attack: String
+        var probe: String
+        var p50: String
+        var p99: String
+        var answers: String
+        var verdict: String
+    }
+
+    static let rows = Mutex<[Row]>([])
+
+    static func tableLines(_ rows: [Row]) -> [String] {
+        ["| attack | probe success | probe p50 / p99 (ms) | attacker's answers | result |",
+         "|---|---|---|---|---|"] + rows.map { "| \($0.attack) | \($0.probe) | \($0.p50) / \($0.p99) | \($0.answers) | \($0.verdict) |" }
+    }
+
+    static func printTable() {
+        let all = rows.withLock { $0 }
+        guard !all.isEmpty else { return }
+        let build = AttackServer.isDebugBuild ? "debug" : "release"
+        print("\nAttack suite (\(build) build, probe p99 budget \(Int(p99Budget * 1000)) ms = 250 ms x \(p99Factor)):")
+        for line in tableLines(all) { print(line) }
+        fflush(nil)
+    }
+
+    // MARK: Running one attack
+
+    /// What an attack gets: its server, its addresses, the attacker's token, the fixture, and the probe's
+    /// start (call it once the attack is in place; it is started anyway before the attack body if not).
+    struct Context {
+        let server: AttackServer
+        let fixture: Fixture
+        let subnet: Int
+        let tally: AnswerTally
+        let startProbe: () -> Void
+
+        var port: UInt16 { server.port }
+        var token: String { fixture.attackerToken }
+        /// `count` attacker addresses in this attack's /24: 127.0.subnet.2 ...
+        func sources(_ count: Int) -> [String] { (0..<count).map { "127.0.\(subnet).\($0 + 2)" } }
+        func path(_ operation: String) -> String { "/database/1/lattice/production/private/" + operation }
+        var auth: [String: String] { ["Authorization": "Bearer " + token] }
+    }
+
+    /// Runs `attack` against a fresh server with the probe running, records and prints the row, and checks
+    /// the pass criteria plus the attack's own `expectations` (each a failure message, or nil when met).
+    func run(_ name: String, subnet: Int, probeDuringSetup: Bool = false,
+             expectations: (AnswerTally) -> [String?] = { _ in [] },
+             attack: (Context) throws -> Void) throws {
+        let fixture = try Self.fixture.get()
+        let server = try AttackServer(data: fixture.data)
+        defer { server.stop() }
+        let ready = try LoopbackClient(port: server.port).send(method: "GET", path: "/healthz")
+        #expect(ready.status == 200)
+        let rssBefore = server.residentMiB
+        let probe = Probe(port: server.port, token: fixture.probeToken, zone: "Probe")
+        let tally = AnswerTally()
+        let context = Context(server: server, fixture: fixture, subnet: subnet, tally: tally, startProbe: {
+            probe.start(maximumSeconds: Self.slowSeconds + 10)
+        })
+        if probeDuringSetup { context.startProbe() }
+        let began = attackClock()
+        try attack(context)
+        context.startProbe() // an attack that never called it still gets a (short) measurement
+        if attackClock() - began < 0.5 { usleep(500_000) }
+        let result = probe.stop()
+        let rssAfter = server.residentMiB
+        let alive = server.process.isRunning
+
+        let p50 = result.p50.map { String(format: "%.1f", $0 * 1000) } ?? "-"
+        let p99 = result.p99.map { String(format: "%.1f", $0 * 1000) } ?? "-"
+        var failures: [String] = []
+        if result.attempts < 10 { failures.append("the probe made only \(result.attempts) requests") }
+        if result.successRate < 0.99 {
+            failures.append("probe success \(result.successes)/\(result.attempts) is under 99 %: \(result.failures)")
+        }
+        if let worst = result.p99, worst > Self.p99Budget {
+            failures.append(String(format: "probe p99 %.1f ms is over the budget of %.0f ms", worst * 1000, Self.p99Budget * 1000))
+        }
+        let unclearAllowed = tally.total / 100
+        if tally.unclear > unclearAllowed {
+            failures.append("the attacker got \(tally.unclear) unclear outcomes of \(tally.total): \(tally.summary)")
+        }
+        if !alive { failures.append("the server died: \(AttackServer.tail(server.logPath))") }
+        failures += expectations(tally).compactMap { $0 }
+
+        var answers = tally.total == 0 ? "-" : tally.summary
+        if let rssBefore, let rssAfter, rssAfter - rssBefore > 50 {
+            answers += String(format: "; server RSS %.0f -> %.0f MiB", rssBefore, rssAfter)
+        }
+        let row = Row(attack: name, probe: String(format: "%.1f %% of %d", result.successRate * 100, result.attempts),
+                      p50: p50, p99: p99, answers: answers, verdict: failures.isEmpty ? "pass" : "FAIL")
+        Self.rows.withLock { $0.append(row) }
+        print(Self.tableLines([row]).last!)
+        for failure in failures { print("  \(name): \(failure.prefix(600))") }
+        fflush(nil)
+        #expect(failures.isEmpty, "\(name): \(failures.joined(separator: "; "))")
+    }
+
+    /// The largest n in `range` whose request the server serves (2xx without item errors), by bisection
+    /// to within 5 % (at most 11 requests). A request refused with a 4xx means "over the cap"; one not answered within
+    /// `timeout` counts as served (the server took it on: that is what an attacker would use).
+    static func largestServed(_ range: ClosedRange<Int>, port: UInt16, source: String, timeout: Double = 4,
+                              request: (Int) -> (path: String, headers: [String: String], body: [UInt8])) -> Int {
+        func served(_ n: Int) -> Bool {
+            let made = request(n)
+            guard let client = try? LoopbackClient(port: port, source: source, timeoutSeconds: timeout) else { return false }
+            do {
+                let reply = try client.send(path: made.path, headers: made.headers, body: made.body)
+                if (400..<500).contains(reply.status) { return false }
+                let items = (try? JSON.parse(reply.body))?["records"]?.arrayValue ?? []
+                return (200..<300).contains(reply.status)
+                    && !items.contains { $0["serverErrorCode"]?.stringValue == "LIMIT_EXCEEDED" }
+            } catch {
+                return true
+            }
+        }
+        if served(range.upperBound) { return range.upperBound }
+        var low = range.lowerBound, high = range.upperBound // served(low) assumed, !served(high)
+        var steps = 0
+        while high - low > max(1, low / 20) && steps < 10 {
+            steps += 1
+            let middle = (low + high) / 2
+            if served(middle) { low = middle } else { high = middle }
+        }
+        return low
+    }
+
+    // MARK: The attacks
+
+    @Test func idleBaseline() throws {
+        try run("idle (no attack)", subnet: 1) { context in
+            context.startProbe()
+            usleep(UInt32(Self.floodSeconds * 1e6))
+        }
+    }
+
+    @Test func largestListTheCapsAllow() throws {
+        try run("largest list the caps allow (records/modify, 6-byte elements)", subnet: 2) { context in
+            let zone: JSON = .object(["zoneName": .string("Lists")])
+            // The element cap (50,000 by default) or the record cap, whichever comes first: found by bisection
+            // from the 18-byte list the fixture found accepted (shorter elements fit at least as many).
+            let cap = Self.largestServed(context.fixture.bigElements...50_000, port: context.port, source: context.sources(1)[0]) { n in
+                (context.path("records/modify"), context.auth, JSON.object(["zoneID": zone, "operations": .array([
+                    Self.bigListRecord("cap-\(n)-\(UUID().uuidString.prefix(6))", elements: n, length: 6)])]).serializedBytes())
+            }
+            print("  largest list the caps allow: \(cap) elements of 6 bytes")
+            context.startProbe()
+            let path = context.path("records/modify"), auth = context.auth
+            flood(port: context.port, threads: 2, sources: context.sources(2), seconds: Self.floodSeconds, maximumRequests: 200,
+                  tally: context.tally) { thread, index in
+                (path, auth, JSON.object(["zoneID": zone, "operations": .array([
+                    Self.bigListRecord("list-\(thread)-\(index)", elements: cap, length: 6)])]).serializedBytes())
+            }
+        }
+    }
+
+    @Test func listNearTheRecordCap() throws {
+        try run("list near the 1 MiB record cap (records/modify)", subnet: 3) { context in
+            let zone: JSON = .object(["zoneName": .string("Lists")])
+            let elements = context.fixture.bigElements
+            context.startProbe()
+            let path = context.path("records/modify"), auth = context.auth
+            flood(port: context.port, threads: 2, sources: context.sources(2), seconds: Self.floodSeconds, maximumRequests: 200,
+                  tally: context.tally) { thread, index in
+                (path, auth, JSON.object(["zoneID": zone, "operations": .array([
+                    Self.bigListRecord("near-\(thread)-\(index)", elements: elements)])]).serializedBytes())
+            }
+        }
+    }
+
+    @Test func requestsOverTheCapsAreRefused() throws {
+        try run("over the caps (list of 50,001; 60,000 fields; 2.5 MiB body)", subnet: 4, expectations: { tally in
+            [tally.refusals == tally.total && tally.total > 0 ? nil : "an over-cap request was not refused: \(tally.summary)"]
+        }) { context in
+            let zone: JSON = .object(["zoneName": .string("Lists")])
+            let overList = JSON.object(["zoneID": zone, "operations": .array([Self.bigListRecord("over-list", elements: 50_001, length: 4)])])
+                .serializedBytes()
+            var fields: [String: JSON] = [:]
+            for index in 0..<60_000 { fields["f\(index)"] = .object(["value": .int(1)]) }
+            let overFields = JSON.object(["zoneID": zone, "operations": .array([Self.create("over-fields", type: "Blob", fields: fields)])])
+                .serializedBytes()
+            let overBody = JSON.object(["zoneID": zone, "operations": .array([Self.create("over-body", type: "Blob", fields: [
+                "s": .object(["value": .string(String(repeating: "b", count: 2_600_000))])])])]).serializedBytes()
+            let bodies = [overList, overFields, overBody]
+            context.startProbe()
+            let path = context.path("records/modify"), auth = context.auth
+            flood(port: context.port, threads: 2, sources: context.sources(2), seconds: Self.floodSeconds, maximumRequests: 300,
+                  tally: context.tally) { thread, index in (path, auth, bodies[(thread + index) % bodies.count]) }
+        }
+    }
+
+    /// `n` filters on a field every record has, each matching every record: every filter runs on every record.
+    static func heavyQuery(filters n: Int) -> [UInt8] {
+        let filter: JSON = .object(["fieldName": .string("n"), "comparator": .string("GREATER_THAN_OR_EQUALS"),
+                                    "fieldValue": .object(["value": .int(0)])])
+        return JSON.object(["zoneID": .object(["zoneName": .string("Heavy")]), "query": .object([
+            "recordType": .string("Item"), "filterBy": .array(Array(repeating: filter, count: n)),
+            "sortBy": .array([.object(["fieldName": .string("s"), "ascending": .bool(false)])]),
+        ])]).serializedBytes()
+    }
+
+    @Test func heaviestQueryWithTheMostFilters() throws {
+        try run("heaviest query: 20,000 records, most filters allowed", subnet: 5) { context in
+            let filters = Self.largestServed(1...20_000, port: context.port, source: context.sources(1)[0]) { n in
+                (context.path("records/query"), context.auth, Self.heavyQuery(filters: n))
+            }
+            print("  heaviest query: \(filters) filters")
+            let body = Self.heavyQuery(filters: filters)
+            context.startProbe()
+            flood(port: context.port, threads: 2, sources: context.sources(2), seconds: Self.floodSeconds, maximumRequests: 100,
+                  tally: context.tally) { [path = context.path("records/query"), auth = context.auth] _, _ in (path, auth, body) }
+        }
+    }
+
+    @Test func queryWithAHugeInList() throws {
+        try run("query with the largest IN list allowed (20,000 records)", subnet: 6) { context in
+            func body(_ n: Int) -> [UInt8] {
+                JSON.object(["zoneID": .object(["zoneName": .string("Heavy")]), "query": .object([
+                    "recordType": .string("Item"),
+                    "filterBy": .array([.object(["fieldName": .string("n"), "comparator": .string("IN"), "fieldValue": .object([
+                        "value": .array((0..<n).map { .int(Int64($0 * 7 + 1_000_000)) }), "type": .string("INT64_LIST")])])]),
+                ])]).serializedBytes()
+            }
+            let values = Self.largestServed(1...30_000, port: context.port, source: context.sources(1)[0]) { n in
+                (context.path("records/query"), context.auth, body(n))
+            }
+            print("  huge IN list: \(values) values")
+            let request = body(values)
+            context.startProbe()
+            flood(port: context.port, threads: 2, sources: context.sources(2), seconds: Self.floodSeconds, maximumRequests: 100,
+                  tally: context.tally) { [path = context.path("records/query"), auth = context.auth] _, _ in (path, auth, request) }
+        }
+    }
+
+    /// Bounded answers: 32 MiB is far above any sane response cap and far below the 180 MB the duplicates
+    /// made before the caps.
+    static let answerBytesBound = 32 << 20
+
+    @Test func lookupNamingOneBigRecord200Times() throws {
+        try run("records/lookup naming one big record 200 times", subnet: 7, expectations: { tally in
+            [tally.largestBody <= Self.answerBytesBound ? nil : "an answer of \(tally.largestBody) bytes (over 32 MiB)"]
+        }) { context in
+            let name = context.fixture.bigRecords[0]
+            let body = JSON.object(["zoneID": .object(["zoneName": .string("Big")]),
+                                    "records": .array(Array(repeating: .object(["recordName": .string(name)]), count: 200))])
+                .serializedBytes()
+            context.startProbe()
+            flood(port: context.port, threads: 2, sources: context.sources(2), seconds: Self.floodSeconds, maximumRequests: 50,
+                  tally: context.tally) { [path = context.path("records/lookup"), auth = context.auth] _, _ in (path, auth, body) }
+        }
+    }
+
+    @Test func changesZoneNamingOneZoneManyTimes() throws {
+        try run("changes/zone naming one zone of big records 50 times", subnet: 8, expectations: { tally in
+            [tally.largestBody <= Self.answerBytesBound ? nil : "an answer of \(tally.largestBody) bytes (over 32 MiB)"]
+        }) { context in
+            let body = JSON.object(["zones": .array(Array(repeating: .object(["zoneID": .object(["zoneName": .string("Big")])]),
+                                                          count: 50))]).serializedBytes()
+            context.startProbe()
+            flood(port: context.port, threads: 2, sources: context.sources(2), seconds: Self.floodSeconds, maximumRequests: 50,
+                  tally: context.tally) { [path = context.path("changes/zone"), auth = context.auth] _, _ in (path, auth, body) }
+        }
+    }
+
+    /// A request head that never ends, one byte per second: a slowloris client.
+    static func slowHead(_ index: Int) -> [UInt8] {
+        Array("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow-\(index): \(String(repeating: "s", count: 200))\r\n".utf8)
+    }
+
+    static func allClosed(_ tally: AnswerTally) -> String? {
+        tally.refusals == tally.total && tally.total > 0 ? nil : "not every slow connection was closed or refused: \(tally.summary)"
+    }
+
+    @Test func slowlorisFromOneAddress() throws {
+        try run("slowloris: 300 connections from one address", subnet: 9, expectations: { [Self.allClosed($0)] }) { context in
+            holdSlowClients(port: context.port, connections: 300, sources: context.sources(1), prefix: { _ in [] },
+                            trickle: Self.slowHead, bytesPerTick: 1, tickSeconds: 1, seconds: Self.slowSeconds,
+                            tally: context.tally, onReady: context.startProbe)
+        }
+    }
+
+    @Test func slowlorisFromManyAddresses() throws {
+        try run("slowloris: 1,100 connections from 20 addresses", subnet: 10, expectations: { [Self.allClosed($0)] }) { context in
+            holdSlowClients(port: context.port, connections: 1_100, sources: context.sources(20), prefix: { _ in [] },
+                            trickle: Self.slowHead, bytesPerTick: 1, tickSeconds: 1, seconds: Self.slowSeconds,
+                            tally: context.tally, onReady: context.startProbe)
+        }
+    }
+
+    static func waitRequest(port: UInt16, token: String, timeout: Int) -> [UInt8] {
+        let body = #"{"timeout":\#(timeout)}"#
+        return Array(("POST /database/1/lattice/production/private/changes/wait HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
+                      + "Authorization: Bearer \(token)\r\nContent-Length: \(body.utf8.count)\r\n\r\n" + body).utf8)
+    }
+
+    @Test func parkedLongPollsFromOneUser() throws {
+        try run("parked long polls: 160 changes/wait by one user (4 addresses)", subnet: 11, expectations: { tally in
+            [tally.refusals > 0 ? nil : "no long poll past a per-user cap was refused: \(tally.summary)"]
+        }) { context in
+            let request = Self.waitRequest(port: context.port, token: context.token, timeout: 30)
+            holdSlowClients(port: context.port, connections: 160, sources: context.sources(4), prefix: { _ in request },
+                            seconds: Self.floodSeconds + 1, stillOpenIsClear: true, tally: context.tally, onReady: context.startProbe)
+        }
+    }
+
+    @Test func longPollsWhoseClientsWentAwayAreFreed() throws {
+        try run("long polls: 64 parked by one user and address, then gone", subnet: 12, expectations: { tally in
+            [tally.counts.keys.contains { $0.hasPrefix("new wait after the others left: 200") } ? nil
+                : "a new changes/wait from the same user and address was not served after the others left: \(tally.summary)"]
+        }) { context in
+            let source = context.sources(1)[0]
+            let request = Self.waitRequest(port: context.port, token: context.token, timeout: 60)
+            context.startProbe()
+            // Park 64 (the old per-address connection limit), then go away all at once.
+            holdSlowClients(port: context.port, connections: 64, sources: [source], prefix: { _ in request },
+                            seconds: 1.5, stillOpenIsClear: true, tally: context.tally)
+            // Within 5 s, one more wait (timeout 1 s) by the same user from the same address gets its answer.
+            let deadline = attackClock() + 5
+            var outcome = "refused or unanswered for 5 s"
+            while attackClock() < deadline {
+                if let client = try? LoopbackClient(port: context.port, source: source, timeoutSeconds: 4),
+                   let reply = try? client.send(path: context.path("changes/wait"), headers: context.auth,
+                                                body: Array(#"{"timeout":1}"#.utf8)), reply.status == 200 {
+                    outcome = "200"
+                    break
+                }
+                usleep(250_000)
+            }
+            context.tally.add(event: "new wait after the others left: \(outcome)", clear: outcome == "200")
+        }
+    }
+
+    static func heldBodyHead(port: UInt16, token: String?) -> [UInt8] {
+        var head = "POST /database/1/lattice/production/private/records/modify HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
+            + "Content-Type: application/json\r\nContent-Length: \(2 * 1024 * 1024)\r\n"
+        if let token { head += "Authorization: Bearer \(token)\r\n" }
+        return Array((head + "\r\n").utf8)
+    }
+
+    @Test func bodiesNeverSentWithoutAToken() throws {
+        try run("held bodies: 200 x Content-Length 2 MiB, no token, body never sent", subnet: 13,
+                expectations: { [Self.allClosed($0)] }) { context in
+            let head = Self.heldBodyHead(port: context.port, token: nil)
+            holdSlowClients(port: context.port, connections: 200, sources: context.sources(4), prefix: { _ in head },
+                            seconds: Self.slowSeconds, tally: context.tally, onReady: context.startProbe)
+        }
+    }
+
+    @Test func bodiesSentSlowlyWithAToken() throws {
+        try run("held bodies: 160 x Content-Length 2 MiB with a token, body at 1 KiB/s", subnet: 14,
+                expectations: { [Self.allClosed($0)] }) { context in
+            let head = Self.heldBodyHead(port: context.port, token: context.token)
+            let body = Array(#"{"operations":[],"zoneID":{"zoneName":"Lists"},"pad":""#.utf8) + [UInt8](repeating: 0x61, count: 2 * 1024 * 1024)
+            holdSlowClients(port: context.port, connections: 160, sources: context.sources(4), prefix: { _ in head },
+                            trickle: { _ in body }, bytesPerTick: 1024, tickSeconds: 1, seconds: Self.slowSeconds,
+                            tally: context.tally, onReady: context.startProbe)
+        }
+    }
+
+    static func signUpBody(_ name: String) -> [UInt8] { JSON.object(["name": .string(name)]).serializedBytes() }
+
+    static func someRefused(_ tally: AnswerTally) -> String? {
+        tally.refusals > 0 ? nil : "no request of the flood was refused: \(tally.summary)"
+    }
+
+    @Test func signUpFloodFromOneAddress() throws {
+        try run("sign-up flood: 300 POST /auth/signup from one address", subnet: 15, expectations: { [Self.someRefused($0)] }) { context in
+            context.startProbe()
+            flood(port: context.port, threads: 2, sources: context.sources(1), seconds: Self.floodSeconds, maximumRequests: 150,
+                  tally: context.tally) { thread, index in ("/auth/signup", [:], Self.signUpBody("flood-\(thread)-\(index)")) }
+        }
+    }
+
+    @Test func signUpFloodFromSeveralAddresses() throws {
+        try run("sign-up flood: 10 addresses x 30 POST /auth/signup", subnet: 16, expectations: { [Self.someRefused($0)] }) { context in
+            context.startProbe()
+            flood(port: context.port, threads: 10, sources: context.sources(10), seconds: Self.floodSeconds, maximumRequests: 30,
+                  tally: context.tally) { thread, index in ("/auth/signup", [:], Self.signUpBody("many-\(thread)-\(index)")) }
+        }
+    }
+
+    @Test func badTokenFlood() throws {
+        try run("bad-token flood: 2,000 unknown tokens from one address", subnet: 17, expectations: { tally in
+            [tally.counts.keys.contains { $0.hasPrefix("429") } ? nil : "bad tokens were never throttled (429): \(tally.summary)"]
+        }) { context in
+            context.startProbe()
+            flood(port: context.port, threads: 2, sources: context.sources(1), seconds: Self.floodSeconds, maximumRequests: 1_000,
+                  tally: context.tally) { [path = context.path("users/current")] thread, index in
+                let hex = String(thread * 1_000_000 + index + 1, radix: 16)
+                let token = "lt_" + String(repeating: "0", count: 64 - hex.count) + hex
+                return (path, ["Authorization": "Bearer " + token], [])
+            }
+        }
+    }
+}
