@@ -3,8 +3,11 @@
 # Needs root (or sudo) only when something has to be installed.
 set -euo pipefail
 
-# nginx: the reverse-proxy example (Docs/examples/nginx-lattice.conf) is tested against it.
-packages=(libsqlite3-dev libssl-dev libmicrohttpd-dev pkg-config nginx)
+# With --tests also nginx: the reverse-proxy example (Docs/examples/nginx-lattice.conf) is tested against
+# it. Its stock service is kept from starting while it is installed: the tests run their own nginx on
+# 127.0.0.1, and installing the test tools must not leave a web server listening on port 80.
+packages=(libsqlite3-dev libssl-dev libmicrohttpd-dev pkg-config)
+if [ "${1:-}" = "--tests" ]; then packages+=(nginx); fi
 missing=()
 for package in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
@@ -18,6 +21,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
     export DEBIAN_FRONTEND=noninteractive
     $sudo apt-get update -qq
+    policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        # Debian's invoke-rc.d asks this script whether to start services; 101 means "do not".
+        policy=/usr/sbin/policy-rc.d
+        printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+        $sudo chmod 755 "$policy"
+        trap '$sudo rm -f "$policy"' EXIT
+    fi
     $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 

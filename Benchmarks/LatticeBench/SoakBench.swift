@@ -333,7 +333,13 @@ enum SoakBench {
                                                  "fieldValue": .object(["value": .int(Int64(low))])])]),
                 ])]))
             case 55..<70:
-                let names: [JSON] = (0..<10).map { _ in .object(["recordName": .string("r\(random.below(namePool))")]) }
+                // Ten distinct names: the server refuses a lookup that names a record twice.
+                var picked: [Int] = []
+                while picked.count < 10 {
+                    let index = random.below(namePool)
+                    if !picked.contains(index) { picked.append(index) }
+                }
+                let names: [JSON] = picked.map { .object(["recordName": .string("r\($0)")]) }
                 _ = call("lookup", "records/lookup", .object(["zoneID": zone, "records": .array(names)]))
             case 70..<90:
                 var request: [String: JSON] = ["zoneID": zone, "resultsLimit": .int(200)]

@@ -101,6 +101,14 @@ final class HTTPExchange: Sendable {
         switch state.withLock({ $0.phase }) {
         case .awaitingHeaders:
             if let early = receiveHeaders(in: context, method: method, version: version) {
+                // Queued now, before the body, libmicrohttpd closes the connection (it will not read a
+                // body it was not asked for). A request without a body gets its answer on the next call
+                // instead, when the request is complete, so a kept-alive connection stays open.
+                if carriesNoBody {
+                    state.withLock { $0.phase = .receivingBody }
+                    context.connections.move(connection, to: .receivingBody(bytes: 0), resetClock: true)
+                    return true
+                }
                 return queue(early, in: context)
             }
             context.connections.move(connection, to: .receivingBody(bytes: 0), resetClock: true)
@@ -123,6 +131,15 @@ final class HTTPExchange: Sendable {
         case .handling, .suspended, .answered:
             // Not expected: the library does not call back for a parked or answered request.
             return true
+        }
+    }
+
+    /// Whether the request declares no body: no Transfer-Encoding, and no Content-Length or one of 0.
+    private var carriesNoBody: Bool {
+        state.withLock { state in
+            guard state.headers["transfer-encoding"] == nil else { return false }
+            guard let length = state.headers["content-length"] else { return true }
+            return Int(length.trimmingSpaces) == 0
         }
     }
 
