@@ -254,7 +254,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         case .zonesModify: return try idempotent(context) { try modifyZones(context, $0, &$1) }
         case .recordsModify:
             let refused = try recordsModifyRefusals(context) // the size caps, before the write lock is taken
-            return try idempotent(context, replay: .records) { try modifyRecords(context, $0, &$1, refused: refused) }
+            return try idempotentModify(context) { try modifyRecordsOutcome(context, $0, &$1, refused: refused) }
         case .recordsLookup: return .json(try lookupRecords(context))
         case .recordsQuery: return .json(try queryRecords(context))
         case .changesDatabase: return .json(try databaseChanges(context))

@@ -6,8 +6,9 @@ import LatticeStore
 /// id and body applies once and is answered again (`Lattice-Replayed: true`).
 ///
 /// A remembered operation keeps the request's hash, the status and a short answer:
-/// - `records/modify` and `deltas/push` answers over `wholeAnswerLimit` bytes keep only the zone row they
-///   wrote and the items that failed (with their error). A replay names the records from the retried body
+/// - `records/modify` answers of more than `wholeAnswerLimit / 2` bytes of records (`idempotentModify`,
+///   which renders them after the commit) and `deltas/push` answers over `wholeAnswerLimit` bytes keep only the zone row they wrote and the
+///   items that failed (with their error). A replay names the records from the retried body
 ///   (the same bytes, by the hash) and renders each one's current state. That is correct for CRDT state:
 ///   the server's state of a record only grows past the first answer, so the current state contains what
 ///   the first answer said. A record since deleted shows its tombstone; a zone since deleted answers its
@@ -42,13 +43,11 @@ extension LatticeService {
     /// same id with another body is BAD_REQUEST.
     func idempotent(_ context: RequestContext, replay form: ReplayForm = .whole,
                     _ body: (any StorageTransaction, inout Set<Int64>) throws -> HTTPResponse) throws -> HTTPResponse {
-        guard let idJSON = context.body["clientOperationID"] else {
+        guard context.body["clientOperationID"] != nil else {
             return try write(deadline: context.deadline) { tx, touched in try body(tx, &touched) }
         }
-        guard let operationID = idJSON.stringValue, (1...128).contains(operationID.utf8.count) else {
-            throw APIError.badRequest("clientOperationID must be a string of 1 to 128 bytes")
-        }
-        let requestHash = Secrets.sha256(Array(context.path.utf8) + [0] + context.rawBody)
+        let operationID = try Self.operationID(context)
+        let requestHash = Self.requestHash(context)
         return try write(deadline: context.deadline) { tx, touched in
             let userID = context.user.id
             if let earlier = try tx.clientOperation(userID: userID, operationID: operationID) {
@@ -62,21 +61,98 @@ extension LatticeService {
             let response = try body(tx, &touched)
             let remembered = ClientOperation(requestHash: requestHash, status: response.status,
                                              response: try shortAnswer(response, form, context, tx))
-            // The answer is charged to the caller's private database, against its quota.
-            let charged = try tx.database(DatabaseKey(kind: .private, environment: context.environment, ownerID: userID))
-            let bytes = remembered.storedBytes(operationID: operationID)
-            guard charged.bytesUsed + bytes <= configuration.quotaBytesPerDatabase else {
-                throw APIError(.quotaExceeded, "remembering clientOperationID \(operationID) (\(bytes) bytes) would put your "
-                               + "private database over its quota of \(configuration.quotaBytesPerDatabase) bytes")
-            }
-            // The cap: forget the oldest first, before this one is saved (so it is never the one forgotten).
-            let cap = max(1, configuration.maximumClientOperationsPerUser)
-            let count = try tx.clientOperationCount(userID: userID)
-            if count >= cap { _ = try tx.forgetOldestClientOperations(userID: userID, count: count - cap + 1) }
-            try tx.saveClientOperation(userID: userID, operationID: operationID, remembered, chargedTo: charged.id,
-                                       nowMs: configuration.now())
+            try remember(remembered, operationID: operationID, context, tx)
             return response
         }
+    }
+
+    /// `records/modify` under a client operation id, if the body has one, like `idempotent` with the
+    /// `.records` form, but its answer is rendered after the commit: the writer is held for the writes
+    /// only. What is remembered is the compact form, taken from the outcome (no rendered answer is parsed).
+    func idempotentModify(_ context: RequestContext,
+                          _ body: (any StorageTransaction, inout Set<Int64>) throws -> ModifyOutcome) throws -> HTTPResponse {
+        enum Answer {
+            /// Rendered already: a replay, or a small answer.
+            case rendered(HTTPResponse)
+            case done(ModifyOutcome)
+        }
+        let answer: Answer
+        if context.body["clientOperationID"] == nil {
+            answer = .done(try write(deadline: context.deadline) { tx, touched in try body(tx, &touched) })
+        } else {
+            let operationID = try Self.operationID(context)
+            let requestHash = Self.requestHash(context)
+            answer = try write(deadline: context.deadline) { tx, touched in
+                if let earlier = try tx.clientOperation(userID: context.user.id, operationID: operationID) {
+                    guard earlier.requestHash == requestHash else {
+                        throw APIError.badRequest("clientOperationID \(operationID) was already used for a different request")
+                    }
+                    var response = try replayed(earlier, .records, context, tx)
+                    response.headers.append((name: "Lattice-Replayed", value: "true"))
+                    return .rendered(response)
+                }
+                let outcome = try body(tx, &touched)
+                // A small answer is rendered here and remembered as `idempotent` would (whole, so a replay
+                // is the first answer byte for byte); only a large one is rendered after the commit.
+                if outcome.frameBytes <= Self.wholeAnswerLimit / 2 {
+                    let response = try renderModify(outcome)
+                    try remember(ClientOperation(requestHash: requestHash, status: response.status,
+                                                 response: try shortAnswer(response, .records, context, tx)),
+                                 operationID: operationID, context, tx)
+                    return .rendered(response)
+                }
+                var failed: [JSON] = []
+                for (index, result) in outcome.outcomes.enumerated() {
+                    guard case .failure(let error) = result else { continue }
+                    guard case .object(var item) = error.json(item: (key: "recordName", value: outcome.names[index])) else { continue }
+                    // A CONFLICT's serverRecord is not kept: a replay shows the current one.
+                    if item["serverRecord"] != nil { item["serverRecord"] = .bool(true) }
+                    failed.append(.array([.int(Int64(index)), .object(item)]))
+                }
+                let compact = JSON.object(["zone": .int(outcome.zoneRowID), "items": .int(Int64(outcome.names.count)),
+                                           "failed": .array(failed)])
+                try remember(ClientOperation(requestHash: requestHash, status: 200,
+                                             response: [Tag.records.rawValue] + compact.serializedBytes()),
+                             operationID: operationID, context, tx)
+                return .done(outcome)
+            }
+        }
+        switch answer {
+        case .rendered(let response): return response
+        case .done(let outcome): return try renderModify(outcome)
+        }
+    }
+
+    /// The request's `clientOperationID`, checked.
+    private static func operationID(_ context: RequestContext) throws -> String {
+        guard let operationID = context.body["clientOperationID"]?.stringValue, (1...128).contains(operationID.utf8.count) else {
+            throw APIError.badRequest("clientOperationID must be a string of 1 to 128 bytes")
+        }
+        return operationID
+    }
+
+    /// What identifies a request's body for its `clientOperationID`: its path and bytes.
+    private static func requestHash(_ context: RequestContext) -> [UInt8] {
+        Secrets.sha256(Array(context.path.utf8) + [0] + context.rawBody)
+    }
+
+    /// Saves a remembered operation, charged to the caller's private database (against its quota), after
+    /// forgetting the user's oldest ones past the cap.
+    private func remember(_ remembered: ClientOperation, operationID: String, _ context: RequestContext,
+                          _ tx: any StorageTransaction) throws {
+        let userID = context.user.id
+        let charged = try tx.database(DatabaseKey(kind: .private, environment: context.environment, ownerID: userID))
+        let bytes = remembered.storedBytes(operationID: operationID)
+        guard charged.bytesUsed + bytes <= configuration.quotaBytesPerDatabase else {
+            throw APIError(.quotaExceeded, "remembering clientOperationID \(operationID) (\(bytes) bytes) would put your "
+                           + "private database over its quota of \(configuration.quotaBytesPerDatabase) bytes")
+        }
+        // The cap: forget the oldest first, before this one is saved (so it is never the one forgotten).
+        let cap = max(1, configuration.maximumClientOperationsPerUser)
+        let count = try tx.clientOperationCount(userID: userID)
+        if count >= cap { _ = try tx.forgetOldestClientOperations(userID: userID, count: count - cap + 1) }
+        try tx.saveClientOperation(userID: userID, operationID: operationID, remembered, chargedTo: charged.id,
+                                   nowMs: configuration.now())
     }
 
     /// The bytes remembered for an answer: a tag, then the whole body or the compact form.

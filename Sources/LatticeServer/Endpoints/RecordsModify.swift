@@ -34,6 +34,22 @@ struct AppliedWrite {
     let frame: RecordFrame
 }
 
+/// What `records/modify` did, before its answer is rendered: the zone, and per operation (in order) the
+/// record as written or the error.
+struct ModifyOutcome {
+    let zoneRowID: Int64
+    let names: [String]
+    let outcomes: [Result<AppliedWrite, APIError>]
+
+    /// Bytes of the records written (their stored frames).
+    var frameBytes: Int {
+        outcomes.reduce(0) { total, result in
+            if case .success(let write) = result { return total + write.frame.bytes.count }
+            return total
+        }
+    }
+}
+
 extension LatticeService {
     /// `records/modify`: applies the operations to one zone, atomically by default.
     ///
@@ -45,6 +61,14 @@ extension LatticeService {
     /// transaction began; each answers its error as if it had failed there.
     func modifyRecords(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>,
                        refused: [Int: APIError] = [:]) throws -> HTTPResponse {
+        try renderModify(modifyRecordsOutcome(context, tx, &touched, refused: refused))
+    }
+
+    /// The writes of `records/modify` inside the transaction, without rendering the answer: rendering a
+    /// record's JSON can cost more than writing it, and happens after the commit (`renderModify`), so the
+    /// writer is not held for it.
+    func modifyRecordsOutcome(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>,
+                              refused: [Int: APIError] = [:]) throws -> ModifyOutcome {
         let operationsJSON = try items(context.body, "operations", limit: configuration.maximumOperations)
         guard !operationsJSON.isEmpty else { throw APIError.badRequest("operations is empty") }
         let atomic = try atomicFlag(context.body["atomic"])
@@ -63,8 +87,13 @@ extension LatticeService {
         }
         let outcomes = try writeBatch(writes, names: names, atomic: atomic, zone: zone, resolved: resolved,
                                       context: context, tx, &touched)
-        let items: [JSON] = try zip(outcomes, names).map { outcome, name in
-            switch outcome {
+        return ModifyOutcome(zoneRowID: zone.rowID, names: names, outcomes: outcomes)
+    }
+
+    /// The answer of `records/modify`: each item the record as written, or its error.
+    func renderModify(_ outcome: ModifyOutcome) throws -> HTTPResponse {
+        let items: [JSON] = try zip(outcome.outcomes, outcome.names).map { result, name in
+            switch result {
             case .success(let write): return recordJSON(write.stored, try decode(write.frame), desiredKeys: nil)
             case .failure(let error): return error.json(item: (key: "recordName", value: name))
             }

@@ -11,8 +11,7 @@ final class HTTPDaemonContext: Sendable {
     let workers: HTTPWorkerPool
     let resolver: ClientAddressResolver
     let accessLog: (@Sendable (String) -> Void)?
-    private let bodyBudget: Int
-    private let bufferedBodyBytes = Atomic<Int>(0)
+    private let bodyBudget: BodyBudget
     /// Requests in flight per forwarded client address, when the peer is a trusted proxy: each such
     /// client gets `perForwardedClient` of them, as a direct client gets that many connections.
     private let forwardedInFlight = Mutex<[String: Int]>([:])
@@ -43,30 +42,19 @@ final class HTTPDaemonContext: Sendable {
                                                perClientQueued: configuration.queuedRequestsPerClient,
                                                totalQueued: configuration.requestQueueLimit))
         accessLog = configuration.accessLog
-        bodyBudget = configuration.bodyBufferBudgetBytes
+        bodyBudget = BodyBudget(total: configuration.bodyBufferBudgetBytes, largestBody: handler.maximumBodySize)
         perForwardedClient = configuration.perIPConnectionLimit
     }
 
     // MARK: Body budget
 
-    /// Reserves `bytes` of the server-wide body budget; false (and nothing reserved) if it would pass it.
-    func reserveBody(_ bytes: Int) -> Bool {
-        guard bytes > 0 else { return true }
-        var current = bufferedBodyBytes.load(ordering: .relaxed)
-        while true {
-            guard current + bytes <= bodyBudget else { return false }
-            let (exchanged, original) = bufferedBodyBytes.compareExchange(expected: current, desired: current + bytes,
-                                                                          ordering: .relaxed)
-            if exchanged { return true }
-            current = original
-        }
-    }
+    /// Reserves `bytes` of the body budget for `client`; false (and nothing reserved) if it would pass the
+    /// server-wide budget or the client's share of it.
+    func reserveBody(_ bytes: Int, client: String) -> Bool { bodyBudget.reserve(bytes, client: client) }
 
-    func releaseBody(_ bytes: Int) {
-        if bytes > 0 { bufferedBodyBytes.subtract(bytes, ordering: .relaxed) }
-    }
+    func releaseBody(_ bytes: Int, client: String) { bodyBudget.release(bytes, client: client) }
 
-    var bufferedBodyByteCount: Int { bufferedBodyBytes.load(ordering: .relaxed) }
+    var bufferedBodyByteCount: Int { bodyBudget.reservedInAll }
 
     // MARK: Forwarded clients
 
@@ -200,4 +188,49 @@ func connectionChanged(_ context: UnsafeMutableRawPointer?, _ connection: Opaque
     default:
         break
     }
+}
+
+/// The server-wide budget for buffered request bodies, shared fairly: one client (an account, or an
+/// address before sign-in) may hold at most an eighth of it (and at least one largest body), so one
+/// client holding bodies open cannot spend it for everyone; and small bodies (64 KiB or less, such as a
+/// one-record write) may use an eighth more than the budget, so they still get in when large ones have
+/// taken it all.
+final class BodyBudget: Sendable {
+    private struct State {
+        var total = 0
+        var perClient: [String: Int] = [:]
+    }
+
+    static let smallBody = 64 * 1024
+    private let budget: Int
+    private let perClientShare: Int
+    private let state = Mutex(State())
+
+    init(total: Int, largestBody: Int) {
+        budget = total
+        perClientShare = max(total / 8, min(total, largestBody))
+    }
+
+    func reserve(_ bytes: Int, client: String) -> Bool {
+        guard bytes > 0 else { return true }
+        let ceiling = bytes <= Self.smallBody ? budget + budget / 8 : budget
+        return state.withLock { state in
+            let held = state.perClient[client, default: 0]
+            guard state.total + bytes <= ceiling, held + bytes <= perClientShare else { return false }
+            state.total += bytes
+            state.perClient[client] = held + bytes
+            return true
+        }
+    }
+
+    func release(_ bytes: Int, client: String) {
+        guard bytes > 0 else { return }
+        state.withLock { state in
+            state.total -= bytes
+            let left = state.perClient[client, default: 0] - bytes
+            if left > 0 { state.perClient[client] = left } else { state.perClient[client] = nil }
+        }
+    }
+
+    var reservedInAll: Int { state.withLock { $0.total } }
 }

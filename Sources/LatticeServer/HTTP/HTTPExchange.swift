@@ -44,6 +44,8 @@ final class HTTPExchange: Sendable {
         var bodyOverBudget = false
         /// Bytes of the server-wide body budget this request holds.
         var reservedBodyBytes = 0
+        /// Whose share of the body budget `reservedBodyBytes` counts against (`admit`'s client).
+        var budgetClient = ""
         var admission = HTTPAdmission.inline
         /// A forwarded client's in-flight slot this request holds.
         var forwardedSlot: String?
@@ -182,8 +184,11 @@ final class HTTPExchange: Sendable {
             }
             state.withLock { $0.forwardedSlot = remoteAddress }
         }
+        var budgetClient = "ip:" + remoteAddress
+        if case .pool(let client, _) = admission { budgetClient = client }
+        state.withLock { $0.budgetClient = budgetClient }
         if let declaredLength, declaredLength > 0 {
-            guard context.reserveBody(declaredLength) else {
+            guard context.reserveBody(declaredLength, client: budgetClient) else {
                 return answer(with: context.handler.response(for: .bodyBudgetExhausted(retryAfter: 1)))
             }
             state.withLock { state in
@@ -214,7 +219,7 @@ final class HTTPExchange: Sendable {
             // A chunked body (or one longer than declared) reserves its budget as it arrives.
             let missing = state.receivedBodyBytes - state.reservedBodyBytes
             if missing > 0 {
-                guard context.reserveBody(missing) else {
+                guard context.reserveBody(missing, client: state.budgetClient) else {
                     state.bodyOverBudget = true
                     state.body = []
                     return
@@ -323,14 +328,14 @@ final class HTTPExchange: Sendable {
     }
 
     private func releaseBudget(in context: HTTPDaemonContext) {
-        let (bytes, slot) = state.withLock { state -> (Int, String?) in
+        let (bytes, client, slot) = state.withLock { state -> (Int, String, String?) in
             defer {
                 state.reservedBodyBytes = 0
                 state.forwardedSlot = nil
             }
-            return (state.reservedBodyBytes, state.forwardedSlot)
+            return (state.reservedBodyBytes, state.budgetClient, state.forwardedSlot)
         }
-        context.releaseBody(bytes)
+        context.releaseBody(bytes, client: client)
         if let slot { context.finishForwarded(slot) }
     }
 
