@@ -90,11 +90,17 @@ extension LatticeService {
         return ModifyOutcome(zoneRowID: zone.rowID, names: names, outcomes: outcomes)
     }
 
-    /// The answer of `records/modify`: each item the record as written, or its error.
+    /// The answer of `records/modify`: each item the record as written, or its error. Past
+    /// `maximumResponseBytes` of records (counted on their stored frames, so it is known before rendering),
+    /// a record is answered without its fields (`fieldsOmitted: true`; `records/lookup` has them): 400
+    /// small edits of large records cannot make an answer hundreds of times the size of the request.
     func renderModify(_ outcome: ModifyOutcome) throws -> HTTPResponse {
+        var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
         let items: [JSON] = try zip(outcome.outcomes, outcome.names).map { result, name in
             switch result {
-            case .success(let write): return recordJSON(write.stored, try decode(write.frame), desiredKeys: nil)
+            case .success(let write):
+                guard budget.admit(bytes: write.frame.bytes.count) else { return Self.recordWithoutFields(write.stored) }
+                return recordJSON(write.stored, try decode(write.frame), desiredKeys: nil)
             case .failure(let error): return error.json(item: (key: "recordName", value: name))
             }
         }
@@ -547,6 +553,19 @@ extension LatticeService {
     }
 
     /// The CloudKit record dictionary plus the server's fields: change tag, created and modified.
+    /// A written record past the answer's byte cap: what identifies it and its new change tag, no fields.
+    static func recordWithoutFields(_ stored: StoredRecord) -> JSON {
+        .object([
+            "recordName": .string(stored.recordName),
+            "recordType": .string(stored.recordType),
+            "recordChangeTag": .string(stored.changeTag),
+            "deleted": .bool(stored.deleted),
+            "created": .object(["timestamp": .int(stored.createdMs), "userRecordName": .string(stored.createdBy)]),
+            "modified": .object(["timestamp": .int(stored.modifiedMs), "userRecordName": .string(stored.modifiedBy)]),
+            "fieldsOmitted": .bool(true),
+        ])
+    }
+
     func recordJSON(_ stored: StoredRecord, _ record: Record, desiredKeys: Set<String>?) -> JSON {
         guard case .object(var object) = record.cloudKitJSON else { return record.cloudKitJSON }
         object["recordChangeTag"] = .string(stored.changeTag)
