@@ -25,6 +25,23 @@ import Glibc
         let state = Mutex<(bytes: Data, ended: Bool)>((Data(), false))
     }
 
+    /// Reads `lattice serve`'s first line, "listening on http://127.0.0.1:PORT", and returns the port.
+    /// `exited` says what to add when the process ended before printing it (say, its log's tail).
+    static func listeningPort(from handle: FileHandle, exited: () -> String) throws -> UInt16 {
+        var line = [UInt8]()
+        while true {
+            let byte = handle.readData(ofLength: 1)
+            guard let first = byte.first else { throw HarnessError("lattice serve exited before listening" + exited()) }
+            if first == UInt8(ascii: "\n") { break }
+            line.append(first)
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        guard text.hasPrefix("listening on http://127.0.0.1:"), let port = UInt16(text.split(separator: ":").last ?? "") else {
+            throw HarnessError("unexpected first line: \(text)")
+        }
+        return port
+    }
+
     /// A running `lattice serve` process.
     final class ServerUnderTest {
         let process = Process()
@@ -51,20 +68,7 @@ import Glibc
                 }
                 collected.state.withLock { $0.ended = true }
             }.start()
-            // The first line is "listening on http://127.0.0.1:PORT".
-            var line = [UInt8]()
-            let handle = output.fileHandleForReading
-            while true {
-                let byte = handle.readData(ofLength: 1)
-                guard let first = byte.first else { throw HarnessError("lattice serve exited before listening") }
-                if first == UInt8(ascii: "\n") { break }
-                line.append(first)
-            }
-            let text = String(decoding: line, as: UTF8.self)
-            guard text.hasPrefix("listening on http://127.0.0.1:"), let port = UInt16(text.split(separator: ":").last ?? "") else {
-                throw HarnessError("unexpected first line: \(text)")
-            }
-            self.port = port
+            port = try CrashRecoveryTests.listeningPort(from: output.fileHandleForReading) { "" }
         }
 
         func kill(_ signal: Int32) {

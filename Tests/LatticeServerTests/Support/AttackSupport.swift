@@ -72,20 +72,9 @@ final class AttackServer {
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         process.standardInput = FileHandle.nullDevice
         try process.run()
-        // The first line is "listening on http://127.0.0.1:PORT"; later output is never read (there is none).
-        var line = [UInt8]()
-        let handle = output.fileHandleForReading
-        while true {
-            let byte = handle.readData(ofLength: 1)
-            guard let first = byte.first else { throw HarnessError("lattice serve exited before listening: \(Self.tail(logPath))") }
-            if first == UInt8(ascii: "\n") { break }
-            line.append(first)
-        }
-        let text = String(decoding: line, as: UTF8.self)
-        guard text.hasPrefix("listening on http://127.0.0.1:"), let port = UInt16(text.split(separator: ":").last ?? "") else {
-            throw HarnessError("unexpected first line: \(text)")
-        }
-        self.port = port
+        // The first line gives the port; later output is never read (there is none).
+        let log = logPath
+        port = try CrashRecoveryTests.listeningPort(from: output.fileHandleForReading) { ": " + Self.tail(log) }
     }
 
     var pid: Int32 { process.processIdentifier }
