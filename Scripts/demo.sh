@@ -32,7 +32,7 @@ bob() { printf '%s$ lattice %s%s   # bob\n' "$bold" "$(shown "$@")" "$plain"; "$
 
 step "1. start a server (SQLite under a temporary data directory), in the background"
 printf '%s$ lattice serve --data %s --port 0 &%s\n' "$bold" "$work/server" "$plain"
-"$lattice" serve --data "$work/server" --port 0 > "$work/server.out" 2> "$work/server.err" &
+"$lattice" serve --data "$work/server" --port 0 --access-log "$work/access.log" > "$work/server.out" 2> "$work/server.err" &
 server_pid=$!
 for _ in $(seq 1 100); do [[ -s "$work/server.out" ]] && break; sleep 0.1; done
 read -r _ _ server < "$work/server.out"
