@@ -31,7 +31,7 @@ alice() { printf '%s$ lattice %s%s   # alice\n' "$bold" "$(shown "$@")" "$plain"
 bob() { printf '%s$ lattice %s%s   # bob\n' "$bold" "$(shown "$@")" "$plain"; "$lattice" "$@" --home "$work/bob"; }
 
 step "1. start a server (SQLite under a temporary data directory), in the background"
-printf '%s$ lattice serve --data %s --port 0 &%s\n' "$bold" "$work/server" "$plain"
+printf '%s$ lattice serve --data %s --port 0 --access-log %s/access.log &%s\n' "$bold" "$work/server" "$work" "$plain"
 "$lattice" serve --data "$work/server" --port 0 --access-log "$work/access.log" > "$work/server.out" 2> "$work/server.err" &
 server_pid=$!
 for _ in $(seq 1 100); do [[ -s "$work/server.out" ]] && break; sleep 0.1; done
