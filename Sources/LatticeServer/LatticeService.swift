@@ -22,6 +22,8 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// Keeps refusals that an attacker can repeat from flooding the log: one line per kind a minute.
     private let refusalLog = RateLimiter(.init(requestsPerSecond: 1.0 / 60, burst: 1))
     private let shuttingDown = Atomic<Bool>(false)
+    /// When the full disk was last logged (once a minute), for this service alone.
+    private let diskFullLoggedMs = Atomic<Int64>(Int64.min / 2)
     private let currentPublicURL: Mutex<String>
 
     /// The URL clients reach the server at (share URLs and their `iss`): the configured one, or the one
@@ -359,7 +361,6 @@ public final class LatticeService: HTTPHandler, Sendable {
     }
 
     /// When a full disk was last logged (milliseconds, the configuration's clock).
-    private static let diskFullLoggedMs = Atomic<Int64>(Int64.min / 2)
 
     /// Maps a non-API error: a busy database is TRY_AGAIN_LATER, and so is a full disk (logged once a
     /// minute: the operator must free space); anything else is logged and reported as INTERNAL_ERROR with
@@ -370,8 +371,8 @@ public final class LatticeService: HTTPHandler, Sendable {
         if case StorageError.closed = error { return APIError(.tryAgainLater, "the server is shutting down") }
         if case StorageError.diskFull = error {
             // Logged at most once a minute: a full disk refuses every write, and the log may share the disk.
-            let now = configuration.now(), last = Self.diskFullLoggedMs.load(ordering: .relaxed)
-            if now - last >= 60_000, Self.diskFullLoggedMs.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged {
+            let now = configuration.now(), last = diskFullLoggedMs.load(ordering: .relaxed)
+            if now - last >= 60_000, diskFullLoggedMs.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged {
                 log("writes refused: the disk holding the data directory is full (or the file-size limit is reached)")
             }
             return APIError(.tryAgainLater, "the server's disk is full; nothing was written; retry later", retryAfter: 30)
