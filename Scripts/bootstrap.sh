@@ -5,9 +5,11 @@ set -euo pipefail
 
 # With --tests also nginx: the reverse-proxy example (Docs/examples/nginx-lattice.conf) is tested against
 # it. Its stock service is kept from starting while it is installed: the tests run their own nginx on
-# 127.0.0.1, and installing the test tools must not leave a web server listening on port 80.
-packages=(libsqlite3-dev libssl-dev libmicrohttpd-dev pkg-config)
-if [ "${1:-}" = "--tests" ]; then packages+=(nginx); fi
+# 127.0.0.1, and installing the test tools must not leave a web server listening on port 80. The same
+# goes for postgresql-15: the tests initdb a throwaway cluster of their own (Scripts/postgres-test-cluster.sh),
+# and no system-wide cluster is started.
+packages=(libsqlite3-dev libssl-dev libmicrohttpd-dev libpq-dev pkg-config)
+if [ "${1:-}" = "--tests" ]; then packages+=(nginx postgresql-15 haproxy); fi
 missing=()
 for package in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then

@@ -199,6 +199,17 @@ final class RawHTTPClient {
         return encoded + Array("0\r\n\r\n".utf8)
     }
 
+    /// True if nothing arrives (no bytes, no close) within `seconds`: the request sent is still pending.
+    func staysQuiet(for seconds: Double) -> Bool {
+        if readIndex < received.count { return false }
+        var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        while true {
+            let ready = poll(&entry, 1, Int32(seconds * 1000))
+            if ready < 0 && errno == EINTR { continue }
+            return ready == 0
+        }
+    }
+
     // MARK: Reading
 
     private enum FillResult { case data, closed, timedOut }
