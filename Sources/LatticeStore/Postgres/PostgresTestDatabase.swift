@@ -49,10 +49,10 @@ public final class PostgresTestDatabase: Sendable {
         return url
     }
 
-    /// Creates a fresh database, migrated to the current schema, on the test cluster.
-    public static func create() throws -> PostgresTestDatabase {
+    /// Creates a fresh database on the test cluster: migrated to the current schema, or with no tables at all.
+    public static func create(migrated: Bool = true) throws -> PostgresTestDatabase {
         let adminURL = try clusterURL()
-        let template = try ensureTemplate(adminURL)
+        let template = migrated ? try ensureTemplate(adminURL) : "template0"
         var random = SystemRandomNumberGenerator()
         let name = "lattice_test_" + String(random.next() as UInt64, radix: 16)
         try withAdmin(adminURL) { admin in

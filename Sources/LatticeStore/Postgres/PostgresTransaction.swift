@@ -183,6 +183,11 @@ final class PostgresTransaction: StorageTransaction {
     /// leaves foreign-key checks (`FOR KEY SHARE`) of other transactions unblocked.
     private var lock: String { isReadOnly ? "" : " FOR NO KEY UPDATE" }
 
+    /// Runs one statement of the caller's through the transaction's checks and error mapping (tests).
+    func rowsForTesting(_ sql: String, _ values: [PostgresValue] = []) throws -> [[PostgresValue]] {
+        try rows(sql, values)
+    }
+
     func databaseSize() throws -> Int64 {
         try rows("SELECT pg_database_size(current_database())").first?[0].integer ?? 0
     }
