@@ -248,7 +248,9 @@ struct PostgresStorageTests {
             }
             #expect(finished)
             #expect(shared.failureList == [])
-            #expect(shared.count.load(ordering: .relaxed) == 3, "one of the two ran again")
+            // At least one ran again (a retry may meet the other writer again and deadlock once more).
+            let runs = shared.count.load(ordering: .relaxed)
+            #expect(runs >= 3 && runs <= 2 + 2 * PostgresStorage.maximumConflictRetries, "\(runs) runs")
             let (a, b) = try storage.read { tx in (try tx.metadata("a"), try tx.metadata("b")) }
             #expect(a == b && (a == "0" || a == "1"), "the last commit wrote both: \(String(describing: a)), \(String(describing: b))")
         }
