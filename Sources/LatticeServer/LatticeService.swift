@@ -45,17 +45,33 @@ public final class LatticeService: HTTPHandler, Sendable {
         self.log = log
         limiter = configuration.rateLimit.map(RateLimiter.init)
         authenticationFailures = configuration.failedAuthenticationLimit.map(RateLimiter.init)
-        // The server's replica id stamps plain writes; it is made once and kept in the database.
+        // The node's replica id stamps plain writes; it is made once per node and kept in the database,
+        // unique among the nodes (a taken one is drawn again).
+        let nodeName = configuration.nodeName
+        let now = configuration.now
         let (replica, latest): (ReplicaID, UInt64) = try storage.write { tx in
-            let latest = try tx.metadata("clock_latest").flatMap(UInt64.init) ?? 0
-            if let text = try tx.metadata("replica_id"), let replica = ReplicaID(hex: text) { return (replica, latest) }
+            if let node = try tx.node(named: nodeName) {
+                guard let replica = ReplicaID(hex: node.replicaID) else {
+                    throw StorageError.failure("node \(nodeName) has a malformed replica id \(node.replicaID)")
+                }
+                return (replica, UInt64(max(0, node.clockLatest)))
+            }
             var random = SystemRandomNumberGenerator()
-            let replica = ReplicaID(random.next() | 1)
-            try tx.setMetadata("replica_id", replica.description)
-            return (replica, latest)
+            for _ in 0..<8 {
+                let replica = ReplicaID(random.next() | 1)
+                do {
+                    try tx.savepoint {
+                        try tx.insertNode(StoredNode(name: nodeName, replicaID: replica.description, clockLatest: 0,
+                                                     createdMs: now()))
+                    }
+                    return (replica, 0)
+                } catch StorageError.duplicate {
+                    continue
+                }
+            }
+            throw StorageError.failure("cannot register node \(nodeName): no free replica id in 8 draws")
         }
         replicaID = replica
-        let now = configuration.now
         clock = Mutex(HybridLogicalClock(replica: replica, maximumDriftMilliseconds: configuration.maximumClockDriftMilliseconds,
                                          latest: HLC(rawValue: latest), time: { UInt64(max(0, now())) }))
     }
@@ -394,7 +410,7 @@ public final class LatticeService: HTTPHandler, Sendable {
             let result = try body(tx, &touched)
             // Keep the clock's high-water mark with the writes it stamped: after a restart the clock never
             // goes back, even if the wall clock did.
-            try tx.setMetadata("clock_latest", String(clock.withLock { $0.latest.rawValue }))
+            try tx.raiseNodeClock(name: configuration.nodeName, to: Int64(clamping: clock.withLock { $0.latest.rawValue }))
             return result
         }
         if !touched.isEmpty {
