@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 @testable import LatticeServer
+import LatticeStore
 import Testing
 
 /// The static-file responder (StaticFiles.swift) on a temporary directory: types, ETags and 304, caching
@@ -154,5 +155,34 @@ import Testing
         try manager.createSymbolicLink(atPath: base + "/home/bin/lattice", withDestinationPath: base + "/pkg/.build/debug/lattice")
         #expect(StaticFiles.webRoot(executablePath: base + "/home/bin/lattice") == real + "/pkg/Web")
         #expect(StaticFiles.currentExecutablePath != nil)
+    }
+
+    /// Through the real adapter on 127.0.0.1: HEAD sends the GET's headers (its Content-Length included) and
+    /// no body, so the next answer on the same connection is intact; 304 has no body; `..` sent raw or
+    /// encoded is refused; the query string is ignored.
+    @Test func overARealSocket() throws {
+        let fixture = try Fixture()
+        let storage = try SQLiteStorage(path: fixture.base + "/" + SQLiteStorage.fileName)
+        defer { storage.close() }
+        var configuration = ServiceConfiguration()
+        configuration.webRoot = fixture.root
+        let service = try LatticeService(storage: storage, configuration: configuration, log: { _ in })
+        let server = try HTTPServer(handler: service, configuration: HTTPServerConfiguration(port: 0))
+        defer { server.shutdown() }
+        let client = try RawHTTPClient(port: server.port)
+        let head = try client.send(method: "HEAD", path: "/web/app.js")
+        #expect(head.status == 200 && head.body.isEmpty)
+        #expect(head.headers["content-length"] == "20" && head.headers["content-type"] == "text/javascript; charset=utf-8")
+        let get = try client.send(method: "GET", path: "/web/app.js?v=1")
+        #expect(get.status == 200 && String(decoding: get.body, as: UTF8.self) == "export const a = 1;\n")
+        #expect(get.headers["etag"] == head.headers["etag"] && get.headers["x-content-type-options"] == "nosniff")
+        let cached = try client.send(method: "GET", path: "/web/app.js", headers: ["If-None-Match": get.headers["etag"] ?? "-"])
+        #expect(cached.status == 304 && cached.headers["etag"] == get.headers["etag"])
+        for path in ["/web/../outside/secret.html", "/web/%2e%2e/outside/secret.html", "/web/sub/..%2F..%2Foutside/secret.html"] {
+            let refused = try RawHTTPClient(port: server.port).send(method: "GET", path: path)
+            #expect(refused.status == 400 || refused.status == 404, "\(path): \(refused.status)")
+            #expect(!String(decoding: refused.body, as: UTF8.self).contains("secret\n") && refused.body != Array("secret".utf8))
+        }
+        #expect(try client.send(method: "POST", path: "/web/app.js").headers["allow"] == "GET, HEAD")
     }
 }
