@@ -45,21 +45,21 @@ struct RoutePattern: Sendable, CustomStringConvertible {
 
     /// The parameters, if `components` (the path after its leading `/`, split at every `/`) match.
     func match(_ components: [Substring]) -> RouteParameters? {
+        // The shape and the literals first: most routes fail there, before any parameter is copied.
+        let takesRest = if case .rest? = segments.last { true } else { false }
+        guard takesRest ? components.count >= segments.count : components.count == segments.count else { return nil }
+        for (index, segment) in segments.enumerated() {
+            if case .literal(let text) = segment, components[index] != text { return nil }
+        }
         var parameters: RouteParameters = [:]
         for (index, segment) in segments.enumerated() {
             switch segment {
-            case .rest(let name):
-                guard components.count > index else { return nil }
-                parameters[name] = components[index...].joined(separator: "/")
-                return parameters
-            case .literal(let text):
-                guard index < components.count, components[index] == text else { return nil }
-            case .parameter(let name):
-                guard index < components.count else { return nil }
-                parameters[name] = String(components[index])
+            case .literal: continue
+            case .parameter(let name): parameters[name] = String(components[index])
+            case .rest(let name): parameters[name] = components[index...].joined(separator: "/")
             }
         }
-        return components.count == segments.count ? parameters : nil
+        return parameters
     }
 
     /// A request path split as `match` takes it, or nil if it does not start with `/`.

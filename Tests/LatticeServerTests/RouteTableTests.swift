@@ -49,7 +49,8 @@ import Testing
                         "\(route.signature)")
                 #expect(route.pattern.description.hasPrefix(Route.databasePrefix))
             case .plain:
-                #expect(route.authentication == .none, "\(route.signature)")
+                // Plain handlers are dispatched without a caller: no token, no per-account bucket.
+                #expect(route.authentication == .none && route.throttle != .perAccount, "\(route.signature)")
             }
             if route.lane == .inline { #expect(route.throttle == .none, "\(route.signature) is inline and throttled") }
             if route.body == .deltaPush { #expect(route.operationName == "deltas/push") }
