@@ -7,6 +7,10 @@ public struct ServiceConfiguration: Sendable {
     public var container: String = "lattice"
     /// The URL clients reach the server at; share URLs are built from it.
     public var publicURL: String = "http://127.0.0.1:8080"
+    /// Which node of the storage this service runs as (`lattice serve --node-name`): each node has its own
+    /// replica id and clock high-water mark in the database, so several nodes on one PostgreSQL never
+    /// stamp with the same replica id.
+    public var nodeName: String = "main"
     /// Whether `POST /auth/signup` creates accounts; when false, `lattice admin add-user` does.
     public var registrationOpen = true
     /// Operations per `records/modify` or `zones/modify` request.
@@ -103,4 +107,11 @@ public struct ServiceConfiguration: Sendable {
 
     /// `changes/wait` requests one account may have parked at once; more get THROTTLED (429).
     public var maximumParkedWaitsPerUser = 8
+
+    // MARK: web files
+
+    /// Experimental: the directory whose files `GET /web/{path}` serves (`StaticFiles`); nil, the
+    /// default, turns the route off. `StaticFiles.webRoot(executablePath:)` finds the one shipped with
+    /// the `lattice` binary.
+    public var webRoot: String? = nil
 }

@@ -61,6 +61,13 @@ public protocol Storage: Sendable {
     /// The bytes the backend occupies on disk now (SQLite: the database file plus its WAL), measured cheaply
     /// (no scan of records), for the server-wide disk budget.
     func sizeOnDisk() throws -> Int64
+    /// Delivers what other processes' commits changed (StorageNodes.swift) to `handler`, on a thread of the
+    /// backend's, until `close`. A backend that serves one process never calls it (the default).
+    func observeChanges(_ handler: @escaping @Sendable (StorageChange) -> Void) throws
+    /// Claims the node name for this process until `close`, so that two live processes never run as one
+    /// node (they would stamp with one replica id).
+    /// - Throws: `StorageError.duplicate` if another live process holds it.
+    func claimNode(_ name: String) throws
 }
 
 extension Storage {
@@ -265,6 +272,35 @@ public protocol StorageTransaction {
     /// The transaction stays usable after that, even when a storage operation failed inside `body`
     /// (for example with `.duplicate`); outside a savepoint, let a failed operation end the transaction.
     func savepoint<T>(_ body: () throws -> T) throws -> T
+
+    // MARK: Nodes and processes (StorageNodes.swift)
+    /// The node of this name, if it was ever registered.
+    func node(named name: String) throws -> StoredNode?
+    /// Registers a node.
+    /// - Throws: `StorageError.duplicate` if the name or the replica id is taken.
+    func insertNode(_ node: StoredNode) throws
+    /// Raises the node's clock high-water mark to `latest`; a lower value leaves it as it is, so concurrent
+    /// transactions of one node can never move it back.
+    func raiseNodeClock(name: String, to latest: Int64) throws
+    /// Tells the other processes on this storage that these databases' logs moved, delivered to their
+    /// `observeChanges` handlers only if this transaction commits. Default: nothing (one process).
+    func announceChanges(databaseIDs: [Int64]) throws
+    /// Takes the exclusive lock `name` until this transaction ends if no other transaction holds it, without
+    /// waiting; false if another holds it (another node runs that maintenance now).
+    func tryExclusiveLock(_ name: String) throws -> Bool
+
+    // MARK: Copying a deployment (`lattice admin migrate`)
+    /// Hands every row of `table` (one of `StorageTables.all`) to `body` in batches, each value in the
+    /// table's column order there, in an order that keeps each table's own positions ascending.
+    func exportRows(table: String, _ body: ([[StorageValue]]) throws -> Void) throws
+    /// Inserts rows exactly as given (ids and positions included) into `table`, columns in
+    /// `StorageTables.all` order.
+    func insertRows(table: String, _ rows: [[StorageValue]]) throws
+    /// After `insertRows`: moves the backend's id generators past the ids inserted, so new rows never
+    /// take a copied id.
+    func finishImport() throws
+    /// How many rows `table` has.
+    func rowCount(table: String) throws -> Int
 
     // MARK: Maintenance
     /// Removes tombstones and deleted zones last changed before `horizonMs` (keeping the zones

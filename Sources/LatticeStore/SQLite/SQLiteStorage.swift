@@ -223,7 +223,23 @@ public final class SQLiteStorage: Storage, Sendable {
             ALTER TABLE client_operations ADD COLUMN charged_bytes INTEGER NOT NULL DEFAULT 0;
             CREATE INDEX client_operations_user ON client_operations(user_id, created_ms);
             """),
+        // The replica id and clock a server kept in `metadata` before nodes existed become node `main`'s.
+        Migrator.Migration("v4: nodes", sql: """
+            CREATE TABLE nodes(
+                name TEXT PRIMARY KEY,
+                replica_id TEXT NOT NULL UNIQUE,
+                clock_latest INTEGER NOT NULL DEFAULT 0,
+                created_ms INTEGER NOT NULL) WITHOUT ROWID;
+            INSERT INTO nodes(name, replica_id, clock_latest, created_ms)
+                SELECT '\(SQLiteStorage.defaultNodeName)', value,
+                       COALESCE((SELECT CAST(value AS INTEGER) FROM metadata WHERE key = 'clock_latest'), 0), 0
+                FROM metadata WHERE key = 'replica_id';
+            DELETE FROM metadata WHERE key IN ('replica_id', 'clock_latest');
+            """),
     ])
+
+    /// The node a SQLite deployment runs as (one process), unless told otherwise.
+    public static let defaultNodeName = "main"
 
     /// The schema version this build creates.
     public static var schemaVersion: Int { migrator.latestVersion }
@@ -747,6 +763,69 @@ struct SQLiteTransaction: StorageTransaction {
         return oldest.count
     }
 
+    // MARK: Nodes and copying
+
+    func node(named name: String) throws -> StoredNode? {
+        try rows("SELECT name, replica_id, clock_latest, created_ms FROM nodes WHERE name = ?", [.text(name)]).first.map {
+            StoredNode(name: $0[0].text ?? "", replicaID: $0[1].text ?? "", clockLatest: $0[2].integer, createdMs: $0[3].integer)
+        }
+    }
+
+    func insertNode(_ node: StoredNode) throws {
+        try run("INSERT INTO nodes(name, replica_id, clock_latest, created_ms) VALUES (?, ?, ?, ?)",
+                [.text(node.name), .text(node.replicaID), .integer(node.clockLatest), .integer(node.createdMs)])
+    }
+
+    func raiseNodeClock(name: String, to latest: Int64) throws {
+        try run("UPDATE nodes SET clock_latest = MAX(clock_latest, ?) WHERE name = ?", [.integer(latest), .text(name)])
+    }
+
+    /// One writer at a time holds every lock there is.
+    func tryExclusiveLock(_ name: String) throws -> Bool { true }
+
+    private func columns(of table: String) throws -> [String] {
+        guard let entry = StorageTables.all.first(where: { $0.name == table }) else {
+            throw StorageError.failure("no table \(table) to copy")
+        }
+        return entry.columns
+    }
+
+    func exportRows(table: String, _ body: ([[StorageValue]]) throws -> Void) throws {
+        let columns = try columns(of: table)
+        // Keyed in each table's natural order (logs by position), so a copy keeps positions ascending.
+        let statement = try db.prepare("SELECT \(columns.joined(separator: ", ")) FROM \(table) ORDER BY \(columns[0])"
+                                       + (table == "records" || table == "share_records" ? ", seq" : ""))
+        var batch: [[StorageValue]] = []
+        while try statement.step() {
+            batch.append(statement.row().map(\.neutral))
+            if batch.count == 1_000 {
+                try body(batch)
+                batch.removeAll(keepingCapacity: true)
+            }
+        }
+        if !batch.isEmpty { try body(batch) }
+    }
+
+    func insertRows(table: String, _ rows: [[StorageValue]]) throws {
+        let columns = try columns(of: table)
+        let placeholders = Array(repeating: "?", count: columns.count).joined(separator: ", ")
+        let statement = try db.cached("INSERT INTO \(table)(\(columns.joined(separator: ", "))) VALUES (\(placeholders))")
+        for row in rows {
+            guard row.count == columns.count else {
+                throw StorageError.failure("a row of \(row.count) values for the \(columns.count) columns of \(table)")
+            }
+            _ = try statement.run(row.map(SQLiteValue.init))
+        }
+    }
+
+    /// SQLite's AUTOINCREMENT counters follow the largest id inserted by themselves.
+    func finishImport() throws {}
+
+    func rowCount(table: String) throws -> Int {
+        _ = try columns(of: table)
+        return Int(try rows("SELECT COUNT(*) FROM \(table)").first?[0].integer ?? 0)
+    }
+
     // MARK: Savepoints and maintenance
 
     func savepoint<T>(_ body: () throws -> T) throws -> T {
@@ -830,5 +909,27 @@ extension SQLiteValue {
     var blob: [UInt8] {
         if case .blob(let value) = self { return value }
         return []
+    }
+}
+
+extension SQLiteValue {
+    /// The neutral form of a value (a real never occurs in Lattice's tables; it is kept as text).
+    var neutral: StorageValue {
+        switch self {
+        case .null: .null
+        case .integer(let value): .integer(value)
+        case .real(let value): .text(String(value))
+        case .text(let value): .text(value)
+        case .blob(let value): .blob(value)
+        }
+    }
+
+    init(_ value: StorageValue) {
+        switch value {
+        case .null: self = .null
+        case .integer(let value): self = .integer(value)
+        case .text(let value): self = .text(value)
+        case .blob(let value): self = .blob(value)
+        }
     }
 }

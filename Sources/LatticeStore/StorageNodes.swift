@@ -1,0 +1,82 @@
+/// What several server processes on one storage share, beyond the data itself: who each node is, how they
+/// hear of each other's commits, which of them runs maintenance, and a neutral copy of every table for
+/// moving a deployment from one backend to another (`lattice admin migrate`).
+///
+/// SQLite serves one process (its data directory is locked), so there these are simple: one node, no
+/// announcements to deliver, every try-lock succeeds. PostgreSQL serves any number of nodes: each has its
+/// own row in `nodes`, commits are announced with `NOTIFY` inside the writing transaction (delivered only
+/// after the commit), and maintenance takes a transaction-scoped advisory lock.
+
+/// One serving node (`lattice serve --node-name`): the replica id that stamps its plain writes, unique
+/// among the nodes of a storage so that OR-set dots never collide, and its clock's high-water mark, which
+/// only rises, so that its clock never goes back across restarts.
+public struct StoredNode: Sendable, Hashable {
+    public let name: String
+    /// 16 hex digits (LatticeCore's `ReplicaID(hex:)`).
+    public let replicaID: String
+    /// The newest hybrid-logical-clock value the node has stamped with (its raw value).
+    public let clockLatest: Int64
+    public let createdMs: Int64
+
+    public init(name: String, replicaID: String, clockLatest: Int64, createdMs: Int64) {
+        self.name = name
+        self.replicaID = replicaID
+        self.clockLatest = clockLatest
+        self.createdMs = createdMs
+    }
+}
+
+/// What another process's commits changed, as a backend delivers it to `Storage.observeChanges`.
+public enum StorageChange: Sendable, Hashable {
+    /// These databases' logs moved in a committed transaction.
+    case databases([Int64])
+    /// Announcements may have been missed (the listening connection was lost and is back): every waiter
+    /// should look at its positions again.
+    case resynchronize
+}
+
+/// One value of a row in the neutral form of `Storage.exportRows` and `importRows`.
+public enum StorageValue: Sendable, Hashable {
+    case null
+    case integer(Int64)
+    case text(String)
+    case blob([UInt8])
+}
+
+/// The tables of a deployment, in an order in which each table's references point only at tables before
+/// it, with the columns every backend has under the same names.
+public enum StorageTables {
+    public static let all: [(name: String, columns: [String])] = [
+        ("metadata", ["key", "value"]),
+        ("nodes", ["name", "replica_id", "clock_latest", "created_ms"]),
+        ("users", ["id", "record_name", "name", "created_ms"]),
+        ("tokens", ["hash", "user_id", "created_ms", "id", "expires_ms"]),
+        ("signups", ["address", "created_ms"]),
+        ("databases", ["id", "kind", "environment", "owner_id", "last_seq", "purged_seq", "bytes_used"]),
+        ("zones", ["id", "database_id", "name", "owner_record_name", "deleted", "last_seq", "purged_seq", "db_seq",
+                   "created_ms", "modified_ms"]),
+        ("records", ["zone_id", "name", "record_type", "frame", "deleted", "seq", "created_ms", "created_by",
+                     "modified_ms", "modified_by", "parent_name"]),
+        ("client_operations", ["user_id", "operation_id", "request_hash", "status", "response", "created_ms",
+                               "database_id", "charged_bytes"]),
+        ("shares", ["id", "public_id", "zone_id", "record_name", "root_record_name", "owner_id", "title",
+                    "public_permission", "url_epoch", "deleted", "last_seq", "created_ms"]),
+        ("share_participants", ["share_id", "user_id", "role", "permission", "status", "modified_ms"]),
+        ("share_link_uses", ["token_id", "share_id", "uses"]),
+        ("share_records", ["share_id", "record_name", "member", "seq"]),
+        ("shared_zones", ["database_id", "share_id", "deleted", "db_seq"]),
+    ]
+}
+
+extension Storage {
+    /// Nothing to observe: a single-process backend has no other process to hear from.
+    public func observeChanges(_ handler: @escaping @Sendable (StorageChange) -> Void) throws {}
+
+    /// Nothing to claim beyond what the backend's own lock (SQLite: the data directory's) already holds.
+    public func claimNode(_ name: String) throws {}
+}
+
+extension StorageTransaction {
+    /// Nothing to announce: in a single-process backend the process itself wakes its long polls.
+    public func announceChanges(databaseIDs: [Int64]) throws {}
+}
