@@ -170,6 +170,22 @@ final class PostgresConnection {
         return try decode(result!)
     }
 
+    /// Runs one statement with parameters without keeping it prepared (for statements made once, such as a
+    /// multi-row INSERT of a copy); parameter types come from the values, NULLs from their context.
+    @discardableResult
+    func queryOnce(_ sql: String, _ values: [PostgresValue], context: String = "query") throws(PostgresError)
+        -> PostgresResult {
+        let types = values.map(\.typeOID)
+        let result = types.withUnsafeBufferPointer { typeBuffer in
+            PostgresConnection.withParameters(values) { pointers, lengths, formats in
+                PQexecParams(handle, sql, Int32(values.count), typeBuffer.baseAddress, pointers, lengths, formats, 1)
+            }
+        }
+        defer { PQclear(result) }
+        try check(result, context: context)
+        return try decode(result!)
+    }
+
     /// The rows of one statement.
     func rows(_ sql: String, _ values: [PostgresValue] = []) throws(PostgresError) -> [[PostgresValue]] {
         try query(sql, values).rows

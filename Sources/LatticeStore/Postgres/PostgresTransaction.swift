@@ -48,7 +48,12 @@ final class PostgresTransaction: StorageTransaction {
     /// entries, and a savepoint rolled back empties the cache.
     private var recordCache: [Int64: [String: StoredRecord?]] = [:]
 
-    init(_ connection: PostgresConnection, readOnly: Bool, deadline: RequestDeadline?, clientOperationConflictsSeen: Int) {
+    /// The storage's mark in its announcements.
+    private let announcer: String
+
+    init(_ connection: PostgresConnection, readOnly: Bool, deadline: RequestDeadline?, clientOperationConflictsSeen: Int,
+         announcer: String) {
+        self.announcer = announcer
         db = connection
         isReadOnly = readOnly
         self.deadline = deadline
@@ -763,6 +768,120 @@ final class PostgresTransaction: StorageTransaction {
         return Int(rows.first?[0].integer ?? 0)
     }
 
+    // MARK: Nodes and processes
+
+    func node(named name: String) throws -> StoredNode? {
+        try rows("SELECT name, replica_id, clock_latest, created_ms FROM nodes WHERE name = $1" + lock, [.text(name)]).first.map {
+            StoredNode(name: $0[0].text ?? "", replicaID: $0[1].text ?? "", clockLatest: $0[2].integer, createdMs: $0[3].integer)
+        }
+    }
+
+    func insertNode(_ node: StoredNode) throws {
+        let inserted = try rows("INSERT INTO nodes(name, replica_id, clock_latest, created_ms) VALUES ($1, $2, $3, $4) "
+                                + "ON CONFLICT DO NOTHING RETURNING 1",
+                                [.text(node.name), .text(node.replicaID), .integer(node.clockLatest), .integer(node.createdMs)])
+        if inserted.isEmpty { throw StorageError.duplicate("a node named \(node.name) or with replica id \(node.replicaID)") }
+    }
+
+    func raiseNodeClock(name: String, to latest: Int64) throws {
+        // Only when it rises: a lower value neither writes nor locks the row.
+        try run("UPDATE nodes SET clock_latest = $1 WHERE name = $2 AND clock_latest < $1", [.integer(latest), .text(name)])
+    }
+
+    /// `pg_notify` in this transaction: PostgreSQL delivers it to the listeners only when (and if) it commits.
+    func announceChanges(databaseIDs: [Int64]) throws {
+        for payload in PostgresStorage.payloads(announcer: announcer, databaseIDs: databaseIDs) {
+            try run("SELECT pg_notify($1, $2)", [.text(PostgresStorage.changeChannel), .text(payload)])
+        }
+    }
+
+    /// `pg_try_advisory_xact_lock`: released when the transaction ends.
+    func tryExclusiveLock(_ name: String) throws -> Bool {
+        try rows("SELECT pg_try_advisory_xact_lock($1)", [.integer(PostgresStorage.lockKey("lock:" + name))]).first?.first
+            == .boolean(true)
+    }
+
+    // MARK: Copying a deployment
+
+    /// Each table's key, the order rows are exported in (logs by position), as SQLite exports them; text
+    /// keys compare bytewise on both.
+    private static let exportOrder: [String: String] = [
+        "metadata": "key", "nodes": "name", "users": "id", "tokens": "hash", "signups": "address, created_ms",
+        "databases": "id", "zones": "id", "records": "zone_id, seq", "client_operations": "user_id, operation_id",
+        "shares": "id", "share_participants": "share_id, user_id", "share_link_uses": "token_id",
+        "share_records": "share_id, seq", "shared_zones": "database_id, share_id",
+    ]
+
+    private func columns(of table: String) throws -> [String] {
+        guard let entry = StorageTables.all.first(where: { $0.name == table }) else {
+            throw StorageError.failure("no table \(table) to copy")
+        }
+        return entry.columns
+    }
+
+    /// Pages through the table by keyset: batches of 1,000, each a statement of its own (no cursor to keep).
+    func exportRows(table: String, _ body: ([[StorageValue]]) throws -> Void) throws {
+        let columns = try columns(of: table)
+        guard let order = Self.exportOrder[table] else { throw StorageError.failure("no export order for \(table)") }
+        let batchSize = 1_000
+        var offset: Int64 = 0
+        // OFFSET on the key order is exact on a read snapshot (REPEATABLE READ); a write transaction sees
+        // what it wrote, which it does not change meanwhile.
+        while true {
+            let batch = try rows("SELECT \(columns.joined(separator: ", ")) FROM \(table) ORDER BY \(order) LIMIT $1 OFFSET $2",
+                                 [.integer(Int64(batchSize)), .integer(offset)])
+            if batch.isEmpty { return }
+            try body(batch.map { $0.map(\.neutral) })
+            if batch.count < batchSize { return }
+            offset += Int64(batch.count)
+        }
+    }
+
+    /// Multi-row INSERTs of up to 500 rows, every value bound (types from the table's columns).
+    func insertRows(table: String, _ rows: [[StorageValue]]) throws {
+        let columns = try columns(of: table)
+        for row in rows where row.count != columns.count {
+            throw StorageError.failure("a row of \(row.count) values for the \(columns.count) columns of \(table)")
+        }
+        let chunkSize = 500
+        for start in stride(from: 0, to: rows.count, by: chunkSize) {
+            let chunk = rows[start..<min(start + chunkSize, rows.count)]
+            var placeholders: [String] = []
+            var values: [PostgresValue] = []
+            values.reserveCapacity(chunk.count * columns.count)
+            for row in chunk {
+                let base = values.count
+                placeholders.append("(" + (1...columns.count).map { "$\(base + $0)" }.joined(separator: ", ") + ")")
+                values.append(contentsOf: row.map(PostgresValue.init))
+            }
+            // Not kept prepared (the text changes with the row count); a NULL takes its column's type.
+            try runUnprepared("INSERT INTO \(table)(\(columns.joined(separator: ", "))) VALUES "
+                              + placeholders.joined(separator: ", "), values)
+        }
+    }
+
+    /// Moves the identity sequences past the largest id copied.
+    func finishImport() throws {
+        for table in ["users", "databases", "zones", "shares"] {
+            try run("SELECT setval(pg_get_serial_sequence($1, 'id'), COALESCE((SELECT MAX(id) FROM \(table)), 0) + 1, false)",
+                    [.text(table)])
+        }
+    }
+
+    func rowCount(table: String) throws -> Int {
+        _ = try columns(of: table)
+        return Int(try rows("SELECT COUNT(*) FROM \(table)").first?[0].integer ?? 0)
+    }
+
+    private func runUnprepared(_ sql: String, _ values: [PostgresValue]) throws(StorageError) {
+        try throwIfEnded()
+        do {
+            try db.queryOnce(sql, values)
+        } catch {
+            throw note(error)
+        }
+    }
+
     // MARK: Savepoints and maintenance
 
     func savepoint<T>(_ body: () throws -> T) throws -> T {
@@ -825,5 +944,28 @@ final class PostgresTransaction: StorageTransaction {
             """, [.integer(operationsBeforeMs)])
         report.clientOperations = Int(operations.first?[0].integer ?? 0)
         return report
+    }
+}
+
+extension PostgresValue {
+    /// The neutral form of a value (arrays never occur in a table).
+    var neutral: StorageValue {
+        switch self {
+        case .null: .null
+        case .integer(let value): .integer(value)
+        case .boolean(let value): .integer(value ? 1 : 0)
+        case .text(let value): .text(value)
+        case .bytea(let value): .blob(value)
+        case .integers, .texts, .byteas: .null
+        }
+    }
+
+    init(_ value: StorageValue) {
+        switch value {
+        case .null: self = .null
+        case .integer(let value): self = .integer(value)
+        case .text(let value): self = .text(value)
+        case .blob(let value): self = .bytea(value)
+        }
     }
 }
