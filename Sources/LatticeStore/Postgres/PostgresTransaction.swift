@@ -844,6 +844,7 @@ final class PostgresTransaction: StorageTransaction {
         for row in rows where row.count != columns.count {
             throw StorageError.failure("a row of \(row.count) values for the \(columns.count) columns of \(table)")
         }
+        if table == "records" { recordCache.removeAll() }
         let chunkSize = 500
         for start in stride(from: 0, to: rows.count, by: chunkSize) {
             let chunk = rows[start..<min(start + chunkSize, rows.count)]
