@@ -294,6 +294,38 @@ struct PostgresStorageTests {
         }
     }
 
+    @Test func aRecordCreatedByAnotherWriterIsSeenByAReadThatWaitedForIt() throws {
+        try withDatabase { database in
+            let nodes = [try PostgresStorage(url: database.url, poolSize: 2), try PostgresStorage(url: database.url, poolSize: 2)]
+            defer { nodes.forEach { $0.close() } }
+            let zone = try nodes[0].write { tx in try makeZone(tx) }
+            let entered = DispatchSemaphore(value: 0)
+            let firstDone = DispatchGroup()
+            firstDone.enter()
+            Thread.detachNewThread {
+                _ = try? nodes[0].write { tx throws in
+                    // Reads the record (none yet), then creates it, slowly.
+                    _ = try tx.record(zoneRowID: zone.rowID, name: "new")
+                    entered.signal()
+                    usleep(300_000)
+                    _ = try tx.saveRecord(zoneRowID: zone.rowID, write("new", frame: [1]))
+                }
+                firstDone.leave()
+            }
+            #expect(entered.wait(timeout: .now() + 10) == .success)
+            // The second writer's read waits for the first (the zone row is locked before the record is read),
+            // then sees what it created: a merge into it, not an overwrite.
+            let previous = try nodes[1].write { tx throws -> StoredRecord? in
+                let previous = try tx.record(zoneRowID: zone.rowID, name: "new")
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("new", frame: (previous?.frame ?? []) + [2]))
+                return previous
+            }
+            #expect(firstDone.wait(timeout: .now() + 10) == .success)
+            #expect(previous?.frame == [1])
+            #expect(try nodes[0].read { try $0.record(zoneRowID: zone.rowID, name: "new")?.frame } == [1, 2])
+        }
+    }
+
     @Test func aClientOperationSavedConcurrentlyIsAppliedOnceAndTheLoserSeesTheStoredAnswer() throws {
         try withDatabase { database in
             let nodes = [try PostgresStorage(url: database.url, poolSize: 2), try PostgresStorage(url: database.url, poolSize: 2)]
@@ -446,6 +478,30 @@ struct PostgresStorageTests {
             try PostgresTestDatabase.executeOnCluster("ALTER DATABASE \"\(database.name)\" WITH ALLOW_CONNECTIONS true")
             try storage.write { try $0.setMetadata("k", "4") }
             #expect(try storage.read { try $0.metadata("k") } == "4")
+        }
+    }
+
+    @Test func aConnectionLostAtCommitIsBusyNeverASuccess() throws {
+        try withDatabase { database in
+            let storage = try PostgresStorage(url: database.url, poolSize: 1)
+            defer { storage.close() }
+            var runs = 0
+            storage.beforeCommitForTesting.withLock { hook in
+                hook = { pid in _ = try? PostgresTestDatabase.executeOnCluster("SELECT pg_terminate_backend(\(pid))") }
+            }
+            let error = #expect(throws: StorageError.self) {
+                try storage.write { tx throws in
+                    runs += 1
+                    try tx.setMetadata("k", "lost")
+                }
+            }
+            storage.beforeCommitForTesting.withLock { $0 = nil }
+            #expect(error == .busy)
+            #expect(runs == 1, "a COMMIT whose outcome is unknown is not run again")
+            // The storage goes on, and nothing of the lost transaction was kept.
+            #expect(try storage.read { try $0.metadata("k") } == nil)
+            try storage.write { try $0.setMetadata("k", "kept") }
+            #expect(try storage.read { try $0.metadata("k") } == "kept")
         }
     }
 

@@ -35,6 +35,8 @@ public final class PostgresStorage: Storage, Sendable {
     let announcer: String
     private let listeners = Mutex<[PostgresListener]>([])
     private let claims = PostgresClaims()
+    /// Tests only: called with the backend's process id just before each `COMMIT` of this storage.
+    let beforeCommitForTesting = Mutex<(@Sendable (Int32) -> Void)?>(nil)
 
     /// Times a transaction body runs again after a serialization failure or deadlock before `.busy`.
     public static let maximumConflictRetries = 8
@@ -208,7 +210,8 @@ public final class PostgresStorage: Storage, Sendable {
             }
             let transaction = PostgresTransaction(connection, readOnly: readOnly, deadline: deadline,
                                                   clientOperationConflictsSeen: clientOperationConflicts,
-                                                  announcer: announcer)
+                                                  announcer: announcer,
+                                                  beforeCommit: beforeCommitForTesting.withLock { $0 })
             let outcome = transaction.perform(body)
             lanePool.giveBack(connection)
             switch outcome {

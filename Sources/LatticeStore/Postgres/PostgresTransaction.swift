@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// How one run of a transaction ended, for `PostgresStorage`'s retry loop.
 enum PostgresOutcome<T> {
@@ -50,12 +51,17 @@ final class PostgresTransaction: StorageTransaction {
     /// Cursors opened by `exportRows` (each gets a name of its own).
     private var exportCursors = 0
 
+    /// Tests only (`PostgresStorage.beforeCommitForTesting`): called with the backend's process id just
+    /// before `COMMIT` is sent. Nil in the service.
+    private let beforeCommit: (@Sendable (Int32) -> Void)?
+
     /// The storage's mark in its announcements.
     private let announcer: String
 
     init(_ connection: PostgresConnection, readOnly: Bool, deadline: RequestDeadline?, clientOperationConflictsSeen: Int,
-         announcer: String) {
+         announcer: String, beforeCommit: (@Sendable (Int32) -> Void)? = nil) {
         self.announcer = announcer
+        self.beforeCommit = beforeCommit
         db = connection
         isReadOnly = readOnly
         self.deadline = deadline
@@ -93,6 +99,7 @@ final class PostgresTransaction: StorageTransaction {
         }
         if fatal != nil { return finish(nil) }
         // The body returned: commit, whatever the time (the deadline no longer applies).
+        if let hook = beforeCommit { hook(db.backendPID) }
         do {
             try db.execute(deadline == nil ? "COMMIT" : "SET LOCAL statement_timeout = 0; COMMIT", context: "commit")
         } catch {
