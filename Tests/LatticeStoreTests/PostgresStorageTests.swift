@@ -207,6 +207,23 @@ struct PostgresStorageTests {
             release.signal()
             #expect(holder.wait(timeout: .now() + 10) == .success)
             #expect(try storage.read { try $0.metadata("held") } == "1")
+            // While the lane's own connection is lent, a token lookup takes a general one that is free.
+            let authEntered = DispatchSemaphore(value: 0)
+            let authRelease = DispatchSemaphore(value: 0)
+            let authHolder = DispatchGroup()
+            authHolder.enter()
+            Thread.detachNewThread {
+                _ = try? storage.read(deadline: nil, lane: .authentication) { tx throws in
+                    _ = try tx.metadata("k")
+                    authEntered.signal()
+                    _ = authRelease.wait(timeout: .now() + 10)
+                }
+                authHolder.leave()
+            }
+            #expect(authEntered.wait(timeout: .now() + 10) == .success)
+            #expect(try storage.read(deadline: .after(milliseconds: 2_000), lane: .authentication) { try $0.metadata("k") } == "v")
+            authRelease.signal()
+            #expect(authHolder.wait(timeout: .now() + 10) == .success)
         }
     }
 
