@@ -94,10 +94,16 @@ final class PostgresTransaction: StorageTransaction {
         if case .failed? = fatal, isReadOnly {
             // A read whose body caught a failed statement (say, a refused write) and returned: its answer
             // stands, as it would on SQLite; there is nothing to commit.
-            if db.isUsable, db.isInTransaction { try? db.execute("ROLLBACK", context: "rollback") }
+            if db.isUsable, db.isInTransaction { db.sendWithoutWaiting("ROLLBACK") }
             return .success(value)
         }
         if fatal != nil { return finish(nil) }
+        if isReadOnly {
+            // Nothing to make durable: the snapshot's answer stands whatever the COMMIT says, so the
+            // connection reads that answer before its next use instead of the caller waiting for it now.
+            db.sendWithoutWaiting("COMMIT")
+            return .success(value)
+        }
         // The body returned: commit, whatever the time (the deadline no longer applies).
         if let hook = beforeCommit { hook(db.backendPID) }
         do {
