@@ -556,6 +556,45 @@ struct PostgresStorageTests {
         #expect("\(String(describing: error))".contains("newer than this build"))
     }
 
+    // MARK: Streaming
+
+    @Test func streamingReadsPageThroughEverythingAndStopWhenTold() throws {
+        try withDatabase { database in
+            let storage = try PostgresStorage(url: database.url, poolSize: 2)
+            defer { storage.close() }
+            let zone = try storage.write { tx throws in
+                let zone = try makeZone(tx)
+                var writes: [RecordWrite] = []
+                for index in 0..<300 {
+                    let type = index % 3 == 0 ? "A" : "B"
+                    let frame: [UInt8] = [UInt8(index % 256)]
+                    writes.append(RecordWrite(recordName: "r" + String(1_000 + index), recordType: type, frame: frame,
+                                              deleted: index % 7 == 0, userRecordName: Self.ann, nowMs: 5))
+                }
+                _ = try tx.saveRecords(zoneRowID: zone.rowID, writes, previous: writes.map { _ in nil })
+                return zone
+            }
+            try storage.read { tx throws in
+                for type in [nil, "A", "B"] as [String?] {
+                    var streamed: [StoredRecord] = []
+                    try tx.forEachRecord(zoneRowID: zone.rowID, recordType: type) { streamed.append($0); return true }
+                    #expect(streamed == (try tx.records(zoneRowID: zone.rowID, recordType: type)))
+                }
+                for (cursor, limit) in [(0, 300), (0, 1_000), (17, 100), (290, 50), (300, 10)] as [(Int64, Int)] {
+                    var streamed: [StoredRecord] = []
+                    try tx.forEachRecordChange(zoneRowID: zone.rowID, after: cursor, limit: limit) { streamed.append($0); return true }
+                    #expect(streamed == (try tx.recordChanges(zoneRowID: zone.rowID, after: cursor, limit: limit)))
+                }
+                var seen = 0
+                try tx.forEachRecordChange(zoneRowID: zone.rowID, after: 0, limit: 300) { _ in
+                    seen += 1
+                    return seen < 20
+                }
+                #expect(seen == 20)
+            }
+        }
+    }
+
     // MARK: Copying
 
     @Test func aLargeTableIsExportedInBoundedBatchesInPositionOrderAndImportedWhole() throws {

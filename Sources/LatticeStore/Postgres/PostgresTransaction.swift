@@ -498,6 +498,53 @@ final class PostgresTransaction: StorageTransaction {
         return rows.map { record($0, zoneRowID: zoneRowID) }
     }
 
+    /// Streams the same records as `records(zoneRowID:recordType:)` in pages by name (16 rows first, then
+    /// larger), so a caller that stops early never had more than a page in memory.
+    func forEachRecord(zoneRowID: Int64, recordType: String?, _ body: (StoredRecord) throws -> Bool) throws {
+        var after: String? = nil
+        var pageSize = 16
+        while true {
+            var sql = "SELECT \(Self.recordColumns) FROM records WHERE zone_id = $1 AND deleted = 0"
+            var values: [PostgresValue] = [.integer(zoneRowID)]
+            if let recordType {
+                values.append(.text(recordType))
+                sql += " AND record_type = $\(values.count)"
+            }
+            if let after {
+                values.append(.text(after))
+                sql += " AND name > $\(values.count)"
+            }
+            values.append(.integer(Int64(pageSize)))
+            sql += " ORDER BY name LIMIT $\(values.count)"
+            let page = try rows(sql, values).map { record($0, zoneRowID: zoneRowID) }
+            for stored in page {
+                guard try body(stored) else { return }
+            }
+            guard page.count == pageSize, let last = page.last else { return }
+            after = last.recordName
+            pageSize = min(pageSize * 4, 1_024)
+        }
+    }
+
+    /// Streams the same records as `recordChanges` in pages by position (16 rows first, then larger).
+    func forEachRecordChange(zoneRowID: Int64, after cursor: Int64, limit: Int,
+                             _ body: (StoredRecord) throws -> Bool) throws {
+        var position = cursor
+        var left = limit
+        var pageSize = 16
+        while left > 0 {
+            let wanted = min(pageSize, left)
+            let page = try recordChanges(zoneRowID: zoneRowID, after: position, limit: wanted)
+            for stored in page {
+                guard try body(stored) else { return }
+            }
+            guard page.count == wanted, let last = page.last else { return }
+            position = last.seq
+            left -= page.count
+            pageSize = min(pageSize * 4, 1_024)
+        }
+    }
+
     /// The database of the live zone to write records into, whose row is locked (read once per transaction).
     private func databaseForWriting(zoneRowID: Int64) throws -> Int64 {
         if isReadOnly {
