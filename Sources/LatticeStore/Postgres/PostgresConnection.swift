@@ -195,6 +195,59 @@ final class PostgresConnection {
         return try decode(result!)
     }
 
+    /// Runs `preamble` (statements without parameters, such as `BEGIN`) and then one statement with
+    /// parameters in a single round trip (libpq's pipeline mode). The first failure is thrown; a statement
+    /// after a failed one does not run.
+    func query(_ sql: String, _ values: [PostgresValue], after preamble: [String], context: String = "query")
+        throws(PostgresError) -> PostgresResult {
+        guard !preamble.isEmpty else { return try query(sql, values, context: context) }
+        drainAnswer()
+        let name = try preparedName(sql, values)
+        guard PQenterPipelineMode(handle) == 1 else {
+            throw PostgresError(result: nil, connection: handle, context: context)
+        }
+        var sent = 0
+        var sending = true
+        for statement in preamble where sending {
+            sending = PQsendQueryParams(handle, statement, 0, nil, nil, nil, nil, 0) == 1
+            if sending { sent += 1 }
+        }
+        if sending {
+            sending = PostgresConnection.withParameters(values) { pointers, lengths, formats in
+                PQsendQueryPrepared(handle, name, Int32(values.count), pointers, lengths, formats, 1)
+            } == 1
+            if sending { sent += 1 }
+        }
+        let synced = PQpipelineSync(handle) == 1
+        var failure: PostgresError? = sending && synced ? nil
+            : PostgresError(result: nil, connection: handle, context: context)
+        var final: PostgresResult? = nil
+        for index in 0..<sent {
+            guard let result = PQgetResult(handle) else {
+                if failure == nil { failure = PostgresError(result: nil, connection: handle, context: context) }
+                break
+            }
+            let status = PQresultStatus(result)
+            if status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK {
+                if index == sent - 1 {
+                    do { final = try decode(result) } catch { if failure == nil { failure = error } }
+                }
+            } else if status != PGRES_PIPELINE_ABORTED, failure == nil {
+                failure = PostgresError(result: result, connection: handle, context: context)
+            }
+            PQclear(result)
+            // Each command's results end with a NULL.
+            while let extra = PQgetResult(handle) { PQclear(extra) }
+        }
+        if synced, let sync = PQgetResult(handle) { PQclear(sync) }
+        if PQexitPipelineMode(handle) != 1, failure == nil {
+            failure = PostgresError(result: nil, connection: handle, context: context)
+        }
+        if let failure { throw failure }
+        guard let final else { throw PostgresError(result: nil, connection: handle, context: context) }
+        return final
+    }
+
     /// Runs one statement with parameters without keeping it prepared (for statements made once, such as a
     /// multi-row INSERT of a copy); parameter types come from the values, NULLs from their context.
     @discardableResult

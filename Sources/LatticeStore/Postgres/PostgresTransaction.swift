@@ -37,6 +37,8 @@ final class PostgresTransaction: StorageTransaction {
     }
 
     private var fatal: Fatal?
+    /// `BEGIN` (and the statement timeout), not sent yet: it goes with the transaction's first statement.
+    private var pendingBegin: [String]?
     private var savepointDepth = 0
     /// Zone rows this transaction has locked, with their database and whether they are deleted (only this
     /// transaction can change either until it ends), so a record read need not lock its zone again and a
@@ -72,19 +74,15 @@ final class PostgresTransaction: StorageTransaction {
 
     /// Begins, runs `body`, and commits (or rolls back), once.
     func perform<T>(_ body: (any StorageTransaction) throws -> T) -> PostgresOutcome<T> {
-        var begin = isReadOnly ? "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY" : "BEGIN ISOLATION LEVEL READ COMMITTED"
+        var begin = [isReadOnly ? "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY" : "BEGIN ISOLATION LEVEL READ COMMITTED"]
         if let deadline {
             let milliseconds = deadline.remainingMilliseconds
             guard milliseconds > 0 else { return .failure(StorageError.deadlineExceeded) }
             // Our own integer, not a value from a request.
-            begin += "; SET LOCAL statement_timeout = \(milliseconds)"
+            begin.append("SET LOCAL statement_timeout = \(milliseconds)")
         }
-        do {
-            try db.execute(begin, context: "begin")
-        } catch {
-            _ = note(error)
-            return finish(nil)
-        }
+        // Sent with the first statement (one round trip for both); a body that runs none opens nothing.
+        pendingBegin = begin
         let value: T
         do {
             value = try body(self)
@@ -98,6 +96,10 @@ final class PostgresTransaction: StorageTransaction {
             return .success(value)
         }
         if fatal != nil { return finish(nil) }
+        if pendingBegin != nil {
+            // No statement ran: no transaction was opened, nothing to commit.
+            return .success(value)
+        }
         if isReadOnly {
             // Nothing to make durable: the snapshot's answer stands whatever the COMMIT says, so the
             // connection reads that answer before its next use instead of the caller waiting for it now.
@@ -182,7 +184,22 @@ final class PostgresTransaction: StorageTransaction {
     private func query(_ sql: String, _ values: [PostgresValue] = []) throws(StorageError) -> PostgresResult {
         try throwIfEnded()
         do {
+            if let begin = pendingBegin {
+                pendingBegin = nil
+                return try db.query(sql, values, after: begin)
+            }
             return try db.query(sql, values)
+        } catch {
+            throw note(error)
+        }
+    }
+
+    /// Opens the transaction now, for a command that cannot carry the `BEGIN` along.
+    private func beginIfPending() throws(StorageError) {
+        guard let begin = pendingBegin else { return }
+        pendingBegin = nil
+        do {
+            try db.execute(begin.joined(separator: "; "), context: "begin")
         } catch {
             throw note(error)
         }
@@ -199,6 +216,7 @@ final class PostgresTransaction: StorageTransaction {
 
     private func execute(_ sql: String, checked: Bool = true) throws(StorageError) {
         if checked { try throwIfEnded() }
+        try beginIfPending()
         do {
             try db.execute(sql)
         } catch {
@@ -941,6 +959,7 @@ final class PostgresTransaction: StorageTransaction {
 
     private func rowsOnce(_ sql: String, _ values: [PostgresValue] = []) throws(StorageError) -> [[PostgresValue]] {
         try throwIfEnded()
+        try beginIfPending()
         do {
             return try db.queryOnce(sql, values).rows
         } catch {
