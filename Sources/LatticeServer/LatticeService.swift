@@ -498,14 +498,11 @@ public final class LatticeService: HTTPHandler, Sendable {
         if was != reached { log(reached ? "the database is reachable again" : "the database cannot be reached: /healthz answers 503") }
     }
 
-    /// `GET /healthz`: `{"status": "ok"}`, or 503 `{"status": "unavailable", "reason": ...}` with Retry-After
-    /// while the storage cannot be reached.
+    /// `GET /healthz`: `{"status": "ok"}`, or, while the storage cannot be reached, 503 TRY_AGAIN_LATER (with
+    /// Retry-After) saying so, as while the server shuts down.
     func healthResponse() -> HTTPResponse {
         guard storageReachable else {
-            var response = HTTPResponse.json(.object(["status": .string("unavailable"),
-                                                      "reason": .string("the database cannot be reached")]), status: 503)
-            response.headers.append((name: "Retry-After", value: "1"))
-            return response
+            return APIError(.tryAgainLater, "the database cannot be reached", retryAfter: 1).response
         }
         return .json(.object(["status": .string("ok")]))
     }

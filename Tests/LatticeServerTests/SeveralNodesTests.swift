@@ -203,7 +203,8 @@ final class TwoNodes: @unchecked Sendable {
         let down = health("GET")
         #expect(down.status == 503)
         #expect(down.headers.contains { $0.name == "Retry-After" })
-        #expect(try JSON.parse(down.body)["status"]?.stringValue == "unavailable")
+        #expect(try JSON.parse(down.body)["serverErrorCode"]?.stringValue == "TRY_AGAIN_LATER")
+        #expect(try JSON.parse(down.body)["reason"]?.stringValue == "the database cannot be reached")
         #expect(health("HEAD").status == 503)
         // Back: the next probe reports it, and writes succeed without a restart.
         nodes.storage.setUnreachable(false)
