@@ -190,4 +190,73 @@ import Testing
         try CLITests.ok("admin", "revoke-token", "--user", "carol", "--database", cluster.database.url)
         #expect(Self.post(a.service, "/database/1/lattice/production/private/users/current", .object([:]), token: token).0 == 401)
     }
+
+    /// Runs `work(i)` for i in 0..<count on threads at once, returning the outcomes by index.
+    static func concurrently<T: Sendable>(_ count: Int, _ work: @escaping @Sendable (Int) -> T) -> [T] {
+        let results = Mutex<[Int: T]>([:])
+        let group = DispatchGroup()
+        let start = DispatchSemaphore(value: 0)
+        for index in 0..<count {
+            group.enter()
+            Thread {
+                start.wait()
+                let outcome = work(index)
+                results.withLock { $0[index] = outcome }
+                group.leave()
+            }.start()
+        }
+        for _ in 0..<count { start.signal() }
+        _ = group.wait(timeout: .now() + 60)
+        return results.withLock { dictionary in (0..<count).compactMap { dictionary[$0] } }
+    }
+
+    @Test func aSingleUseLinkAndTheParticipantCapHoldAcrossTwoNodes() throws {
+        let cluster = try Cluster()
+        let a = try cluster.node("a"), b = try cluster.node("b")
+        let nodes = [a.service, b.service]
+        let ann = try Self.signUp("ann", a.service)
+        try Self.createZone(a.service, token: ann)
+        let zone = JSON.object(["zoneName": .string("Lists")])
+        let (created, share) = Self.call(a.service, "shares/create", .object(["zoneID": zone, "publicPermission": .string("readOnly")]),
+                                         token: ann)
+        #expect(created == 200, "\(share.serialized())")
+        let guests = try (0..<107).map { try Self.signUp("g\($0)", nodes[$0 % 2]) }
+
+        // A single-use link accepted by six guests at once through both nodes: exactly one joins.
+        let (_, link) = Self.call(b.service, "shares/url", .object(["zoneID": zone, "permission": .string("readOnly"),
+                                                                    "maxUses": .int(1)]), token: ann)
+        let url = try #require(link["url"]?.stringValue, "\(link.serialized())")
+        let joins = Self.concurrently(6) { index in
+            let (_, answer) = PostgresNodesTests.post(nodes[index % 2], "/database/1/lattice/production/shared/records/accept",
+                                                      .object(["shortGUIDs": .array([.object(["value": .string(url)])])]),
+                                                      token: guests[index])
+            return answer["results"]?.arrayValue?.first?["serverErrorCode"] == nil
+        }
+        #expect(joins.count == 6 && joins.filter { $0 }.count == 1, "joins: \(joins)")
+
+        // 2 participants now (ann and the link's one); invite 95 more, then 6 at once through both nodes
+        // for the last 3 places.
+        @Sendable func invite(_ names: [Int], on service: LatticeService) -> Int {
+            Self.call(service, "shares/modify", .object(["zoneID": zone, "participants": .array(names.map {
+                .object(["operation": .string("invite"), "userName": .string("g\($0)"), "permission": .string("readOnly")])
+            })]), token: ann).0
+        }
+        let closed = Self.call(a.service, "shares/modify", .object(["zoneID": zone, "publicPermission": .string("none")]),
+                               token: ann)
+        #expect(closed.0 == 200, "\(closed.1.serialized().prefix(400))")
+        let bulk = Self.call(a.service, "shares/modify", .object(["zoneID": zone, "participants": .array((6..<101).map {
+            .object(["operation": .string("invite"), "userName": .string("g\($0)"), "permission": .string("readOnly")])
+        })]), token: ann)
+        #expect(bulk.0 == 200, "\(bulk.1.serialized().prefix(400))")
+        func active(_ service: LatticeService) -> Int {
+            let (_, lookup) = Self.call(service, "shares/lookup", .object(["zoneID": zone]), token: ann)
+            return (lookup["participants"]?.arrayValue ?? []).filter { $0["acceptanceStatus"]?.stringValue != "removed" }.count
+        }
+        let free = 100 - active(a.service)
+        #expect((1...4).contains(free), "\(free) places left")
+        let invited = Self.concurrently(6) { index in invite([101 + index], on: nodes[index % 2]) }
+        #expect(invited.filter { $0 == 200 }.count == free, "statuses: \(invited), \(free) places were free")
+        #expect(invited.allSatisfy { $0 == 200 || $0 == 409 }, "statuses: \(invited)")
+        #expect(active(b.service) == 100)
+    }
 }
