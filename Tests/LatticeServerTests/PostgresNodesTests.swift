@@ -259,4 +259,39 @@ import Testing
         #expect(invited.allSatisfy { $0 == 200 || $0 == 409 }, "statuses: \(invited)")
         #expect(active(b.service) == 100)
     }
+
+    @Test func acceptsAndWritesInTheOwnersZoneDoNotDeadlock() throws {
+        let cluster = try Cluster()
+        let a = try cluster.node("a"), b = try cluster.node("b")
+        let ann = try Self.signUp("ann", a.service)
+        try Self.createZone(a.service, token: ann)
+        let zone = JSON.object(["zoneName": .string("Lists")])
+        _ = Self.call(a.service, "shares/create", .object(["zoneID": zone, "publicPermission": .string("readWrite")]), token: ann)
+        let (_, link) = Self.call(a.service, "shares/url", .object(["zoneID": zone]), token: ann)
+        let url = try #require(link["url"]?.stringValue, "\(link.serialized())")
+        let guests = try (0..<8).map { try Self.signUp("g\($0)", b.service) }
+        // Four writers in ann's zone through node a while eight guests accept through node b.
+        let outcomes = Self.concurrently(12) { index -> (String, Double, Bool) in
+            let started = Date()
+            if index < 4 {
+                var ok = true
+                for round in 0..<5 {
+                    ok = ok && PostgresNodesTests.call(a.service, "records/modify", .object([
+                        "zoneID": zone, "operations": .array([operation("create", "w\(index)-\(round)")]),
+                    ]), token: ann).0 == 200
+                }
+                return ("write", Date().timeIntervalSince(started) / 5, ok)
+            }
+            let (_, answer) = PostgresNodesTests.post(b.service, "/database/1/lattice/production/shared/records/accept",
+                                                      .object(["shortGUIDs": .array([.object(["value": .string(url)])])]),
+                                                      token: guests[index - 4])
+            return ("accept", Date().timeIntervalSince(started),
+                    answer["results"]?.arrayValue?.first?["serverErrorCode"] == nil)
+        }
+        #expect(outcomes.count == 12 && outcomes.allSatisfy(\.2), "\(outcomes)")
+        let slowest = outcomes.map(\.1).max() ?? 0
+        print("PostgresNodesTests: accepts and writes at once, slowest \(Int(slowest * 1000)) ms")
+        // A deadlock is broken only after PostgreSQL's deadlock_timeout (1 s).
+        #expect(slowest < 0.9, "\(outcomes)")
+    }
 }

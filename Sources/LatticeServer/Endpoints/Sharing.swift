@@ -533,6 +533,24 @@ extension LatticeService {
         return (claims, share)
     }
 
+    /// Takes the rows a link's accept changes in the order every other write takes them (the owner's
+    /// database, then the zone, then the share: Architecture.md, "Several nodes"), so on a multi-writer
+    /// backend an accept and a write in the owner's zone never wait for each other in a cycle. The link's
+    /// rows are found first in a short read of the authentication lane (point reads, never queued behind
+    /// writes); a link that does not verify or resolve locks nothing here and `verifiedLink` refuses it.
+    private func lockLinkTarget(_ token: String, _ tx: any StorageTransaction) throws {
+        guard let keyRing, let claims = try? keyRing.verify(token, nowSeconds: configuration.now() / 1000) else { return }
+        let target = try? storage.read(deadline: .after(milliseconds: 2_000), lane: .authentication) { read -> (Int64, Int64)? in
+            guard let share = try read.share(publicID: claims.shareID), let zone = try read.zone(rowID: share.zoneRowID) else {
+                return nil
+            }
+            return (zone.databaseID, zone.rowID)
+        }
+        guard let (databaseID, zoneRowID) = target ?? nil else { return }
+        _ = try tx.database(id: databaseID)
+        _ = try tx.zone(rowID: zoneRowID)
+    }
+
     /// `records/resolve {"shortGUIDs": [{"value": token or URL}]}`: what accepting would give, granting nothing.
     func resolveShares(_ context: RequestContext) throws -> JSON {
         let links = try items(context.body, "shortGUIDs", limit: 20, allowStrings: true)
@@ -566,6 +584,7 @@ extension LatticeService {
             do {
                 let result = try tx.savepoint { () throws -> JSON in
                     guard let token = linkToken(link) else { throw APIError.badRequest("expected {\"value\": token}") }
+                    try lockLinkTarget(token, tx)
                     var (claims, share) = try verifiedLink(token, tx)
                     var roster = try roster(share, tx)
                     let before = roster
