@@ -4,7 +4,9 @@ import Synchronization
 /// Wakes long polls (`changes/wait`) when a database's change log moves past what they have seen.
 ///
 /// A waiter is registered before the caller re-reads the log position, so a commit that lands between
-/// the read and the registration still wakes it: `notify` runs after every commit.
+/// the read and the registration still wakes it: `notify` runs after every commit of this process, and
+/// after every commit another node announces (`LatticeService.observedChange`, which reads the positions
+/// of `watchedDatabaseIDs` only).
 final class ChangeNotifier: Sendable {
     /// One waiting request. It fires once: on a change, on its timeout, or at shutdown.
     final class Waiter: Sendable {
@@ -54,12 +56,24 @@ final class ChangeNotifier: Sendable {
         var waiters: [Int: Waiter] = [:]
         /// Waiters per owner, for the per-account cap.
         var perOwner: [Int64: Int] = [:]
+        /// Waiters per watched database, so an announcement is filtered without a walk over every waiter.
+        var perDatabase: [Int64: Int] = [:]
         var shuttingDown = false
+
+        mutating func add(_ waiter: Waiter) {
+            waiters[waiter.id] = waiter
+            perOwner[waiter.owner, default: 0] += 1
+            for id in waiter.databaseIDs { perDatabase[id, default: 0] += 1 }
+        }
 
         mutating func remove(_ waiter: Waiter) {
             guard waiters.removeValue(forKey: waiter.id) != nil else { return }
             let count = perOwner[waiter.owner, default: 1] - 1
             perOwner[waiter.owner] = count > 0 ? count : nil
+            for id in waiter.databaseIDs {
+                let left = perDatabase[id, default: 1] - 1
+                perDatabase[id] = left > 0 ? left : nil
+            }
         }
     }
 
@@ -74,8 +88,7 @@ final class ChangeNotifier: Sendable {
             guard state.perOwner[owner, default: 0] < limit else { return .overLimit }
             state.nextID += 1
             let waiter = Waiter(id: state.nextID, owner: owner, cursors: cursors, fire: fire)
-            state.waiters[waiter.id] = waiter
-            state.perOwner[owner, default: 0] += 1
+            state.add(waiter)
             return .registered(waiter)
         }
         guard case .registered(let waiter) = registration else { return registration }
@@ -118,6 +131,7 @@ final class ChangeNotifier: Sendable {
             defer {
                 state.waiters.removeAll()
                 state.perOwner.removeAll()
+                state.perDatabase.removeAll()
             }
             return Array(state.waiters.values)
         }
@@ -125,6 +139,11 @@ final class ChangeNotifier: Sendable {
     }
 
     var waiterCount: Int { state.withLock { $0.waiters.count } }
+
+    /// The databases some parked waiter watches now.
+    var watchedDatabaseIDs: Set<Int64> {
+        state.withLock { Set($0.perDatabase.keys) }
+    }
 
     /// Waiters `owner` holds now.
     func waiterCount(owner: Int64) -> Int { state.withLock { $0.perOwner[owner, default: 0] } }

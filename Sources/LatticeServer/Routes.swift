@@ -198,7 +198,7 @@ extension LatticeService {
     /// The route table. Order matters only where two patterns could match one path (none do today).
     static let apiRoutes: [Route] = [
         Route(method: "GET", pattern: RoutePattern("/healthz"), authentication: .none, lane: .inline, throttle: .none,
-              handler: .plain { _, _, _ in .json(.object(["status": .string("ok")])) }),
+              handler: .plain { service, _, _ in service.healthResponse() }),
         Route(method: "POST", pattern: RoutePattern("/auth/signup"), authentication: .none, lane: .pool,
               throttle: .perAddress,
               handler: .plain { service, request, _ in

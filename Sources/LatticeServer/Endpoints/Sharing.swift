@@ -255,7 +255,13 @@ extension LatticeService {
         let matches = candidates.filter { wanted == nil || $0.recordName == wanted }
         guard let share = matches.first else { throw APIError(.notFound, "no such share in zone \(zone.name)") }
         guard matches.count == 1 else { throw APIError.badRequest("the zone has several shares; name one with shareRecordName") }
-        return (resolved, share, try roster(share, tx))
+        // The share's own row, read again before its roster: in a write on a multi-writer backend this locks
+        // it, so an invitation here and an accept through a link (which locks the row first) cannot both
+        // pass the participant cap.
+        guard let locked = try tx.share(id: share.id), !locked.deleted else {
+            throw APIError(.notFound, "no such share in zone \(zone.name)")
+        }
+        return (resolved, locked, try roster(locked, tx))
     }
 
     /// `shares/create {"zoneID", "rootRecordName"?, "title"?, "publicPermission"?}` (private database, by the
@@ -527,6 +533,24 @@ extension LatticeService {
         return (claims, share)
     }
 
+    /// Takes the rows a link's accept changes in the order every other write takes them (the owner's
+    /// database, then the zone, then the share: Architecture.md, "Several nodes"), so on a multi-writer
+    /// backend an accept and a write in the owner's zone never wait for each other in a cycle. The link's
+    /// rows are found first in a short read of the authentication lane (point reads, never queued behind
+    /// writes); a link that does not verify or resolve locks nothing here and `verifiedLink` refuses it.
+    private func lockLinkTarget(_ token: String, _ tx: any StorageTransaction) throws {
+        guard let keyRing, let claims = try? keyRing.verify(token, nowSeconds: configuration.now() / 1000) else { return }
+        let target = try? storage.read(deadline: .after(milliseconds: 2_000), lane: .authentication) { read -> (Int64, Int64)? in
+            guard let share = try read.share(publicID: claims.shareID), let zone = try read.zone(rowID: share.zoneRowID) else {
+                return nil
+            }
+            return (zone.databaseID, zone.rowID)
+        }
+        guard let (databaseID, zoneRowID) = target ?? nil else { return }
+        _ = try tx.database(id: databaseID)
+        _ = try tx.zone(rowID: zoneRowID)
+    }
+
     /// `records/resolve {"shortGUIDs": [{"value": token or URL}]}`: what accepting would give, granting nothing.
     func resolveShares(_ context: RequestContext) throws -> JSON {
         let links = try items(context.body, "shortGUIDs", limit: 20, allowStrings: true)
@@ -560,6 +584,7 @@ extension LatticeService {
             do {
                 let result = try tx.savepoint { () throws -> JSON in
                     guard let token = linkToken(link) else { throw APIError.badRequest("expected {\"value\": token}") }
+                    try lockLinkTarget(token, tx)
                     var (claims, share) = try verifiedLink(token, tx)
                     var roster = try roster(share, tx)
                     let before = roster
