@@ -12,18 +12,21 @@ bash Scripts/bootstrap.sh --tests
 swift build --build-tests
 
 # A throwaway PostgreSQL cluster (initdb as the postgres system user, a unix socket in a temporary directory,
-# a free port, fsync on), stopped and removed on exit: also after a failure or Ctrl-C.
-pg_dir=$(mktemp -d /tmp/lattice-pg.XXXXXX)
-stop_postgres() {
-    bash Scripts/postgres-test-cluster.sh stop "$pg_dir" >/dev/null 2>&1 || true
-    rm -rf "$pg_dir"
-}
-trap stop_postgres EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-LATTICE_TEST_POSTGRES_URL=$(bash Scripts/postgres-test-cluster.sh start "$pg_dir")
-export LATTICE_TEST_POSTGRES_URL
-echo "test.sh: PostgreSQL test cluster at $LATTICE_TEST_POSTGRES_URL" >&2
+# a free port, fsync on), stopped and removed on exit: also after a failure or Ctrl-C. A cluster named by
+# LATTICE_TEST_POSTGRES_URL already is used instead (the tests make and drop databases of their own on it).
+if [ -z "${LATTICE_TEST_POSTGRES_URL:-}" ]; then
+    pg_dir=$(mktemp -d /tmp/lattice-pg.XXXXXX)
+    stop_postgres() {
+        bash Scripts/postgres-test-cluster.sh stop "$pg_dir" >/dev/null 2>&1 || true
+        rm -rf "$pg_dir"
+    }
+    trap stop_postgres EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    LATTICE_TEST_POSTGRES_URL=$(bash Scripts/postgres-test-cluster.sh start "$pg_dir")
+    export LATTICE_TEST_POSTGRES_URL
+    echo "test.sh: PostgreSQL test cluster at $LATTICE_TEST_POSTGRES_URL" >&2
+fi
 
 if [ "$#" -gt 0 ]; then
     swift test --skip-build "$@"
