@@ -58,7 +58,7 @@ final class OnlineSwitch: @unchecked Sendable {
 final class SyncWorld: @unchecked Sendable {
     let directory: String
     let storage: any Storage
-    /// The PostgreSQL database under `LATTICE_TEST_BACKEND=postgres` (see TestBackend), dropped with the world.
+    /// The PostgreSQL database under `LATTICE_TEST_BACKEND=postgres` (see TestBackend; closing the storage drops it).
     let databaseURL: String?
     let service: LatticeService
 
@@ -80,7 +80,6 @@ final class SyncWorld: @unchecked Sendable {
     deinit {
         storage.close()
         try? FileManager.default.removeItem(atPath: directory)
-        if let databaseURL { TestPostgres.dropDatabase(databaseURL) }
     }
 
     func device(_ name: String, online: OnlineSwitch = OnlineSwitch()) throws -> (SyncEngine, Lists, OnlineSwitch) {

@@ -27,7 +27,7 @@ func temporaryDirectory(_ label: String = "lattice-server") -> String {
 final class ServiceHarness: @unchecked Sendable {
     let clock: TestClock
     let storage: any Storage
-    /// The PostgreSQL database the storage is on, dropped with the harness; nil on SQLite.
+    /// The PostgreSQL database the storage is on (closing the storage drops it); nil on SQLite.
     let databaseURL: String?
     let service: LatticeService
     let keyRing: ShareKeyRing
@@ -54,7 +54,6 @@ final class ServiceHarness: @unchecked Sendable {
     deinit {
         storage.close()
         try? FileManager.default.removeItem(atPath: directory)
-        if let databaseURL { TestPostgres.dropDatabase(databaseURL) }
     }
 
     struct Reply {

@@ -21,18 +21,18 @@ enum TestBackend: String, Sendable {
         }
     }()
 
-    /// A fresh storage for an in-process service: a SQLite file in `directory`, or a new PostgreSQL
-    /// database (its URL returned, for dropping it afterwards).
+    /// A fresh storage for an in-process service: a SQLite file in `directory`, or a new, migrated
+    /// PostgreSQL database (`PostgresTestDatabase`) that closing the storage drops; the second value is its URL.
     static func makeStorage(directory: String) throws -> (any Storage, String?) {
         switch current {
         case .sqlite:
             return (try SQLiteStorage(path: directory + "/" + SQLiteStorage.fileName), nil)
         case .postgres:
-            let url = try TestPostgres.createDatabase("harness")
+            let database = try PostgresTestDatabase.create()
             do {
-                throw TestBackendError("PostgresStorage is not in this build yet")
+                return (try database.openStorage(poolSize: 2), database.url)
             } catch {
-                TestPostgres.dropDatabase(url)
+                database.drop()
                 throw error
             }
         }
@@ -137,7 +137,7 @@ enum TestPostgres {
         let file = (data.hasSuffix("/") ? String(data.dropLast()) : data) + ".postgres-url"
         return try lock.withLock {
             if let existing = try? String(contentsOfFile: file, encoding: .utf8), !existing.isEmpty { return existing }
-            let url = try createDatabase(URL(fileURLWithPath: data).lastPathComponent)
+            let url = try PostgresTestDatabase.create().url
             try url.write(toFile: file, atomically: true, encoding: .utf8)
             return url
         }
