@@ -25,6 +25,10 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// When the full disk was last logged (once a minute), for this service alone.
     private let diskFullLoggedMs = Atomic<Int64>(Int64.min / 2)
     private let currentPublicURL: Mutex<String>
+    /// Set by `probeStorage`; true until a probe fails.
+    private let storageHealthy = Atomic<Bool>(true)
+    /// Where other nodes' announced commits are handled (`observedChange`), one at a time.
+    let remoteChanges = DispatchQueue(label: "lattice-remote-changes")
 
     /// The URL clients reach the server at (share URLs and their `iss`): the configured one, or the one
     /// the process learned after binding its port.
@@ -74,6 +78,11 @@ public final class LatticeService: HTTPHandler, Sendable {
         replicaID = replica
         clock = Mutex(HybridLogicalClock(replica: replica, maximumDriftMilliseconds: configuration.maximumClockDriftMilliseconds,
                                          latest: HLC(rawValue: latest), time: { UInt64(max(0, now())) }))
+        // Other nodes' commits wake this node's long polls (a single-process backend delivers nothing).
+        let queue = remoteChanges
+        try storage.observeChanges { [weak self] change in
+            queue.async { [weak self] in self?.observedChange(change) }
+        }
     }
 
     public var maximumBodySize: Int { configuration.maximumRequestBytes }
@@ -87,13 +96,21 @@ public final class LatticeService: HTTPHandler, Sendable {
         notifier.shutDown()
     }
 
-    /// Removes tombstones, deleted zones and remembered operation ids past their horizons.
+    /// Removes tombstones, deleted zones and remembered operation ids past their horizons; an empty report
+    /// when another node is purging now (`purgeUnlessRunningElsewhere`).
     @discardableResult
     public func purgeExpired() throws -> PurgeReport {
+        try purgeUnlessRunningElsewhere() ?? PurgeReport()
+    }
+
+    /// The purge, in one write that first takes the exclusive lock "purge" without waiting: nil (nothing
+    /// done) when another node holds it, so nodes on one database purge one at a time.
+    public func purgeUnlessRunningElsewhere() throws -> PurgeReport? {
         let now = configuration.now()
         return try storage.write { tx in
-            try tx.purge(before: now - configuration.tombstoneHorizonMilliseconds,
-                         operationsBeforeMs: now - configuration.clientOperationHorizonMilliseconds)
+            guard try tx.tryExclusiveLock("purge") else { return nil }
+            return try tx.purge(before: now - configuration.tombstoneHorizonMilliseconds,
+                                operationsBeforeMs: now - configuration.clientOperationHorizonMilliseconds)
         }
     }
 
@@ -149,7 +166,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         let path = request.path
         if path == "/healthz" {
             guard request.method == "GET" || request.method == "HEAD" else { throw methodNotAllowed(request, "GET") }
-            return respond(.json(.object(["status": .string("ok")])))
+            return respond(healthResponse())
         }
         if path == "/.well-known/jwks.json" {
             guard request.method == "GET" || request.method == "HEAD" else { throw methodNotAllowed(request, "GET") }
@@ -383,7 +400,9 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// no detail.
     func internalError(_ error: any Error) -> APIError {
         if let error = error as? APIError { return error }
-        if case StorageError.busy = error { return APIError(.tryAgainLater, "the database is busy; retry shortly") }
+        if case StorageError.busy = error {
+            return APIError(.tryAgainLater, "the database is busy or cannot be reached; retry shortly")
+        }
         if case StorageError.closed = error { return APIError(.tryAgainLater, "the server is shutting down") }
         if case StorageError.diskFull = error {
             // Logged at most once a minute: a full disk refuses every write, and the log may share the disk.
@@ -402,22 +421,85 @@ public final class LatticeService: HTTPHandler, Sendable {
         return APIError(.internalError, "internal error (reference \(reference))")
     }
 
-    /// A write transaction. `touched` collects the databases whose logs it moved; after the commit their
-    /// long polls are woken with the committed positions.
+    /// A write transaction. `touched` collects the databases whose logs it moved: their positions are read
+    /// inside the transaction (the rows are locked by the writer already), the other nodes are told inside
+    /// it (`announceChanges`: delivered only if it commits), and after the commit this node's long polls on
+    /// them are woken with the committed positions. A backend may run `body` again (a retried conflict):
+    /// each run starts with nothing touched.
     func write<T>(deadline: RequestDeadline? = nil, _ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
-        var touched = Set<Int64>()
-        let result = try storage.write(deadline: deadline) { tx in
+        let (result, positions) = try storage.write(deadline: deadline) { tx -> (T, [(Int64, Int64)]) in
+            var touched = Set<Int64>()
             let result = try body(tx, &touched)
             // Keep the clock's high-water mark with the writes it stamped: after a restart the clock never
             // goes back, even if the wall clock did.
             try tx.raiseNodeClock(name: configuration.nodeName, to: Int64(clamping: clock.withLock { $0.latest.rawValue }))
-            return result
+            guard !touched.isEmpty else { return (result, []) }
+            let ids = touched.sorted()
+            let positions = try ids.compactMap { id in try tx.database(id: id).map { (id, $0.lastSeq) } }
+            try tx.announceChanges(databaseIDs: ids)
+            return (result, positions)
         }
-        if !touched.isEmpty {
-            let positions = try storage.read { tx in try touched.compactMap { try tx.database(id: $0) } }
-            for database in positions { notifier.notify(databaseID: database.id, position: database.lastSeq) }
-        }
+        for (id, position) in positions { notifier.notify(databaseID: id, position: position) }
         return result
+    }
+
+    // MARK: Other nodes' commits
+
+    /// What another node's commit changed (`Storage.observeChanges`): wakes the parked long polls it
+    /// concerns. Only databases with a parked waiter are read; after `.resynchronize` (announcements may
+    /// have been lost) every parked waiter's databases are. Runs on `remoteChanges`, off the backend's thread.
+    func observedChange(_ change: StorageChange) {
+        let watched = notifier.watchedDatabaseIDs
+        let wanted: [Int64]
+        switch change {
+        case .databases(let ids): wanted = ids.filter(watched.contains)
+        case .resynchronize: wanted = watched.sorted()
+        }
+        guard !wanted.isEmpty else { return }
+        do {
+            let positions = try storage.read(deadline: .after(milliseconds: configuration.requestDeadlineMilliseconds)) { tx in
+                try wanted.compactMap { id in try tx.database(id: id).map { (id, $0.lastSeq) } }
+            }
+            for (id, position) in positions { notifier.notify(databaseID: id, position: position) }
+        } catch {
+            // The database is away: look again shortly, and every waiter then, since more may be missed.
+            log("could not read the positions other nodes announced (\(error)); retrying in 1 s")
+            remoteChanges.asyncAfter(deadline: .now() + 1) { [weak self] in self?.observedChange(.resynchronize) }
+        }
+    }
+
+    // MARK: Health
+
+    /// Whether the last probe of the storage (`probeStorage`) reached it; `/healthz` answers 503 while not.
+    public var storageReachable: Bool { storageHealthy.load(ordering: .relaxed) }
+
+    /// One cheap point read with a short deadline, for `/healthz` (`ServerProcess` runs it every second on a
+    /// shared database): a node that cannot reach its database reports it, so a load balancer stops sending
+    /// it requests until it can again.
+    public func probeStorage(deadlineMilliseconds: Int64) {
+        let reached: Bool
+        do {
+            _ = try storage.read(deadline: .after(milliseconds: deadlineMilliseconds), lane: .authentication) { tx in
+                try tx.metadata(OpenedDeployment.publicURLKey)
+            }
+            reached = true
+        } catch {
+            reached = false
+        }
+        let was = storageHealthy.exchange(reached, ordering: .relaxed)
+        if was != reached { log(reached ? "the database is reachable again" : "the database cannot be reached: /healthz answers 503") }
+    }
+
+    /// `GET /healthz`: `{"status": "ok"}`, or 503 `{"status": "unavailable", "reason": ...}` with Retry-After
+    /// while the storage cannot be reached.
+    func healthResponse() -> HTTPResponse {
+        guard storageReachable else {
+            var response = HTTPResponse.json(.object(["status": .string("unavailable"),
+                                                      "reason": .string("the database cannot be reached")]), status: 503)
+            response.headers.append((name: "Retry-After", value: "1"))
+            return response
+        }
+        return .json(.object(["status": .string("ok")]))
     }
 }
 
