@@ -52,7 +52,7 @@ import Glibc
         /// `lattice serve` on the data directory `data` (on PostgreSQL: the database made for it, see
         /// `TestBackend`), on a free port.
         convenience init(data: String, extra: [String] = []) throws {
-            try self.init(arguments: try TestBackend.storageArguments(data: data) + ["--port", "0"] + extra)
+            try self.init(arguments: try TestBackend.serveArguments(data: data) + ["--port", "0"] + extra)
         }
 
         /// `lattice serve ARGUMENTS`; they must bind 127.0.0.1 (the default host).

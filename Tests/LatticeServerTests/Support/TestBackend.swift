@@ -38,6 +38,15 @@ enum TestBackend: String, Sendable {
         }
     }
 
+    /// The public URL every `lattice serve` on PostgreSQL gets (`--public-url` is required there, and a
+    /// database keeps the one it first served).
+    static let publicURL = "http://lattice.test"
+
+    /// `lattice serve`'s storage options for `data`: `storageArguments`, and on PostgreSQL `--public-url`.
+    static func serveArguments(data: String) throws -> [String] {
+        try storageArguments(data: data) + (current == .postgres ? ["--public-url", publicURL] : [])
+    }
+
     /// The storage options for `lattice serve` and `lattice admin` on the data directory `data`: `--data`
     /// on SQLite; on PostgreSQL `--database` with a database made for `data` on first use, and the same
     /// one after (a restarted server finds what its predecessor wrote). The URL is kept in a file beside
