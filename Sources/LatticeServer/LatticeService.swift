@@ -443,6 +443,14 @@ public final class LatticeService: HTTPHandler, Sendable {
         return result
     }
 
+    /// Makes the rest of this write transaction wait for any other one that serialized on `name`, on every
+    /// node: it writes the metadata row `lock:NAME`, whose row lock a multi-writer backend holds to commit
+    /// (SQLite's one writer serializes anyway). For check-then-act rules that have no row of their own
+    /// to lock (the sign-up limits, the tokens-per-user cap).
+    func serialize(_ name: String, _ tx: any StorageTransaction) throws {
+        try tx.setMetadata("lock:" + name, "")
+    }
+
     // MARK: Other nodes' commits
 
     /// What another node's commit changed (`Storage.observeChanges`): wakes the parked long polls it
