@@ -3,9 +3,10 @@
 # With arguments (say `--filter X`) it runs just those Swift tests (the throwaway PostgreSQL cluster below
 # is started for them too).
 #
-# Order: the suite on the SQLite default (without the attack suite); the server suites that matter for
-# correctness once more on PostgreSQL (LATTICE_TEST_BACKEND=postgres: each harness on a fresh database of
-# the throwaway cluster); the attack suite alone; schemathesis against a real server.
+# Order: the suite on the SQLite default (without the attack suite and the multi-node tests); the server
+# suites that matter for correctness once more on PostgreSQL (LATTICE_TEST_BACKEND=postgres: each harness
+# on a fresh database of the throwaway cluster); the multi-node tests and the haproxy test (always on
+# PostgreSQL), each alone; the attack suite alone; schemathesis against a real server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash Scripts/bootstrap.sh --tests
@@ -36,13 +37,14 @@ fi
 started=$SECONDS
 phase() { echo "test.sh: $1 took $((SECONDS - started)) s" >&2; started=$SECONDS; }
 
-# The attack suite measures probe latency, so it runs alone, after the rest.
-LATTICE_ATTACK_SUITE=skip swift test --skip-build
+# The attack suite measures probe latency, and the multi-node and haproxy tests load several servers and
+# time wake-ups, so each runs alone, after the rest.
+LATTICE_ATTACK_SUITE=skip swift test --skip-build --skip 'LatticeServerTests\.(MultiNodeTests|HAProxyTests)/'
 phase "the suite on SQLite"
 
 # The same tests, not copies, on PostgreSQL: records, change feeds, limits, idempotency (the replay cache),
 # sharing and the authorization matrix, the accept flow, crash recovery, end-to-end sync (real processes and
-# the sync engine's in-process world). The multi-node and haproxy tests ran above (always on PostgreSQL).
+# the sync engine's in-process world).
 postgres_suites='LatticeServerTests\.(RecordsTests|ChangeFeedTests|DeltaFeedTests|RequestBoundsTests'
 postgres_suites+='|SharingLimitMatrixTests|WriteCostTests|ReplayCacheTests|SharingFlowTests'
 postgres_suites+='|AuthorizationMatrixTests|SharingLinkMatrixTests|SharingRevocationMatrixTests'
@@ -50,6 +52,12 @@ postgres_suites+='|SharingMoveMatrixTests|SharingSmugglingMatrixTests|CrashRecov
 postgres_suites+='|LatticeSyncTests\.(SyncEngineTests|SyncEngineDeltaTests)/'
 LATTICE_TEST_BACKEND=postgres LATTICE_ATTACK_SUITE=skip swift test --skip-build --filter "$postgres_suites"
 phase "the correctness suites on PostgreSQL"
+
+# Three `lattice serve` nodes on one PostgreSQL database; then haproxy in front of three.
+swift test --skip-build --filter 'LatticeServerTests\.MultiNodeTests/'
+phase "the multi-node tests"
+swift test --skip-build --filter 'LatticeServerTests\.HAProxyTests/'
+phase "the haproxy test"
 
 swift test --skip-build --filter AttackSuiteTests
 phase "the attack suite"
