@@ -45,10 +45,10 @@ phase "the suite on SQLite"
 # The same tests, not copies, on PostgreSQL: records, change feeds, limits, idempotency (the replay cache),
 # sharing and the authorization matrix, the accept flow, crash recovery, end-to-end sync (real processes and
 # the sync engine's in-process world).
-postgres_suites='LatticeServerTests\.(RecordsTests|ChangeFeedTests|DeltaFeedTests|RequestBoundsTests'
-postgres_suites+='|SharingLimitMatrixTests|WriteCostTests|ReplayCacheTests|SharingFlowTests'
-postgres_suites+='|AuthorizationMatrixTests|SharingLinkMatrixTests|SharingRevocationMatrixTests'
-postgres_suites+='|SharingMoveMatrixTests|SharingSmugglingMatrixTests|CrashRecoveryTests|EndToEndSyncTests)/'
+# AuthorizationMatrixTests holds the sharing matrices (participant limits, links and the accept flow,
+# revocation, moves, smuggling) as extensions.
+postgres_suites='LatticeServerTests\.(RecordsTests|ChangeFeedTests|DeltaFeedTests|RequestBoundsTests|ReplayCacheTests'
+postgres_suites+='|SharingFlowTests|AuthorizationMatrixTests|CrashRecoveryTests|EndToEndSyncTests)/'
 postgres_suites+='|LatticeSyncTests\.(SyncEngineTests|SyncEngineDeltaTests)/'
 LATTICE_TEST_BACKEND=postgres LATTICE_ATTACK_SUITE=skip swift test --skip-build --filter "$postgres_suites"
 phase "the correctness suites on PostgreSQL"
