@@ -32,15 +32,16 @@ import Glibc
             text = text.replacingOccurrences(of: "server \(name) \(address)\n",
                                              with: "server \(name) 127.0.0.1:\(nodePorts[index])\n")
         }
-        // This test's own global section: no syslog, no user switch, no daemon (haproxy -db keeps it in
-        // the foreground as a child of the test).
+        // This test's own global section: the log on stdout instead of syslog, no user switch, no daemon
+        // (haproxy -db keeps it in the foreground as a child of the test).
         let global = """
             global
+                log stdout format raw local0
                 maxconn 512
                 pidfile \(work)/haproxy.pid
 
             """
-        return global + text.replacingOccurrences(of: "    log global\n", with: "")
+        return global + text
     }
 
     /// The state of each server of `lattice_nodes` (UP, DOWN, ...) from the stats page's CSV.
@@ -139,6 +140,9 @@ import Glibc
                 "\(lines.prefix(3))")
         let allLogs = (0..<3).map { cluster.nodes[$0]?.standardError ?? "" }.joined()
         #expect(allLogs.contains("/auth/signup") && !allLogs.contains("6.6.6.6"))
+        // haproxy's own log (option httplog) names the client too.
+        let proxyLog = reader.text.split(separator: "\n").filter { $0.contains("/records/modify") }
+        #expect(!proxyLog.isEmpty && proxyLog.allSatisfy { $0.contains("127.0.0.2:") }, "\(proxyLog.prefix(2))")
 
         // Node b is killed: requests keep succeeding (refused connections go to another node), and the health
         // check takes it out within a few seconds.
