@@ -203,7 +203,8 @@ final class TwoNodes: @unchecked Sendable {
         let down = health("GET")
         #expect(down.status == 503)
         #expect(down.headers.contains { $0.name == "Retry-After" })
-        #expect(try JSON.parse(down.body)["status"]?.stringValue == "unavailable")
+        #expect(try JSON.parse(down.body)["serverErrorCode"]?.stringValue == "TRY_AGAIN_LATER")
+        #expect(try JSON.parse(down.body)["reason"]?.stringValue == "the database cannot be reached")
         #expect(health("HEAD").status == 503)
         // Back: the next probe reports it, and writes succeed without a restart.
         nodes.storage.setUnreachable(false)
@@ -323,5 +324,39 @@ final class TwoNodes: @unchecked Sendable {
         // runs inside the locked write.
         let nodes = try TwoNodes()
         #expect(try nodes.a.purgeUnlessRunningElsewhere() != nil)
+    }
+
+    // MARK: The command line
+
+    @Test func serveAndAdminRefuseConflictingOrIncompleteStorageOptions() throws {
+        let data = temporaryDirectory("lattice-options")
+        defer { try? FileManager.default.removeItem(atPath: data) }
+        let both = try CLITests.lattice("serve", "--data", data, "--database", "postgresql://u:hunter2@127.0.0.1:1/db",
+                                        "--port", "0")
+        #expect(both.status == 2 && both.stderr.contains("not both"), "\(both)")
+        let noURL = try CLITests.lattice("serve", "--database", "postgresql://u:hunter2@127.0.0.1:1/db", "--port", "0")
+        #expect(noURL.status == 2 && noURL.stderr.contains("--public-url is required with --database"), "\(noURL)")
+        let badName = try CLITests.lattice("serve", "--data", data, "--node-name", "a/b", "--port", "0")
+        #expect(badName.status == 2 && badName.stderr.contains("--node-name"), "\(badName)")
+        let poolWithData = try CLITests.lattice("admin", "share-keys", "--data", data, "--database-pool", "3")
+        #expect(poolWithData.status == 2 && poolWithData.stderr.contains("--database-pool goes with --database"))
+        let adminBoth = try CLITests.lattice("admin", "tokens", "ann", "--data", data, "--database", "postgresql:///x")
+        #expect(adminBoth.status == 2 && adminBoth.stderr.contains("not both"), "\(adminBoth)")
+        for outcome in [both, noURL, badName, poolWithData, adminBoth] {
+            #expect(!outcome.stderr.contains("hunter2") && !outcome.stdout.contains("hunter2"))
+        }
+        let help = try CLITests.lattice("serve", "--help")
+        #expect(help.status == 0 && help.stdout.contains("--database URL") && help.stdout.contains("--node-name NAME")
+            && help.stdout.contains("--database-pool N"))
+    }
+
+    @Test func anUnreachableDatabaseIsReportedWithoutItsPassword() throws {
+        // Nothing listens on port 1: the connection fails, and the message names the URL redacted.
+        let outcome = try CLITests.lattice("serve", "--database", "postgresql://lattice:hunter2@127.0.0.1:1/lattice",
+                                           "--public-url", "http://127.0.0.1:8080", "--port", "0")
+        #expect(outcome.status == 1, "\(outcome)")
+        #expect(!outcome.stderr.contains("hunter2") && !outcome.stdout.contains("hunter2"), "\(outcome)")
+        let admin = try CLITests.lattice("admin", "share-keys", "--database", "postgresql://lattice:hunter2@127.0.0.1:1/lattice")
+        #expect(admin.status == 1 && !admin.stderr.contains("hunter2"), "\(admin)")
     }
 }

@@ -257,21 +257,6 @@ extension LatticeService {
                        + "budget; reads and deletions still work")
     }
 
-    /// Whether a database operation adds data (and so is refused over the disk budget). Deletions, share
-    /// management and reads are not.
-    func addsData(_ operation: DatabaseOperation, _ body: [String: JSON]) -> Bool {
-        func onlyDeletes(_ types: Set<String>) -> Bool {
-            guard let operations = body["operations"]?.arrayValue, !operations.isEmpty else { return false }
-            return operations.allSatisfy { types.contains($0["operationType"]?.stringValue ?? "") }
-        }
-        switch operation {
-        case .recordsModify: return !onlyDeletes(["delete", "forceDelete"])
-        case .zonesModify: return !onlyDeletes(["delete"])
-        case .deltasPush, .sharesCreate, .recordsAccept: return true
-        default: return false
-        }
-    }
-
     // MARK: Names
 
     /// User names: 1 to 64 ASCII letters, digits, `.`, `_` or `-`, starting with a letter or digit.
