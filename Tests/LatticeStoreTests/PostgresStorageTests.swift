@@ -483,6 +483,48 @@ struct PostgresStorageTests {
         #expect("\(String(describing: error))".contains("newer than this build"))
     }
 
+    // MARK: Copying
+
+    @Test func aLargeTableIsExportedInBoundedBatchesInPositionOrderAndImportedWhole() throws {
+        try withDatabase { database in
+            let storage = try PostgresStorage(url: database.url, poolSize: 2)
+            defer { storage.close() }
+            let zone = try storage.write { tx throws in
+                let zone = try makeZone(tx)
+                for chunk in stride(from: 0, to: 2_345, by: 500) {
+                    let writes = (chunk..<min(chunk + 500, 2_345)).map { write("r\($0)", frame: [UInt8($0 % 256), 0]) }
+                    _ = try tx.saveRecords(zoneRowID: zone.rowID, writes, previous: writes.map { _ in nil })
+                }
+                return zone
+            }
+            var batches: [Int] = []
+            var rows: [[StorageValue]] = []
+            try storage.read { tx in
+                try tx.exportRows(table: "records") { batch in
+                    batches.append(batch.count)
+                    rows += batch
+                }
+            }
+            #expect(batches == [1_000, 1_000, 345])
+            #expect(rows.map { $0[5] } == (1...2_345).map { .integer(Int64($0)) }, "ascending positions")
+            #expect(rows.allSatisfy { $0[0] == .integer(zone.rowID) })
+            let target = try PostgresTestDatabase.create()
+            defer { target.drop() }
+            let copy = try PostgresStorage(url: target.url, poolSize: 1)
+            defer { copy.close() }
+            try storage.read { source in
+                try copy.write { tx in
+                    for table in StorageTables.all {
+                        try source.exportRows(table: table.name) { try tx.insertRows(table: table.name, $0) }
+                    }
+                    try tx.finishImport()
+                }
+            }
+            #expect(try copy.read { try $0.recordChanges(zoneRowID: zone.rowID, after: 0, limit: 3_000) }
+                    == (try storage.read { try $0.recordChanges(zoneRowID: zone.rowID, after: 0, limit: 3_000) }))
+        }
+    }
+
     // MARK: Connection strings
 
     @Test func passwordsAreRedactedFromConnectionStrings() {

@@ -47,6 +47,8 @@ final class PostgresTransaction: StorageTransaction {
     /// before reading any of them, so only this transaction can change them; its own writes update the
     /// entries, and a savepoint rolled back empties the cache.
     private var recordCache: [Int64: [String: StoredRecord?]] = [:]
+    /// Cursors opened by `exportRows` (each gets a name of its own).
+    private var exportCursors = 0
 
     /// The storage's mark in its announcements.
     private let announcer: String
@@ -819,22 +821,21 @@ final class PostgresTransaction: StorageTransaction {
         return entry.columns
     }
 
-    /// Pages through the table by keyset: batches of 1,000, each a statement of its own (no cursor to keep).
+    /// Reads the table through a cursor of this transaction, 1,000 rows per batch (one pass, however large).
     func exportRows(table: String, _ body: ([[StorageValue]]) throws -> Void) throws {
         let columns = try columns(of: table)
         guard let order = Self.exportOrder[table] else { throw StorageError.failure("no export order for \(table)") }
-        let batchSize = 1_000
-        var offset: Int64 = 0
-        // OFFSET on the key order is exact on a read snapshot (REPEATABLE READ); a write transaction sees
-        // what it wrote, which it does not change meanwhile.
+        exportCursors += 1
+        let cursor = "lattice_export_\(exportCursors)"
+        try execute("DECLARE \(cursor) NO SCROLL CURSOR FOR SELECT \(columns.joined(separator: ", ")) FROM \(table) "
+                    + "ORDER BY \(order)")
         while true {
-            let batch = try rows("SELECT \(columns.joined(separator: ", ")) FROM \(table) ORDER BY \(order) LIMIT $1 OFFSET $2",
-                                 [.integer(Int64(batchSize)), .integer(offset)])
-            if batch.isEmpty { return }
+            // FETCH through the extended protocol: binary results, like every other statement.
+            let batch = try rowsOnce("FETCH 1000 FROM \(cursor)")
+            if batch.isEmpty { break }
             try body(batch.map { $0.map(\.neutral) })
-            if batch.count < batchSize { return }
-            offset += Int64(batch.count)
         }
+        try execute("CLOSE \(cursor)")
     }
 
     /// Multi-row INSERTs of up to 500 rows, every value bound (types from the table's columns).
@@ -874,9 +875,13 @@ final class PostgresTransaction: StorageTransaction {
     }
 
     private func runUnprepared(_ sql: String, _ values: [PostgresValue]) throws(StorageError) {
+        _ = try rowsOnce(sql, values)
+    }
+
+    private func rowsOnce(_ sql: String, _ values: [PostgresValue] = []) throws(StorageError) -> [[PostgresValue]] {
         try throwIfEnded()
         do {
-            try db.queryOnce(sql, values)
+            return try db.queryOnce(sql, values).rows
         } catch {
             throw note(error)
         }
