@@ -108,10 +108,13 @@ import Glibc
         let ports = cluster.ports
         let nodeCount = ports.count
         let stop = Atomic<Bool>(false)
+        // Set once every writer has finished its last write: only then do the readers make their final pass.
+        let writersDone = Atomic<Bool>(false)
         let outcome = Mutex(LoadOutcome())
         let started = now()
         let recoveredAt = recoveredAfter.map { started + UInt64($0 * 1e9) }
         let group = DispatchGroup()
+        let readerGroup = DispatchGroup()
         let tokens = (0..<4).map { world.token($0) }
         let databases = (0..<4).map { world.database($0) }
         let zones = (0..<4).map { world.zone($0) }
@@ -184,11 +187,11 @@ import Glibc
 
         for node in 0..<nodeCount {
             for account in [0, 1 + node % 3] {
-                group.enter()
+                readerGroup.enter()
                 Thread {
-                    defer { group.leave() }
+                    defer { readerGroup.leave() }
                     let log = readFeed(port: ports[node], node: node, account: account, token: tokens[account],
-                                       database: databases[account], zone: zones[account], stop: stop)
+                                       database: databases[account], zone: zones[account], stop: writersDone)
                     outcome.withLock { $0.readers.append(log) }
                 }.start()
             }
@@ -203,10 +206,12 @@ import Glibc
         }
         stop.store(true, ordering: .sequentiallyConsistent)
         group.wait()
+        writersDone.store(true, ordering: .sequentiallyConsistent)
+        readerGroup.wait()
         return outcome.withLock { $0 }
     }
 
-    /// A reader polling `changes/zone` until `stop`, then to the end of the feed. Every position it gets
+    /// A reader polling `changes/zone` until `stop` (set when the writers are done), then to the end of the feed. Every position it gets
     /// must be above every position it got before (the feed is in commit order and never goes back).
     static func readFeed(port: UInt16, node: Int, account: Int, token: String, database: String, zone: JSON,
                          stop: borrowing Atomic<Bool>) -> ReaderLog {
@@ -412,10 +417,11 @@ import Glibc
             try #require(poll.staysQuiet(for: 0.5), "round \(round): the wait did not park")
             // Write on node 1 (round 0, 2, 4) or node 2.
             let writer = NodeClient(port: cluster.port(1 + round % 2))
+            // Timed from before the write is sent (its own answer may come after the wake-up).
+            let written = Self.now()
             try writer.ok("records/modify", .object(["zoneID": zoneID("Inbox"),
                                                      "operations": .array([operation("forceReplace", "m\(round)")])]),
                           token: user.token)
-            let written = Self.now()
             let answer = try poll.readResponse(method: "POST")
             let delay = Double(Self.now() - written) / 1e9
             delays.append(delay)

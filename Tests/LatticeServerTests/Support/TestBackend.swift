@@ -187,22 +187,45 @@ final class OwnPostgresCluster {
         try execute(["/bin/bash", script] + arguments)
     }
 
+    /// Runs `command` to its exit (bounded: 120 s) and returns its stdout. Started with posix_spawn and
+    /// reaped with waitpid, its output in files: `pg_ctl start` leaves a daemon running with the descriptors
+    /// it was given (a pipe would never end), and Foundation's `Process` did not notice such a child's exit.
     private static func execute(_ command: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: command[0])
-        process.arguments = Array(command.dropFirst())
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let bytes = output.fileHandleForReading.readDataToEndOfFile()
-        let errorBytes = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw TestBackendError("\(command.joined(separator: " ")): \(String(decoding: errorBytes, as: UTF8.self))")
+        let base = NSTemporaryDirectory() + "lattice-pgctl-" + UUID().uuidString
+        defer {
+            try? FileManager.default.removeItem(atPath: base + ".out")
+            try? FileManager.default.removeItem(atPath: base + ".err")
         }
-        return String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, base + ".out", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        posix_spawn_file_actions_addopen(&actions, 2, base + ".err", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        var arguments: [UnsafeMutablePointer<CChar>?] = command.map { strdup($0) } + [nil]
+        defer { for argument in arguments { free(argument) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, command[0], &actions, nil, &arguments, environ)
+        guard spawned == 0 else { throw TestBackendError("\(command[0]): posix_spawn failed (\(spawned))") }
+        var status: Int32 = 0
+        let started = Date()
+        while true {
+            let reaped = waitpid(pid, &status, WNOHANG)
+            if reaped == pid { break }
+            if reaped < 0 && errno != EINTR { throw TestBackendError("\(command[0]): waitpid failed (errno \(errno))") }
+            if Date().timeIntervalSince(started) > 120 {
+                kill(pid, SIGKILL)
+                _ = waitpid(pid, &status, 0)
+                throw TestBackendError("\(command.joined(separator: " ")) ran over 120 s")
+            }
+            usleep(20_000)
+        }
+        let output = (try? String(contentsOfFile: base + ".out", encoding: .utf8)) ?? ""
+        let exitCode = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        guard exitCode == 0 else {
+            let errors = (try? String(contentsOfFile: base + ".err", encoding: .utf8)) ?? ""
+            throw TestBackendError("\(command.joined(separator: " ")) exited \(exitCode): \(errors)")
+        }
+        return output.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 }
