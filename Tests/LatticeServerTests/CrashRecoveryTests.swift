@@ -49,9 +49,17 @@ import Glibc
         private let errors = Pipe()
         private let collected = CollectedOutput()
 
-        init(data: String, extra: [String] = []) throws {
+        /// `lattice serve` on the data directory `data` (on PostgreSQL: the database made for it, see
+        /// `TestBackend`), on a free port.
+        convenience init(data: String, extra: [String] = []) throws {
+            try self.init(arguments: try TestBackend.serveArguments(data: data) + ["--port", "0"] + extra)
+        }
+
+        /// `lattice serve ARGUMENTS`; they must bind 127.0.0.1 (the default host).
+        init(arguments: [String], environment: [String: String]? = nil) throws {
             process.executableURL = URL(fileURLWithPath: CrashRecoveryTests.latticeBinary)
-            process.arguments = ["serve", "--data", data, "--port", "0"] + extra
+            process.arguments = ["serve"] + arguments
+            if let environment { process.environment = environment }
             let output = Pipe()
             process.standardOutput = output
             process.standardError = errors
@@ -68,8 +76,14 @@ import Glibc
                 }
                 collected.state.withLock { $0.ended = true }
             }.start()
-            port = try CrashRecoveryTests.listeningPort(from: output.fileHandleForReading) { "" }
+            let collectedErrors = self.collected
+            port = try CrashRecoveryTests.listeningPort(from: output.fileHandleForReading) {
+                Thread.sleep(forTimeInterval: 0.2)
+                return ": " + String(decoding: collectedErrors.state.withLock { $0.bytes }.suffix(2000), as: UTF8.self)
+            }
         }
+
+        var pid: Int32 { process.processIdentifier }
 
         func kill(_ signal: Int32) {
             Glibc.kill(process.processIdentifier, signal)
@@ -138,8 +152,8 @@ import Glibc
         usleep(200_000)
         let reply = try #require(answer.withLock { $0 })
         #expect(reply.status == 503)
-        // Closed cleanly: the WAL was checkpointed away, and the data opens again with everything in it.
-        #expect(!FileManager.default.fileExists(atPath: data + "/lattice.sqlite-wal")
+        // Closed cleanly: the WAL was checkpointed away (SQLite), and the data opens again with everything in it.
+        #expect(TestBackend.current != .sqlite || !FileManager.default.fileExists(atPath: data + "/lattice.sqlite-wal")
             || ((try? FileManager.default.attributesOfItem(atPath: data + "/lattice.sqlite-wal")[.size] as? Int) ?? 0) == 0)
         let again = try ServerUnderTest(data: data)
         defer { again.kill(SIGTERM) }
@@ -161,7 +175,7 @@ import Glibc
 
         let admin = Process()
         admin.executableURL = URL(fileURLWithPath: Self.latticeBinary)
-        admin.arguments = ["admin", "add-user", "ann", "--data", data, "--json"]
+        admin.arguments = ["admin", "add-user", "ann", "--json"] + (try TestBackend.storageArguments(data: data))
         let output = Pipe()
         admin.standardOutput = output
         try admin.run()
@@ -175,8 +189,9 @@ import Glibc
         #expect(try JSON.parse(current.body)["userRecordName"] == created["userRecordName"])
 
         // The same name again is an error (exit 1), and a usage mistake is exit 2.
-        for (arguments, status) in [(["admin", "add-user", "ann", "--data", data], Int32(1)),
-                                    (["admin", "add-user", "--data", data], Int32(2)),
+        let storage = try TestBackend.storageArguments(data: data)
+        for (arguments, status) in [(["admin", "add-user", "ann"] + storage, Int32(1)),
+                                    (["admin", "add-user"] + storage, Int32(2)),
                                     (["serve", "--port", "99999", "--data", data], Int32(2))] {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: Self.latticeBinary)
@@ -189,7 +204,9 @@ import Glibc
         }
     }
 
-    @Test func aSecondServerOnTheSameDataDirectoryIsRefused() throws {
+    /// SQLite only: on PostgreSQL several servers share one database by design (MultiNodeTests).
+    @Test(.enabled(if: TestBackend.current == .sqlite))
+    func aSecondServerOnTheSameDataDirectoryIsRefused() throws {
         let data = temporaryDirectory("lattice-lock")
         defer { try? FileManager.default.removeItem(atPath: data) }
         let server = try ServerUnderTest(data: data)

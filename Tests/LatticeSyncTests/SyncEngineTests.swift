@@ -57,7 +57,9 @@ final class OnlineSwitch: @unchecked Sendable {
 /// A server and devices (homes) talking to it in-process.
 final class SyncWorld: @unchecked Sendable {
     let directory: String
-    let storage: SQLiteStorage
+    let storage: any Storage
+    /// The PostgreSQL database under `LATTICE_TEST_BACKEND=postgres` (see TestBackend; closing the storage drops it).
+    let databaseURL: String?
     let service: LatticeService
 
     let clock = ServerClock()
@@ -65,7 +67,7 @@ final class SyncWorld: @unchecked Sendable {
     init(configure: (inout ServiceConfiguration) -> Void = { _ in }) throws {
         directory = NSTemporaryDirectory() + "lattice-sync-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        storage = try SQLiteStorage(path: directory + "/server.sqlite")
+        (storage, databaseURL) = try TestBackend.makeStorage(directory: directory)
         var configuration = ServiceConfiguration()
         configuration.rateLimit = nil
         let clock = self.clock

@@ -22,10 +22,13 @@ func temporaryDirectory(_ label: String = "lattice-server") -> String {
     return path
 }
 
-/// A service on a fresh SQLite file with a hand-moved clock, and helpers to call it as JSON.
+/// A service on a fresh SQLite file (or, with `LATTICE_TEST_BACKEND=postgres`, a fresh PostgreSQL database:
+/// see `TestBackend`) with a hand-moved clock, and helpers to call it as JSON.
 final class ServiceHarness: @unchecked Sendable {
     let clock: TestClock
-    let storage: SQLiteStorage
+    let storage: any Storage
+    /// The PostgreSQL database the storage is on (closing the storage drops it); nil on SQLite.
+    let databaseURL: String?
     let service: LatticeService
     let keyRing: ShareKeyRing
     let directory: String
@@ -33,7 +36,7 @@ final class ServiceHarness: @unchecked Sendable {
     init(configure: (inout ServiceConfiguration) -> Void = { _ in }) throws {
         directory = temporaryDirectory()
         clock = TestClock()
-        storage = try SQLiteStorage(path: directory + "/" + SQLiteStorage.fileName)
+        (storage, databaseURL) = try TestBackend.makeStorage(directory: directory)
         var configuration = ServiceConfiguration()
         let clock = self.clock
         configuration.now = { clock.now }

@@ -1,0 +1,1 @@
+../../LatticeServerTests/Support/TestBackend.swift
