@@ -11,6 +11,7 @@ let adminUsage = """
            lattice admin share-keys --data DIR [--json]
            lattice admin rotate-share-key --data DIR [--json]
            lattice admin retire-share-key KID --data DIR
+           lattice admin migrate --data DIR --to URL [--json]
 
     add-user          creates an account on the server whose data directory is DIR (it may be running)
                       and prints its user record name and bearer token. The token is shown only now; the
@@ -24,15 +25,16 @@ let adminUsage = """
     rotate-share-key  makes a new active signing key; links signed by older keys keep verifying until
                       their key is retired. A running server picks the change up on its next request.
     retire-share-key  stops a key verifying: every share URL it signed stops working at once.
-    """
+    """ + "\n" + migrateUsage
 
 func runAdmin(_ arguments: [String]) throws {
-    let parsed = try ParsedArguments(arguments, valueOptions: ["data", "user", "lifetime"], flagOptions: ["json"])
+    let parsed = try ParsedArguments(arguments, valueOptions: ["data", "user", "lifetime", "to"], flagOptions: ["json"])
     if parsed.flag("help") {
         print(adminUsage)
         return
     }
     guard let subcommand = parsed.positionals.first else { throw UsageError("missing subcommand") }
+    if subcommand == "migrate" { return try runMigrate(parsed) }
     guard let data = try parsed.value("data") else { throw UsageError("--data DIR is required") }
     umask(0o077)
     switch subcommand {
