@@ -23,6 +23,11 @@ let package = Package(
             providers: [.apt(["libssl-dev"])]
         ),
         .systemLibrary(
+            name: "CPostgres",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]
+        ),
+        .systemLibrary(
             name: "CMicroHTTPD",
             pkgConfig: "libmicrohttpd",
             providers: [.apt(["libmicrohttpd-dev"])]
@@ -37,8 +42,8 @@ let package = Package(
         // The CRDT record model. Foundation only (and the memory hints), no I/O.
         .target(name: "LatticeCore", dependencies: ["CMemoryHints"]),
 
-        // Storage: the only module that speaks SQL.
-        .target(name: "LatticeStore", dependencies: ["LatticeCore", "CSQLite"]),
+        // Storage: the only module that speaks SQL (SQLite embedded, PostgreSQL through libpq).
+        .target(name: "LatticeStore", dependencies: ["LatticeCore", "CSQLite", "CPostgres"]),
 
         // Secrets: bearer tokens now, share-signing keys next. The only module that touches secrets.
         .target(name: "LatticeSharing", dependencies: ["LatticeCore", "CLibCrypto"]),
