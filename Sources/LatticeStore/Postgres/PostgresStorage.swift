@@ -1,0 +1,371 @@
+import Foundation
+import Synchronization
+
+/// The shared backend: one PostgreSQL database that any number of `lattice serve` processes use at once.
+///
+/// A pool of connections (`poolSize`, default 2 × cores) serves reads and writes, each transaction on a
+/// connection of its own; one more connection is kept for the `.authentication` lane, so a token lookup
+/// never queues behind long work.
+///
+/// - Reads run in `REPEATABLE READ, READ ONLY` transactions: one consistent snapshot.
+/// - Writes run in `READ COMMITTED` and take row locks (`FOR NO KEY UPDATE`) on every single-row read of a
+///   database, zone, share, record or metadata key, so the server's read-check-write sequences (quotas,
+///   participant caps, link-use limits, merges into a record) are serialized per row across processes, as
+///   SQLite's single writer serializes them. A zone row is locked before its records.
+/// - Log positions (zone, database, share and shared-database logs) are allocated with
+///   `UPDATE ... SET last_seq = last_seq + n ... RETURNING` in the writing transaction: the counter row stays
+///   locked to commit, so positions become visible in allocation order.
+/// - A serialization failure (40001) or deadlock (40P01) runs the whole transaction body again, up to
+///   `maximumConflictRetries` times with jittered backoff, then fails with `StorageError.busy`. A lost
+///   connection is dropped (with every idle one) and the transaction runs once more on a new connection if
+///   nothing could have been committed; a connection lost during `COMMIT` fails with `.busy` (it may or may
+///   not have committed, so it is never reported as a success). A database that stays unreachable gives
+///   `.busy`.
+/// - The request deadline bounds the wait for a connection and, through `SET LOCAL statement_timeout`, every
+///   statement; a statement cancelled for it (57014) rolls the write back and throws `.deadlineExceeded`.
+/// - A concurrent save of the same client operation id on another process makes the loser's transaction run
+///   again once, so the server finds the stored answer and replays it (applied once).
+public final class PostgresStorage: Storage, Sendable {
+    private let pool: PostgresPool
+    private let authenticationPool: PostgresPool
+    private let isClosed = Atomic<Bool>(false)
+    private let conninfo: String
+    private let onClose: (@Sendable () -> Void)?
+
+    /// Times a transaction body runs again after a serialization failure or deadlock before `.busy`.
+    public static let maximumConflictRetries = 8
+
+    /// Connections of the general lane unless told otherwise: twice the processor count.
+    public static var defaultPoolSize: Int { 2 * max(1, ProcessInfo.processInfo.activeProcessorCount) }
+
+    /// Opens the database named by `url` (a libpq connection string: `postgresql://user@host:port/db?...` or
+    /// `host=... dbname=...`; a `host` may be a unix-socket directory; a password comes from the string,
+    /// `PGPASSWORD` or `~/.pgpass`) and migrates it, under an advisory lock so that several processes
+    /// starting at once migrate it once.
+    ///
+    /// - Parameters:
+    ///   - poolSize: connections for reads and writes (at least 1), besides the authentication connection.
+    ///   - connectTimeoutSeconds: libpq's `connect_timeout` unless the URL sets one.
+    ///   - onClose: runs once after `close()` has closed every connection (tests drop a throwaway database).
+    /// - Throws: `StorageError.failure` naming the (redacted) URL when the database cannot be reached or
+    ///   migrated, or its schema is newer than this build.
+    public init(url: String, poolSize: Int = PostgresStorage.defaultPoolSize, connectTimeoutSeconds: Int = 5,
+                onClose: (@Sendable () -> Void)? = nil) throws {
+        conninfo = url
+        self.onClose = onClose
+        pool = PostgresPool(conninfo: url, capacity: max(1, poolSize), connectTimeoutSeconds: connectTimeoutSeconds)
+        authenticationPool = PostgresPool(conninfo: url, capacity: 1, connectTimeoutSeconds: connectTimeoutSeconds)
+        do {
+            let connection: PostgresConnection
+            do {
+                connection = try pool.take(before: nil)
+            } catch .connect(let error) {
+                throw error
+            } catch {
+                throw PostgresError(sqlState: "", message: "no connection", context: "connect", connectionLost: true)
+            }
+            defer { pool.giveBack(connection) }
+            try PostgresStorage.migrator.migrate(connection)
+        } catch let error as PostgresError {
+            throw StorageError.failure("cannot open \(PostgresStorage.redacted(url)): \(error.description)")
+        } catch let error as MigrationError {
+            throw StorageError.failure("cannot open \(PostgresStorage.redacted(url)): \(error.description)")
+        }
+    }
+
+    /// `url` with any password replaced by `***`, for messages and logs (URL or key=value form).
+    public static func redacted(_ url: String) -> String { PostgresConnectionString.redacted(url) }
+
+    /// Whether `text` names a PostgreSQL database (`postgres://` or `postgresql://`) rather than a path.
+    public static func isPostgresURL(_ text: String) -> Bool { PostgresConnectionString.isPostgres(text) }
+
+    /// Connections of the general lane.
+    public var poolSize: Int { pool.capacity }
+
+    // MARK: Storage
+
+    public func read<T>(deadline: RequestDeadline?, lane: ReadLane, _ body: (any StorageTransaction) throws -> T) throws -> T {
+        let lanePool = lane == .authentication ? authenticationPool : pool
+        return try run(lanePool, readOnly: true, deadline: deadline, body)
+    }
+
+    public func write<T>(deadline: RequestDeadline?, _ body: (any StorageTransaction) throws -> T) throws -> T {
+        try run(pool, readOnly: false, deadline: deadline, body)
+    }
+
+    public func close() {
+        guard !isClosed.exchange(true, ordering: .sequentiallyConsistent) else { return }
+        pool.close()
+        authenticationPool.close()
+        onClose?()
+    }
+
+    /// `pg_database_size(current_database())`: every file of the database, from the catalog (no scan).
+    public func sizeOnDisk() throws -> Int64 {
+        try read { tx in try (tx as! PostgresTransaction).databaseSize() }
+    }
+
+    private func checkOpen() throws(StorageError) {
+        if isClosed.load(ordering: .sequentiallyConsistent) { throw StorageError.closed }
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in one transaction on a connection of `lanePool`, again after a conflict or a connection
+    /// lost before anything could have been committed.
+    private func run<T>(_ lanePool: PostgresPool, readOnly: Bool, deadline: RequestDeadline?,
+                        _ body: (any StorageTransaction) throws -> T) throws -> T {
+        try checkOpen()
+        var conflicts = 0
+        var losses = 0
+        var clientOperationConflicts = 0
+        var random = SystemRandomNumberGenerator()
+        while true {
+            try deadline.check()
+            let connection: PostgresConnection
+            do {
+                connection = try lanePool.take(before: deadline)
+            } catch .closed {
+                throw StorageError.closed
+            } catch .deadline {
+                throw StorageError.deadlineExceeded
+            } catch .connect {
+                // The database is unreachable (down, restarting, or refusing connections).
+                if isClosed.load(ordering: .sequentiallyConsistent) { throw StorageError.closed }
+                throw StorageError.busy
+            }
+            let transaction = PostgresTransaction(connection, readOnly: readOnly, deadline: deadline,
+                                                  clientOperationConflictsSeen: clientOperationConflicts)
+            let outcome = transaction.perform(body)
+            lanePool.giveBack(connection)
+            switch outcome {
+            case .success(let value):
+                return value
+            case .failure(let error):
+                throw error
+            case .conflict:
+                conflicts += 1
+                guard conflicts <= Self.maximumConflictRetries else { throw StorageError.busy }
+                try backOff(attempt: conflicts, deadline: deadline, &random)
+            case .clientOperationConflict:
+                clientOperationConflicts += 1
+            case .connectionLost:
+                lanePool.dropIdle()
+                if isClosed.load(ordering: .sequentiallyConsistent) { throw StorageError.closed }
+                losses += 1
+                guard losses <= 1 else { throw StorageError.busy }
+            }
+        }
+    }
+
+    /// Sleeps a random 1 ms up to 2^attempt ms (at most 100 ms), never past the deadline.
+    private func backOff(attempt: Int, deadline: RequestDeadline?, _ random: inout SystemRandomNumberGenerator) throws {
+        let ceiling = min(100, 1 << min(attempt, 7))
+        var milliseconds = Int64.random(in: 1...Int64(ceiling), using: &random)
+        if let deadline { milliseconds = min(milliseconds, deadline.remainingMilliseconds) }
+        if milliseconds > 0 { usleep(useconds_t(milliseconds * 1_000)) }
+        try deadline.check()
+    }
+
+    // MARK: Schema
+
+    /// The schema version this build creates (the same numbering as SQLite's).
+    public static var schemaVersion: Int { migrator.latestVersion }
+
+    static let migrator = PostgresMigrator([
+        PostgresMigrator.Migration("v1: users, tokens, databases, zones, records, client operations", sql: """
+            CREATE TABLE metadata(key text COLLATE "C" PRIMARY KEY, value text COLLATE "C" NOT NULL);
+            CREATE TABLE users(
+                id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+                record_name text COLLATE "C" NOT NULL UNIQUE,
+                name text COLLATE "C" NOT NULL UNIQUE,
+                created_ms bigint NOT NULL);
+            CREATE TABLE tokens(
+                hash bytea PRIMARY KEY,
+                user_id bigint NOT NULL REFERENCES users(id),
+                created_ms bigint NOT NULL);
+            CREATE TABLE databases(
+                id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+                kind text COLLATE "C" NOT NULL,
+                environment text COLLATE "C" NOT NULL,
+                owner_id bigint NOT NULL,
+                last_seq bigint NOT NULL DEFAULT 0,
+                purged_seq bigint NOT NULL DEFAULT 0,
+                bytes_used bigint NOT NULL DEFAULT 0,
+                UNIQUE(kind, environment, owner_id));
+            CREATE TABLE zones(
+                id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+                database_id bigint NOT NULL REFERENCES databases(id),
+                name text COLLATE "C" NOT NULL,
+                owner_record_name text COLLATE "C" NOT NULL,
+                deleted bigint NOT NULL DEFAULT 0,
+                last_seq bigint NOT NULL DEFAULT 0,
+                purged_seq bigint NOT NULL DEFAULT 0,
+                db_seq bigint NOT NULL,
+                created_ms bigint NOT NULL,
+                modified_ms bigint NOT NULL);
+            CREATE UNIQUE INDEX zones_live_name ON zones(database_id, name) WHERE deleted = 0;
+            CREATE INDEX zones_log ON zones(database_id, db_seq);
+            CREATE TABLE records(
+                zone_id bigint NOT NULL REFERENCES zones(id),
+                name text COLLATE "C" NOT NULL,
+                record_type text COLLATE "C" NOT NULL,
+                frame bytea NOT NULL,
+                deleted bigint NOT NULL,
+                seq bigint NOT NULL,
+                created_ms bigint NOT NULL,
+                created_by text COLLATE "C" NOT NULL,
+                modified_ms bigint NOT NULL,
+                modified_by text COLLATE "C" NOT NULL,
+                PRIMARY KEY(zone_id, name));
+            -- Frames are compact binary already: stored as they are (no compression on the write path), so
+            -- the disk budget counts their bytes.
+            ALTER TABLE records ALTER COLUMN frame SET STORAGE EXTERNAL;
+            CREATE UNIQUE INDEX records_log ON records(zone_id, seq);
+            CREATE INDEX records_type ON records(zone_id, record_type, name);
+            CREATE TABLE client_operations(
+                user_id bigint NOT NULL,
+                operation_id text COLLATE "C" NOT NULL,
+                request_hash bytea NOT NULL,
+                status bigint NOT NULL,
+                response bytea NOT NULL,
+                created_ms bigint NOT NULL,
+                PRIMARY KEY(user_id, operation_id));
+            CREATE INDEX client_operations_age ON client_operations(created_ms);
+            """),
+        PostgresMigrator.Migration("v2: record parents, shares, participants, link uses, share and shared-database logs",
+                                   sql: """
+            ALTER TABLE records ADD COLUMN parent_name text COLLATE "C";
+            CREATE INDEX records_parent ON records(zone_id, parent_name) WHERE parent_name IS NOT NULL;
+            CREATE TABLE shares(
+                id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+                public_id text COLLATE "C" NOT NULL UNIQUE,
+                zone_id bigint NOT NULL REFERENCES zones(id),
+                record_name text COLLATE "C" NOT NULL,
+                root_record_name text COLLATE "C",
+                owner_id bigint NOT NULL REFERENCES users(id),
+                title text COLLATE "C" NOT NULL,
+                public_permission text COLLATE "C" NOT NULL,
+                url_epoch bigint NOT NULL DEFAULT 1,
+                deleted bigint NOT NULL DEFAULT 0,
+                last_seq bigint NOT NULL DEFAULT 0,
+                created_ms bigint NOT NULL);
+            CREATE UNIQUE INDEX shares_live_record ON shares(zone_id, record_name) WHERE deleted = 0;
+            CREATE TABLE share_participants(
+                share_id bigint NOT NULL REFERENCES shares(id),
+                user_id bigint NOT NULL REFERENCES users(id),
+                role text COLLATE "C" NOT NULL,
+                permission text COLLATE "C" NOT NULL,
+                status text COLLATE "C" NOT NULL,
+                modified_ms bigint NOT NULL,
+                PRIMARY KEY(share_id, user_id));
+            CREATE INDEX share_participants_user ON share_participants(user_id, status);
+            CREATE TABLE share_link_uses(
+                token_id text COLLATE "C" PRIMARY KEY,
+                share_id bigint NOT NULL,
+                uses bigint NOT NULL);
+            CREATE TABLE share_records(
+                share_id bigint NOT NULL REFERENCES shares(id),
+                record_name text COLLATE "C" NOT NULL,
+                member bigint NOT NULL,
+                seq bigint NOT NULL,
+                PRIMARY KEY(share_id, record_name));
+            CREATE UNIQUE INDEX share_records_log ON share_records(share_id, seq);
+            CREATE TABLE shared_zones(
+                database_id bigint NOT NULL REFERENCES databases(id),
+                share_id bigint NOT NULL REFERENCES shares(id),
+                deleted bigint NOT NULL,
+                db_seq bigint NOT NULL,
+                PRIMARY KEY(database_id, share_id));
+            CREATE INDEX shared_zones_log ON shared_zones(database_id, db_seq);
+            """),
+        PostgresMigrator.Migration("v3: token ids and expiry, the sign-up log, replay-cache charges", sql: """
+            ALTER TABLE tokens ADD COLUMN id text COLLATE "C";
+            UPDATE tokens SET id = substr(md5(random()::text || encode(hash, 'hex')), 1, 16);
+            CREATE UNIQUE INDEX tokens_id ON tokens(id);
+            ALTER TABLE tokens ADD COLUMN expires_ms bigint;
+            CREATE INDEX tokens_user ON tokens(user_id);
+            CREATE TABLE signups(
+                address text COLLATE "C" NOT NULL,
+                created_ms bigint NOT NULL);
+            CREATE INDEX signups_address ON signups(address, created_ms);
+            CREATE INDEX signups_age ON signups(created_ms);
+            ALTER TABLE client_operations ADD COLUMN database_id bigint NOT NULL DEFAULT 0;
+            ALTER TABLE client_operations ADD COLUMN charged_bytes bigint NOT NULL DEFAULT 0;
+            CREATE INDEX client_operations_user ON client_operations(user_id, created_ms);
+            """),
+    ])
+}
+
+/// Versioned schema migrations for PostgreSQL, tracked in the table `lattice_schema_migrations`.
+///
+/// Every pending migration runs in one transaction that first takes a transaction-level advisory lock, so
+/// processes starting at once wait for each other and the first one migrates; the others then find the
+/// schema current.
+struct PostgresMigrator: Sendable {
+    struct Migration: Sendable {
+        let name: String
+        let sql: String
+        init(_ name: String, sql: String) {
+            self.name = name
+            self.sql = sql
+        }
+    }
+
+    let migrations: [Migration]
+
+    init(_ migrations: [Migration]) { self.migrations = migrations }
+
+    var latestVersion: Int { migrations.count }
+
+    /// The advisory lock key of migrations ("LATTICE" and 1).
+    static let lockKey: Int64 = 0x4C41_5454_4943_4501
+
+    /// A stable fingerprint of the migrations' SQL (FNV-1a), for naming pre-migrated template databases.
+    var fingerprint: String {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in migrations.map(\.sql).joined(separator: "\u{1}").utf8 {
+            hash = (hash ^ UInt64(byte)) &* 0x0100_0000_01B3
+        }
+        return String(hash, radix: 16)
+    }
+
+    /// Applies the migrations the database has not seen yet; returns how many ran.
+    /// - Throws: `MigrationError.newerSchema` if the database is newer than this code knows.
+    @discardableResult
+    func migrate(_ connection: PostgresConnection) throws -> Int {
+        try connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED", context: "migrate")
+        do {
+            try connection.query("SELECT pg_advisory_xact_lock($1)", [.integer(Self.lockKey)], context: "migrate")
+            try connection.execute("""
+                CREATE TABLE IF NOT EXISTS lattice_schema_migrations(
+                    version bigint PRIMARY KEY,
+                    name text NOT NULL,
+                    applied_at timestamptz NOT NULL DEFAULT now())
+                """, context: "migrate")
+            let current = Int(try connection.rows("SELECT COALESCE(MAX(version), 0) FROM lattice_schema_migrations")
+                .first?.first?.integer ?? 0)
+            guard current <= latestVersion else {
+                throw MigrationError.newerSchema(found: current, known: latestVersion)
+            }
+            for index in current..<latestVersion {
+                try connection.execute(migrations[index].sql, context: "migrate to version \(index + 1)")
+                try connection.query("INSERT INTO lattice_schema_migrations(version, name) VALUES ($1, $2)",
+                                     [.integer(Int64(index + 1)), .text(migrations[index].name)], context: "migrate")
+            }
+            try connection.execute("COMMIT", context: "migrate")
+            return latestVersion - current
+        } catch {
+            if connection.isInTransaction { try? connection.execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// The schema version of the database on `connection` (0: none yet).
+    func version(_ connection: PostgresConnection) throws -> Int {
+        let exists = try connection.rows("SELECT to_regclass('lattice_schema_migrations') IS NOT NULL").first?.first
+        guard exists == .boolean(true) else { return 0 }
+        return Int(try connection.rows("SELECT COALESCE(MAX(version), 0) FROM lattice_schema_migrations")
+            .first?.first?.integer ?? 0)
+    }
+}

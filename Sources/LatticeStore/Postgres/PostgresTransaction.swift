@@ -1,0 +1,776 @@
+import Foundation
+
+/// How one run of a transaction ended, for `PostgresStorage`'s retry loop.
+enum PostgresOutcome<T> {
+    case success(T)
+    /// Thrown to the caller as it is (a `StorageError` or the body's own error).
+    case failure(any Error)
+    /// A serialization failure or deadlock: nothing was kept; run the body again.
+    case conflict
+    /// Another transaction saved the same client operation id first: run the body again once, so it finds
+    /// the stored answer.
+    case clientOperationConflict
+    /// The connection was lost before `COMMIT` was sent: nothing was committed; run again on a new connection.
+    case connectionLost
+}
+
+/// `StorageTransaction` over one PostgreSQL connection inside an open transaction.
+///
+/// Every operation throws `StorageError`. A failure that ends the whole transaction (a conflict, a lost
+/// connection, the deadline, or any failed statement outside a savepoint, which PostgreSQL aborts the
+/// transaction for) is remembered: later statements are refused with the same error, and the transaction is
+/// rolled back and retried or failed whatever the body did with the error.
+final class PostgresTransaction: StorageTransaction {
+    let db: PostgresConnection
+    let isReadOnly: Bool
+    let deadline: RequestDeadline?
+    /// Client-operation conflicts seen by earlier runs of this transaction (the second one is a duplicate).
+    private let clientOperationConflictsSeen: Int
+
+    private enum Fatal {
+        case conflict
+        case clientOperationConflict
+        case connectionLost
+        case deadline
+        case failed(StorageError)
+    }
+
+    private var fatal: Fatal?
+    private var savepointDepth = 0
+    /// Zone rows this transaction has locked (so a record read need not lock its zone again).
+    private var lockedZones: Set<Int64> = []
+
+    init(_ connection: PostgresConnection, readOnly: Bool, deadline: RequestDeadline?, clientOperationConflictsSeen: Int) {
+        db = connection
+        isReadOnly = readOnly
+        self.deadline = deadline
+        self.clientOperationConflictsSeen = clientOperationConflictsSeen
+    }
+
+    // MARK: Running
+
+    /// Begins, runs `body`, and commits (or rolls back), once.
+    func perform<T>(_ body: (any StorageTransaction) throws -> T) -> PostgresOutcome<T> {
+        var begin = isReadOnly ? "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY" : "BEGIN ISOLATION LEVEL READ COMMITTED"
+        if let deadline {
+            let milliseconds = deadline.remainingMilliseconds
+            guard milliseconds > 0 else { return .failure(StorageError.deadlineExceeded) }
+            // Our own integer, not a value from a request.
+            begin += "; SET LOCAL statement_timeout = \(milliseconds)"
+        }
+        do {
+            try db.execute(begin, context: "begin")
+        } catch {
+            _ = note(error)
+            return finish(nil)
+        }
+        let value: T
+        do {
+            value = try body(self)
+        } catch {
+            return finish(error)
+        }
+        if case .failed? = fatal, isReadOnly {
+            // A read whose body caught a failed statement (say, a refused write) and returned: its answer
+            // stands, as it would on SQLite; there is nothing to commit.
+            if db.isUsable, db.isInTransaction { try? db.execute("ROLLBACK", context: "rollback") }
+            return .success(value)
+        }
+        if fatal != nil { return finish(nil) }
+        // The body returned: commit, whatever the time (the deadline no longer applies).
+        do {
+            try db.execute(deadline == nil ? "COMMIT" : "SET LOCAL statement_timeout = 0; COMMIT", context: "commit")
+        } catch {
+            if error.isConnectionLoss {
+                // It may or may not have committed: never report it as a success.
+                return .failure(StorageError.busy)
+            }
+            if error.isRetryableConflict { return .conflict }
+            return .failure(Self.storageError(error))
+        }
+        return .success(value)
+    }
+
+    /// Rolls back and says why the run ended (`bodyError`: what the body threw, if it did).
+    private func finish<T>(_ bodyError: (any Error)?) -> PostgresOutcome<T> {
+        if db.isUsable, db.isInTransaction { try? db.execute("ROLLBACK", context: "rollback") }
+        switch fatal {
+        case .conflict?: return .conflict
+        case .clientOperationConflict?: return .clientOperationConflict
+        case .connectionLost?: return .connectionLost
+        case .deadline?: return .failure(StorageError.deadlineExceeded)
+        case .failed(let error)?: return .failure(bodyError ?? error)
+        case nil: return .failure(bodyError ?? StorageError.failure("the transaction failed"))
+        }
+    }
+
+    /// Records what a failed statement means for the transaction, and the error to throw to the body.
+    private func note(_ error: PostgresError) -> StorageError {
+        if error.isConnectionLoss {
+            fatal = .connectionLost
+            return .busy
+        }
+        if error.isRetryableConflict {
+            fatal = .conflict
+            return .busy
+        }
+        if error.isQueryCanceled {
+            if deadline != nil {
+                fatal = .deadline
+                return .deadlineExceeded
+            }
+            // Cancelled by an administrator: transient.
+            fatal = .failed(.busy)
+            return .busy
+        }
+        let mapped = Self.storageError(error)
+        // Outside a savepoint PostgreSQL has aborted the transaction: nothing more can run in it.
+        if savepointDepth == 0 { fatal = .failed(mapped) }
+        return mapped
+    }
+
+    /// PostgreSQL's error in the storage taxonomy (for errors that do not end the transaction by themselves).
+    static func storageError(_ error: PostgresError) -> StorageError {
+        if error.isUniqueViolation { return .duplicate(error.constraint ?? error.message) }
+        if error.isDiskFull { return .diskFull }
+        if error.isConnectionLoss || error.isRetryableConflict { return .busy }
+        if error.sqlState == SQLState.readOnlyTransaction { return .failure("a read transaction cannot write") }
+        return .failure(error.description)
+    }
+
+    private func throwIfEnded() throws(StorageError) {
+        switch fatal {
+        case nil: break
+        case .conflict?, .clientOperationConflict?, .connectionLost?: throw .busy
+        case .deadline?: throw .deadlineExceeded
+        case .failed(let error)?: throw error
+        }
+        if let deadline, deadline.hasPassed {
+            fatal = .deadline
+            throw .deadlineExceeded
+        }
+    }
+
+    private func query(_ sql: String, _ values: [PostgresValue] = []) throws(StorageError) -> PostgresResult {
+        try throwIfEnded()
+        do {
+            return try db.query(sql, values)
+        } catch {
+            throw note(error)
+        }
+    }
+
+    private func rows(_ sql: String, _ values: [PostgresValue] = []) throws(StorageError) -> [[PostgresValue]] {
+        try query(sql, values).rows
+    }
+
+    @discardableResult
+    private func run(_ sql: String, _ values: [PostgresValue] = []) throws(StorageError) -> Int {
+        try query(sql, values).affectedRows
+    }
+
+    private func execute(_ sql: String, checked: Bool = true) throws(StorageError) {
+        if checked { try throwIfEnded() }
+        do {
+            try db.execute(sql)
+        } catch {
+            throw note(error)
+        }
+    }
+
+    /// Row locks for single-row reads in a write transaction. `FOR NO KEY UPDATE` conflicts with itself and
+    /// with every UPDATE or DELETE of the row, so read-check-write sequences on one row are serialized; it
+    /// leaves foreign-key checks (`FOR KEY SHARE`) of other transactions unblocked.
+    private var lock: String { isReadOnly ? "" : " FOR NO KEY UPDATE" }
+
+    /// Runs one statement of the caller's through the transaction's checks and error mapping (tests).
+    func rowsForTesting(_ sql: String, _ values: [PostgresValue] = []) throws -> [[PostgresValue]] {
+        try rows(sql, values)
+    }
+
+    func databaseSize() throws -> Int64 {
+        try rows("SELECT pg_database_size(current_database())").first?[0].integer ?? 0
+    }
+
+    // MARK: Metadata
+
+    func metadata(_ key: String) throws -> String? {
+        try rows("SELECT value FROM metadata WHERE key = $1" + lock, [.text(key)]).first?[0].text
+    }
+
+    func setMetadata(_ key: String, _ value: String) throws {
+        try run("INSERT INTO metadata(key, value) VALUES ($1, $2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [.text(key), .text(value)])
+    }
+
+    // MARK: Users
+
+    private static let userColumns = "id, record_name, name, created_ms"
+
+    private func user(_ row: [PostgresValue]) -> UserAccount {
+        UserAccount(id: row[0].integer, recordName: row[1].text ?? "", name: row[2].text ?? "", createdMs: row[3].integer)
+    }
+
+    func insertUser(name: String, recordName: String, nowMs: Int64) throws -> UserAccount {
+        // ON CONFLICT DO NOTHING: a taken name is reported without aborting the transaction.
+        let inserted = try rows("INSERT INTO users(record_name, name, created_ms) VALUES ($1, $2, $3) "
+                                + "ON CONFLICT DO NOTHING RETURNING id",
+                                [.text(recordName), .text(name), .integer(nowMs)])
+        guard let id = inserted.first?[0].integer else { throw StorageError.duplicate("a user named \(name)") }
+        return UserAccount(id: id, recordName: recordName, name: name, createdMs: nowMs)
+    }
+
+    func user(named name: String) throws -> UserAccount? {
+        try rows("SELECT \(Self.userColumns) FROM users WHERE name = $1", [.text(name)]).first.map(user)
+    }
+
+    func user(recordName: String) throws -> UserAccount? {
+        try rows("SELECT \(Self.userColumns) FROM users WHERE record_name = $1", [.text(recordName)]).first.map(user)
+    }
+
+    func user(id: Int64) throws -> UserAccount? {
+        try rows("SELECT \(Self.userColumns) FROM users WHERE id = $1", [.integer(id)]).first.map(user)
+    }
+
+    func user(tokenHash: [UInt8]) throws -> UserAccount? {
+        try rows("SELECT u.id, u.record_name, u.name, u.created_ms FROM tokens t JOIN users u ON u.id = t.user_id "
+                 + "WHERE t.hash = $1", [.bytea(tokenHash)]).first.map(user)
+    }
+
+    func insertToken(_ token: NewToken) throws {
+        let inserted = try rows("INSERT INTO tokens(hash, id, user_id, created_ms, expires_ms) VALUES ($1, $2, $3, $4, $5) "
+                                + "ON CONFLICT DO NOTHING RETURNING 1",
+                                [.bytea(token.hash), .text(token.id), .integer(token.userID), .integer(token.createdMs),
+                                 token.expiresMs.map { .integer($0) } ?? .null])
+        if inserted.isEmpty { throw StorageError.duplicate("a token with this hash or id") }
+    }
+
+    private static let tokenColumns = "t.id, t.user_id, t.created_ms, t.expires_ms"
+
+    private func token(_ row: [PostgresValue]) -> StoredToken {
+        var expires: Int64? = nil
+        if case .integer(let value) = row[3] { expires = value }
+        return StoredToken(id: row[0].text ?? "", userID: row[1].integer, createdMs: row[2].integer, expiresMs: expires)
+    }
+
+    func tokenOwner(hash: [UInt8]) throws -> (token: StoredToken, user: UserAccount)? {
+        try rows("SELECT \(Self.tokenColumns), u.id, u.record_name, u.name, u.created_ms FROM tokens t "
+                 + "JOIN users u ON u.id = t.user_id WHERE t.hash = $1", [.bytea(hash)]).first.map {
+            (token(Array($0[0..<4])), user(Array($0[4...])))
+        }
+    }
+
+    func tokens(userID: Int64) throws -> [StoredToken] {
+        try rows("SELECT \(Self.tokenColumns) FROM tokens t WHERE t.user_id = $1 ORDER BY t.created_ms, t.id",
+                 [.integer(userID)]).map(token)
+    }
+
+    func token(id: String) throws -> StoredToken? {
+        try rows("SELECT \(Self.tokenColumns) FROM tokens t WHERE t.id = $1", [.text(id)]).first.map(token)
+    }
+
+    func deleteToken(id: String) throws -> Bool {
+        try run("DELETE FROM tokens WHERE id = $1", [.text(id)]) > 0
+    }
+
+    func deleteTokens(userID: Int64) throws -> Int {
+        try run("DELETE FROM tokens WHERE user_id = $1", [.integer(userID)])
+    }
+
+    // MARK: Sign-ups
+
+    func recordSignUp(address: String, nowMs: Int64) throws {
+        try run("INSERT INTO signups(address, created_ms) VALUES ($1, $2)", [.text(address), .integer(nowMs)])
+    }
+
+    func signUps(address: String?, sinceMs: Int64) throws -> SignUpWindow {
+        let row: [PostgresValue]?
+        if let address {
+            row = try rows("SELECT COUNT(*), MIN(created_ms) FROM signups WHERE address = $1 AND created_ms >= $2",
+                           [.text(address), .integer(sinceMs)]).first
+        } else {
+            row = try rows("SELECT COUNT(*), MIN(created_ms) FROM signups WHERE created_ms >= $1", [.integer(sinceMs)]).first
+        }
+        guard let row, row[0].integer > 0 else { return SignUpWindow(count: 0, oldestMs: nil) }
+        return SignUpWindow(count: Int(row[0].integer), oldestMs: row[1].integer)
+    }
+
+    func forgetSignUps(before beforeMs: Int64) throws {
+        try run("DELETE FROM signups WHERE created_ms < $1", [.integer(beforeMs)])
+    }
+
+    // MARK: Databases and zones
+
+    private static let databaseColumns = "id, kind, environment, owner_id, last_seq, purged_seq, bytes_used"
+
+    private func database(_ row: [PostgresValue]) throws -> StoredDatabase {
+        guard let kind = DatabaseKind(rawValue: row[1].text ?? "") else {
+            throw StorageError.failure("database \(row[0].integer) has an unknown kind")
+        }
+        return StoredDatabase(
+            id: row[0].integer, key: DatabaseKey(kind: kind, environment: row[2].text ?? "", ownerID: row[3].integer),
+            lastSeq: row[4].integer, purgedSeq: row[5].integer, bytesUsed: row[6].integer)
+    }
+
+    func database(_ key: DatabaseKey) throws -> StoredDatabase {
+        let select = "SELECT \(Self.databaseColumns) FROM databases WHERE kind = $1 AND environment = $2 AND owner_id = $3"
+            + lock
+        let arguments: [PostgresValue] = [.text(key.kind.rawValue), .text(key.environment), .integer(key.ownerID)]
+        if let row = try rows(select, arguments).first { return try database(row) }
+        // Only a write transaction can create it; a read sees an empty database that does not exist yet.
+        if isReadOnly {
+            return StoredDatabase(id: 0, key: key, lastSeq: 0, purgedSeq: 0, bytesUsed: 0)
+        }
+        // Another process may create it at the same moment: then its row is read (and locked) instead.
+        let inserted = try rows("INSERT INTO databases(kind, environment, owner_id) VALUES ($1, $2, $3) "
+                                + "ON CONFLICT DO NOTHING RETURNING \(Self.databaseColumns)", arguments)
+        if let row = inserted.first { return try database(row) }
+        guard let row = try rows(select, arguments).first else {
+            throw StorageError.failure("database \(key.kind.rawValue)/\(key.environment)/\(key.ownerID) vanished")
+        }
+        return try database(row)
+    }
+
+    func database(id: Int64) throws -> StoredDatabase? {
+        try rows("SELECT \(Self.databaseColumns) FROM databases WHERE id = $1" + lock, [.integer(id)]).first.map {
+            try database($0)
+        }
+    }
+
+    private static let zoneColumns =
+        "id, database_id, name, owner_record_name, deleted, last_seq, purged_seq, db_seq, created_ms, modified_ms"
+
+    private func zone(_ row: [PostgresValue]) -> StoredZone {
+        StoredZone(rowID: row[0].integer, databaseID: row[1].integer, name: row[2].text ?? "",
+                   ownerRecordName: row[3].text ?? "", deleted: row[4].integer != 0, lastSeq: row[5].integer,
+                   purgedSeq: row[6].integer, databaseSeq: row[7].integer, createdMs: row[8].integer,
+                   modifiedMs: row[9].integer)
+    }
+
+    /// A zone read in a write transaction is locked: remember it.
+    private func locked(_ zone: StoredZone?) -> StoredZone? {
+        if let zone, !isReadOnly { lockedZones.insert(zone.rowID) }
+        return zone
+    }
+
+    func zone(databaseID: Int64, name: String) throws -> StoredZone? {
+        locked(try rows("SELECT \(Self.zoneColumns) FROM zones WHERE database_id = $1 AND name = $2 AND deleted = 0" + lock,
+                        [.integer(databaseID), .text(name)]).first.map(zone))
+    }
+
+    func zone(rowID: Int64) throws -> StoredZone? {
+        locked(try rows("SELECT \(Self.zoneColumns) FROM zones WHERE id = $1" + lock, [.integer(rowID)]).first.map(zone))
+    }
+
+    func liveZones(databaseID: Int64) throws -> [StoredZone] {
+        try rows("SELECT \(Self.zoneColumns) FROM zones WHERE database_id = $1 AND deleted = 0 ORDER BY name",
+                 [.integer(databaseID)]).map(zone)
+    }
+
+    /// Allocates the database's next log position; the row stays locked until commit.
+    private func nextDatabaseSeq(_ databaseID: Int64) throws -> Int64 {
+        let rows = try rows("UPDATE databases SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
+                            [.integer(databaseID)])
+        guard let seq = rows.first?[0].integer else { throw StorageError.failure("database \(databaseID) is missing") }
+        return seq
+    }
+
+    func createZone(databaseID: Int64, name: String, ownerRecordName: String, nowMs: Int64) throws -> StoredZone {
+        let seq = try nextDatabaseSeq(databaseID)
+        let inserted = try rows("INSERT INTO zones(database_id, name, owner_record_name, db_seq, created_ms, modified_ms) "
+                                + "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING id",
+                                [.integer(databaseID), .text(name), .text(ownerRecordName), .integer(seq), .integer(nowMs),
+                                 .integer(nowMs)])
+        guard let id = inserted.first?[0].integer else { throw StorageError.duplicate("a zone named \(name)") }
+        lockedZones.insert(id)
+        return StoredZone(rowID: id, databaseID: databaseID, name: name, ownerRecordName: ownerRecordName,
+                          deleted: false, lastSeq: 0, purgedSeq: 0, databaseSeq: seq, createdMs: nowMs, modifiedMs: nowMs)
+    }
+
+    func deleteZone(rowID: Int64, nowMs: Int64) throws {
+        guard let zone = try zone(rowID: rowID), !zone.deleted else { return }
+        let seq = try nextDatabaseSeq(zone.databaseID)
+        let freed = try rows("WITH gone AS (DELETE FROM records WHERE zone_id = $1 RETURNING octet_length(frame) AS bytes) "
+                             + "SELECT COALESCE(SUM(bytes), 0)::bigint FROM gone", [.integer(rowID)]).first?[0].integer ?? 0
+        try run("UPDATE zones SET deleted = 1, db_seq = $1, modified_ms = $2 WHERE id = $3",
+                [.integer(seq), .integer(nowMs), .integer(rowID)])
+        try run("UPDATE databases SET bytes_used = bytes_used - $1 WHERE id = $2", [.integer(freed), .integer(zone.databaseID)])
+    }
+
+    func zoneChanges(databaseID: Int64, after cursor: Int64, limit: Int) throws -> [StoredZone] {
+        try rows("SELECT \(Self.zoneColumns) FROM zones WHERE database_id = $1 AND db_seq > $2 ORDER BY db_seq LIMIT $3",
+                 [.integer(databaseID), .integer(cursor), .integer(Int64(limit))]).map(zone)
+    }
+
+    // MARK: Records
+
+    private static let recordColumns =
+        "name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms, modified_by, parent_name"
+
+    private func record(_ row: [PostgresValue], zoneRowID: Int64) -> StoredRecord {
+        let seq = row[4].integer
+        return StoredRecord(recordName: row[0].text ?? "", recordType: row[1].text ?? "", frame: row[2].bytes,
+                            deleted: row[3].integer != 0, seq: seq,
+                            changeTag: StorageRules.changeTag(zoneRowID: zoneRowID, seq: seq),
+                            createdMs: row[5].integer, createdBy: row[6].text ?? "", modifiedMs: row[7].integer,
+                            modifiedBy: row[8].text ?? "", parentName: row[9].text)
+    }
+
+    func record(zoneRowID: Int64, name: String) throws -> StoredRecord? {
+        let select = "SELECT \(Self.recordColumns) FROM records WHERE zone_id = $1 AND name = $2"
+        if isReadOnly || lockedZones.contains(zoneRowID) {
+            return try rows(select + lock, [.integer(zoneRowID), .text(name)]).first.map { record($0, zoneRowID: zoneRowID) }
+        }
+        // The zone row first, then the record (one round trip): every writer locks in that order.
+        let rows = try rows("WITH z AS (SELECT id FROM zones WHERE id = $1 FOR NO KEY UPDATE) "
+                            + "SELECT \(Self.recordColumns) FROM records WHERE zone_id = (SELECT id FROM z) AND name = $2"
+                            + lock, [.integer(zoneRowID), .text(name)])
+        lockedZones.insert(zoneRowID)
+        return rows.first.map { record($0, zoneRowID: zoneRowID) }
+    }
+
+    func records(zoneRowID: Int64, recordType: String?) throws -> [StoredRecord] {
+        let rows: [[PostgresValue]]
+        if let recordType {
+            rows = try self.rows("SELECT \(Self.recordColumns) FROM records WHERE zone_id = $1 AND record_type = $2 "
+                                 + "AND deleted = 0 ORDER BY name", [.integer(zoneRowID), .text(recordType)])
+        } else {
+            rows = try self.rows("SELECT \(Self.recordColumns) FROM records WHERE zone_id = $1 AND deleted = 0 ORDER BY name",
+                                 [.integer(zoneRowID)])
+        }
+        return rows.map { record($0, zoneRowID: zoneRowID) }
+    }
+
+    /// The live zone row to write records into, locked.
+    private func liveZoneForWriting(_ zoneRowID: Int64) throws -> StoredZone {
+        guard let zone = try zone(rowID: zoneRowID), !zone.deleted else {
+            throw StorageError.failure("zone \(zoneRowID) is not live")
+        }
+        return zone
+    }
+
+    /// Moves the counters for `count` saves in one zone: `count` zone positions, one database position, and
+    /// the database's bytes. Returns the zone's last position.
+    private func advanceCounters(_ zone: StoredZone, count: Int, nowMs: Int64, growth: Int64) throws -> Int64 {
+        let rows = try rows("""
+            WITH d AS (UPDATE databases SET last_seq = last_seq + 1, bytes_used = bytes_used + $1 WHERE id = $2
+                       RETURNING last_seq)
+            UPDATE zones SET last_seq = last_seq + $3, modified_ms = $4, db_seq = (SELECT last_seq FROM d) WHERE id = $5
+            RETURNING last_seq
+            """, [.integer(growth), .integer(zone.databaseID), .integer(Int64(count)), .integer(nowMs), .integer(zone.rowID)])
+        guard let last = rows.first?[0].integer else { throw StorageError.failure("zone \(zone.rowID) is missing") }
+        return last
+    }
+
+    func saveRecord(zoneRowID: Int64, _ write: RecordWrite) throws -> StoredRecord {
+        let zone = try liveZoneForWriting(zoneRowID)
+        let previous = try record(zoneRowID: zoneRowID, name: write.recordName)
+        let growth = Int64(write.frame.count) - Int64(previous?.frame.count ?? 0)
+        let seq = try advanceCounters(zone, count: 1, nowMs: write.nowMs, growth: growth)
+        return try upsertRecords(zoneRowID: zoneRowID, [write], previous: [previous], lastSeq: seq)[0]
+    }
+
+    func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord] {
+        precondition(previous.count == writes.count, "one previous row (or nil) per write")
+        guard writes.count > 1 else { return try writes.map { try saveRecord(zoneRowID: zoneRowID, $0) } }
+        let zone = try liveZoneForWriting(zoneRowID)
+        let nowMs = writes.map(\.nowMs).max()!
+        var growth: Int64 = 0
+        for (write, previous) in zip(writes, previous) {
+            growth += Int64(write.frame.count) - Int64(previous?.frame.count ?? 0)
+        }
+        let last = try advanceCounters(zone, count: writes.count, nowMs: nowMs, growth: growth)
+        return try upsertRecords(zoneRowID: zoneRowID, writes, previous: previous, lastSeq: last)
+    }
+
+    /// Writes the record rows at consecutive positions ending at `lastSeq`, in one statement (`unnest` of
+    /// one array per column).
+    private func upsertRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?], lastSeq: Int64) throws
+        -> [StoredRecord] {
+        var saved: [StoredRecord] = []
+        saved.reserveCapacity(writes.count)
+        var names: [String?] = [], types: [String?] = [], frames: [[UInt8]] = [], deleted: [Int64] = []
+        var seqs: [Int64] = [], createdMs: [Int64] = [], createdBy: [String?] = [], modifiedMs: [Int64] = []
+        var modifiedBy: [String?] = [], parents: [String?] = []
+        for (index, (write, previous)) in zip(writes, previous).enumerated() {
+            let seq = lastSeq - Int64(writes.count - 1 - index)
+            let creation = StorageRules.creation(of: write, replacing: previous)
+            names.append(write.recordName)
+            types.append(write.recordType)
+            frames.append(write.frame)
+            deleted.append(write.deleted ? 1 : 0)
+            seqs.append(seq)
+            createdMs.append(creation.createdMs)
+            createdBy.append(creation.createdBy)
+            modifiedMs.append(write.nowMs)
+            modifiedBy.append(write.userRecordName)
+            parents.append(write.parentName)
+            saved.append(StoredRecord(recordName: write.recordName, recordType: write.recordType, frame: write.frame,
+                                      deleted: write.deleted, seq: seq,
+                                      changeTag: StorageRules.changeTag(zoneRowID: zoneRowID, seq: seq),
+                                      createdMs: creation.createdMs, createdBy: creation.createdBy, modifiedMs: write.nowMs,
+                                      modifiedBy: write.userRecordName, parentName: write.parentName))
+        }
+        try run("""
+            INSERT INTO records(zone_id, name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms,
+                                modified_by, parent_name)
+            SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int8[], $6::int8[], $7::int8[], $8::text[],
+                                     $9::int8[], $10::text[], $11::text[])
+            ON CONFLICT(zone_id, name) DO UPDATE SET record_type = excluded.record_type, frame = excluded.frame,
+                deleted = excluded.deleted, seq = excluded.seq, created_ms = excluded.created_ms,
+                created_by = excluded.created_by, modified_ms = excluded.modified_ms,
+                modified_by = excluded.modified_by, parent_name = excluded.parent_name
+            """, [.integer(zoneRowID), .texts(names), .texts(types), .byteas(frames), .integers(deleted), .integers(seqs),
+                  .integers(createdMs), .texts(createdBy), .integers(modifiedMs), .texts(modifiedBy), .texts(parents)])
+        return saved
+    }
+
+    func recordChanges(zoneRowID: Int64, after cursor: Int64, limit: Int) throws -> [StoredRecord] {
+        try rows("SELECT \(Self.recordColumns) FROM records WHERE zone_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                 [.integer(zoneRowID), .integer(cursor), .integer(Int64(limit))]).map { record($0, zoneRowID: zoneRowID) }
+    }
+
+    func children(zoneRowID: Int64, parentName: String) throws -> [String] {
+        try rows("SELECT name FROM records WHERE zone_id = $1 AND parent_name = $2 AND deleted = 0 ORDER BY name",
+                 [.integer(zoneRowID), .text(parentName)]).compactMap { $0[0].text }
+    }
+
+    // MARK: Shares
+
+    private static let shareColumns =
+        "id, public_id, zone_id, record_name, root_record_name, owner_id, title, public_permission, url_epoch, deleted, last_seq"
+
+    private func share(_ row: [PostgresValue]) -> StoredShare {
+        StoredShare(id: row[0].integer, publicID: row[1].text ?? "", zoneRowID: row[2].integer, recordName: row[3].text ?? "",
+                    rootRecordName: row[4].text, ownerID: row[5].integer, title: row[6].text ?? "",
+                    publicPermission: row[7].text ?? "", urlEpoch: row[8].integer, deleted: row[9].integer != 0,
+                    lastSeq: row[10].integer)
+    }
+
+    func insertShare(_ new: NewShare) throws -> StoredShare {
+        let inserted = try rows("INSERT INTO shares(public_id, zone_id, record_name, root_record_name, owner_id, title, "
+                                + "public_permission, url_epoch, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+                                + "ON CONFLICT DO NOTHING RETURNING id",
+                                [.text(new.publicID), .integer(new.zoneRowID), .text(new.recordName),
+                                 new.rootRecordName.map { .text($0) } ?? .null, .integer(new.ownerID), .text(new.title),
+                                 .text(new.publicPermission), .integer(new.urlEpoch), .integer(new.nowMs)])
+        guard let id = inserted.first?[0].integer else {
+            throw StorageError.duplicate("a share record named \(new.recordName)")
+        }
+        return StoredShare(id: id, publicID: new.publicID, zoneRowID: new.zoneRowID,
+                           recordName: new.recordName, rootRecordName: new.rootRecordName, ownerID: new.ownerID,
+                           title: new.title, publicPermission: new.publicPermission, urlEpoch: new.urlEpoch, deleted: false,
+                           lastSeq: 0)
+    }
+
+    func share(publicID: String) throws -> StoredShare? {
+        try rows("SELECT \(Self.shareColumns) FROM shares WHERE public_id = $1" + lock, [.text(publicID)]).first.map(share)
+    }
+
+    func share(id: Int64) throws -> StoredShare? {
+        try rows("SELECT \(Self.shareColumns) FROM shares WHERE id = $1" + lock, [.integer(id)]).first.map(share)
+    }
+
+    func shares(zoneRowID: Int64) throws -> [StoredShare] {
+        try rows("SELECT \(Self.shareColumns) FROM shares WHERE zone_id = $1 AND deleted = 0 ORDER BY id",
+                 [.integer(zoneRowID)]).map(share)
+    }
+
+    func updateShare(_ share: StoredShare) throws {
+        try run("UPDATE shares SET title = $1, public_permission = $2, url_epoch = $3, deleted = $4 WHERE id = $5",
+                [.text(share.title), .text(share.publicPermission), .integer(share.urlEpoch),
+                 .integer(share.deleted ? 1 : 0), .integer(share.id)])
+    }
+
+    private func participant(_ row: [PostgresValue]) -> StoredParticipant {
+        StoredParticipant(shareID: row[0].integer, userID: row[1].integer, role: row[2].text ?? "",
+                          permission: row[3].text ?? "", status: row[4].text ?? "", modifiedMs: row[5].integer)
+    }
+
+    func participants(shareID: Int64) throws -> [StoredParticipant] {
+        try rows("SELECT share_id, user_id, role, permission, status, modified_ms FROM share_participants "
+                 + "WHERE share_id = $1 ORDER BY user_id", [.integer(shareID)]).map(participant)
+    }
+
+    func saveParticipant(_ p: StoredParticipant) throws {
+        try run("""
+            INSERT INTO share_participants(share_id, user_id, role, permission, status, modified_ms)
+            VALUES ($1, $2, $3, $4, $5, $6)
+            ON CONFLICT(share_id, user_id) DO UPDATE SET role = excluded.role, permission = excluded.permission,
+                status = excluded.status, modified_ms = excluded.modified_ms
+            """, [.integer(p.shareID), .integer(p.userID), .text(p.role), .text(p.permission), .text(p.status),
+                  .integer(p.modifiedMs)])
+    }
+
+    func participations(userID: Int64, status: String) throws -> [(share: StoredShare, participant: StoredParticipant)] {
+        let columns = Self.shareColumns.split(separator: ",").map { "s." + $0.trimmingCharacters(in: .whitespaces) }
+            .joined(separator: ", ")
+        return try rows("SELECT \(columns), p.share_id, p.user_id, p.role, p.permission, p.status, p.modified_ms "
+                        + "FROM share_participants p JOIN shares s ON s.id = p.share_id "
+                        + "WHERE p.user_id = $1 AND p.status = $2 AND s.deleted = 0 ORDER BY s.id",
+                        [.integer(userID), .text(status)]).map { row in
+            (share(Array(row[0..<11])), participant(Array(row[11...])))
+        }
+    }
+
+    func linkUses(tokenID: String) throws -> Int {
+        Int(try rows("SELECT uses FROM share_link_uses WHERE token_id = $1" + lock, [.text(tokenID)]).first?[0].integer ?? 0)
+    }
+
+    func recordLinkUse(tokenID: String, shareID: Int64) throws {
+        try run("INSERT INTO share_link_uses(token_id, share_id, uses) VALUES ($1, $2, 1) "
+                + "ON CONFLICT(token_id) DO UPDATE SET uses = share_link_uses.uses + 1", [.text(tokenID), .integer(shareID)])
+    }
+
+    func setShareMembership(shareID: Int64, recordName: String, member: Bool) throws {
+        let seqRows = try rows("UPDATE shares SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
+                               [.integer(shareID)])
+        guard let seq = seqRows.first?[0].integer else { throw StorageError.failure("share \(shareID) is missing") }
+        try run("INSERT INTO share_records(share_id, record_name, member, seq) VALUES ($1, $2, $3, $4) "
+                + "ON CONFLICT(share_id, record_name) DO UPDATE SET member = excluded.member, seq = excluded.seq",
+                [.integer(shareID), .text(recordName), .integer(member ? 1 : 0), .integer(seq)])
+    }
+
+    func shareMembership(shareID: Int64, recordName: String) throws -> Bool? {
+        try rows("SELECT member FROM share_records WHERE share_id = $1 AND record_name = $2",
+                 [.integer(shareID), .text(recordName)]).first.map { $0[0].integer != 0 }
+    }
+
+    func shareChanges(shareID: Int64, after cursor: Int64, limit: Int) throws -> [ShareLogEntry] {
+        try rows("SELECT record_name, member, seq FROM share_records WHERE share_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                 [.integer(shareID), .integer(cursor), .integer(Int64(limit))]).map {
+            ShareLogEntry(recordName: $0[0].text ?? "", member: $0[1].integer != 0, seq: $0[2].integer)
+        }
+    }
+
+    func markSharedZone(databaseID: Int64, shareID: Int64, deleted: Bool) throws {
+        let seq = try nextDatabaseSeq(databaseID)
+        try run("INSERT INTO shared_zones(database_id, share_id, deleted, db_seq) VALUES ($1, $2, $3, $4) "
+                + "ON CONFLICT(database_id, share_id) DO UPDATE SET deleted = excluded.deleted, db_seq = excluded.db_seq",
+                [.integer(databaseID), .integer(shareID), .integer(deleted ? 1 : 0), .integer(seq)])
+    }
+
+    func sharedZoneChanges(databaseID: Int64, after cursor: Int64, limit: Int) throws -> [SharedZoneEntry] {
+        try rows("SELECT share_id, deleted, db_seq FROM shared_zones WHERE database_id = $1 AND db_seq > $2 "
+                 + "ORDER BY db_seq LIMIT $3", [.integer(databaseID), .integer(cursor), .integer(Int64(limit))]).map {
+            SharedZoneEntry(shareID: $0[0].integer, deleted: $0[1].integer != 0, databaseSeq: $0[2].integer)
+        }
+    }
+
+    // MARK: Client operations
+
+    func clientOperation(userID: Int64, operationID: String) throws -> ClientOperation? {
+        try rows("SELECT request_hash, status, response FROM client_operations WHERE user_id = $1 AND operation_id = $2",
+                 [.integer(userID), .text(operationID)]).first.map {
+            ClientOperation(requestHash: $0[0].bytes, status: Int($0[1].integer), response: $0[2].bytes)
+        }
+    }
+
+    /// A conflict with a row that another transaction committed while this one ran (the same id retried on
+    /// another process) runs this transaction again once, so the server finds the stored answer; a conflict
+    /// on that second run (the row was there all along) is a duplicate.
+    func saveClientOperation(userID: Int64, operationID: String, _ operation: ClientOperation, chargedTo databaseID: Int64,
+                             nowMs: Int64) throws {
+        let charged = databaseID == 0 ? 0 : operation.storedBytes(operationID: operationID)
+        let inserted = try rows("INSERT INTO client_operations(user_id, operation_id, request_hash, status, response, "
+                                + "created_ms, database_id, charged_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+                                + "ON CONFLICT DO NOTHING RETURNING 1",
+                                [.integer(userID), .text(operationID), .bytea(operation.requestHash),
+                                 .integer(Int64(operation.status)), .bytea(operation.response), .integer(nowMs),
+                                 .integer(databaseID), .integer(charged)])
+        if inserted.isEmpty {
+            if clientOperationConflictsSeen == 0 && !isReadOnly {
+                fatal = .clientOperationConflict
+                throw StorageError.busy
+            }
+            throw StorageError.duplicate("client operation \(operationID)")
+        }
+        if charged != 0 {
+            try run("UPDATE databases SET bytes_used = bytes_used + $1 WHERE id = $2", [.integer(charged), .integer(databaseID)])
+        }
+    }
+
+    func clientOperationCount(userID: Int64) throws -> Int {
+        Int(try rows("SELECT COUNT(*) FROM client_operations WHERE user_id = $1", [.integer(userID)]).first?[0].integer ?? 0)
+    }
+
+    func forgetOldestClientOperations(userID: Int64, count: Int) throws -> Int {
+        guard count > 0 else { return 0 }
+        let rows = try rows("""
+            WITH gone AS (
+                DELETE FROM client_operations WHERE user_id = $1 AND operation_id IN (
+                    SELECT operation_id FROM client_operations WHERE user_id = $1
+                    ORDER BY created_ms, operation_id LIMIT $2 FOR UPDATE)
+                RETURNING database_id, charged_bytes),
+            charges AS (
+                UPDATE databases d SET bytes_used = d.bytes_used - g.total
+                FROM (SELECT database_id, SUM(charged_bytes)::bigint AS total FROM gone WHERE charged_bytes <> 0
+                      GROUP BY database_id) g
+                WHERE d.id = g.database_id)
+            SELECT COUNT(*) FROM gone
+            """, [.integer(userID), .integer(Int64(count))])
+        return Int(rows.first?[0].integer ?? 0)
+    }
+
+    // MARK: Savepoints and maintenance
+
+    func savepoint<T>(_ body: () throws -> T) throws -> T {
+        savepointDepth += 1
+        defer { savepointDepth -= 1 }
+        let name = "lattice_\(savepointDepth)"
+        try execute("SAVEPOINT \(name)")
+        do {
+            let result = try body()
+            try execute("RELEASE SAVEPOINT \(name)")
+            return result
+        } catch {
+            // A conflict, lost connection or deadline ends the whole transaction: nothing to undo here.
+            guard fatal == nil else { throw error }
+            try execute("ROLLBACK TO SAVEPOINT \(name); RELEASE SAVEPOINT \(name)", checked: false)
+            throw error
+        }
+    }
+
+    func purge(before horizonMs: Int64, operationsBeforeMs: Int64) throws -> PurgeReport {
+        var report = PurgeReport()
+        // Tombstones: delete them, then raise each zone's purged position to the newest one it lost.
+        let purgedByZone = try rows("""
+            WITH gone AS (DELETE FROM records WHERE deleted = 1 AND modified_ms < $1
+                          RETURNING zone_id, seq, octet_length(frame) AS bytes)
+            SELECT zone_id, MAX(seq), COUNT(*), SUM(bytes)::bigint FROM gone GROUP BY zone_id ORDER BY zone_id
+            """, [.integer(horizonMs)])
+        for row in purgedByZone {
+            let zoneID = row[0].integer
+            try run("UPDATE zones SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
+                    [.integer(row[1].integer), .integer(zoneID)])
+            try run("UPDATE databases SET bytes_used = bytes_used - $1 WHERE id = (SELECT database_id FROM zones WHERE id = $2)",
+                    [.integer(row[3].integer), .integer(zoneID)])
+            report.tombstones += Int(row[2].integer)
+        }
+        // Deleted zones: StorageRules decides which go; each database's purged position rises to the
+        // newest position of a zone it forgot.
+        let candidates = try rows("SELECT \(Self.zoneColumns), EXISTS(SELECT 1 FROM shares WHERE zone_id = zones.id) "
+                                  + "FROM zones WHERE deleted = 1 AND modified_ms < $1 ORDER BY id", [.integer(horizonMs)])
+            .map { DeletedZone(zone: zone(Array($0[0..<10])), hasShares: $0[10].integer != 0) }
+        for candidate in candidates where StorageRules.purgesDeletedZone(candidate) {
+            guard try run("DELETE FROM zones WHERE id = $1 AND deleted = 1", [.integer(candidate.zone.rowID)]) > 0 else {
+                continue
+            }
+            try run("UPDATE databases SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
+                    [.integer(candidate.zone.databaseSeq), .integer(candidate.zone.databaseID)])
+            report.zones += 1
+        }
+        // Remembered operations give back what they were charged.
+        let operations = try rows("""
+            WITH gone AS (DELETE FROM client_operations WHERE created_ms < $1 RETURNING database_id, charged_bytes),
+            charges AS (
+                UPDATE databases d SET bytes_used = d.bytes_used - g.total
+                FROM (SELECT database_id, SUM(charged_bytes)::bigint AS total FROM gone WHERE database_id <> 0
+                      GROUP BY database_id) g
+                WHERE d.id = g.database_id)
+            SELECT COUNT(*) FROM gone
+            """, [.integer(operationsBeforeMs)])
+        report.clientOperations = Int(operations.first?[0].integer ?? 0)
+        return report
+    }
+}

@@ -1,0 +1,508 @@
+import Dispatch
+import Foundation
+import Synchronization
+import Testing
+@testable import LatticeStore
+
+/// The PostgreSQL backend's own behaviour, beyond the contract: binding, SQLSTATE mapping, retries, deadlines,
+/// lost connections, several processes' worth of storages on one database, and commit order under concurrent
+/// writers. Each test uses a fresh database on the cluster in `LATTICE_TEST_POSTGRES_URL` (without it every
+/// test here fails, saying how to start one). Every wait and loop is bounded.
+@Suite("PostgreSQL storage")
+struct PostgresStorageTests {
+    private static let ann = "_00000000000000000000000000000a11"
+
+    /// State the test's threads share (noncopyable atomics and mutexes live in a class).
+    final class Shared: Sendable {
+        let count = Atomic<Int>(0)
+        let flag = Atomic<Bool>(false)
+        let failures = Mutex<[String]>([])
+        let seen = Mutex<[ClientOperation?]>([])
+        let answer = Mutex<String?>(nil)
+        func fail(_ error: any Error) { failures.withLock { $0.append("\(error)") } }
+        var failureList: [String] { failures.withLock { $0 } }
+    }
+
+    private func withDatabase<T>(_ body: (PostgresTestDatabase) throws -> T) throws -> T {
+        let database = try PostgresTestDatabase.create()
+        defer { database.drop() }
+        return try body(database)
+    }
+
+    private func makeZone(_ tx: any StorageTransaction, _ name: String = "Lists") throws -> StoredZone {
+        let database = try tx.database(DatabaseKey(kind: .private, environment: "production", ownerID: 1))
+        return try tx.createZone(databaseID: database.id, name: name, ownerRecordName: Self.ann, nowMs: 1_000)
+    }
+
+    private func write(_ name: String, frame: [UInt8] = [1, 2, 3]) -> RecordWrite {
+        RecordWrite(recordName: name, recordType: "Item", frame: frame, deleted: false, userRecordName: Self.ann,
+                    nowMs: 2_000)
+    }
+
+    /// Runs `body` on `count` threads at once and waits (bounded) for all of them.
+    private func concurrently(_ count: Int, timeoutSeconds: Int = 60, _ body: @escaping @Sendable (Int) -> Void) -> Bool {
+        let group = DispatchGroup()
+        for index in 0..<count {
+            group.enter()
+            Thread.detachNewThread {
+                body(index)
+                group.leave()
+            }
+        }
+        return group.wait(timeout: .now() + .seconds(timeoutSeconds)) == .success
+    }
+
+    // MARK: Binding
+
+    @Test func parametersRoundTripByteForByteAndAreNeverSpliced() throws {
+        try withDatabase { database in
+            let connection = try PostgresConnection(database.url)
+            try connection.execute("CREATE TABLE t(a bigint, b text, c bytea, d text, e bigint)")
+            let odd = "'; DROP TABLE t;-- % \" $1 \\ é 漢字 🙂"
+            let bytes: [UInt8] = Array(0...255) + [0, 0, 39, 92]
+            let row: [PostgresValue] = [.integer(.min), .text(odd), .bytea(bytes), .null, .integer(.max)]
+            try connection.query("INSERT INTO t VALUES ($1, $2, $3, $4, $5)", row)
+            try connection.query("INSERT INTO t VALUES ($1, $2, $3, $4, $5)", [.integer(0), .text(""), .bytea([]), .null, .null])
+            let rows = try connection.rows("SELECT a, b, c, d, e FROM t ORDER BY a")
+            #expect(rows[0] == row)
+            #expect(rows[1] == [.integer(0), .text(""), .bytea([]), .null, .null])
+            #expect(try connection.rows("SELECT count(*) FROM t") == [[.integer(2)]])
+            // Arrays too, NULL elements included.
+            let unnested = try connection.rows("SELECT * FROM unnest($1::text[], $2::bytea[], $3::int8[])",
+                                               [.texts([odd, nil]), .byteas([bytes, []]), .integers([-1, 1 << 40])])
+            #expect(unnested == [[.text(odd), .bytea(bytes), .integer(-1)], [.null, .bytea([]), .integer(1 << 40)]])
+            // PostgreSQL text cannot hold NUL: refused, never cut short.
+            let error = try #require(throws: PostgresError.self) {
+                try connection.query("INSERT INTO t(b) VALUES ($1)", [.text("a\u{0}b")])
+            }
+            #expect(error.sqlState.hasPrefix("22"), "\(error)")
+        }
+    }
+
+    @Test func recordsWithOddNamesAndBinaryFramesRoundTripThroughTheStorage() throws {
+        try withDatabase { database in
+            let storage = try PostgresStorage(url: database.url, poolSize: 2)
+            defer { storage.close() }
+            let name = "it's \"quoted\" -- é 漢字 🙂 $1"
+            let frame: [UInt8] = [0, 0, 255, 0, 39, 92, 0]
+            let (zone, saved) = try storage.write { tx throws in
+                let zone = try makeZone(tx, "Zone 'with' quotes")
+                let one = try tx.saveRecord(zoneRowID: zone.rowID, write(name, frame: frame))
+                let batch = try tx.saveRecords(zoneRowID: zone.rowID, [write("b\u{1}", frame: []), write("c'", frame: frame)],
+                                               previous: [nil, nil])
+                return (zone, [one] + batch)
+            }
+            try storage.read { tx throws in
+                #expect(try tx.zone(databaseID: zone.databaseID, name: "Zone 'with' quotes")?.rowID == zone.rowID)
+                #expect(try tx.record(zoneRowID: zone.rowID, name: name) == saved[0])
+                #expect(try tx.recordChanges(zoneRowID: zone.rowID, after: 0, limit: 10) == saved)
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "b\u{1}")?.frame == [])
+            }
+        }
+    }
+
+    // MARK: Errors
+
+    @Test func sqlStatesMapToTheStorageTaxonomy() throws {
+        try withDatabase { database in
+            let connection = try PostgresConnection(database.url)
+            try connection.execute("CREATE TABLE u(k text PRIMARY KEY)")
+            try connection.query("INSERT INTO u VALUES ($1)", [.text("x")])
+            let error = try #require(throws: PostgresError.self) { try connection.query("INSERT INTO u VALUES ($1)", [.text("x")]) }
+            #expect(error.sqlState == "23505")
+            #expect(error.constraint == "u_pkey")
+            #expect(!error.description.contains("x'"), "no bound values in the description")
+            #expect(PostgresTransaction.storageError(error) == .duplicate("u_pkey"))
+            let states: [(String, StorageError)] = [("53100", .diskFull), ("40001", .busy), ("40P01", .busy), ("08006", .busy)]
+            for (state, expected) in states {
+                #expect(PostgresTransaction.storageError(PostgresError(sqlState: state, message: "m", context: "t")) == expected)
+            }
+            #expect(PostgresError(sqlState: "", message: "server closed the connection unexpectedly", context: "t")
+                .isConnectionLoss)
+            #expect(PostgresError(sqlState: "57P01", message: "terminating connection", context: "t").isConnectionLoss)
+        }
+    }
+
+    @Test func aUniqueViolationInAWriteIsADuplicateAndTheSavepointKeepsTheTransaction() throws {
+        try withDatabase { database in
+            let storage = try PostgresStorage(url: database.url, poolSize: 2)
+            defer { storage.close() }
+            try storage.write { tx in
+                _ = try (tx as! PostgresTransaction).rowsForTesting("CREATE TABLE u(k text PRIMARY KEY)")
+            }
+            try storage.write { tx throws in
+                let postgres = tx as! PostgresTransaction
+                _ = try postgres.rowsForTesting("INSERT INTO u VALUES ($1)", [.text("a")])
+                let error = #expect(throws: StorageError.self) {
+                    try tx.savepoint { _ = try postgres.rowsForTesting("INSERT INTO u VALUES ($1)", [.text("a")]) }
+                }
+                #expect(error == .duplicate("u_pkey"))
+                _ = try postgres.rowsForTesting("INSERT INTO u VALUES ($1)", [.text("b")])
+            }
+            let keys = try storage.read { tx in try (tx as! PostgresTransaction).rowsForTesting("SELECT k FROM u ORDER BY k") }
+            #expect(keys == [[.text("a")], [.text("b")]])
+            // Outside a savepoint the failure ends the transaction: nothing of it is kept.
+            #expect(throws: StorageError.duplicate("u_pkey")) {
+                try storage.write { tx throws in
+                    let postgres = tx as! PostgresTransaction
+                    _ = try postgres.rowsForTesting("INSERT INTO u VALUES ($1)", [.text("c")])
+                    _ = try? postgres.rowsForTesting("INSERT INTO u VALUES ($1)", [.text("a")])
+                }
+            }
+            #expect(try storage.read { tx in try (tx as! PostgresTransaction).rowsForTesting("SELECT count(*) FROM u") }
+                    == [[.integer(2)]])
+        }
+    }
+
+    // MARK: Deadlines and lanes
+
+    @Test func aStatementPastTheDeadlineIsCancelledAndTheWriteRolledBack() throws {
+        try withDatabase { database in
+            let storage = try PostgresStorage(url: database.url, poolSize: 2)
+            defer { storage.close() }
+            let started = RequestDeadline.nowNanoseconds()
+            #expect(throws: StorageError.deadlineExceeded) {
+                try storage.write(deadline: .after(milliseconds: 300)) { tx throws in
+                    try tx.setMetadata("k", "v")
+                    _ = try (tx as! PostgresTransaction).rowsForTesting("SELECT pg_sleep(20)")
+                }
+            }
+            let elapsedMs = (RequestDeadline.nowNanoseconds() - started) / 1_000_000
+            #expect(elapsedMs < 5_000, "cancelled near the deadline, not after the sleep (\(elapsedMs) ms)")
+            #expect(try storage.read { try $0.metadata("k") } == nil)
+            // A deadline already passed runs nothing.
+            #expect(throws: StorageError.deadlineExceeded) {
+                try storage.write(deadline: .after(milliseconds: 0)) { try $0.setMetadata("k", "v") }
+            }
+            // The connection is fine afterwards.
+            try storage.write(deadline: .after(milliseconds: 5_000)) { try $0.setMetadata("k", "w") }
+            #expect(try storage.read { try $0.metadata("k") } == "w")
+        }
+    }
+
+    @Test func waitingForAConnectionEndsAtTheDeadlineAndTheAuthenticationLaneDoesNotWait() throws {
+        try withDatabase { database in
+            let storage = try PostgresStorage(url: database.url, poolSize: 1)
+            defer { storage.close() }
+            try storage.write { try $0.setMetadata("k", "v") }
+            let entered = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            let holder = DispatchGroup()
+            holder.enter()
+            Thread.detachNewThread {
+                _ = try? storage.write { tx throws in
+                    try tx.setMetadata("held", "1")
+                    entered.signal()
+                    _ = release.wait(timeout: .now() + 10)
+                }
+                holder.leave()
+            }
+            #expect(entered.wait(timeout: .now() + 10) == .success)
+            // The only general connection is lent: a read waits no longer than its deadline.
+            #expect(throws: StorageError.deadlineExceeded) {
+                try storage.read(deadline: .after(milliseconds: 200)) { try $0.metadata("k") }
+            }
+            // The authentication lane has a connection of its own.
+            #expect(try storage.read(deadline: .after(milliseconds: 5_000), lane: .authentication) { try $0.metadata("k") } == "v")
+            release.signal()
+            #expect(holder.wait(timeout: .now() + 10) == .success)
+            #expect(try storage.read { try $0.metadata("held") } == "1")
+        }
+    }
+
+    // MARK: Conflicts
+
+    @Test func aDeadlockIsRetriedTransparently() throws {
+        try withDatabase { database in
+            let storage = try PostgresStorage(url: database.url, poolSize: 4)
+            defer { storage.close() }
+            try storage.write { tx in
+                try tx.setMetadata("a", "0")
+                try tx.setMetadata("b", "0")
+            }
+            // Two writers lock a then b, and b then a; on their first run each waits for the other in between,
+            // so PostgreSQL must abort one (40P01). It runs again and both commit.
+            let shared = Shared()
+            let firstRunsLocked = DispatchGroup()
+            firstRunsLocked.enter()
+            firstRunsLocked.enter()
+            let finished = concurrently(2) { index in
+                let (first, second) = index == 0 ? ("a", "b") : ("b", "a")
+                var myRuns = 0
+                do {
+                    try storage.write { tx throws in
+                        shared.count.add(1, ordering: .relaxed)
+                        myRuns += 1
+                        _ = try tx.metadata(first)
+                        if myRuns == 1 {
+                            firstRunsLocked.leave()
+                            _ = firstRunsLocked.wait(timeout: .now() + 10)
+                        }
+                        _ = try tx.metadata(second)
+                        try tx.setMetadata(first, "\(index)")
+                        try tx.setMetadata(second, "\(index)")
+                    }
+                } catch {
+                    shared.fail(error)
+                }
+            }
+            #expect(finished)
+            #expect(shared.failureList == [])
+            #expect(shared.count.load(ordering: .relaxed) == 3, "one of the two ran again")
+            let (a, b) = try storage.read { tx in (try tx.metadata("a"), try tx.metadata("b")) }
+            #expect(a == b && (a == "0" || a == "1"), "the last commit wrote both: \(String(describing: a)), \(String(describing: b))")
+        }
+    }
+
+    @Test func readCheckWriteSequencesOnOneRowAreSerializedAcrossStorages() throws {
+        try withDatabase { database in
+            // Two storages, as two processes would have.
+            let nodes = [try PostgresStorage(url: database.url, poolSize: 3), try PostgresStorage(url: database.url, poolSize: 3)]
+            defer { nodes.forEach { $0.close() } }
+            let zone = try nodes[0].write { tx throws in
+                try tx.setMetadata("counter", "0")
+                return try makeZone(tx)
+            }
+            let shared = Shared()
+            let perThread = 15
+            let finished = concurrently(4) { index in
+                let storage = nodes[index % 2]
+                for step in 0..<perThread {
+                    do {
+                        try storage.write { tx throws in
+                            // A counter read, checked and written back (lost updates without the row lock).
+                            let value = Int(try tx.metadata("counter") ?? "") ?? -1000
+                            try tx.setMetadata("counter", String(value + 1))
+                            // A merge into one record: read it, then save what it held plus one byte.
+                            let previous = try tx.record(zoneRowID: zone.rowID, name: "shared")
+                            _ = try tx.saveRecord(zoneRowID: zone.rowID, write("shared", frame: (previous?.frame ?? []) + [UInt8(step)]))
+                        }
+                    } catch {
+                        shared.fail(error)
+                    }
+                }
+            }
+            #expect(finished)
+            #expect(shared.failureList == [])
+            try nodes[1].read { tx throws in
+                #expect(try tx.metadata("counter") == String(4 * perThread))
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "shared")?.frame.count == 4 * perThread)
+                #expect(try tx.database(id: zone.databaseID)?.bytesUsed == Int64(4 * perThread))
+            }
+        }
+    }
+
+    @Test func aClientOperationSavedConcurrentlyIsAppliedOnceAndTheLoserSeesTheStoredAnswer() throws {
+        try withDatabase { database in
+            let nodes = [try PostgresStorage(url: database.url, poolSize: 2), try PostgresStorage(url: database.url, poolSize: 2)]
+            defer { nodes.forEach { $0.close() } }
+            let winner = ClientOperation(requestHash: [1], status: 200, response: Array("winner".utf8))
+            let entered = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            let winnerDone = DispatchGroup()
+            winnerDone.enter()
+            Thread.detachNewThread {
+                _ = try? nodes[0].write { tx throws in
+                    try tx.saveClientOperation(userID: 1, operationID: "op", winner, chargedTo: 0, nowMs: 1)
+                    entered.signal()
+                    _ = release.wait(timeout: .now() + 10)
+                }
+                winnerDone.leave()
+            }
+            #expect(entered.wait(timeout: .now() + 10) == .success)
+            // The loser: what the server does (look the id up, else apply and remember).
+            let shared = Shared()
+            let loserDone = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                do {
+                    let answer = try nodes[1].write { tx throws -> String in
+                        let stored = try tx.clientOperation(userID: 1, operationID: "op")
+                        shared.seen.withLock { $0.append(stored) }
+                        if let stored { return String(decoding: stored.response, as: UTF8.self) }
+                        try tx.saveClientOperation(userID: 1, operationID: "op",
+                                                   ClientOperation(requestHash: [1], status: 200, response: Array("loser".utf8)),
+                                                   chargedTo: 0, nowMs: 2)
+                        return "applied"
+                    }
+                    shared.answer.withLock { $0 = answer }
+                } catch {
+                    shared.fail(error)
+                }
+                loserDone.signal()
+            }
+            usleep(300_000) // the loser is now waiting on the winner's uncommitted row
+            release.signal()
+            #expect(winnerDone.wait(timeout: .now() + 10) == .success)
+            #expect(loserDone.wait(timeout: .now() + 10) == .success)
+            #expect(shared.failureList == [])
+            #expect(shared.answer.withLock { $0 } == "winner")
+            let seen = shared.seen.withLock { $0 }
+            #expect(seen.count == 2 && seen[0] == nil && seen[1] == winner)
+            #expect(try nodes[0].read { try $0.clientOperation(userID: 1, operationID: "op") } == winner)
+        }
+    }
+
+    // MARK: Commit order
+
+    @Test func concurrentWritersNeverLetAReaderSkipAPosition() throws {
+        try withDatabase { database in
+            let nodes = [try PostgresStorage(url: database.url, poolSize: 3), try PostgresStorage(url: database.url, poolSize: 3)]
+            defer { nodes.forEach { $0.close() } }
+            let zone = try nodes[0].write { tx in try makeZone(tx) }
+            let writers = 4
+            let transactionsPerWriter = 30
+            var seed = UInt64(RequestDeadline.nowNanoseconds())
+            print("concurrentWritersNeverLetAReaderSkipAPosition seed \(seed)")
+            let seeds = (0..<writers).map { _ -> UInt64 in
+                seed = seed &* 6364136223846793005 &+ 1442695040888963407
+                return seed
+            }
+            let shared = Shared()
+            // Every write has a name of its own, so every position stays in the log: a reader paging by
+            // position must see 1, 2, 3, ... with no gap, each once.
+            let group = DispatchGroup()
+            for writer in 0..<writers {
+                group.enter()
+                Thread.detachNewThread {
+                    var random = SplitMix64(seed: seeds[writer])
+                    for step in 0..<transactionsPerWriter {
+                        let count = Int.random(in: 1...4, using: &random)
+                        let writes = (0..<count).map { self.write("w\(writer)-\(step)-\($0)") }
+                        do {
+                            try nodes[writer % 2].write { tx throws in
+                                if count == 1 {
+                                    _ = try tx.saveRecord(zoneRowID: zone.rowID, writes[0])
+                                } else {
+                                    _ = try tx.saveRecords(zoneRowID: zone.rowID, writes, previous: writes.map { _ in nil })
+                                }
+                            }
+                            shared.count.add(count, ordering: .sequentiallyConsistent)
+                        } catch {
+                            shared.fail(error)
+                        }
+                    }
+                    group.leave()
+                }
+            }
+            Thread.detachNewThread {
+                _ = group.wait(timeout: .now() + 120)
+                shared.flag.store(true, ordering: .sequentiallyConsistent)
+            }
+            var cursor: Int64 = 0
+            var gaps: [String] = []
+            let limit = RequestDeadline.after(milliseconds: 120_000)
+            while !limit.hasPassed {
+                let done = shared.flag.load(ordering: .sequentiallyConsistent)
+                let page = try nodes[1].read { try $0.recordChanges(zoneRowID: zone.rowID, after: cursor, limit: 7) }
+                for record in page {
+                    if record.seq != cursor + 1 { gaps.append("after \(cursor) came \(record.seq)") }
+                    cursor = record.seq
+                }
+                if done && page.isEmpty { break }
+            }
+            #expect(shared.failureList == [])
+            #expect(gaps == [])
+            #expect(cursor == Int64(shared.count.load(ordering: .sequentiallyConsistent)))
+            #expect(try nodes[0].read { try $0.zone(rowID: zone.rowID)?.lastSeq } == cursor)
+        }
+    }
+
+    // MARK: Lost connections
+
+    @Test func terminatedConnectionsAreReplacedAndARefusingDatabaseGivesBusyUntilItReturns() throws {
+        try withDatabase { database in
+            let storage = try PostgresStorage(url: database.url, poolSize: 2)
+            defer { storage.close() }
+            try storage.write { try $0.setMetadata("k", "1") }
+            // Every connection of the pool ended by the server: the next use reconnects by itself.
+            try PostgresTestDatabase.executeOnCluster("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                                      + "WHERE datname = '\(database.name)' AND pid <> pg_backend_pid()")
+            try storage.write { try $0.setMetadata("k", "2") }
+            #expect(try storage.read { try $0.metadata("k") } == "2")
+
+            // A connection lost in the middle of a write: nothing was committed, so the body runs again.
+            var runs = 0
+            try storage.write { tx throws in
+                runs += 1
+                try tx.setMetadata("k", "3")
+                if runs == 1 {
+                    let pid = (tx as! PostgresTransaction).db.backendPID
+                    try PostgresTestDatabase.executeOnCluster("SELECT pg_terminate_backend(\(pid))")
+                }
+                try tx.setMetadata("after", "yes")
+            }
+            #expect(runs == 2)
+            #expect(try storage.read { tx in [try tx.metadata("k"), try tx.metadata("after")] } == ["3", "yes"])
+
+            // The database refuses connections: writes and reads are busy, and nothing is acknowledged.
+            try PostgresTestDatabase.executeOnCluster("ALTER DATABASE \"\(database.name)\" WITH ALLOW_CONNECTIONS false")
+            try PostgresTestDatabase.executeOnCluster("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                                      + "WHERE datname = '\(database.name)' AND pid <> pg_backend_pid()")
+            #expect(throws: StorageError.busy) { try storage.write { try $0.setMetadata("k", "lost") } }
+            #expect(throws: StorageError.busy) { try storage.read { try $0.metadata("k") } }
+            // It comes back: the same storage works again, without reopening.
+            try PostgresTestDatabase.executeOnCluster("ALTER DATABASE \"\(database.name)\" WITH ALLOW_CONNECTIONS true")
+            try storage.write { try $0.setMetadata("k", "4") }
+            #expect(try storage.read { try $0.metadata("k") } == "4")
+        }
+    }
+
+    // MARK: Schema
+
+    @Test func nodesStartingAtOnceMigrateOnceAndANewerSchemaIsRefused() throws {
+        let database = try PostgresTestDatabase.create(migrated: false)
+        defer { database.drop() }
+        final class Opened: Sendable { let storages = Mutex<[PostgresStorage]>([]) }
+        let shared = Shared()
+        let opened = Opened()
+        let finished = concurrently(4) { _ in
+            do {
+                let storage = try PostgresStorage(url: database.url, poolSize: 1)
+                opened.storages.withLock { $0.append(storage) }
+            } catch {
+                shared.fail(error)
+            }
+        }
+        #expect(finished)
+        #expect(shared.failureList == [])
+        let storages = opened.storages.withLock { $0 }
+        #expect(storages.count == 4)
+        let versions = try storages[0].read { tx in
+            try (tx as! PostgresTransaction).rowsForTesting("SELECT version FROM lattice_schema_migrations ORDER BY version")
+        }
+        #expect(versions == (1...PostgresStorage.schemaVersion).map { [.integer(Int64($0))] })
+        try storages[0].write { tx in
+            _ = try (tx as! PostgresTransaction).rowsForTesting(
+                "INSERT INTO lattice_schema_migrations(version, name) VALUES ($1, 'from the future')",
+                [.integer(Int64(PostgresStorage.schemaVersion + 1))])
+        }
+        storages.forEach { $0.close() }
+        let error = #expect(throws: StorageError.self) { try PostgresStorage(url: database.url, poolSize: 1) }
+        #expect("\(String(describing: error))".contains("newer than this build"))
+    }
+
+    // MARK: Connection strings
+
+    @Test func passwordsAreRedactedFromConnectionStrings() {
+        #expect(PostgresStorage.redacted("postgres://ann:s3cr%40t@db.internal:5432/lattice?sslmode=require")
+                == "postgres://ann:***@db.internal:5432/lattice?sslmode=require")
+        #expect(PostgresStorage.redacted("postgresql://ann@db/lattice?password=hunter2&application_name=x")
+                == "postgresql://ann@db/lattice?password=***&application_name=x")
+        #expect(PostgresStorage.redacted("postgresql:///lattice?host=/tmp/pg&port=5433")
+                == "postgresql:///lattice?host=/tmp/pg&port=5433")
+        #expect(PostgresStorage.redacted("host=/tmp dbname=lattice password='it\\'s a secret' user=ann")
+                .range(of: "secret") == nil)
+        #expect(PostgresStorage.redacted("host=db password = hunter2 user=ann") == "host=db password = *** user=ann")
+        #expect(PostgresStorage.isPostgresURL("postgres://x") && PostgresStorage.isPostgresURL("POSTGRESQL://x"))
+        #expect(!PostgresStorage.isPostgresURL("/var/lib/lattice"))
+    }
+
+    @Test func aBadURLFailsWithARedactedMessage() {
+        let error = #expect(throws: StorageError.self) {
+            try PostgresStorage(url: "postgresql://ann:topsecret@127.0.0.1:1/lattice?connect_timeout=2", poolSize: 1)
+        }
+        let text = "\(String(describing: error))"
+        #expect(text.contains("cannot open postgresql://ann:***@127.0.0.1:1/lattice"), "\(text)")
+        #expect(!text.contains("topsecret"))
+    }
+}
