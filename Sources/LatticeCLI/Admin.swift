@@ -13,6 +13,10 @@ let adminUsage = """
            lattice admin retire-share-key KID --data DIR
            lattice admin migrate --data DIR --to URL [--json]
 
+    Every command but migrate takes --database URL (default $LATTICE_DATABASE_URL when --data is not given) in place
+    of --data DIR, for a PostgreSQL deployment: it works beside running nodes, and what it changes
+    (tokens, share keys) every node uses from its next request.
+
     add-user          creates an account on the server whose data directory is DIR (it may be running)
                       and prints its user record name and bearer token. The token is shown only now; the
                       server keeps only its hash. This is how accounts are made with --registration closed.
@@ -28,21 +32,23 @@ let adminUsage = """
     """ + "\n" + migrateUsage
 
 func runAdmin(_ arguments: [String]) throws {
-    let parsed = try ParsedArguments(arguments, valueOptions: ["data", "user", "lifetime", "to"], flagOptions: ["json"])
+    let parsed = try ParsedArguments(arguments, valueOptions: ["data", "database", "database-pool", "user", "lifetime", "to"],
+                                     flagOptions: ["json"])
     if parsed.flag("help") {
         print(adminUsage)
         return
     }
     guard let subcommand = parsed.positionals.first else { throw UsageError("missing subcommand") }
     if subcommand == "migrate" { return try runMigrate(parsed) }
-    guard let data = try parsed.value("data") else { throw UsageError("--data DIR is required") }
+    let location = try storageLocation(parsed)
     umask(0o077)
     switch subcommand {
     case "add-user":
         guard parsed.positionals.count == 2 else { throw UsageError("add-user takes exactly one NAME") }
         let lifetime = try parsed.integer("lifetime", in: 60...315_360_000).map(Int64.init)
-        let (storage, service) = try DataDirectory.openService(data)
-        defer { storage.close() }
+        let deployment = try openForAdministration(location, mustExist: false)
+        defer { deployment.close() }
+        let service = deployment.service
         let account = try service.createAccount(name: parsed.positionals[1], lifetimeSeconds: lifetime)
         if parsed.flag("json") {
             var object: [String: JSON] = ["name": .string(account.user.name), "userRecordName": .string(account.user.recordName),
@@ -57,9 +63,9 @@ func runAdmin(_ arguments: [String]) throws {
         }
     case "tokens":
         guard parsed.positionals.count == 2 else { throw UsageError("tokens takes exactly one user NAME") }
-        guard FileManager.default.fileExists(atPath: data) else { throw UsageError("\(data) does not exist") }
-        let (storage, service) = try DataDirectory.openService(data)
-        defer { storage.close() }
+        let deployment = try openForAdministration(location, mustExist: true)
+        defer { deployment.close() }
+        let service = deployment.service
         let tokens = try service.tokens(userName: parsed.positionals[1])
         if parsed.flag("json") {
             print(JSON.array(tokens.map { token in
@@ -80,9 +86,9 @@ func runAdmin(_ arguments: [String]) throws {
         guard (user == nil && parsed.positionals.count == 2) || (user != nil && parsed.positionals.count == 1) else {
             throw UsageError("revoke-token takes one TOKEN_ID, or --user NAME")
         }
-        guard FileManager.default.fileExists(atPath: data) else { throw UsageError("\(data) does not exist") }
-        let (storage, service) = try DataDirectory.openService(data)
-        defer { storage.close() }
+        let deployment = try openForAdministration(location, mustExist: true)
+        defer { deployment.close() }
+        let service = deployment.service
         let revoked = try service.revokeTokens(tokenID: user == nil ? parsed.positionals[1] : nil, userName: user)
         if parsed.flag("json") {
             print(JSON.object(["revoked": .array(revoked.map { .string($0) })]).serialized())
@@ -92,8 +98,9 @@ func runAdmin(_ arguments: [String]) throws {
             print("revoked token \(revoked[0])")
         }
     case "share-keys", "rotate-share-key", "retire-share-key":
-        guard FileManager.default.fileExists(atPath: data) else { throw UsageError("\(data) does not exist") }
-        let ring = try ShareKeyRing.open(directory: data, nowMilliseconds: Int64(Date().timeIntervalSince1970 * 1000))
+        let deployment = try openForAdministration(location, mustExist: true)
+        defer { deployment.close() }
+        let ring = deployment.keyRing
         if subcommand == "rotate-share-key" {
             guard parsed.positionals.count == 1 else { throw UsageError("rotate-share-key takes no arguments") }
             let kid = try ring.rotate(nowMilliseconds: Int64(Date().timeIntervalSince1970 * 1000))
@@ -121,6 +128,17 @@ func runAdmin(_ arguments: [String]) throws {
     default:
         throw UsageError("unknown subcommand \(subcommand)")
     }
+}
+
+/// Opens the deployment of `--data` or `--database` for an admin command, beside any running server. On a
+/// database the command runs as node "admin", never as a serving node's name.
+private func openForAdministration(_ location: StorageLocation, mustExist: Bool) throws -> OpenedDeployment {
+    if mustExist, case .dataDirectory(let path) = location, !FileManager.default.fileExists(atPath: path) {
+        throw UsageError("\(path) does not exist")
+    }
+    var configuration = ServiceConfiguration()
+    if location.isShared { configuration.nodeName = "admin" }
+    return try OpenedDeployment.open(location, configuration: configuration, purpose: .administration)
 }
 
 private func adminDate(_ milliseconds: Int64) -> String {

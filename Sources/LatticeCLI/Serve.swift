@@ -4,6 +4,7 @@ import LatticeServer
 
 let serveUsage = """
     usage: lattice serve --data DIR [--host 127.0.0.1] [--port 8080] [--public-url URL]
+           lattice serve --database URL --public-url URL [--node-name NAME] [--database-pool N] ...
                          [--container NAME] [--registration open|closed] [--tombstone-horizon-days N]
                          [--trusted-proxy ADDRESS|CIDR]... [--access-log PATH|off]
                          [--connections N] [--per-address-connections N] [--workers N]
@@ -12,14 +13,28 @@ let serveUsage = """
                          [--signup-per-address N] [--signup-global N] [--auth-failures-per-minute N]
                          [--token-lifetime SECONDS] [--disk-budget BYTES] [--client-operations-per-user N]
 
-    Runs the Lattice sync service on embedded SQLite, with everything under DIR (created if missing).
-    Prints "listening on http://HOST:PORT" once it accepts requests. SIGINT or SIGTERM stop it
-    gracefully: open long polls are answered, in-flight requests finish, the database closes cleanly.
+    Runs the Lattice sync service on embedded SQLite, with everything under DIR (created if missing),
+    or as one node of several on a PostgreSQL database. Prints "listening on http://HOST:PORT" once it
+    accepts requests. SIGINT or SIGTERM stop it gracefully: open long polls are answered, in-flight
+    requests finish, the database closes cleanly.
 
-      --data DIR                 the data directory (required)
+      --data DIR                 the data directory (SQLite; locked: one server per directory)
+      --database URL             a PostgreSQL database instead (default $LATTICE_DATABASE_URL when
+                                 --data is not given): postgresql://USER@HOST:PORT/DBNAME?sslmode=...
+                                 or libpq key=value pairs (host=/run/postgresql dbname=lattice); a
+                                 password comes from the URL, PGPASSWORD or ~/.pgpass and is never
+                                 printed. Any number of nodes may serve one database at once
+      --node-name NAME           this node's name (default main): each node has its own replica id
+                                 and clock in the database; a second live process with the same name
+                                 is refused
+      --database-pool N          connections to the database (default 2 x cores), besides one kept
+                                 for authentication
       --host ADDRESS             IPv4 address to bind (default 127.0.0.1)
       --port PORT                TCP port, 0 for any free one (default 8080)
-      --public-url URL           the URL clients reach this server at (default http://HOST:PORT)
+      --public-url URL           the URL clients reach this server at (default http://HOST:PORT).
+                                 Required with --database: share links are checked against it, so
+                                 every node must be given the same one; the first node stores it in
+                                 the database and a node started with another is refused
       --container NAME           the container served at /database/1/NAME/... (default lattice)
       --registration MODE        open: POST /auth/signup creates accounts (default);
                                  closed: only `lattice admin add-user` does
@@ -45,7 +60,7 @@ let serveUsage = """
                                  interrupted and rolled back, and the client gets TRY_AGAIN_LATER
                                  (a parked changes/wait is not working)
       --reader-connections N     SQLite reader connections for requests (default 4), besides one kept
-                                 for authentication
+                                 for authentication (with --database: --database-pool)
       --max-response-bytes N     bytes of records per answer of a query, lookup or feed (default
                                  8388608); feeds and queries stop there with moreComing
       --max-query-filters N      filters per records/query (default 64)
@@ -82,7 +97,7 @@ let serveUsage = """
     """
 
 func runServe(_ arguments: [String]) throws {
-    let parsed = try ParsedArguments(arguments, valueOptions: ["data", "host", "port", "public-url", "container",
+    let parsed = try ParsedArguments(arguments, valueOptions: ["data", "database", "node-name", "database-pool", "host", "port", "public-url", "container",
                                                                "registration", "tombstone-horizon-days",
                                                                "request-deadline", "reader-connections",
                                                                "max-response-bytes", "max-query-filters",
@@ -102,8 +117,11 @@ func runServe(_ arguments: [String]) throws {
         return
     }
     guard parsed.positionals.isEmpty else { throw UsageError("unexpected argument \(parsed.positionals[0])") }
-    guard let data = try parsed.value("data") else { throw UsageError("--data DIR is required") }
-    var options = ServerProcess.Options(dataDirectory: data)
+    var options = ServerProcess.Options(storage: try storageLocation(parsed))
+    if let name = try parsed.value("node-name") {
+        if let problem = StorageLocation.nodeNameProblem(name) { throw UsageError(problem) }
+        options.service.nodeName = name
+    }
     options.http.host = try parsed.value("host") ?? "127.0.0.1"
     options.http.port = UInt16(try parsed.integer("port", in: 0...65535) ?? 8080)
     if let container = try parsed.value("container") {
@@ -123,6 +141,10 @@ func runServe(_ arguments: [String]) throws {
     let publicURL = try parsed.value("public-url")
     if let publicURL, URL(string: publicURL)?.scheme == nil {
         throw UsageError("--public-url must be an absolute URL such as https://lattice.example.com")
+    }
+    if options.storage.isShared && publicURL == nil {
+        throw UsageError("--public-url is required with --database: every node must serve one configured URL "
+                         + "(share links are checked against it)")
     }
 
     try applyConnectionOptions(parsed, to: &options)
@@ -360,4 +382,15 @@ private func byteCount(_ text: String, option: String) throws -> Int64 {
         throw UsageError("\(option) must be a positive number of bytes, optionally with K, M, G or T")
     }
     return value * multiplier
+}
+
+/// `--data DIR`, or `--database URL` (`$LATTICE_DATABASE_URL`) with `--database-pool N`: the storage of
+/// `lattice serve` and every `lattice admin` command.
+func storageLocation(_ parsed: ParsedArguments) throws -> StorageLocation {
+    do {
+        return try StorageLocation.fromOptions(data: try parsed.value("data"), database: try parsed.value("database"),
+                                               poolSize: try parsed.integer("database-pool", in: 1...1024))
+    } catch let problem as StorageLocation.OptionProblem {
+        throw UsageError(problem.description)
+    }
 }

@@ -40,10 +40,12 @@ let usage = """
       watch [LIST]                                print changes made elsewhere as they arrive; Ctrl-C stops
 
     Server:
-      serve --data DIR ...                        run the sync service (lattice serve --help)
+      serve --data DIR ...                        run the sync service (lattice serve --help);
+                                                  --database URL: one node of several on PostgreSQL
       admin add-user NAME --data DIR              create an account on a server's data directory
       admin revoke-token TOKEN_ID --data DIR      revoke a token (or --user NAME: all of a user's)
-                                                  (also tokens, share-keys, rotate-share-key, retire-share-key,
+                                                  (also tokens, share-keys, rotate-share-key, retire-share-key;
+                                                  every admin command takes --database URL for --data DIR;
                                                   migrate --data DIR --to URL: SQLite into PostgreSQL)
       demo [--json]                               two replicas edit one list offline and converge
       version                                     print the version

@@ -25,4 +25,6 @@ public enum ServerErrorCode: String, Sendable, CaseIterable {
     case alreadyShared = "ALREADY_SHARED"
     /// A share would have more than 100 participants (CloudKit's tooManyParticipants).
     case tooManyParticipants = "TOO_MANY_PARTICIPANTS"
+    /// The path is a route's but the method is not (HTTP 405, with `Allow`); no CloudKit counterpart.
+    case methodNotAllowed = "METHOD_NOT_ALLOWED"
 }

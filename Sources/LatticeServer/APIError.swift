@@ -19,6 +19,7 @@ extension ServerErrorCode {
         case .throttled: return 429
         case .tryAgainLater: return 503
         case .changeTokenExpired: return 410
+        case .methodNotAllowed: return 405
         }
     }
 }
@@ -32,12 +33,21 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
     public let retryAfter: Int?
     /// For CONFLICT: the server's current record.
     public let serverRecord: JSON?
+    /// Headers the whole-request response carries besides Content-Type, Cache-Control and Retry-After
+    /// (`Allow` for METHOD_NOT_ALLOWED).
+    let headers: [(name: String, value: String)]
 
     public init(_ code: ServerErrorCode, _ reason: String, retryAfter: Int? = nil, serverRecord: JSON? = nil) {
+        self.init(code, reason, retryAfter: retryAfter, serverRecord: serverRecord, headers: [])
+    }
+
+    init(_ code: ServerErrorCode, _ reason: String, retryAfter: Int? = nil, serverRecord: JSON? = nil,
+         headers: [(name: String, value: String)]) {
         self.code = code
         self.reason = reason
         self.retryAfter = retryAfter ?? ((code == .throttled || code == .tryAgainLater) ? 1 : nil)
         self.serverRecord = serverRecord
+        self.headers = headers
     }
 
     public var description: String { "\(code.rawValue): \(reason)" }
@@ -57,6 +67,7 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
     var response: HTTPResponse {
         var response = HTTPResponse.json(json(), status: code.httpStatus)
         if let retryAfter { response.headers.append((name: "Retry-After", value: String(retryAfter))) }
+        response.headers += headers
         return response
     }
 }

@@ -4,7 +4,9 @@ import Synchronization
 /// Wakes long polls (`changes/wait`) when a database's change log moves past what they have seen.
 ///
 /// A waiter is registered before the caller re-reads the log position, so a commit that lands between
-/// the read and the registration still wakes it: `notify` runs after every commit.
+/// the read and the registration still wakes it: `notify` runs after every commit of this process, and
+/// after every commit another node announces (`LatticeService.observedChange`, which reads the positions
+/// of `watchedDatabaseIDs` only).
 final class ChangeNotifier: Sendable {
     /// One waiting request. It fires once: on a change, on its timeout, or at shutdown.
     final class Waiter: Sendable {
@@ -125,6 +127,11 @@ final class ChangeNotifier: Sendable {
     }
 
     var waiterCount: Int { state.withLock { $0.waiters.count } }
+
+    /// The databases some parked waiter watches now.
+    var watchedDatabaseIDs: Set<Int64> {
+        state.withLock { state in state.waiters.values.reduce(into: Set<Int64>()) { $0.formUnion($1.databaseIDs) } }
+    }
 
     /// Waiters `owner` holds now.
     func waiterCount(owner: Int64) -> Int { state.withLock { $0.perOwner[owner, default: 0] } }

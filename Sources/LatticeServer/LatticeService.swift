@@ -25,6 +25,10 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// When the full disk was last logged (once a minute), for this service alone.
     private let diskFullLoggedMs = Atomic<Int64>(Int64.min / 2)
     private let currentPublicURL: Mutex<String>
+    /// Set by `probeStorage`; true until a probe fails.
+    private let storageHealthy = Atomic<Bool>(true)
+    /// Where other nodes' announced commits are handled (`observedChange`), one at a time.
+    let remoteChanges = DispatchQueue(label: "lattice-remote-changes")
 
     /// The URL clients reach the server at (share URLs and their `iss`): the configured one, or the one
     /// the process learned after binding its port.
@@ -74,6 +78,11 @@ public final class LatticeService: HTTPHandler, Sendable {
         replicaID = replica
         clock = Mutex(HybridLogicalClock(replica: replica, maximumDriftMilliseconds: configuration.maximumClockDriftMilliseconds,
                                          latest: HLC(rawValue: latest), time: { UInt64(max(0, now())) }))
+        // Other nodes' commits wake this node's long polls (a single-process backend delivers nothing).
+        let queue = remoteChanges
+        try storage.observeChanges { [weak self] change in
+            queue.async { [weak self] in self?.observedChange(change) }
+        }
     }
 
     public var maximumBodySize: Int { configuration.maximumRequestBytes }
@@ -87,49 +96,28 @@ public final class LatticeService: HTTPHandler, Sendable {
         notifier.shutDown()
     }
 
-    /// Removes tombstones, deleted zones and remembered operation ids past their horizons.
+    /// Removes tombstones, deleted zones and remembered operation ids past their horizons; an empty report
+    /// when another node is purging now (`purgeUnlessRunningElsewhere`).
     @discardableResult
     public func purgeExpired() throws -> PurgeReport {
+        try purgeUnlessRunningElsewhere() ?? PurgeReport()
+    }
+
+    /// The purge, in one write that first takes the exclusive lock "purge" without waiting: nil (nothing
+    /// done) when another node holds it, so nodes on one database purge one at a time.
+    public func purgeUnlessRunningElsewhere() throws -> PurgeReport? {
         let now = configuration.now()
         return try storage.write { tx in
-            try tx.purge(before: now - configuration.tombstoneHorizonMilliseconds,
-                         operationsBeforeMs: now - configuration.clientOperationHorizonMilliseconds)
+            guard try tx.tryExclusiveLock("purge") else { return nil }
+            return try tx.purge(before: now - configuration.tombstoneHorizonMilliseconds,
+                                operationsBeforeMs: now - configuration.clientOperationHorizonMilliseconds)
         }
     }
 
     // MARK: Routing
 
-    /// Every route the service answers, as `METHOD /path/{parameter}`; Docs/openapi.json must list each.
-    public static let routes: [String] = ["GET /healthz", "POST /auth/signup", "GET /.well-known/jwks.json",
-                                          "GET /share/{token}"]
-        + DatabaseOperation.allCases.map { "POST /database/1/{container}/{environment}/{database}/\($0.rawValue)" }
-
-    enum DatabaseOperation: String, CaseIterable {
-        case usersCurrent = "users/current"
-        case zonesList = "zones/list"
-        case zonesLookup = "zones/lookup"
-        case zonesModify = "zones/modify"
-        case recordsModify = "records/modify"
-        case recordsLookup = "records/lookup"
-        case recordsQuery = "records/query"
-        case changesDatabase = "changes/database"
-        case changesZone = "changes/zone"
-        case changesWait = "changes/wait"
-        case sharesCreate = "shares/create"
-        case sharesLookup = "shares/lookup"
-        case sharesModify = "shares/modify"
-        case sharesURL = "shares/url"
-        case sharesLeave = "shares/leave"
-        case sharesDelete = "shares/delete"
-        case recordsResolve = "records/resolve"
-        case recordsAccept = "records/accept"
-        case deltasPush = "deltas/push"
-        case deltasPull = "deltas/pull"
-        case tokensList = "tokens/list"
-        case tokensCreate = "tokens/create"
-        case tokensRevoke = "tokens/revoke"
-    }
-
+    /// Dispatch from the route table (`apiRoutes`, Routes.swift): the table says which handler answers,
+    /// whether it needs a token, where it runs and which limiter it takes from.
     public func handle(_ request: HTTPRequest, respond: @escaping HTTPResponder) {
         do {
             try route(request, respond: respond)
@@ -142,38 +130,40 @@ public final class LatticeService: HTTPHandler, Sendable {
         }
     }
 
+    /// The route of a request, or the NOT_FOUND or METHOD_NOT_ALLOWED error it gets.
+    private func resolveRoute(method: String, path: String) throws -> (Route, RouteParameters) {
+        switch Self.apiRoutes.resolve(method: method, path: path, configuration: configuration) {
+        case .found(let route, let parameters):
+            return (route, parameters)
+        case .methodNotAllowed(let allowed, let route):
+            let shown = route.hidesPath ? route.pattern.description : String(path.prefix(200))
+            throw APIError(.methodNotAllowed, "\(shown) answers \(allowed.joined(separator: ", ")), not \(method.prefix(20))",
+                           headers: [(name: "Allow", value: allowed.joined(separator: ", "))])
+        case .notFound:
+            let parts = path.split(separator: "/", omittingEmptySubsequences: false)
+            if parts.count >= 7, parts[0].isEmpty, parts[1] == "database", parts[2] == "1" {
+                throw APIError(.notFound, "no such operation: \(parts[6...].joined(separator: "/").prefix(100))")
+            }
+            throw APIError(.notFound, "no such endpoint: \(method.prefix(20)) \(path.prefix(200))")
+        }
+    }
+
     private func route(_ request: HTTPRequest, respond: @escaping HTTPResponder) throws {
         if shuttingDown.load(ordering: .sequentiallyConsistent) {
             throw APIError(.tryAgainLater, "the server is shutting down")
         }
-        let path = request.path
-        if path == "/healthz" {
-            guard request.method == "GET" || request.method == "HEAD" else { throw methodNotAllowed(request, "GET") }
-            return respond(.json(.object(["status": .string("ok")])))
+        let (route, parameters) = try resolveRoute(method: request.method, path: request.path)
+        let perform: @Sendable (LatticeService, RequestContext, HTTPAbandonment, @escaping HTTPResponder) throws -> Void
+        switch route.handler {
+        case .plain(let answer):
+            if route.throttle == .perAddress { try throttle(key: "ip:" + request.remoteAddress) }
+            return respond(try answer(self, request, parameters))
+        case .database(let answer):
+            perform = { service, context, _, respond in respond(try answer(service, context)) }
+        case .databaseLater(let answer):
+            perform = answer
         }
-        if path == "/.well-known/jwks.json" {
-            guard request.method == "GET" || request.method == "HEAD" else { throw methodNotAllowed(request, "GET") }
-            guard let keyRing else { throw APIError(.notFound, "this server does not sign share links") }
-            var response = HTTPResponse.json(keyRing.jwks())
-            response.headers.removeAll { $0.name == "Cache-Control" }
-            response.headers.append((name: "Cache-Control", value: "public, max-age=300"))
-            return respond(response)
-        }
-        if path.hasPrefix("/share/") {
-            guard request.method == "GET" || request.method == "HEAD" else { throw methodNotAllowed(request, "GET") }
-            return respond(.json(.object([
-                "message": .string("This is a Lattice share link. Open it with: lattice accept <this URL>"),
-                "resolve": .string("POST /database/1/\(configuration.container)/{environment}/shared/records/resolve "
-                                   + "with {\"shortGUIDs\": [{\"value\": \"<this URL>\"}]} and a bearer token"),
-                "jwks": .string("/.well-known/jwks.json"),
-            ])))
-        }
-        if path == "/auth/signup" {
-            guard request.method == "POST" else { throw methodNotAllowed(request, "POST") }
-            try throttle(key: "ip:" + request.remoteAddress)
-            return respond(try signUp(parseBody(request), address: request.remoteAddress))
-        }
-        let (operation, kind, environment) = try databaseRoute(request.head)
+        let (kind, environment) = try databaseTarget(parameters)
         // The request's work ends at its deadline (storage is interrupted, CPU loops check it); a parked
         // long poll is not working, and its reads before and after parking take fresh ones.
         let deadline = RequestDeadline.after(milliseconds: configuration.requestDeadlineMilliseconds)
@@ -183,124 +173,85 @@ public final class LatticeService: HTTPHandler, Sendable {
             (user, tokenID) = (admitted.user, admitted.tokenID)
         } else {
             (user, tokenID) = try authenticate(request.head, deadline: deadline)
-            try throttle(key: "user:\(user.id)")
+            if route.throttle == .perAccount { try throttle(key: "user:\(user.id)") }
         }
         // deltas/push has a binary body: its envelope carries what a JSON body would (clientOperationID, atomic).
         var push: SyncMessage.Push? = nil
         var body: [String: JSON]
-        if operation == .deltasPush {
+        switch route.body {
+        case .deltaPush:
             let envelope = try Self.pushEnvelope(request)
             body = ["atomic": .bool(envelope.atomic)]
             if let id = envelope.clientOperationID { body["clientOperationID"] = .string(id) }
             push = envelope
-        } else {
+        case .json:
             body = try parseBody(request)
         }
         let context = RequestContext(user: user, kind: kind, environment: environment, body: body,
-                                     rawBody: request.body, path: path, push: push, deadline: deadline, tokenID: tokenID)
-        if addsData(operation, body) { try checkDiskBudget(operation.rawValue) }
-        switch operation {
-        case .changesWait:
-            try waitForChanges(context, abandonment: request.abandonment, respond: respond)
-        default:
-            respond(try perform(operation, context))
-        }
+                                     rawBody: request.body, path: request.path, push: push, deadline: deadline,
+                                     tokenID: tokenID)
+        if route.growth.adds(body) { try checkDiskBudget(route.operationName) }
+        try perform(self, context, request.abandonment, respond)
     }
 
-    /// A database route (`/database/1/{container}/{environment}/{database}/{operation}`) checked from the
-    /// head alone.
-    private func databaseRoute(_ head: HTTPRequestHead) throws -> (DatabaseOperation, DatabaseKind, String) {
-        let path = head.path
-        let parts = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        guard parts.count >= 7, parts[0].isEmpty, parts[1] == "database", parts[2] == "1" else {
-            throw APIError(.notFound, "no such endpoint: \(head.method.prefix(20)) \(path.prefix(200))")
+    /// The database a `/database/1/{container}/{environment}/{database}/...` route names, checked in that
+    /// order.
+    private func databaseTarget(_ parameters: RouteParameters) throws -> (DatabaseKind, String) {
+        let container = parameters["container"] ?? "", environment = parameters["environment"] ?? ""
+        guard container == configuration.container else {
+            throw APIError(.notFound, "unknown container \(container.prefix(100)); this server serves \(configuration.container)")
         }
-        guard let operation = DatabaseOperation(rawValue: parts[6...].joined(separator: "/")) else {
-            throw APIError(.notFound, "no such operation: \(parts[6...].joined(separator: "/").prefix(100))")
-        }
-        guard head.method == "POST" else {
-            throw APIError(.notFound, "\(path.prefix(200)) answers POST, not \(head.method.prefix(20))")
-        }
-        guard parts[3] == configuration.container else {
-            throw APIError(.notFound, "unknown container \(parts[3].prefix(100)); this server serves \(configuration.container)")
-        }
-        guard parts[4] == "development" || parts[4] == "production" else {
+        guard environment == "development" || environment == "production" else {
             throw APIError.badRequest("environment must be development or production")
         }
-        guard let kind = DatabaseKind(rawValue: parts[5]) else {
+        guard let kind = DatabaseKind(rawValue: parameters["database"] ?? "") else {
             throw APIError.badRequest("database must be private, public or shared")
         }
-        return (operation, kind, parts[4])
+        return (kind, environment)
     }
 
     // MARK: Admission (before the body)
 
-    /// From the headers alone: cheap routes run inline; a database request is routed and its token
-    /// authenticated and throttled before its body is read (a bad or missing token gets its 401/421
-    /// without the body being buffered), then runs on the worker pool in its account's share; sign-up in
-    /// its address's share.
+    /// From the headers alone, as the route table says: an unknown `/database/` path or a wrong method is
+    /// answered at once; inline routes run on the HTTP thread; a bearer route has its database checked and
+    /// its token authenticated and throttled before its body is read (a bad or missing token gets its
+    /// 401/421 without the body being buffered), then runs on the worker pool in its account's share; other
+    /// pool routes (sign-up, and unknown paths outside /database/, which `route` answers 404) in their
+    /// address's share.
     public func admit(_ head: HTTPRequestHead) -> HTTPAdmission {
-        let path = head.path
-        if shuttingDown.load(ordering: .sequentiallyConsistent) || path == "/healthz"
-            || path == "/.well-known/jwks.json" || path.hasPrefix("/share/") {
-            return .inline
-        }
-        // Sign-up, and any other route outside /database/ (route() answers it, 404 included), in the
-        // address's share.
-        guard path.hasPrefix("/database/") else { return .pool(client: "ip:" + head.remoteAddress, principal: nil) }
+        if shuttingDown.load(ordering: .sequentiallyConsistent) { return .inline }
+        let addressShare = HTTPAdmission.pool(client: "ip:" + head.remoteAddress, principal: nil)
+        let route: Route, parameters: RouteParameters
         do {
-            _ = try databaseRoute(head)
-            let (user, tokenID) = try authenticate(head)
-            try throttle(key: "user:\(user.id)")
-            return .pool(client: "user:\(user.id)", principal: AuthenticatedCaller(user: user, tokenID: tokenID))
+            (route, parameters) = try resolveRoute(method: head.method, path: head.path)
+        } catch let error as APIError where error.code == .notFound && !head.path.hasPrefix("/database/") {
+            return addressShare
         } catch {
             return .answer(internalError(error).response)
         }
-    }
-
-    /// Share tokens in `/share/{token}` are secrets: the access log shows the route only.
-    public func pathForLog(_ path: String) -> String {
-        path.hasPrefix("/share/") ? "/share/{token}" : path
-    }
-
-    private func perform(_ operation: DatabaseOperation, _ context: RequestContext) throws -> HTTPResponse {
-        switch operation {
-        case .usersCurrent:
-            return .json(.object(["userRecordName": .string(context.user.recordName), "name": .string(context.user.name)]))
-        case .zonesList: return .json(try listZones(context))
-        case .zonesLookup: return .json(try lookupZones(context))
-        case .zonesModify: return try idempotent(context) { try modifyZones(context, $0, &$1) }
-        case .recordsModify:
-            let refused = try recordsModifyRefusals(context) // the size caps, before the write lock is taken
-            return try idempotentModify(context) { try modifyRecordsOutcome(context, $0, &$1, refused: refused) }
-        case .recordsLookup: return .json(try lookupRecords(context))
-        case .recordsQuery: return .json(try queryRecords(context))
-        case .changesDatabase: return .json(try databaseChanges(context))
-        case .changesZone: return .json(try zoneChanges(context))
-        case .changesWait: throw APIError(.internalError, "changes/wait is asynchronous")
-        case .sharesCreate: return try idempotent(context) { try createShare(context, $0, &$1) }
-        case .sharesLookup: return .json(try lookupShare(context))
-        case .sharesModify: return try idempotent(context) { try modifyShare(context, $0, &$1) }
-        case .sharesURL: return try write(deadline: context.deadline) { tx, touched in try shareURL(context, tx, &touched) }
-        case .sharesLeave: return try idempotent(context) { try leaveShare(context, $0, &$1) }
-        case .sharesDelete: return try idempotent(context) { try deleteShare(context, $0, &$1) }
-        case .recordsResolve: return .json(try resolveShares(context))
-        case .recordsAccept: return try write(deadline: context.deadline) { tx, touched in try acceptShares(context, tx, &touched) }
-        case .deltasPush:
-            guard let push = context.push else { throw APIError.badRequest("deltas/push takes a binary delta push") }
-            let prepared = try preparePush(push)
-            return try idempotent(context, replay: .push(prepared)) {
-                try pushDelta(context, prepared, atomic: push.atomic, $0, &$1)
+        switch (route.lane, route.authentication) {
+        case (.inline, _): return .inline
+        case (.pool, .none): return addressShare
+        case (.pool, .bearer):
+            do {
+                _ = try databaseTarget(parameters)
+                let (user, tokenID) = try authenticate(head)
+                if route.throttle == .perAccount { try throttle(key: "user:\(user.id)") }
+                return .pool(client: "user:\(user.id)", principal: AuthenticatedCaller(user: user, tokenID: tokenID))
+            } catch {
+                return .answer(internalError(error).response)
             }
-        case .deltasPull: return try pullDelta(context)
-        case .tokensList: return .json(try listTokens(context))
-        case .tokensCreate: return .json(try createToken(context))
-        case .tokensRevoke: return .json(try revokeTokens(context))
         }
     }
 
-    private func methodNotAllowed(_ request: HTTPRequest, _ allowed: String) -> APIError {
-        APIError(.notFound, "\(request.path.prefix(200)) answers \(allowed), not \(request.method.prefix(20))")
+    /// Paths that hold a secret (a share token in `/share/{token}`): the access log shows the route's
+    /// pattern only.
+    public func pathForLog(_ path: String) -> String {
+        guard let components = RoutePattern.components(of: path) else { return path }
+        for route in Self.apiRoutes where route.hidesPath && route.pattern.match(components) != nil {
+            return route.pattern.description
+        }
+        return path
     }
 
     // MARK: Authentication and throttling
@@ -364,7 +315,7 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     // MARK: Bodies and errors
 
-    private func parseBody(_ request: HTTPRequest) throws -> [String: JSON] {
+    func parseBody(_ request: HTTPRequest) throws -> [String: JSON] {
         if request.body.isEmpty { return [:] }
         let json: JSON
         do {
@@ -383,7 +334,9 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// no detail.
     func internalError(_ error: any Error) -> APIError {
         if let error = error as? APIError { return error }
-        if case StorageError.busy = error { return APIError(.tryAgainLater, "the database is busy; retry shortly") }
+        if case StorageError.busy = error {
+            return APIError(.tryAgainLater, "the database is busy or cannot be reached; retry shortly")
+        }
         if case StorageError.closed = error { return APIError(.tryAgainLater, "the server is shutting down") }
         if case StorageError.diskFull = error {
             // Logged at most once a minute: a full disk refuses every write, and the log may share the disk.
@@ -402,22 +355,90 @@ public final class LatticeService: HTTPHandler, Sendable {
         return APIError(.internalError, "internal error (reference \(reference))")
     }
 
-    /// A write transaction. `touched` collects the databases whose logs it moved; after the commit their
-    /// long polls are woken with the committed positions.
+    /// A write transaction. `touched` collects the databases whose logs it moved: their positions are read
+    /// inside the transaction (the rows are locked by the writer already), the other nodes are told inside
+    /// it (`announceChanges`: delivered only if it commits), and after the commit this node's long polls on
+    /// them are woken with the committed positions. A backend may run `body` again (a retried conflict):
+    /// each run starts with nothing touched.
     func write<T>(deadline: RequestDeadline? = nil, _ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
-        var touched = Set<Int64>()
-        let result = try storage.write(deadline: deadline) { tx in
+        let (result, positions) = try storage.write(deadline: deadline) { tx -> (T, [(Int64, Int64)]) in
+            var touched = Set<Int64>()
             let result = try body(tx, &touched)
             // Keep the clock's high-water mark with the writes it stamped: after a restart the clock never
             // goes back, even if the wall clock did.
             try tx.raiseNodeClock(name: configuration.nodeName, to: Int64(clamping: clock.withLock { $0.latest.rawValue }))
-            return result
+            guard !touched.isEmpty else { return (result, []) }
+            let ids = touched.sorted()
+            let positions = try ids.compactMap { id in try tx.database(id: id).map { (id, $0.lastSeq) } }
+            try tx.announceChanges(databaseIDs: ids)
+            return (result, positions)
         }
-        if !touched.isEmpty {
-            let positions = try storage.read { tx in try touched.compactMap { try tx.database(id: $0) } }
-            for database in positions { notifier.notify(databaseID: database.id, position: database.lastSeq) }
-        }
+        for (id, position) in positions { notifier.notify(databaseID: id, position: position) }
         return result
+    }
+
+    /// Makes the rest of this write transaction wait for any other one that serialized on `name`, on every
+    /// node: it writes the metadata row `lock:NAME`, whose row lock a multi-writer backend holds to commit
+    /// (SQLite's one writer serializes anyway). For check-then-act rules that have no row of their own
+    /// to lock (the sign-up limits, the tokens-per-user cap).
+    func serialize(_ name: String, _ tx: any StorageTransaction) throws {
+        try tx.setMetadata("lock:" + name, "")
+    }
+
+    // MARK: Other nodes' commits
+
+    /// What another node's commit changed (`Storage.observeChanges`): wakes the parked long polls it
+    /// concerns. Only databases with a parked waiter are read; after `.resynchronize` (announcements may
+    /// have been lost) every parked waiter's databases are. Runs on `remoteChanges`, off the backend's thread.
+    func observedChange(_ change: StorageChange) {
+        let watched = notifier.watchedDatabaseIDs
+        let wanted: [Int64]
+        switch change {
+        case .databases(let ids): wanted = ids.filter(watched.contains)
+        case .resynchronize: wanted = watched.sorted()
+        }
+        guard !wanted.isEmpty else { return }
+        do {
+            let positions = try storage.read(deadline: .after(milliseconds: configuration.requestDeadlineMilliseconds)) { tx in
+                try wanted.compactMap { id in try tx.database(id: id).map { (id, $0.lastSeq) } }
+            }
+            for (id, position) in positions { notifier.notify(databaseID: id, position: position) }
+        } catch {
+            // The database is away: look again shortly, and every waiter then, since more may be missed.
+            log("could not read the positions other nodes announced (\(error)); retrying in 1 s")
+            remoteChanges.asyncAfter(deadline: .now() + 1) { [weak self] in self?.observedChange(.resynchronize) }
+        }
+    }
+
+    // MARK: Health
+
+    /// Whether the last probe of the storage (`probeStorage`) reached it; `/healthz` answers 503 while not.
+    public var storageReachable: Bool { storageHealthy.load(ordering: .relaxed) }
+
+    /// One cheap point read with a short deadline, for `/healthz` (`ServerProcess` runs it every second on a
+    /// shared database): a node that cannot reach its database reports it, so a load balancer stops sending
+    /// it requests until it can again.
+    public func probeStorage(deadlineMilliseconds: Int64) {
+        let reached: Bool
+        do {
+            _ = try storage.read(deadline: .after(milliseconds: deadlineMilliseconds), lane: .authentication) { tx in
+                try tx.metadata(OpenedDeployment.publicURLKey)
+            }
+            reached = true
+        } catch {
+            reached = false
+        }
+        let was = storageHealthy.exchange(reached, ordering: .relaxed)
+        if was != reached { log(reached ? "the database is reachable again" : "the database cannot be reached: /healthz answers 503") }
+    }
+
+    /// `GET /healthz`: `{"status": "ok"}`, or, while the storage cannot be reached, 503 TRY_AGAIN_LATER (with
+    /// Retry-After) saying so, as while the server shuts down.
+    func healthResponse() -> HTTPResponse {
+        guard storageReachable else {
+            return APIError(.tryAgainLater, "the database cannot be reached", retryAfter: 1).response
+        }
+        return .json(.object(["status": .string("ok")]))
     }
 }
 

@@ -6,61 +6,244 @@ import LatticeStore
 import Glibc
 #endif
 
-/// Everything `lattice serve` runs: the SQLite storage under a data directory, the service, the HTTP
-/// server and the hourly purge of expired tombstones.
+/// Where a deployment keeps its data: a data directory with embedded SQLite (one process), or a PostgreSQL
+/// database that any number of nodes share.
+public enum StorageLocation: Sendable, Hashable, CustomStringConvertible {
+    case dataDirectory(String)
+    /// A libpq connection string (`postgresql://...` URL or `key=value` pairs) and the pool's size.
+    case database(url: String, poolSize: Int)
+
+    /// For messages: the directory, or the connection string with any password replaced by `***`.
+    public var description: String {
+        switch self {
+        case .dataDirectory(let path): return path
+        case .database(let url, _): return DatabaseBackend.redacted(url)
+        }
+    }
+
+    /// Whether several nodes may share it (the rules of Docs/Architecture.md "Several nodes" apply).
+    public var isShared: Bool {
+        if case .database = self { return true }
+        return false
+    }
+}
+
+/// A deployment's storage, share-key ring and service, opened from a `StorageLocation`: the one way
+/// `lattice serve` and every `lattice admin` command open them.
+public final class OpenedDeployment: Sendable {
+    public let location: StorageLocation
+    public let storage: any Storage
+    public let keyRing: ShareKeyRing
+    public let service: LatticeService
+    /// The data directory's lock (serving on SQLite), released by `close`.
+    private let lockDescriptor: Int32?
+
+    init(location: StorageLocation, storage: any Storage, keyRing: ShareKeyRing, service: LatticeService,
+         lockDescriptor: Int32?) {
+        self.location = location
+        self.storage = storage
+        self.keyRing = keyRing
+        self.service = service
+        self.lockDescriptor = lockDescriptor
+    }
+
+    /// What the deployment is for.
+    public enum Purpose: Sendable {
+        /// `lattice serve`: the data directory is locked (SQLite) or the node name claimed (PostgreSQL),
+        /// and on PostgreSQL the configured public URL must be the deployment's.
+        case serving
+        /// `lattice admin`: beside a running server, nothing locked or claimed.
+        case administration
+    }
+
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+        public init(_ description: String) { self.description = description }
+    }
+
+    /// The metadata key holding the public URL every node of a shared database serves at.
+    public static let publicURLKey = "public_url"
+
+    /// Opens the storage at `location`, the share-key ring (the data directory's `share-keys.json`, or the
+    /// database's metadata `share_keys`) and the service.
+    ///
+    /// - Serving on a data directory: creates it (0700) or makes it private, takes its lock (a second server
+    ///   is refused), migrates the database (files 0600).
+    /// - Serving on a database: claims `configuration.nodeName` (a second live process with that node name
+    ///   is refused) and checks `publicURL`: required, stored in the database by the first node, and every
+    ///   later node must be started with the same one.
+    /// - Administration: opens without locking or claiming (SQLite coordinates with a running server;
+    ///   PostgreSQL is made for many clients).
+    public static func open(_ location: StorageLocation, configuration: ServiceConfiguration = ServiceConfiguration(),
+                            purpose: Purpose, publicURL: String? = nil,
+                            log: @escaping @Sendable (String) -> Void = ServerProcess.logToStandardError) throws
+        -> OpenedDeployment {
+        switch location {
+        case .dataDirectory(let path):
+            var lock: Int32? = nil
+            let storage: SQLiteStorage
+            switch purpose {
+            case .serving:
+                let data = try DataDirectory.open(path, log: log)
+                lock = data.lockDescriptor
+                do {
+                    storage = try SQLiteStorage(path: data.databasePath,
+                                                readerConnections: configuration.storageReaderConnections)
+                    try data.restrictDatabaseFiles(log: log)
+                } catch {
+                    Glibc.close(data.lockDescriptor)
+                    throw error
+                }
+            case .administration:
+                if !FileManager.default.fileExists(atPath: path) {
+                    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
+                                                            attributes: [.posixPermissions: 0o700])
+                }
+                storage = try SQLiteStorage(path: path + "/" + SQLiteStorage.fileName)
+            }
+            do {
+                let keyRing = try ShareKeyRing.open(directory: path, nowMilliseconds: configuration.now())
+                var serviceConfiguration = configuration
+                if let publicURL { serviceConfiguration.publicURL = publicURL }
+                let service = try LatticeService(storage: storage, configuration: serviceConfiguration, keyRing: keyRing,
+                                                 log: log)
+                return OpenedDeployment(location: location, storage: storage, keyRing: keyRing, service: service,
+                                        lockDescriptor: lock)
+            } catch {
+                storage.close()
+                if let lock { Glibc.close(lock) }
+                throw error
+            }
+        case .database(let url, let poolSize):
+            let storage: any Storage
+            do {
+                storage = try DatabaseBackend.open(url: url, poolSize: poolSize)
+            } catch let error as StorageError {
+                throw Failure("cannot open the database: \(error)")
+            }
+            do {
+                var serviceConfiguration = configuration
+                if case .serving = purpose {
+                    guard let publicURL else {
+                        throw Failure("--public-url is required with --database: share links are checked against it, "
+                                      + "so every node must serve one configured URL")
+                    }
+                    do {
+                        try storage.claimNode(configuration.nodeName)
+                    } catch StorageError.duplicate {
+                        throw Failure("another lattice server is running as node \(configuration.nodeName) on "
+                                      + "\(location); give each node its own --node-name")
+                    }
+                    try checkPublicURL(publicURL, storage: storage)
+                    serviceConfiguration.publicURL = publicURL
+                } else if let publicURL {
+                    serviceConfiguration.publicURL = publicURL
+                } else if let stored = try storage.read({ tx in try tx.metadata(publicURLKey) }) {
+                    serviceConfiguration.publicURL = stored
+                }
+                let keyRing = try ShareKeyRing.open(store: DatabaseShareKeyStore(storage: storage),
+                                                    nowMilliseconds: configuration.now())
+                let service = try LatticeService(storage: storage, configuration: serviceConfiguration, keyRing: keyRing,
+                                                 log: log)
+                return OpenedDeployment(location: location, storage: storage, keyRing: keyRing, service: service,
+                                        lockDescriptor: nil)
+            } catch {
+                storage.close()
+                throw error
+            }
+        }
+    }
+
+    /// Stores `publicURL` as the deployment's on the first start; refuses a node configured with another.
+    /// The row is taken under a lock first (`public_url_claim`), so two first nodes starting at once agree.
+    static func checkPublicURL(_ publicURL: String, storage: any Storage) throws {
+        try storage.write { tx in
+            try tx.setMetadata("public_url_claim", publicURL)
+            if let stored = try tx.metadata(publicURLKey) {
+                guard stored == publicURL else {
+                    throw Failure("this node's --public-url \(publicURL) differs from the deployment's \(stored) (kept in "
+                                  + "the database by the first node): every node must serve one URL, since share "
+                                  + "links are checked against it; start this node with --public-url \(stored)")
+                }
+            } else {
+                try tx.setMetadata(publicURLKey, publicURL)
+            }
+        }
+    }
+
+    /// Closes the storage and releases the data directory's lock (or, on a database, the node's claim).
+    public func close() {
+        storage.close()
+        if let lockDescriptor { Glibc.close(lockDescriptor) }
+    }
+}
+
+/// Everything `lattice serve` runs: the storage (a data directory's SQLite, or a PostgreSQL database shared
+/// with other nodes), the service, the HTTP server, the hourly purge of expired tombstones and, on a
+/// database, a probe of the database for `/healthz`.
 /// `@unchecked Sendable`: every stored property is immutable, and a dispatch timer may be cancelled from any thread.
 public final class ServerProcess: @unchecked Sendable {
     public struct Options: Sendable {
-        public var dataDirectory: String
+        public var storage: StorageLocation
         public var http = HTTPServerConfiguration()
         public var service = ServiceConfiguration()
-        /// The URL clients use; nil means the listening address, learned after binding.
+        /// The URL clients use; nil means the listening address, learned after binding (SQLite only: with a
+        /// database every node must be given the one URL).
         public var publicURL: String?
-        /// Seconds between purges of expired tombstones and operation ids.
+        /// Seconds between purges of expired tombstones and operation ids (one node at a time purges).
         public var purgeIntervalSeconds = 3600
+        /// Milliseconds between probes of a shared database for `/healthz`, and the deadline of each.
+        public var healthProbeIntervalMilliseconds = 1_000
 
         public init(dataDirectory: String) {
-            self.dataDirectory = dataDirectory
+            storage = .dataDirectory(dataDirectory)
+        }
+
+        public init(storage: StorageLocation) {
+            self.storage = storage
         }
     }
 
     public let url: String
-    private let storage: SQLiteStorage
+    public let deployment: OpenedDeployment
     private let server: HTTPServer
-    private let purgeTimer: any DispatchSourceTimer
-    private let lockDescriptor: Int32
+    private let timers: [any DispatchSourceTimer]
 
-    /// Opens the data directory (creating it, mode 0700; an existing one open to group or others is made
-    /// 0700, or refused), takes its lock so a second server cannot use it, migrates the database (its
-    /// files 0600) and starts listening.
+    /// Opens the deployment for serving (`OpenedDeployment.open`), purges once and starts listening.
     public init(_ options: Options, log: @escaping @Sendable (String) -> Void = ServerProcess.logToStandardError) throws {
-        let data = try DataDirectory.open(options.dataDirectory, log: log)
-        lockDescriptor = data.lockDescriptor
+        deployment = try OpenedDeployment.open(options.storage, configuration: options.service, purpose: .serving,
+                                               publicURL: options.publicURL, log: log)
+        let service = deployment.service
         do {
-            storage = try SQLiteStorage(path: data.databasePath, readerConnections: options.service.storageReaderConnections)
-            try data.restrictDatabaseFiles(log: log)
-            let keyRing = try ShareKeyRing.open(directory: data.path, nowMilliseconds: options.service.now())
-            var serviceConfiguration = options.service
-            if let publicURL = options.publicURL { serviceConfiguration.publicURL = publicURL }
-            let service = try LatticeService(storage: storage, configuration: serviceConfiguration, keyRing: keyRing)
-            try service.purgeExpired()
-            server = try HTTPServer(handler: service, configuration: options.http)
-            url = "http://\(options.http.host):\(server.port)"
-            if options.publicURL == nil { service.setPublicURL(url) }
-            let timer = DispatchSource.makeTimerSource(queue: .global(qos: .utility))
-            let interval = DispatchTimeInterval.seconds(options.purgeIntervalSeconds)
-            timer.schedule(deadline: .now() + interval, repeating: interval)
-            timer.setEventHandler {
-                do { try service.purgeExpired() } catch {
-                    FileHandle.standardError.write(Data("lattice: purge failed: \(error)\n".utf8))
-                }
+            do { try service.purgeExpired() } catch {
+                // On a database another node may be purging or the database may be away: serving goes on.
+                guard options.storage.isShared else { throw error }
+                log("purge failed: \(error)")
             }
-            timer.resume()
-            purgeTimer = timer
+            server = try HTTPServer(handler: service, configuration: options.http)
         } catch {
-            close(data.lockDescriptor)
+            deployment.close()
             throw error
         }
+        url = "http://\(options.http.host):\(server.port)"
+        if options.publicURL == nil { service.setPublicURL(url) }
+        var timers: [any DispatchSourceTimer] = []
+        let purge = DispatchSource.makeTimerSource(queue: .global(qos: .utility))
+        let interval = DispatchTimeInterval.seconds(options.purgeIntervalSeconds)
+        purge.schedule(deadline: .now() + interval, repeating: interval)
+        purge.setEventHandler {
+            do { try service.purgeExpired() } catch { log("purge failed: \(error)") }
+        }
+        timers.append(purge)
+        if options.storage.isShared {
+            let probe = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "lattice-health-probe"))
+            let every = max(50, options.healthProbeIntervalMilliseconds)
+            probe.schedule(deadline: .now() + .milliseconds(every), repeating: .milliseconds(every))
+            probe.setEventHandler { service.probeStorage(deadlineMilliseconds: Int64(every)) }
+            timers.append(probe)
+        }
+        timers.forEach { $0.resume() }
+        self.timers = timers
     }
 
     /// Writes `lattice: message` to stderr.
@@ -69,12 +252,11 @@ public final class ServerProcess: @unchecked Sendable {
     }
 
     /// Graceful stop: no new connections, open long polls answered, in-flight requests finished, then the
-    /// database is checkpointed and closed and the lock released.
+    /// storage is closed (SQLite checkpointed) and the lock or node claim released.
     public func stop() {
-        purgeTimer.cancel()
+        timers.forEach { $0.cancel() }
         server.shutdown()
-        storage.close()
-        close(lockDescriptor)
+        deployment.close()
     }
 }
 
@@ -150,13 +332,59 @@ public struct DataDirectory: Sendable {
     /// Opens (creating if needed) the storage and service of a data directory without serving it, for
     /// `lattice admin`. SQLite coordinates with a running server, so this is safe while one runs.
     public static func openService(_ path: String, configuration: ServiceConfiguration = ServiceConfiguration()) throws
-        -> (storage: SQLiteStorage, service: LatticeService) {
-        if !FileManager.default.fileExists(atPath: path) {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
+        -> (storage: any Storage, service: LatticeService) {
+        let opened = try OpenedDeployment.open(.dataDirectory(path), configuration: configuration, purpose: .administration)
+        return (opened.storage, opened.service)
+    }
+}
+
+extension StorageLocation {
+    /// A mistake in the storage options, for the CLI's usage errors.
+    public struct OptionProblem: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// The environment variable `--database` defaults to.
+    public static let databaseEnvironmentVariable = "LATTICE_DATABASE_URL"
+
+    /// Pool connections unless told otherwise: twice the processor count.
+    public static var defaultPoolSize: Int { 2 * max(1, ProcessInfo.processInfo.activeProcessorCount) }
+
+    /// The location from `--data DIR`, `--database URL` (else `$LATTICE_DATABASE_URL`, unless `--data` is
+    /// given) and `--database-pool N`. Both `--data` and `--database` is a mistake, and so is neither.
+    public static func fromOptions(data: String?, database: String?, poolSize: Int?,
+                                   environment: [String: String] = ProcessInfo.processInfo.environment) throws
+        -> StorageLocation {
+        if data != nil && database != nil {
+            throw OptionProblem(description: "give --data DIR (SQLite) or --database URL (PostgreSQL), not both")
         }
-        let storage = try SQLiteStorage(path: path + "/" + SQLiteStorage.fileName)
-        let keyRing = try ShareKeyRing.open(directory: path, nowMilliseconds: configuration.now())
-        return (storage, try LatticeService(storage: storage, configuration: configuration, keyRing: keyRing))
+        if let data {
+            guard poolSize == nil else { throw OptionProblem(description: "--database-pool goes with --database") }
+            guard !data.isEmpty else { throw OptionProblem(description: "--data needs a directory") }
+            return .dataDirectory(data)
+        }
+        let fromEnvironment = environment[databaseEnvironmentVariable].flatMap { $0.isEmpty ? nil : $0 }
+        guard let url = database ?? fromEnvironment else {
+            throw OptionProblem(description: "--data DIR or --database URL (or $\(databaseEnvironmentVariable)) is required")
+        }
+        guard !url.trimmingCharacters(in: .whitespaces).isEmpty else {
+            throw OptionProblem(description: "--database needs a PostgreSQL URL or libpq connection string")
+        }
+        if let poolSize, !(1...1024).contains(poolSize) {
+            throw OptionProblem(description: "--database-pool must be an integer from 1 to 1024")
+        }
+        return .database(url: url, poolSize: poolSize ?? defaultPoolSize)
+    }
+
+    /// Why `name` cannot be a node name (`--node-name`), or nil: 1 to 64 letters, digits, `.`, `_` or `-`.
+    public static func nodeNameProblem(_ name: String) -> String? {
+        let allowed = name.utf8.allSatisfy { byte in
+            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                || byte == 0x2E || byte == 0x5F || byte == 0x2D
+        }
+        guard (1...64).contains(name.utf8.count), allowed else {
+            return "--node-name must be 1 to 64 letters, digits, '.', '_' or '-'"
+        }
+        return nil
     }
 }

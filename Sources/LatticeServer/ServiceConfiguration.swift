@@ -107,4 +107,11 @@ public struct ServiceConfiguration: Sendable {
 
     /// `changes/wait` requests one account may have parked at once; more get THROTTLED (429).
     public var maximumParkedWaitsPerUser = 8
+
+    // MARK: web files
+
+    /// Experimental: the directory whose files `GET /web/{path}` serves (`StaticFiles`); nil, the
+    /// default, turns the route off. `StaticFiles.webRoot(executablePath:)` finds the one shipped with
+    /// the `lattice` binary.
+    public var webRoot: String? = nil
 }

@@ -3,13 +3,16 @@ import LatticeCore
 import Synchronization
 
 /// The server's share-link signing keys: one active key that signs, older keys that still verify until
-/// retired, persisted in `share-keys.json` (mode 0600) in the data directory.
+/// retired, persisted in a `ShareKeyStore`: `share-keys.json` (mode 0600) in the data directory on SQLite,
+/// the database's metadata on PostgreSQL (every node shares one ring).
 ///
-/// Key IDs are RFC 7638 thumbprints of the public keys. Only the active key's private seed is kept, on disk
-/// and in memory: a key that no longer signs needs only its public half to verify.
+/// Key IDs are RFC 7638 thumbprints of the public keys. Only the active key's private seed is kept, in the
+/// store and in memory: a key that no longer signs needs only its public half to verify.
 ///
-/// One process owns the file (the server holds the data directory lock): a ring reads it once at `open`, so a
-/// change made by another process shows only after a restart.
+/// Every sign and verify first asks the store for its version (cheap) and loads the keys again when it
+/// changed, so a rotation or retirement made by another process (`lattice admin`, another node) takes
+/// effect from the next use. Rotation and retirement are read-modify-writes of the store, so two
+/// processes changing the ring at once never lose each other's change.
 ///
 /// ```swift
 /// let ring = try ShareKeyRing.open(directory: dataDirectory, nowMilliseconds: now)
@@ -19,9 +22,9 @@ import Synchronization
 public final class ShareKeyRing: Sendable {
     public static let fileName = "share-keys.json"
 
-    /// The key file's path.
+    /// Where the keys are kept (the key file's path for a data directory).
     public let path: String
-    private let directory: String
+    private let store: any ShareKeyStore
     private let state: Mutex<State>
 
     private struct Entry {
@@ -34,16 +37,16 @@ public final class ShareKeyRing: Sendable {
     private struct State {
         var entries: [Entry]
         var activeKeyID: String
-        /// Identity of the key file this state was read from or written to, so a change made by another
-        /// process (`lattice admin rotate-share-key`) is noticed and loaded.
-        var fileIdentity: KeyFile.Identity? = nil
+        /// The store's version this state was read from or written as, so a change made by another
+        /// process is noticed and loaded.
+        var version: String? = nil
 
         var active: Entry { entries.first { $0.keyID == activeKeyID }! }
     }
 
-    private init(directory: String, path: String, state: State) {
-        self.directory = directory
-        self.path = path
+    private init(store: any ShareKeyStore, state: State) {
+        self.store = store
+        self.path = store.location
         self.state = Mutex(state)
     }
 
@@ -53,80 +56,101 @@ public final class ShareKeyRing: Sendable {
     /// A file found with looser permissions is set back to 0600. A corrupt file is an error, never replaced:
     /// replacing it would silently invalidate every share link.
     public static func open(directory: String, nowMilliseconds: Int64) throws -> ShareKeyRing {
-        let path = directory.hasSuffix("/") ? directory + fileName : directory + "/" + fileName
-        if let contents = try KeyFile.read(path: path) {
-            var state = try decode(contents, path: path)
-            state.fileIdentity = KeyFile.identity(path: path)
-            return ShareKeyRing(directory: directory, path: path, state: state)
+        try open(store: FileShareKeyStore(directory: directory), nowMilliseconds: nowMilliseconds)
+    }
+
+    /// Loads the ring from `store`, creating it with one fresh key when the store holds none (if another
+    /// process creates it first, that one is kept). Corrupt contents are an error, never replaced.
+    public static func open(store: any ShareKeyStore, nowMilliseconds: Int64) throws -> ShareKeyRing {
+        let location = store.location
+        if let (contents, version) = try store.load() {
+            var state = try decode(contents, path: location)
+            state.version = version
+            return ShareKeyRing(store: store, state: state)
         }
         let key = try Ed25519Key.generate()
-        var state = State(
+        let fresh = State(
             entries: [Entry(keyID: key.thumbprint, createdMilliseconds: nowMilliseconds, key: key, retired: false)],
             activeKeyID: key.thumbprint
         )
-        try KeyFile.write(try encode(state), directory: directory, path: path)
-        state.fileIdentity = KeyFile.identity(path: path)
-        return ShareKeyRing(directory: directory, path: path, state: state)
+        var stored: [UInt8] = []
+        let version = try store.update { current in
+            stored = try current ?? encode(fresh)
+            return stored
+        }
+        var state = try decode(stored, path: location)
+        state.version = version
+        return ShareKeyRing(store: store, state: state)
     }
 
-    /// Loads the key file again if another process replaced it (key files are only ever replaced by
-    /// rename, so a new inode or modification time means new contents). A file that cannot be read or
-    /// decoded leaves the keys in memory as they were.
-    /// Runs under the lock, so it cannot interleave with this ring's own writes.
-    func refreshFromDisk() {
-        state.withLock { state in
-            let current = KeyFile.identity(path: path)
-            guard current != state.fileIdentity else { return }
-            guard let contents = try? KeyFile.read(path: path), var next = try? Self.decode(contents, path: path) else {
-                return
-            }
-            next.fileIdentity = current
-            state = next
+    /// Loads the keys again if the store's version changed since they were read. A store that cannot be
+    /// read, or contents that do not decode, leave the keys in memory as they were.
+    public func refresh() {
+        guard let current = try? store.version() else { return }
+        guard state.withLock({ $0.version != current }) else { return }
+        guard let (contents, version) = try? store.load(), var next = try? Self.decode(contents, path: path) else {
+            return
         }
+        next.version = version
+        state.withLock { $0 = next }
     }
 
     /// The key that signs new share links.
-    public var activeKeyID: String { state.withLock { $0.activeKeyID } }
+    public var activeKeyID: String {
+        refresh()
+        return state.withLock { $0.activeKeyID }
+    }
+
+    /// The stored state to change: the store's current contents (another process may have changed them),
+    /// or this ring's when the store is empty.
+    private func current(_ contents: [UInt8]?) throws -> State {
+        guard let contents else { return state.withLock { $0 } }
+        return try Self.decode(contents, path: path)
+    }
 
     /// Makes a new active signing key and returns its ID. Older keys keep verifying until retired; the old
     /// active key's private half is dropped. Persists before it takes effect.
     public func rotate(nowMilliseconds: Int64) throws -> String {
         let key = try Ed25519Key.generate()
-        return try state.withLock { state in
-            var next = state
-            let previous = next.entries.firstIndex { $0.keyID == next.activeKeyID }!
-            next.entries[previous].key = try Ed25519Key(publicKey: next.entries[previous].key.publicKeyBytes)
-            next.entries.append(Entry(
+        var next: State? = nil
+        let version = try store.update { contents in
+            var changed = try current(contents)
+            let previous = changed.entries.firstIndex { $0.keyID == changed.activeKeyID }!
+            changed.entries[previous].key = try Ed25519Key(publicKey: changed.entries[previous].key.publicKeyBytes)
+            changed.entries.append(Entry(
                 keyID: key.thumbprint, createdMilliseconds: nowMilliseconds, key: key, retired: false
             ))
-            next.activeKeyID = key.thumbprint
-            try KeyFile.write(try Self.encode(next), directory: directory, path: path)
-            next.fileIdentity = KeyFile.identity(path: path)
-            state = next
-            return key.thumbprint
+            changed.activeKeyID = key.thumbprint
+            next = changed
+            return try Self.encode(changed)
         }
+        next!.version = version
+        state.withLock { $0 = next! }
+        return key.thumbprint
     }
 
     /// Stops a key verifying: every link it signed stops working. The active key cannot be retired (rotate
     /// first). Retiring a retired key does nothing. Persists before it takes effect.
     public func retire(keyID: String) throws {
-        try state.withLock { state in
-            guard let index = state.entries.firstIndex(where: { $0.keyID == keyID }) else {
+        var next: State? = nil
+        let version = try store.update { contents in
+            var changed = try current(contents)
+            guard let index = changed.entries.firstIndex(where: { $0.keyID == keyID }) else {
                 throw ShareKeyRingError(.unknownKey(keyID))
             }
-            guard keyID != state.activeKeyID else { throw ShareKeyRingError(.retireActive(keyID)) }
-            if state.entries[index].retired { return }
-            var next = state
-            next.entries[index].retired = true
-            try KeyFile.write(try Self.encode(next), directory: directory, path: path)
-            next.fileIdentity = KeyFile.identity(path: path)
-            state = next
+            guard keyID != changed.activeKeyID else { throw ShareKeyRingError(.retireActive(keyID)) }
+            changed.entries[index].retired = true
+            next = changed
+            return try Self.encode(changed)
         }
+        next!.version = version
+        state.withLock { $0 = next! }
     }
 
     /// Every key, oldest first, for `lattice admin` listings.
     public var keys: [(keyID: String, createdMilliseconds: Int64, active: Bool, retired: Bool)] {
-        state.withLock { state in
+        refresh()
+        return state.withLock { state in
             state.entries.map { ($0.keyID, $0.createdMilliseconds, $0.keyID == state.activeKeyID, $0.retired) }
         }
     }
@@ -134,7 +158,7 @@ public final class ShareKeyRing: Sendable {
     /// The RFC 7517 JWK Set of the keys that verify (not retired), oldest first:
     /// `{"keys":[{"alg":"EdDSA","crv":"Ed25519","kid":...,"kty":"OKP","use":"sig","x":...}]}`.
     public func jwks() -> JSON {
-        refreshFromDisk()
+        refresh()
         let entries = state.withLock { $0.entries.filter { !$0.retired } }
         let keys = entries.map { entry -> JSON in
             let x = Base64URL.encode(entry.key.publicKeyBytes)
@@ -152,7 +176,7 @@ public final class ShareKeyRing: Sendable {
     /// empty identifier, an unknown permission, `max_uses` below 1, a token over 4 KiB).
     public func sign(_ claims: ShareClaims) throws -> String {
         if let problem = claims.problem { throw ShareKeyRingError(.invalidClaims(problem)) }
-        refreshFromDisk()
+        refresh()
         let (keyID, key) = state.withLock { ($0.activeKeyID, $0.active.key) }
         let token = try Self.sign(
             header: CompactJWS.header(keyID: keyID).serializedBytes(), payload: claims.json.serializedBytes(), key: key
@@ -177,7 +201,7 @@ public final class ShareKeyRing: Sendable {
     public func verify(_ token: String, nowSeconds: Int64, leewaySeconds: Int64 = 60) throws(ShareTokenError)
         -> ShareClaims
     {
-        refreshFromDisk()
+        refresh()
         do {
             return try check(token, nowSeconds: nowSeconds, leewaySeconds: leewaySeconds)
         } catch {
@@ -301,7 +325,7 @@ public struct ShareKeyRingError: Error, Hashable, Sendable, CustomStringConverti
 }
 
 /// Reading and atomically replacing the key file with POSIX calls, every one checked.
-private enum KeyFile {
+enum KeyFile {
     static let maximumSize = 1 << 20
 
     /// What tells two versions of the file apart: inode, size and modification time.

@@ -71,6 +71,8 @@ extension LatticeService {
     private func checkSignUpLimits(address: String, nowMs: Int64, _ tx: any StorageTransaction) throws {
         let window = configuration.signUpWindowMilliseconds
         let since = nowMs - window + 1 // the window is the last `window` milliseconds, now included
+        // Sign-ups on every node wait for each other here, so two cannot both pass a count of limit - 1.
+        try serialize("signups", tx)
         try tx.forgetSignUps(before: since)
         func check(_ limit: Int?, _ address: String?, _ what: String) throws {
             guard let limit else { return }
@@ -95,6 +97,8 @@ extension LatticeService {
         let now = configuration.now()
         let expires = tokenExpiry(lifetimeSeconds, nowMs: now)
         let info = try storage.write { tx in
+            // Token issues wait for each other here, so two nodes cannot both pass a count of cap - 1.
+            try serialize("tokens", tx)
             guard try tx.tokens(userID: userID).count < configuration.maximumTokensPerUser else {
                 throw APIError(.limitExceeded, "a user has at most \(configuration.maximumTokensPerUser) tokens; "
                                + "revoke some with tokens/revoke")
@@ -251,21 +255,6 @@ extension LatticeService {
                    + "data (first refused: \(what)); at most one such line a minute")
         throw APIError(.quotaExceeded, "the server is full: its database uses \(size) bytes of its \(budget)-byte disk "
                        + "budget; reads and deletions still work")
-    }
-
-    /// Whether a database operation adds data (and so is refused over the disk budget). Deletions, share
-    /// management and reads are not.
-    func addsData(_ operation: DatabaseOperation, _ body: [String: JSON]) -> Bool {
-        func onlyDeletes(_ types: Set<String>) -> Bool {
-            guard let operations = body["operations"]?.arrayValue, !operations.isEmpty else { return false }
-            return operations.allSatisfy { types.contains($0["operationType"]?.stringValue ?? "") }
-        }
-        switch operation {
-        case .recordsModify: return !onlyDeletes(["delete", "forceDelete"])
-        case .zonesModify: return !onlyDeletes(["delete"])
-        case .deltasPush, .sharesCreate, .recordsAccept: return true
-        default: return false
-        }
     }
 
     // MARK: Names

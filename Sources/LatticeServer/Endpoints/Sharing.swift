@@ -255,7 +255,13 @@ extension LatticeService {
         let matches = candidates.filter { wanted == nil || $0.recordName == wanted }
         guard let share = matches.first else { throw APIError(.notFound, "no such share in zone \(zone.name)") }
         guard matches.count == 1 else { throw APIError.badRequest("the zone has several shares; name one with shareRecordName") }
-        return (resolved, share, try roster(share, tx))
+        // The share's own row, read again before its roster: in a write on a multi-writer backend this locks
+        // it, so an invitation here and an accept through a link (which locks the row first) cannot both
+        // pass the participant cap.
+        guard let locked = try tx.share(id: share.id), !locked.deleted else {
+            throw APIError(.notFound, "no such share in zone \(zone.name)")
+        }
+        return (resolved, locked, try roster(locked, tx))
     }
 
     /// `shares/create {"zoneID", "rootRecordName"?, "title"?, "publicPermission"?}` (private database, by the

@@ -1,0 +1,298 @@
+import Foundation
+import LatticeCore
+
+/// The values a path's `{name}` segments matched, by name.
+typealias RouteParameters = [String: String]
+
+/// A route's path: literal segments, `{name}` (exactly one segment, possibly empty) and, last only,
+/// `{name...}` (the rest of the path: one segment or more, slashes included).
+struct RoutePattern: Sendable, CustomStringConvertible {
+    enum Segment: Sendable, Equatable {
+        case literal(String)
+        case parameter(String)
+        case rest(String)
+    }
+
+    let segments: [Segment]
+
+    /// - Parameter text: `/database/1/{container}/...`; a `{name...}` segment may only come last.
+    init(_ text: String) {
+        precondition(text.hasPrefix("/"), "a route pattern starts with /: \(text)")
+        var segments: [Segment] = []
+        for part in text.dropFirst().split(separator: "/", omittingEmptySubsequences: false) {
+            if part.hasPrefix("{") && part.hasSuffix("...}") {
+                segments.append(.rest(String(part.dropFirst().dropLast(4))))
+            } else if part.hasPrefix("{") && part.hasSuffix("}") {
+                segments.append(.parameter(String(part.dropFirst().dropLast())))
+            } else {
+                segments.append(.literal(String(part)))
+            }
+        }
+        precondition(segments.dropLast().allSatisfy { if case .rest = $0 { false } else { true } },
+                     "only the last segment of \(text) may take the rest of the path")
+        self.segments = segments
+    }
+
+    /// As Docs/openapi.json writes the path: `{name}` for both kinds of parameter.
+    var description: String {
+        "/" + segments.map { segment in
+            switch segment {
+            case .literal(let text): text
+            case .parameter(let name), .rest(let name): "{\(name)}"
+            }
+        }.joined(separator: "/")
+    }
+
+    /// The parameters, if `components` (the path after its leading `/`, split at every `/`) match.
+    func match(_ components: [Substring]) -> RouteParameters? {
+        // The shape and the literals first: most routes fail there, before any parameter is copied.
+        let takesRest = if case .rest? = segments.last { true } else { false }
+        guard takesRest ? components.count >= segments.count : components.count == segments.count else { return nil }
+        for (index, segment) in segments.enumerated() {
+            if case .literal(let text) = segment, components[index] != text { return nil }
+        }
+        var parameters: RouteParameters = [:]
+        for (index, segment) in segments.enumerated() {
+            switch segment {
+            case .literal: continue
+            case .parameter(let name): parameters[name] = String(components[index])
+            case .rest(let name): parameters[name] = components[index...].joined(separator: "/")
+            }
+        }
+        return parameters
+    }
+
+    /// A request path split as `match` takes it, or nil if it does not start with `/`.
+    static func components(of path: String) -> [Substring]? {
+        guard path.hasPrefix("/") else { return nil }
+        return path.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
+    }
+}
+
+/// Whether a database operation adds data, and so is refused over the server-wide disk budget.
+enum DataGrowth: Sendable {
+    /// Reads, deletions and share management.
+    case never
+    case always
+    /// Adds data unless its `operations` are all of these `operationType`s.
+    case unlessOnlyDeletes(Set<String>)
+
+    func adds(_ body: [String: JSON]) -> Bool {
+        switch self {
+        case .never: return false
+        case .always: return true
+        case .unlessOnlyDeletes(let types):
+            guard let operations = body["operations"]?.arrayValue, !operations.isEmpty else { return true }
+            return !operations.allSatisfy { types.contains($0["operationType"]?.stringValue ?? "") }
+        }
+    }
+}
+
+/// One route of the service: what it matches, how it is admitted, authenticated and throttled, and what
+/// answers it. `LatticeService.apiRoutes` is the table; dispatch, `admit`, the 405 answers and the route
+/// list the OpenAPI test reads all come from it.
+struct Route: Sendable {
+    enum Authentication: Sendable {
+        case none
+        /// `Authorization: Bearer <token>`, checked from the head in `admit`, before the body is read.
+        case bearer
+    }
+
+    /// Where the handler runs.
+    enum Lane: Sendable {
+        /// On the HTTP thread once the body is in: no storage work, nothing that blocks.
+        case inline
+        /// On the worker pool, in the account's share for a bearer route, else the client address's.
+        case pool
+    }
+
+    /// Which token bucket of the rate limiter (`ServiceConfiguration.rateLimit`) a request takes from.
+    enum Throttle: Sendable {
+        case none
+        /// `ip:<address>`, taken when the request is dispatched.
+        case perAddress
+        /// `user:<id>`, taken in `admit` right after the token is checked (or at dispatch in-process).
+        case perAccount
+    }
+
+    /// How the body is read.
+    enum Body: Sendable {
+        /// A JSON object, or empty.
+        case json
+        /// A binary `SyncMessage.Push` (`deltas/push`); its envelope stands in for the JSON fields.
+        case deltaPush
+    }
+
+    enum Handler: Sendable {
+        /// Answers from the request itself.
+        case plain(@Sendable (LatticeService, HTTPRequest, RouteParameters) throws -> HTTPResponse)
+        /// A database operation: `/database/1/{container}/{environment}/{database}/...`, answered at once.
+        case database(@Sendable (LatticeService, RequestContext) throws -> HTTPResponse)
+        /// A database operation that answers later, from any thread (a long poll).
+        case databaseLater(@Sendable (LatticeService, RequestContext, HTTPAbandonment, @escaping HTTPResponder) throws -> Void)
+    }
+
+    let method: String
+    let pattern: RoutePattern
+    let authentication: Authentication
+    let lane: Lane
+    let throttle: Throttle
+    var body: Body = .json
+    var growth: DataGrowth = .never
+    /// The path holds a secret (a share token): the access log and error reasons show the pattern instead.
+    var hidesPath = false
+    /// Part of the JSON API: in `LatticeService.routes`, so in Docs/openapi.json and Docs/API.md.
+    var documented = true
+    /// Whether this server has the route (say, only with a web root configured).
+    var isEnabled: @Sendable (ServiceConfiguration) -> Bool = { _ in true }
+    let handler: Handler
+
+    /// `METHOD /path/{parameter}`, as the OpenAPI document lists it.
+    var signature: String { "\(method) \(pattern)" }
+
+    /// A database route's operation (`records/modify`), else its pattern.
+    var operationName: String {
+        let text = pattern.description
+        return text.hasPrefix(Self.databasePrefix) ? String(text.dropFirst(Self.databasePrefix.count)) : text
+    }
+
+    /// Methods this route answers: GET routes answer HEAD too.
+    var methods: [String] { method == "GET" ? ["GET", "HEAD"] : [method] }
+
+    /// A `POST /database/1/{container}/{environment}/{database}/{operation}` route: bearer token, the
+    /// account's share of the pool, throttled per account.
+    static func database(_ operation: String, body: Body = .json, growth: DataGrowth = .never,
+                         _ handler: @escaping @Sendable (LatticeService, RequestContext) throws -> HTTPResponse) -> Route {
+        Route(method: "POST", pattern: RoutePattern(databasePrefix + operation), authentication: .bearer, lane: .pool,
+              throttle: .perAccount, body: body, growth: growth, handler: .database(handler))
+    }
+
+    static let databasePrefix = "/database/1/{container}/{environment}/{database}/"
+}
+
+/// Where a request goes, from its method and path alone.
+enum RouteResolution {
+    case found(Route, RouteParameters)
+    /// The path is a route's, the method is not: 405 with these methods in `Allow`.
+    case methodNotAllowed(allowed: [String], route: Route)
+    case notFound
+}
+
+extension Array where Element == Route {
+    func resolve(method: String, path: String, configuration: ServiceConfiguration) -> RouteResolution {
+        guard let components = RoutePattern.components(of: path) else { return .notFound }
+        var allowed: [String] = []
+        var matched: Route?
+        for route in self where route.isEnabled(configuration) {
+            guard let parameters = route.pattern.match(components) else { continue }
+            if route.methods.contains(method) { return .found(route, parameters) }
+            allowed.append(contentsOf: route.methods.filter { !allowed.contains($0) })
+            matched = matched ?? route
+        }
+        guard let matched else { return .notFound }
+        return .methodNotAllowed(allowed: allowed, route: matched)
+    }
+}
+
+extension LatticeService {
+    /// The route table. Order matters only where two patterns could match one path (none do today).
+    static let apiRoutes: [Route] = [
+        Route(method: "GET", pattern: RoutePattern("/healthz"), authentication: .none, lane: .inline, throttle: .none,
+              handler: .plain { service, _, _ in service.healthResponse() }),
+        Route(method: "POST", pattern: RoutePattern("/auth/signup"), authentication: .none, lane: .pool,
+              throttle: .perAddress,
+              handler: .plain { service, request, _ in
+                  try service.signUp(service.parseBody(request), address: request.remoteAddress)
+              }),
+        Route(method: "GET", pattern: RoutePattern("/.well-known/jwks.json"), authentication: .none, lane: .inline,
+              throttle: .none, handler: .plain { service, _, _ in try service.jwksResponse() }),
+        Route(method: "GET", pattern: RoutePattern("/share/{token...}"), authentication: .none, lane: .inline,
+              throttle: .none, hidesPath: true, handler: .plain { service, _, _ in service.shareLinkResponse() }),
+
+        .database("users/current") { _, context in
+            .json(.object(["userRecordName": .string(context.user.recordName), "name": .string(context.user.name)]))
+        },
+        .database("zones/list") { service, context in .json(try service.listZones(context)) },
+        .database("zones/lookup") { service, context in .json(try service.lookupZones(context)) },
+        .database("zones/modify", growth: .unlessOnlyDeletes(["delete"])) { service, context in
+            try service.idempotent(context) { try service.modifyZones(context, $0, &$1) }
+        },
+        .database("records/modify", growth: .unlessOnlyDeletes(["delete", "forceDelete"])) { service, context in
+            let refused = try service.recordsModifyRefusals(context) // the size caps, before the write lock is taken
+            return try service.idempotentModify(context) {
+                try service.modifyRecordsOutcome(context, $0, &$1, refused: refused)
+            }
+        },
+        .database("records/lookup") { service, context in .json(try service.lookupRecords(context)) },
+        .database("records/query") { service, context in .json(try service.queryRecords(context)) },
+        .database("changes/database") { service, context in .json(try service.databaseChanges(context)) },
+        .database("changes/zone") { service, context in .json(try service.zoneChanges(context)) },
+        Route(method: "POST", pattern: RoutePattern(Route.databasePrefix + "changes/wait"), authentication: .bearer,
+              lane: .pool, throttle: .perAccount,
+              handler: .databaseLater { service, context, abandonment, respond in
+                  try service.waitForChanges(context, abandonment: abandonment, respond: respond)
+              }),
+        .database("shares/create", growth: .always) { service, context in
+            try service.idempotent(context) { try service.createShare(context, $0, &$1) }
+        },
+        .database("shares/lookup") { service, context in .json(try service.lookupShare(context)) },
+        .database("shares/modify") { service, context in
+            try service.idempotent(context) { try service.modifyShare(context, $0, &$1) }
+        },
+        .database("shares/url") { service, context in
+            try service.write(deadline: context.deadline) { tx, touched in try service.shareURL(context, tx, &touched) }
+        },
+        .database("shares/leave") { service, context in
+            try service.idempotent(context) { try service.leaveShare(context, $0, &$1) }
+        },
+        .database("shares/delete") { service, context in
+            try service.idempotent(context) { try service.deleteShare(context, $0, &$1) }
+        },
+        .database("records/resolve") { service, context in .json(try service.resolveShares(context)) },
+        .database("records/accept", growth: .always) { service, context in
+            try service.write(deadline: context.deadline) { tx, touched in try service.acceptShares(context, tx, &touched) }
+        },
+        .database("deltas/push", body: .deltaPush, growth: .always) { service, context in
+            guard let push = context.push else { throw APIError.badRequest("deltas/push takes a binary delta push") }
+            let prepared = try service.preparePush(push)
+            return try service.idempotent(context, replay: .push(prepared)) {
+                try service.pushDelta(context, prepared, atomic: push.atomic, $0, &$1)
+            }
+        },
+        .database("deltas/pull") { service, context in try service.pullDelta(context) },
+        .database("tokens/list") { service, context in .json(try service.listTokens(context)) },
+        .database("tokens/create") { service, context in .json(try service.createToken(context)) },
+        .database("tokens/revoke") { service, context in .json(try service.revokeTokens(context)) },
+
+        // Experimental, not part of the JSON API: the web files under `ServiceConfiguration.webRoot`.
+        Route(method: "GET", pattern: RoutePattern("/web/{path...}"), authentication: .none, lane: .pool,
+              throttle: .perAddress, documented: false, isEnabled: { $0.webRoot != nil },
+              handler: .plain { service, request, parameters in
+                  guard let root = service.configuration.webRoot else { throw APIError(.notFound, "no web files here") }
+                  return try StaticFiles(root: root).response(path: parameters["path"] ?? "", headers: request.headers)
+              }),
+    ]
+
+    /// Every route of the JSON API, as `METHOD /path/{parameter}`; Docs/openapi.json must list each.
+    /// Derived from the route table (`apiRoutes`).
+    public static var routes: [String] { apiRoutes.filter(\.documented).map(\.signature) }
+
+    /// `GET /.well-known/jwks.json`: the share-link verification keys, cacheable for five minutes.
+    func jwksResponse() throws -> HTTPResponse {
+        guard let keyRing else { throw APIError(.notFound, "this server does not sign share links") }
+        var response = HTTPResponse.json(keyRing.jwks())
+        response.headers.removeAll { $0.name == "Cache-Control" }
+        response.headers.append((name: "Cache-Control", value: "public, max-age=300"))
+        return response
+    }
+
+    /// `GET /share/{token}`: what a share link is and how to open it.
+    func shareLinkResponse() -> HTTPResponse {
+        .json(.object([
+            "message": .string("This is a Lattice share link. Open it with: lattice accept <this URL>"),
+            "resolve": .string("POST /database/1/\(configuration.container)/{environment}/shared/records/resolve "
+                               + "with {\"shortGUIDs\": [{\"value\": \"<this URL>\"}]} and a bearer token"),
+            "jwks": .string("/.well-known/jwks.json"),
+        ]))
+    }
+}
