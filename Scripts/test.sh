@@ -5,13 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash Scripts/bootstrap.sh --tests
 swift build --build-tests
-# A throwaway PostgreSQL cluster for the PostgreSQL backend's tests, stopped and removed on exit (also on failure).
-if [ -z "${LATTICE_TEST_POSTGRES_URL:-}" ]; then
-    postgres_dir=$(mktemp -d /tmp/lattice-postgres.XXXXXX)
-    trap 'bash Scripts/postgres-test-cluster.sh stop "$postgres_dir"' EXIT
-    LATTICE_TEST_POSTGRES_URL=$(bash Scripts/postgres-test-cluster.sh start "$postgres_dir")
-    export LATTICE_TEST_POSTGRES_URL
-fi
 if [ "$#" -gt 0 ]; then
     swift test --skip-build "$@"
     exit 0

@@ -119,6 +119,36 @@ final class PostgresConnection {
     /// The libpq socket, for waiting on notifications.
     var socket: Int32 { PQsocket(handle) }
 
+    /// Waits until the server has sent something (a notification, or the connection closing) or `milliseconds`
+    /// pass; true when there is input to read. `EINTR` is waited out.
+    func waitForInput(milliseconds: Int32) -> Bool {
+        var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+        while true {
+            let ready = poll(&descriptor, 1, milliseconds)
+            if ready < 0 && errno == EINTR { continue }
+            return ready > 0
+        }
+    }
+
+    /// Reads what the server sent and returns the notifications received since the last call (channel and
+    /// payload), in order.
+    /// - Throws: a connection-loss `PostgresError` when the connection is gone.
+    func notifications() throws(PostgresError) -> [(channel: String, payload: String)] {
+        guard PQconsumeInput(handle) == 1, isUsable else {
+            let message = PQerrorMessage(handle).map { String(cString: $0) } ?? "connection lost"
+            throw PostgresError(sqlState: "", message: message.trimmingCharacters(in: .whitespacesAndNewlines),
+                                context: "listen", connectionLost: true)
+        }
+        var received: [(channel: String, payload: String)] = []
+        while let notification = PQnotifies(handle) {
+            let channel = String(cString: notification.pointee.relname)
+            let payload = notification.pointee.extra.map { String(cString: $0) } ?? ""
+            PQfreemem(notification)
+            received.append((channel, payload))
+        }
+        return received
+    }
+
     /// Runs statements that take no parameters (transaction control, `SET`, schema changes) with the simple
     /// query protocol. Several statements may be separated by semicolons.
     func execute(_ sql: String, context: String = "execute") throws(PostgresError) {
@@ -134,6 +164,22 @@ final class PostgresConnection {
         let name = try preparedName(sql, values)
         let result = PostgresConnection.withParameters(values) { pointers, lengths, formats in
             PQexecPrepared(handle, name, Int32(values.count), pointers, lengths, formats, 1)
+        }
+        defer { PQclear(result) }
+        try check(result, context: context)
+        return try decode(result!)
+    }
+
+    /// Runs one statement with parameters without keeping it prepared (for statements made once, such as a
+    /// multi-row INSERT of a copy); parameter types come from the values, NULLs from their context.
+    @discardableResult
+    func queryOnce(_ sql: String, _ values: [PostgresValue], context: String = "query") throws(PostgresError)
+        -> PostgresResult {
+        let types = values.map(\.typeOID)
+        let result = types.withUnsafeBufferPointer { typeBuffer in
+            PostgresConnection.withParameters(values) { pointers, lengths, formats in
+                PQexecParams(handle, sql, Int32(values.count), typeBuffer.baseAddress, pointers, lengths, formats, 1)
+            }
         }
         defer { PQclear(result) }
         try check(result, context: context)

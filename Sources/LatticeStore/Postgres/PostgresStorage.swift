@@ -31,6 +31,10 @@ public final class PostgresStorage: Storage, Sendable {
     private let isClosed = Atomic<Bool>(false)
     private let conninfo: String
     private let onClose: (@Sendable () -> Void)?
+    /// This storage's mark in its announcements, so that it does not hear its own commits.
+    let announcer: String
+    private let listeners = Mutex<[PostgresListener]>([])
+    private let claims = PostgresClaims()
 
     /// Times a transaction body runs again after a serialization failure or deadlock before `.busy`.
     public static let maximumConflictRetries = 8
@@ -53,6 +57,8 @@ public final class PostgresStorage: Storage, Sendable {
                 onClose: (@Sendable () -> Void)? = nil) throws {
         conninfo = url
         self.onClose = onClose
+        var random = SystemRandomNumberGenerator()
+        announcer = String(random.next() as UInt64, radix: 36)
         pool = PostgresPool(conninfo: url, capacity: max(1, poolSize), connectTimeoutSeconds: connectTimeoutSeconds)
         authenticationPool = PostgresPool(conninfo: url, capacity: 1, connectTimeoutSeconds: connectTimeoutSeconds)
         do {
@@ -95,6 +101,11 @@ public final class PostgresStorage: Storage, Sendable {
 
     public func close() {
         guard !isClosed.exchange(true, ordering: .sequentiallyConsistent) else { return }
+        listeners.withLock { listeners in
+            listeners.forEach { $0.stop() }
+            listeners.removeAll()
+        }
+        claims.releaseAll()
         pool.close()
         authenticationPool.close()
         onClose?()
@@ -103,6 +114,67 @@ public final class PostgresStorage: Storage, Sendable {
     /// `pg_database_size(current_database())`: every file of the database, from the catalog (no scan).
     public func sizeOnDisk() throws -> Int64 {
         try read { tx in try (tx as! PostgresTransaction).databaseSize() }
+    }
+
+    // MARK: Nodes and processes
+
+    /// Listens for other processes' announcements (`LISTEN` on a connection of its own) and hands them to
+    /// `handler` on the listener's thread, until `close`. After the listening connection is (re)established,
+    /// first and after every loss, the handler gets `.resynchronize`: announcements sent meanwhile are lost.
+    public func observeChanges(_ handler: @escaping @Sendable (StorageChange) -> Void) throws {
+        try checkOpen()
+        let own = announcer
+        let listener = PostgresListener(conninfo: conninfo, channel: Self.changeChannel, notify: { payload in
+            guard let change = PostgresStorage.change(payload, ignoring: own) else { return }
+            handler(change)
+        }, resynchronize: { handler(.resynchronize) })
+        listeners.withLock { $0.append(listener) }
+        listener.start()
+    }
+
+    /// Holds a session advisory lock named after the node on a connection of its own until `close`.
+    /// - Throws: `StorageError.duplicate` when another live process holds it; `.busy` when the database
+    ///   cannot be reached.
+    public func claimNode(_ name: String) throws {
+        try checkOpen()
+        let connection: PostgresConnection
+        do {
+            connection = try PostgresConnection(conninfo)
+        } catch {
+            throw StorageError.busy
+        }
+        let taken: Bool
+        do {
+            taken = try connection.rows("SELECT pg_try_advisory_lock($1)", [.integer(Self.lockKey("node:" + name))])
+                .first?.first == .boolean(true)
+        } catch {
+            throw PostgresTransaction.storageError(error)
+        }
+        guard taken else { throw StorageError.duplicate("node \(name) (another running process is that node)") }
+        claims.hold(connection)
+    }
+
+    /// An advisory lock key for a name of ours (FNV-1a, 64 bits).
+    static func lockKey(_ name: String) -> Int64 {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in name.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0100_0000_01B3 }
+        return Int64(bitPattern: hash)
+    }
+
+    /// An announcement's payload: the announcer's mark, a colon, database ids separated by commas.
+    static func payloads(announcer: String, databaseIDs: [Int64]) -> [String] {
+        // NOTIFY payloads stay under 8000 bytes: at most 400 ids (20 bytes each at most) per announcement.
+        let unique = Array(Set(databaseIDs)).sorted()
+        return stride(from: 0, to: unique.count, by: 400).map { start in
+            announcer + ":" + unique[start..<min(start + 400, unique.count)].map(String.init).joined(separator: ",")
+        }
+    }
+
+    static func change(_ payload: String, ignoring own: String) -> StorageChange? {
+        guard let colon = payload.firstIndex(of: ":") else { return .resynchronize }
+        guard payload[..<colon] != own else { return nil }
+        let ids = payload[payload.index(after: colon)...].split(separator: ",").compactMap { Int64($0) }
+        return ids.isEmpty ? nil : .databases(ids)
     }
 
     private func checkOpen() throws(StorageError) {
@@ -135,7 +207,8 @@ public final class PostgresStorage: Storage, Sendable {
                 throw StorageError.busy
             }
             let transaction = PostgresTransaction(connection, readOnly: readOnly, deadline: deadline,
-                                                  clientOperationConflictsSeen: clientOperationConflicts)
+                                                  clientOperationConflictsSeen: clientOperationConflicts,
+                                                  announcer: announcer)
             let outcome = transaction.perform(body)
             lanePool.giveBack(connection)
             switch outcome {
@@ -294,7 +367,23 @@ public final class PostgresStorage: Storage, Sendable {
             ALTER TABLE client_operations ADD COLUMN charged_bytes bigint NOT NULL DEFAULT 0;
             CREATE INDEX client_operations_user ON client_operations(user_id, created_ms);
             """),
+        // As on SQLite: a replica id and clock kept in `metadata` become node `main`'s.
+        PostgresMigrator.Migration("v4: nodes", sql: """
+            CREATE TABLE nodes(
+                name text COLLATE "C" PRIMARY KEY,
+                replica_id text COLLATE "C" NOT NULL UNIQUE,
+                clock_latest bigint NOT NULL DEFAULT 0,
+                created_ms bigint NOT NULL);
+            INSERT INTO nodes(name, replica_id, clock_latest, created_ms)
+                SELECT '\(SQLiteStorage.defaultNodeName)', value,
+                       COALESCE((SELECT value::bigint FROM metadata WHERE key = 'clock_latest'), 0), 0
+                FROM metadata WHERE key = 'replica_id';
+            DELETE FROM metadata WHERE key IN ('replica_id', 'clock_latest');
+            """),
     ])
+
+    /// The channel commits are announced on (`NOTIFY`).
+    static let changeChannel = "lattice_changes"
 }
 
 /// Versioned schema migrations for PostgreSQL, tracked in the table `lattice_schema_migrations`.
@@ -367,5 +456,26 @@ struct PostgresMigrator: Sendable {
         guard exists == .boolean(true) else { return 0 }
         return Int(try connection.rows("SELECT COALESCE(MAX(version), 0) FROM lattice_schema_migrations")
             .first?.first?.integer ?? 0)
+    }
+}
+
+/// The connections that hold node claims (session advisory locks) until the storage closes.
+///
+/// `@unchecked Sendable` is sound because `lock` guards `connections`, which nothing else touches.
+final class PostgresClaims: @unchecked Sendable {
+    private let lock = NSLock()
+    private var connections: [PostgresConnection] = []
+
+    func hold(_ connection: PostgresConnection) {
+        lock.lock()
+        defer { lock.unlock() }
+        connections.append(connection)
+    }
+
+    /// Closing the connections releases their locks.
+    func releaseAll() {
+        lock.lock()
+        defer { lock.unlock() }
+        connections.removeAll()
     }
 }

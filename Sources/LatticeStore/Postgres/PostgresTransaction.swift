@@ -37,10 +37,25 @@ final class PostgresTransaction: StorageTransaction {
 
     private var fatal: Fatal?
     private var savepointDepth = 0
-    /// Zone rows this transaction has locked (so a record read need not lock its zone again).
-    private var lockedZones: Set<Int64> = []
+    /// Zone rows this transaction has locked, with their database and whether they are deleted (only this
+    /// transaction can change either until it ends), so a record read need not lock its zone again and a
+    /// save need not read it again.
+    private var lockedZones: [Int64: (databaseID: Int64, deleted: Bool)] = [:]
+    /// Record rows this transaction has read or written, by zone and name (nil: known to be missing), so a
+    /// batch read once (`prefetchRecords`) answers each later `record` without a round trip. Valid until the
+    /// transaction ends: a read transaction sees one snapshot, and a write transaction locked the zone
+    /// before reading any of them, so only this transaction can change them; its own writes update the
+    /// entries, and a savepoint rolled back empties the cache.
+    private var recordCache: [Int64: [String: StoredRecord?]] = [:]
+    /// Cursors opened by `exportRows` (each gets a name of its own).
+    private var exportCursors = 0
 
-    init(_ connection: PostgresConnection, readOnly: Bool, deadline: RequestDeadline?, clientOperationConflictsSeen: Int) {
+    /// The storage's mark in its announcements.
+    private let announcer: String
+
+    init(_ connection: PostgresConnection, readOnly: Bool, deadline: RequestDeadline?, clientOperationConflictsSeen: Int,
+         announcer: String) {
+        self.announcer = announcer
         db = connection
         isReadOnly = readOnly
         self.deadline = deadline
@@ -349,7 +364,7 @@ final class PostgresTransaction: StorageTransaction {
 
     /// A zone read in a write transaction is locked: remember it.
     private func locked(_ zone: StoredZone?) -> StoredZone? {
-        if let zone, !isReadOnly { lockedZones.insert(zone.rowID) }
+        if let zone, !isReadOnly { lockedZones[zone.rowID] = (zone.databaseID, zone.deleted) }
         return zone
     }
 
@@ -382,13 +397,15 @@ final class PostgresTransaction: StorageTransaction {
                                 [.integer(databaseID), .text(name), .text(ownerRecordName), .integer(seq), .integer(nowMs),
                                  .integer(nowMs)])
         guard let id = inserted.first?[0].integer else { throw StorageError.duplicate("a zone named \(name)") }
-        lockedZones.insert(id)
+        lockedZones[id] = (databaseID, false)
         return StoredZone(rowID: id, databaseID: databaseID, name: name, ownerRecordName: ownerRecordName,
                           deleted: false, lastSeq: 0, purgedSeq: 0, databaseSeq: seq, createdMs: nowMs, modifiedMs: nowMs)
     }
 
     func deleteZone(rowID: Int64, nowMs: Int64) throws {
         guard let zone = try zone(rowID: rowID), !zone.deleted else { return }
+        recordCache[rowID] = nil
+        lockedZones[rowID] = (zone.databaseID, true)
         let seq = try nextDatabaseSeq(zone.databaseID)
         let freed = try rows("WITH gone AS (DELETE FROM records WHERE zone_id = $1 RETURNING octet_length(frame) AS bytes) "
                              + "SELECT COALESCE(SUM(bytes), 0)::bigint FROM gone", [.integer(rowID)]).first?[0].integer ?? 0
@@ -417,16 +434,43 @@ final class PostgresTransaction: StorageTransaction {
     }
 
     func record(zoneRowID: Int64, name: String) throws -> StoredRecord? {
-        let select = "SELECT \(Self.recordColumns) FROM records WHERE zone_id = $1 AND name = $2"
-        if isReadOnly || lockedZones.contains(zoneRowID) {
-            return try rows(select + lock, [.integer(zoneRowID), .text(name)]).first.map { record($0, zoneRowID: zoneRowID) }
-        }
-        // The zone row first, then the record (one round trip): every writer locks in that order.
-        let rows = try rows("WITH z AS (SELECT id FROM zones WHERE id = $1 FOR NO KEY UPDATE) "
-                            + "SELECT \(Self.recordColumns) FROM records WHERE zone_id = (SELECT id FROM z) AND name = $2"
-                            + lock, [.integer(zoneRowID), .text(name)])
-        lockedZones.insert(zoneRowID)
-        return rows.first.map { record($0, zoneRowID: zoneRowID) }
+        if let cached = recordCache[zoneRowID]?[name] { return cached }
+        // The zone row first, then the record: every writer of a zone locks in that order, so a record that
+        // does not exist yet cannot be created by another transaction between this read and this
+        // transaction's save. Two statements: the record read must take its snapshot after the zone lock is
+        // held (in READ COMMITTED a statement that waited for a lock still reads with its own snapshot).
+        try lockZone(zoneRowID)
+        let found = try rows("SELECT \(Self.recordColumns) FROM records WHERE zone_id = $1 AND name = $2" + lock,
+                             [.integer(zoneRowID), .text(name)]).first.map { record($0, zoneRowID: zoneRowID) }
+        recordCache[zoneRowID, default: [:]][name] = .some(found)
+        return found
+    }
+
+    /// Reads (and in a write transaction locks) the rows of `names` in one statement, so that the `record`
+    /// calls for them that follow need no round trip each.
+    func prefetchRecords(zoneRowID: Int64, names: [String]) throws {
+        var missing = Set(names)
+        if let cached = recordCache[zoneRowID] { missing.subtract(cached.keys) }
+        guard !missing.isEmpty else { return }
+        try lockZone(zoneRowID)
+        let wanted = Array(missing).sorted()
+        // A join with the names (not `name = ANY(...)`): one primary-key probe per name whatever the planner
+        // knows of the table's size.
+        let found = try rows("SELECT \(Self.recordColumns.split(separator: ",").map { "r." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", ")) "
+                             + "FROM unnest($2::text[]) AS wanted(name) JOIN records r ON r.zone_id = $1 AND r.name = wanted.name "
+                             + "ORDER BY r.name" + (isReadOnly ? "" : " FOR NO KEY UPDATE OF r"), [.integer(zoneRowID), .texts(wanted)])
+            .map { record($0, zoneRowID: zoneRowID) }
+        var entries = recordCache[zoneRowID] ?? [:]
+        for name in wanted { entries[name] = .some(nil) }
+        for row in found { entries[row.recordName] = .some(row) }
+        recordCache[zoneRowID] = entries
+    }
+
+    /// Locks a zone row for this write transaction, once.
+    private func lockZone(_ zoneRowID: Int64) throws {
+        guard !isReadOnly, lockedZones[zoneRowID] == nil else { return }
+        let row = try rows("SELECT database_id, deleted FROM zones WHERE id = $1 FOR NO KEY UPDATE", [.integer(zoneRowID)])
+        if let row = row.first { lockedZones[zoneRowID] = (row[0].integer, row[1].integer != 0) }
     }
 
     func records(zoneRowID: Int64, recordType: String?) throws -> [StoredRecord] {
@@ -441,87 +485,101 @@ final class PostgresTransaction: StorageTransaction {
         return rows.map { record($0, zoneRowID: zoneRowID) }
     }
 
-    /// The live zone row to write records into, locked.
-    private func liveZoneForWriting(_ zoneRowID: Int64) throws -> StoredZone {
-        guard let zone = try zone(rowID: zoneRowID), !zone.deleted else {
+    /// The database of the live zone to write records into, whose row is locked (read once per transaction).
+    private func databaseForWriting(zoneRowID: Int64) throws -> Int64 {
+        if isReadOnly {
+            // Nothing to lock; the write that follows is refused.
+            guard let zone = try zone(rowID: zoneRowID), !zone.deleted else {
+                throw StorageError.failure("zone \(zoneRowID) is not live")
+            }
+            return zone.databaseID
+        }
+        try lockZone(zoneRowID)
+        guard let state = lockedZones[zoneRowID], !state.deleted else {
             throw StorageError.failure("zone \(zoneRowID) is not live")
         }
-        return zone
-    }
-
-    /// Moves the counters for `count` saves in one zone: `count` zone positions, one database position, and
-    /// the database's bytes. Returns the zone's last position.
-    private func advanceCounters(_ zone: StoredZone, count: Int, nowMs: Int64, growth: Int64) throws -> Int64 {
-        let rows = try rows("""
-            WITH d AS (UPDATE databases SET last_seq = last_seq + 1, bytes_used = bytes_used + $1 WHERE id = $2
-                       RETURNING last_seq)
-            UPDATE zones SET last_seq = last_seq + $3, modified_ms = $4, db_seq = (SELECT last_seq FROM d) WHERE id = $5
-            RETURNING last_seq
-            """, [.integer(growth), .integer(zone.databaseID), .integer(Int64(count)), .integer(nowMs), .integer(zone.rowID)])
-        guard let last = rows.first?[0].integer else { throw StorageError.failure("zone \(zone.rowID) is missing") }
-        return last
+        return state.databaseID
     }
 
     func saveRecord(zoneRowID: Int64, _ write: RecordWrite) throws -> StoredRecord {
-        let zone = try liveZoneForWriting(zoneRowID)
+        let databaseID = try databaseForWriting(zoneRowID: zoneRowID)
         let previous = try record(zoneRowID: zoneRowID, name: write.recordName)
-        let growth = Int64(write.frame.count) - Int64(previous?.frame.count ?? 0)
-        let seq = try advanceCounters(zone, count: 1, nowMs: write.nowMs, growth: growth)
-        return try upsertRecords(zoneRowID: zoneRowID, [write], previous: [previous], lastSeq: seq)[0]
+        return try writeRecords(zoneRowID: zoneRowID, databaseID: databaseID, [write], previous: [previous])[0]
     }
 
     func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord] {
         precondition(previous.count == writes.count, "one previous row (or nil) per write")
-        guard writes.count > 1 else { return try writes.map { try saveRecord(zoneRowID: zoneRowID, $0) } }
-        let zone = try liveZoneForWriting(zoneRowID)
-        let nowMs = writes.map(\.nowMs).max()!
-        var growth: Int64 = 0
-        for (write, previous) in zip(writes, previous) {
-            growth += Int64(write.frame.count) - Int64(previous?.frame.count ?? 0)
-        }
-        let last = try advanceCounters(zone, count: writes.count, nowMs: nowMs, growth: growth)
-        return try upsertRecords(zoneRowID: zoneRowID, writes, previous: previous, lastSeq: last)
+        guard !writes.isEmpty else { return [] }
+        let databaseID = try databaseForWriting(zoneRowID: zoneRowID)
+        return try writeRecords(zoneRowID: zoneRowID, databaseID: databaseID, writes, previous: previous)
     }
 
-    /// Writes the record rows at consecutive positions ending at `lastSeq`, in one statement (`unnest` of
-    /// one array per column).
-    private func upsertRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?], lastSeq: Int64) throws
-        -> [StoredRecord] {
-        var saved: [StoredRecord] = []
-        saved.reserveCapacity(writes.count)
+    /// Saves the rows and moves the counters, in one statement: `count` consecutive zone positions, one
+    /// database position for the zone, the database's bytes, then the rows (`unnest` of one array per column,
+    /// each row's position from its ordinal). Both counter rows stay locked to commit.
+    private func writeRecords(zoneRowID: Int64, databaseID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?])
+        throws -> [StoredRecord] {
+        let count = Int64(writes.count)
+        var growth: Int64 = 0
         var names: [String?] = [], types: [String?] = [], frames: [[UInt8]] = [], deleted: [Int64] = []
-        var seqs: [Int64] = [], createdMs: [Int64] = [], createdBy: [String?] = [], modifiedMs: [Int64] = []
+        var createdMs: [Int64] = [], createdBy: [String?] = [], modifiedMs: [Int64] = []
         var modifiedBy: [String?] = [], parents: [String?] = []
-        for (index, (write, previous)) in zip(writes, previous).enumerated() {
-            let seq = lastSeq - Int64(writes.count - 1 - index)
+        var creations: [(createdMs: Int64, createdBy: String)] = []
+        for (write, previous) in zip(writes, previous) {
+            growth += Int64(write.frame.count) - Int64(previous?.frame.count ?? 0)
             let creation = StorageRules.creation(of: write, replacing: previous)
+            creations.append(creation)
             names.append(write.recordName)
             types.append(write.recordType)
             frames.append(write.frame)
             deleted.append(write.deleted ? 1 : 0)
-            seqs.append(seq)
             createdMs.append(creation.createdMs)
             createdBy.append(creation.createdBy)
             modifiedMs.append(write.nowMs)
             modifiedBy.append(write.userRecordName)
             parents.append(write.parentName)
-            saved.append(StoredRecord(recordName: write.recordName, recordType: write.recordType, frame: write.frame,
-                                      deleted: write.deleted, seq: seq,
-                                      changeTag: StorageRules.changeTag(zoneRowID: zoneRowID, seq: seq),
-                                      createdMs: creation.createdMs, createdBy: creation.createdBy, modifiedMs: write.nowMs,
-                                      modifiedBy: write.userRecordName, parentName: write.parentName))
         }
-        try run("""
-            INSERT INTO records(zone_id, name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms,
-                                modified_by, parent_name)
-            SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::int8[], $6::int8[], $7::int8[], $8::text[],
-                                     $9::int8[], $10::text[], $11::text[])
-            ON CONFLICT(zone_id, name) DO UPDATE SET record_type = excluded.record_type, frame = excluded.frame,
-                deleted = excluded.deleted, seq = excluded.seq, created_ms = excluded.created_ms,
-                created_by = excluded.created_by, modified_ms = excluded.modified_ms,
-                modified_by = excluded.modified_by, parent_name = excluded.parent_name
-            """, [.integer(zoneRowID), .texts(names), .texts(types), .byteas(frames), .integers(deleted), .integers(seqs),
-                  .integers(createdMs), .texts(createdBy), .integers(modifiedMs), .texts(modifiedBy), .texts(parents)])
+        let nowMs = writes.map(\.nowMs).max()!
+        let result = try rows("""
+            WITH d AS (
+                UPDATE databases SET last_seq = last_seq + 1, bytes_used = bytes_used + $1 WHERE id = $2
+                RETURNING last_seq),
+            z AS (
+                UPDATE zones SET last_seq = last_seq + $3, modified_ms = $4, db_seq = (SELECT last_seq FROM d)
+                WHERE id = $5 AND deleted = 0
+                RETURNING last_seq),
+            w AS (
+                INSERT INTO records(zone_id, name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms,
+                                    modified_by, parent_name)
+                SELECT $5, u.name, u.record_type, u.frame, u.deleted, (SELECT last_seq FROM z) - $3 + u.ord, u.created_ms,
+                       u.created_by, u.modified_ms, u.modified_by, u.parent_name
+                FROM unnest($6::text[], $7::text[], $8::bytea[], $9::int8[], $10::int8[], $11::text[], $12::int8[],
+                            $13::text[], $14::text[])
+                     WITH ORDINALITY AS u(name, record_type, frame, deleted, created_ms, created_by, modified_ms,
+                                          modified_by, parent_name, ord)
+                ON CONFLICT(zone_id, name) DO UPDATE SET record_type = excluded.record_type, frame = excluded.frame,
+                    deleted = excluded.deleted, seq = excluded.seq, created_ms = excluded.created_ms,
+                    created_by = excluded.created_by, modified_ms = excluded.modified_ms,
+                    modified_by = excluded.modified_by, parent_name = excluded.parent_name)
+            SELECT last_seq FROM z
+            """, [.integer(growth), .integer(databaseID), .integer(count), .integer(nowMs), .integer(zoneRowID),
+                  .texts(names), .texts(types), .byteas(frames), .integers(deleted), .integers(createdMs), .texts(createdBy),
+                  .integers(modifiedMs), .texts(modifiedBy), .texts(parents)])
+        guard let lastSeq = result.first?[0].integer else { throw StorageError.failure("zone \(zoneRowID) is not live") }
+        var saved: [StoredRecord] = []
+        saved.reserveCapacity(writes.count)
+        var entries = recordCache[zoneRowID] ?? [:]
+        for (index, (write, creation)) in zip(writes, creations).enumerated() {
+            let seq = lastSeq - count + 1 + Int64(index)
+            let row = StoredRecord(recordName: write.recordName, recordType: write.recordType, frame: write.frame,
+                                   deleted: write.deleted, seq: seq,
+                                   changeTag: StorageRules.changeTag(zoneRowID: zoneRowID, seq: seq),
+                                   createdMs: creation.createdMs, createdBy: creation.createdBy, modifiedMs: write.nowMs,
+                                   modifiedBy: write.userRecordName, parentName: write.parentName)
+            saved.append(row)
+            entries[write.recordName] = .some(row)
+        }
+        recordCache[zoneRowID] = entries
         return saved
     }
 
@@ -712,6 +770,123 @@ final class PostgresTransaction: StorageTransaction {
         return Int(rows.first?[0].integer ?? 0)
     }
 
+    // MARK: Nodes and processes
+
+    func node(named name: String) throws -> StoredNode? {
+        try rows("SELECT name, replica_id, clock_latest, created_ms FROM nodes WHERE name = $1" + lock, [.text(name)]).first.map {
+            StoredNode(name: $0[0].text ?? "", replicaID: $0[1].text ?? "", clockLatest: $0[2].integer, createdMs: $0[3].integer)
+        }
+    }
+
+    func insertNode(_ node: StoredNode) throws {
+        let inserted = try rows("INSERT INTO nodes(name, replica_id, clock_latest, created_ms) VALUES ($1, $2, $3, $4) "
+                                + "ON CONFLICT DO NOTHING RETURNING 1",
+                                [.text(node.name), .text(node.replicaID), .integer(node.clockLatest), .integer(node.createdMs)])
+        if inserted.isEmpty { throw StorageError.duplicate("a node named \(node.name) or with replica id \(node.replicaID)") }
+    }
+
+    func raiseNodeClock(name: String, to latest: Int64) throws {
+        // Only when it rises: a lower value neither writes nor locks the row.
+        try run("UPDATE nodes SET clock_latest = $1 WHERE name = $2 AND clock_latest < $1", [.integer(latest), .text(name)])
+    }
+
+    /// `pg_notify` in this transaction: PostgreSQL delivers it to the listeners only when (and if) it commits.
+    func announceChanges(databaseIDs: [Int64]) throws {
+        for payload in PostgresStorage.payloads(announcer: announcer, databaseIDs: databaseIDs) {
+            try run("SELECT pg_notify($1, $2)", [.text(PostgresStorage.changeChannel), .text(payload)])
+        }
+    }
+
+    /// `pg_try_advisory_xact_lock`: released when the transaction ends.
+    func tryExclusiveLock(_ name: String) throws -> Bool {
+        try rows("SELECT pg_try_advisory_xact_lock($1)", [.integer(PostgresStorage.lockKey("lock:" + name))]).first?.first
+            == .boolean(true)
+    }
+
+    // MARK: Copying a deployment
+
+    /// Each table's key, the order rows are exported in (logs by position), as SQLite exports them; text
+    /// keys compare bytewise on both.
+    private static let exportOrder: [String: String] = [
+        "metadata": "key", "nodes": "name", "users": "id", "tokens": "hash", "signups": "address, created_ms",
+        "databases": "id", "zones": "id", "records": "zone_id, seq", "client_operations": "user_id, operation_id",
+        "shares": "id", "share_participants": "share_id, user_id", "share_link_uses": "token_id",
+        "share_records": "share_id, seq", "shared_zones": "database_id, share_id",
+    ]
+
+    private func columns(of table: String) throws -> [String] {
+        guard let entry = StorageTables.all.first(where: { $0.name == table }) else {
+            throw StorageError.failure("no table \(table) to copy")
+        }
+        return entry.columns
+    }
+
+    /// Reads the table through a cursor of this transaction, 1,000 rows per batch (one pass, however large).
+    func exportRows(table: String, _ body: ([[StorageValue]]) throws -> Void) throws {
+        let columns = try columns(of: table)
+        guard let order = Self.exportOrder[table] else { throw StorageError.failure("no export order for \(table)") }
+        exportCursors += 1
+        let cursor = "lattice_export_\(exportCursors)"
+        try execute("DECLARE \(cursor) NO SCROLL CURSOR FOR SELECT \(columns.joined(separator: ", ")) FROM \(table) "
+                    + "ORDER BY \(order)")
+        while true {
+            // FETCH through the extended protocol: binary results, like every other statement.
+            let batch = try rowsOnce("FETCH 1000 FROM \(cursor)")
+            if batch.isEmpty { break }
+            try body(batch.map { $0.map(\.neutral) })
+        }
+        try execute("CLOSE \(cursor)")
+    }
+
+    /// Multi-row INSERTs of up to 500 rows, every value bound (types from the table's columns).
+    func insertRows(table: String, _ rows: [[StorageValue]]) throws {
+        let columns = try columns(of: table)
+        for row in rows where row.count != columns.count {
+            throw StorageError.failure("a row of \(row.count) values for the \(columns.count) columns of \(table)")
+        }
+        let chunkSize = 500
+        for start in stride(from: 0, to: rows.count, by: chunkSize) {
+            let chunk = rows[start..<min(start + chunkSize, rows.count)]
+            var placeholders: [String] = []
+            var values: [PostgresValue] = []
+            values.reserveCapacity(chunk.count * columns.count)
+            for row in chunk {
+                let base = values.count
+                placeholders.append("(" + (1...columns.count).map { "$\(base + $0)" }.joined(separator: ", ") + ")")
+                values.append(contentsOf: row.map(PostgresValue.init))
+            }
+            // Not kept prepared (the text changes with the row count); a NULL takes its column's type.
+            try runUnprepared("INSERT INTO \(table)(\(columns.joined(separator: ", "))) VALUES "
+                              + placeholders.joined(separator: ", "), values)
+        }
+    }
+
+    /// Moves the identity sequences past the largest id copied.
+    func finishImport() throws {
+        for table in ["users", "databases", "zones", "shares"] {
+            try run("SELECT setval(pg_get_serial_sequence($1, 'id'), COALESCE((SELECT MAX(id) FROM \(table)), 0) + 1, false)",
+                    [.text(table)])
+        }
+    }
+
+    func rowCount(table: String) throws -> Int {
+        _ = try columns(of: table)
+        return Int(try rows("SELECT COUNT(*) FROM \(table)").first?[0].integer ?? 0)
+    }
+
+    private func runUnprepared(_ sql: String, _ values: [PostgresValue]) throws(StorageError) {
+        _ = try rowsOnce(sql, values)
+    }
+
+    private func rowsOnce(_ sql: String, _ values: [PostgresValue] = []) throws(StorageError) -> [[PostgresValue]] {
+        try throwIfEnded()
+        do {
+            return try db.queryOnce(sql, values).rows
+        } catch {
+            throw note(error)
+        }
+    }
+
     // MARK: Savepoints and maintenance
 
     func savepoint<T>(_ body: () throws -> T) throws -> T {
@@ -726,6 +901,7 @@ final class PostgresTransaction: StorageTransaction {
         } catch {
             // A conflict, lost connection or deadline ends the whole transaction: nothing to undo here.
             guard fatal == nil else { throw error }
+            recordCache.removeAll()
             try execute("ROLLBACK TO SAVEPOINT \(name); RELEASE SAVEPOINT \(name)", checked: false)
             throw error
         }
@@ -733,6 +909,7 @@ final class PostgresTransaction: StorageTransaction {
 
     func purge(before horizonMs: Int64, operationsBeforeMs: Int64) throws -> PurgeReport {
         var report = PurgeReport()
+        recordCache.removeAll()
         // Tombstones: delete them, then raise each zone's purged position to the newest one it lost.
         let purgedByZone = try rows("""
             WITH gone AS (DELETE FROM records WHERE deleted = 1 AND modified_ms < $1
@@ -772,5 +949,28 @@ final class PostgresTransaction: StorageTransaction {
             """, [.integer(operationsBeforeMs)])
         report.clientOperations = Int(operations.first?[0].integer ?? 0)
         return report
+    }
+}
+
+extension PostgresValue {
+    /// The neutral form of a value (arrays never occur in a table).
+    var neutral: StorageValue {
+        switch self {
+        case .null: .null
+        case .integer(let value): .integer(value)
+        case .boolean(let value): .integer(value ? 1 : 0)
+        case .text(let value): .text(value)
+        case .bytea(let value): .blob(value)
+        case .integers, .texts, .byteas: .null
+        }
+    }
+
+    init(_ value: StorageValue) {
+        switch value {
+        case .null: self = .null
+        case .integer(let value): self = .integer(value)
+        case .text(let value): self = .text(value)
+        case .blob(let value): self = .bytea(value)
+        }
     }
 }
