@@ -22,6 +22,7 @@ final class BenchPostgresConnection {
             throw SystemError.message("cannot connect to \(redacted): \(message)")
         }
         handle = connection
+        try execute("SET client_min_messages TO warning") // no NOTICE lines on stderr ("... does not exist, skipping")
     }
 
     deinit { PQfinish(handle) }
