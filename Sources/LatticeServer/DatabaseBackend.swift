@@ -4,11 +4,11 @@ import LatticeStore
 enum DatabaseBackend {
     /// Opens (and migrates) the database named by a libpq connection string with a pool of `poolSize`.
     static func open(url: String, poolSize: Int) throws -> any Storage {
-        throw StorageError.failure("this build has no PostgreSQL storage")
+        try PostgresStorage(url: url, poolSize: poolSize)
     }
 
     /// `url` with any password replaced by `***`.
     static func redacted(_ url: String) -> String {
-        "(a database URL)"
+        PostgresStorage.redacted(url)
     }
 }

@@ -1,0 +1,193 @@
+import Foundation
+import LatticeCore
+@testable import LatticeServer
+import LatticeSharing
+import LatticeStore
+import Synchronization
+import Testing
+
+/// Two serving deployments (nodes "a" and "b", as two `lattice serve --database` processes would open
+/// them) on one throwaway PostgreSQL database: announcements, the shared key ring, the purge try-lock, the
+/// node claim and the one public URL, for real. Needs `LATTICE_TEST_POSTGRES_URL` (Scripts/test.sh).
+@Suite(.serialized) struct PostgresNodesTests {
+    static let publicURL = "https://lattice.test"
+
+    final class Cluster: @unchecked Sendable {
+        let database: PostgresTestDatabase
+        var nodes: [OpenedDeployment] = []
+
+        init() throws { database = try PostgresTestDatabase.create() }
+
+        deinit {
+            nodes.forEach { $0.close() }
+            database.drop()
+        }
+
+        var location: StorageLocation { .database(url: database.url, poolSize: 3) }
+
+        func node(_ name: String, publicURL: String = PostgresNodesTests.publicURL) throws -> OpenedDeployment {
+            var configuration = ServiceConfiguration()
+            configuration.nodeName = name
+            configuration.rateLimit = nil
+            configuration.signUpsPerAddress = nil
+            configuration.signUpsGlobal = nil
+            let node = try OpenedDeployment.open(location, configuration: configuration, purpose: .serving,
+                                                 publicURL: publicURL, log: { _ in })
+            nodes.append(node)
+            return node
+        }
+    }
+
+    static func post(_ service: LatticeService, _ path: String, _ body: JSON, token: String? = nil) -> (Int, JSON) {
+        var headers: [String: String] = [:]
+        if let token { headers["Authorization"] = "Bearer " + token }
+        let response = service.respond(to: HTTPRequest(method: "POST", path: path, headers: headers,
+                                                       body: body.serializedBytes(), remoteAddress: "127.0.0.1"))
+        return (response.status, (try? JSON.parse(response.body)) ?? .null)
+    }
+
+    static func call(_ service: LatticeService, _ operation: String, _ body: JSON, token: String) -> (Int, JSON) {
+        post(service, "/database/1/lattice/production/private/\(operation)", body, token: token)
+    }
+
+    static func signUp(_ name: String, _ service: LatticeService) throws -> String {
+        let (status, json) = post(service, "/auth/signup", .object(["name": .string(name)]))
+        guard status == 200, let token = json["token"]?.stringValue else { throw HarnessError("signup: \(json.serialized())") }
+        return token
+    }
+
+    static func createZone(_ service: LatticeService, token: String) throws {
+        let (status, json) = call(service, "zones/modify", .object(["operations": .array([
+            .object(["operationType": .string("create"), "zone": .object(["zoneID": .object(["zoneName": .string("Lists")])])]),
+        ])]), token: token)
+        guard status == 200 else { throw HarnessError("zone: \(json.serialized())") }
+    }
+
+    @Test func aWriteOnOneNodeWakesALongPollOnTheOtherWithinASecond() throws {
+        let cluster = try Cluster()
+        let a = try cluster.node("a"), b = try cluster.node("b")
+        #expect(a.service.replicaID != b.service.replicaID)
+        let ann = try Self.signUp("ann", a.service)
+        try Self.createZone(b.service, token: ann)
+        var latencies: [Double] = []
+        for round in 0..<3 {
+            let (_, feed) = Self.call(a.service, "changes/database", .object([:]), token: ann)
+            let syncToken = try #require(feed["syncToken"]?.stringValue)
+            let box = ResponseBox()
+            a.service.handle(HTTPRequest(method: "POST", path: "/database/1/lattice/production/private/changes/wait",
+                                         headers: ["Authorization": "Bearer " + ann],
+                                         body: JSON.object(["syncToken": .string(syncToken), "timeout": .int(20)]).serializedBytes(),
+                                         remoteAddress: "127.0.0.1")) { box.set($0) }
+            #expect(a.service.notifier.waiterCount == 1)
+            #expect(box.wait(seconds: 0.2) == nil)
+            let started = Date()
+            let (status, _) = Self.call(b.service, "records/modify", .object([
+                "zoneID": .object(["zoneName": .string("Lists")]), "operations": .array([operation("create", "r\(round)")]),
+            ]), token: ann)
+            #expect(status == 200)
+            let woken = try #require(box.wait(seconds: 5))
+            let seconds = Date().timeIntervalSince(started)
+            latencies.append(seconds)
+            #expect(try JSON.parse(woken.body)["changed"] == .bool(true))
+            #expect(seconds < 1, "round \(round): woken after \(seconds) s")
+        }
+        print("PostgresNodesTests: long poll on a woken by a write on b after "
+              + latencies.map { "\(Int($0 * 1000)) ms" }.joined(separator: ", ") + " (write included)")
+    }
+
+    @Test func aKeyRotatedThroughOneNodeSignsAndRetiresOnTheOther() throws {
+        let cluster = try Cluster()
+        let a = try cluster.node("a"), b = try cluster.node("b")
+        #expect(a.keyRing.activeKeyID == b.keyRing.activeKeyID)
+        let claims = ShareClaims(issuer: Self.publicURL, shareID: "sh_1", zoneName: "Lists", ownerRecordName: "_owner",
+                                 issuedAt: 1, tokenID: try ShareClaims.newTokenID(), permission: "readOnly", epoch: 1)
+        let old = try b.keyRing.sign(claims)
+        let oldKey = b.keyRing.activeKeyID
+        let rotated = try a.keyRing.rotate(nowMilliseconds: 5_000)
+        #expect(b.keyRing.activeKeyID == rotated)
+        #expect(try b.keyRing.sign(claims) != old)
+        try a.keyRing.retire(keyID: oldKey)
+        #expect((try? b.keyRing.verify(old, nowSeconds: 2)) == nil)
+        // What every sign and verify pays to notice a rotation: one read of the version marker.
+        let store = DatabaseShareKeyStore(storage: b.storage)
+        let started = Date()
+        for _ in 0..<200 { _ = try store.version() }
+        print("PostgresNodesTests: share-key version read \(String(format: "%.0f", Date().timeIntervalSince(started) * 1e6 / 200)) µs each (200 reads)")
+    }
+
+    @Test func purgeSkipsARoundWhileAnotherNodeHoldsItsLock() throws {
+        let cluster = try Cluster()
+        let a = try cluster.node("a"), b = try cluster.node("b")
+        #expect(try a.service.purgeUnlessRunningElsewhere() != nil)
+        // 0: a purged, 1: a skipped, 2: a failed.
+        let outcome = Mutex<Int>(-1)
+        try b.storage.write { tx in
+            let held = try tx.tryExclusiveLock("purge")
+            #expect(held)
+            let done = DispatchSemaphore(value: 0)
+            Thread {
+                let result: Int
+                do { result = try a.service.purgeUnlessRunningElsewhere() == nil ? 1 : 0 } catch { result = 2 }
+                outcome.withLock { $0 = result }
+                done.signal()
+            }.start()
+            #expect(done.wait(timeout: .now() + 10) == .success)
+        }
+        #expect(outcome.withLock { $0 } == 1, "a purged (0) or failed (2) while b held the lock")
+        #expect(try a.service.purgeUnlessRunningElsewhere() != nil)
+    }
+
+    @Test func aSecondProcessAsOneNodeAndANodeWithAnotherPublicURLAreRefused() throws {
+        let cluster = try Cluster()
+        _ = try cluster.node("a")
+        do {
+            _ = try cluster.node("a")
+            Issue.record("a second node a started")
+        } catch let failure as OpenedDeployment.Failure {
+            #expect(failure.description.contains("running as node a"), "\(failure)")
+        }
+        do {
+            _ = try cluster.node("b", publicURL: "http://127.0.0.1:9999")
+            Issue.record("a node with another public URL started")
+        } catch let failure as OpenedDeployment.Failure {
+            #expect(failure.description.contains("http://127.0.0.1:9999") && failure.description.contains(Self.publicURL))
+        }
+        // The refused node released its claim: b starts with the right URL.
+        _ = try cluster.node("b")
+    }
+
+    @Test func adminCommandsWorkAgainstTheDatabaseBesideRunningNodes() throws {
+        let cluster = try Cluster()
+        let a = try cluster.node("a")
+        let added = try CLITests.ok("admin", "add-user", "carol", "--database", cluster.database.url, "--json")
+        let token = try #require(try added.json["token"]?.stringValue)
+        let (status, json) = Self.post(a.service, "/database/1/lattice/production/private/users/current", .object([:]), token: token)
+        #expect(status == 200 && json["name"]?.stringValue == "carol")
+        let listed = try CLITests.ok("admin", "tokens", "carol", "--database", cluster.database.url, "--json")
+        #expect(try listed.json.arrayValue?.count == 1)
+        let before = a.keyRing.activeKeyID
+        try CLITests.ok("admin", "rotate-share-key", "--database", cluster.database.url)
+        #expect(a.keyRing.activeKeyID != before)
+        let keys = try CLITests.ok("admin", "share-keys", "--database", cluster.database.url, "--json")
+        #expect(try keys.json.arrayValue?.count == 2)
+        let retired = try CLITests.lattice("admin", "retire-share-key", before, "--database", cluster.database.url)
+        #expect(retired.status == 0, "\(retired)")
+        #expect(a.keyRing.keys.first { $0.keyID == before }?.retired == true)
+        // $LATTICE_DATABASE_URL serves when neither flag is given.
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CrashRecoveryTests.latticeBinary)
+        process.arguments = ["admin", "share-keys", "--json"]
+        var environment = ProcessInfo.processInfo.environment
+        environment[StorageLocation.databaseEnvironmentVariable] = cluster.database.url
+        process.environment = environment
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let listedKeys = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        #expect(try JSON.parse(Array(listedKeys)).arrayValue?.count == 2)
+        try CLITests.ok("admin", "revoke-token", "--user", "carol", "--database", cluster.database.url)
+        #expect(Self.post(a.service, "/database/1/lattice/production/private/users/current", .object([:]), token: token).0 == 401)
+    }
+}
