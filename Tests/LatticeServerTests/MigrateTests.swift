@@ -209,6 +209,66 @@ import Glibc
         #expect(try Self.counts(storage) == before)
     }
 
+    /// Migrating while the server takes writes copies one consistent snapshot: no record is newer than its
+    /// zone's last position, no zone newer than its database's log, and every copied position is dense.
+    @Test func aMigrationDuringWritesCopiesOneConsistentSnapshot() throws {
+        let target = try PostgresTestDatabase.create()
+        defer { target.drop() }
+        let directory = temporaryDirectory("lattice-migrate-live")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let data = directory + "/server"
+        let server = try CrashRecoveryTests.ServerUnderTest(data: data, extra: ["--access-log", "off"])
+        defer { server.kill(SIGTERM) }
+        let token = try #require(try CLITests.ok("admin", "add-user", "writer", "--data", data, "--json").json["token"]?
+            .stringValue)
+        let zone: JSON = .object(["zoneName": .string("Live")])
+        _ = try Self.post(server.port, Self.privateDatabase + "zones/modify", token: token, .object(["operations": .array([
+            .object(["operationType": .string("create"), "zone": .object(["zoneID": zone])]),
+        ])]))
+        // A writer saving batches of 20 new records until told to stop (at most 20 s).
+        let stop = Atomic<Bool>(false)
+        let written = Atomic<Int>(0)
+        let port = server.port
+        let writer = Thread {
+            let began = Date()
+            var batch = 0
+            while !stop.load(ordering: .acquiring) && Date().timeIntervalSince(began) < 20 {
+                let operations: [JSON] = (0..<20).map { operation("create", "r\(batch)-\($0)", fields: ["n": value(.int(Int64($0)))]) }
+                if (try? Self.post(port, Self.privateDatabase + "records/modify", token: token,
+                                   .object(["zoneID": zone, "operations": .array(operations)]))) != nil {
+                    written.add(20, ordering: .relaxed)
+                }
+                batch += 1
+            }
+        }
+        writer.start()
+        for _ in 0..<200 where written.load(ordering: .relaxed) < 200 { usleep(20_000) }
+        let migrated = try CLITests.ok("admin", "migrate", "--data", data, "--to", target.url, "--json").json
+        stop.store(true, ordering: .releasing)
+        for _ in 0..<1000 where !writer.isFinished { usleep(20_000) }
+        let copiedRecords = try #require(migrated["tables"]?["records"]?.intValue)
+        #expect(copiedRecords >= 200, "\(migrated)")
+
+        let storage = try PostgresStorage(url: target.url, poolSize: 1)
+        defer { storage.close() }
+        try storage.read { tx in
+            var zones: [[StorageValue]] = [], records: [[StorageValue]] = [], databases: [[StorageValue]] = []
+            try tx.exportRows(table: "zones") { zones += $0 }
+            try tx.exportRows(table: "records") { records += $0 }
+            try tx.exportRows(table: "databases") { databases += $0 }
+            func integer(_ value: StorageValue) -> Int64 { if case .integer(let v) = value { return v }; return -1 }
+            for zoneRow in zones {
+                let id = integer(zoneRow[0]), lastSeq = integer(zoneRow[5]), databaseSeq = integer(zoneRow[7])
+                let positions = records.filter { integer($0[0]) == id }.map { integer($0[5]) }.sorted()
+                // Every save in this zone made a new record, so its positions are exactly 1...last_seq.
+                let dense: [Int64] = lastSeq > 0 ? Array(1...lastSeq) : []
+                #expect(positions == dense, "zone \(id): last_seq \(lastSeq), \(positions.count) records")
+                let database = try #require(databases.first { integer($0[0]) == integer(zoneRow[1]) })
+                #expect(databaseSeq <= integer(database[4]), "zone \(id) is newer than its database's log")
+            }
+        }
+    }
+
     @Test func badSourcesAndTargetsGetClearErrors() throws {
         let directory = temporaryDirectory("lattice-migrate-errors")
         defer { try? FileManager.default.removeItem(atPath: directory) }
