@@ -80,7 +80,7 @@ port = $port
 unix_socket_directories = '$dir'
 fsync = on
 synchronous_commit = on
-max_connections = 200
+max_connections = 400
 shared_buffers = 64MB
 CONF
     as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null

@@ -215,6 +215,10 @@ public protocol StorageTransaction {
     /// (nil when it had none), so a backend need not read it again. A backend without a faster way takes the
     /// default (a loop of `saveRecord`).
     func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord]
+    /// A hint that `record` is about to be called for each of `names` (a batch about to be planned), so a
+    /// backend with a round trip per statement (PostgreSQL) can read them in one; the answers of `record` do
+    /// not change. The default does nothing.
+    func prefetchRecords(zoneRowID: Int64, names: [String]) throws
     /// Records whose zone position is after `cursor` (tombstones included), in log order.
     func recordChanges(zoneRowID: Int64, after cursor: Int64, limit: Int) throws -> [StoredRecord]
     /// The same records as `recordChanges(zoneRowID:after:limit:)`, in the same order, handed to `body` one
@@ -681,6 +685,8 @@ extension StorageTransaction {
         try insertToken(NewToken(hash: hash, id: String(repeating: "0", count: 16 - id.count) + id, userID: userID,
                                  createdMs: nowMs))
     }
+
+    public func prefetchRecords(zoneRowID: Int64, names: [String]) throws {}
 
     public func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord] {
         try writes.map { try saveRecord(zoneRowID: zoneRowID, $0) }

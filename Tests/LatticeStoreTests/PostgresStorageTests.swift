@@ -207,6 +207,23 @@ struct PostgresStorageTests {
             release.signal()
             #expect(holder.wait(timeout: .now() + 10) == .success)
             #expect(try storage.read { try $0.metadata("held") } == "1")
+            // While the lane's own connection is lent, a token lookup takes a general one that is free.
+            let authEntered = DispatchSemaphore(value: 0)
+            let authRelease = DispatchSemaphore(value: 0)
+            let authHolder = DispatchGroup()
+            authHolder.enter()
+            Thread.detachNewThread {
+                _ = try? storage.read(deadline: nil, lane: .authentication) { tx throws in
+                    _ = try tx.metadata("k")
+                    authEntered.signal()
+                    _ = authRelease.wait(timeout: .now() + 10)
+                }
+                authHolder.leave()
+            }
+            #expect(authEntered.wait(timeout: .now() + 10) == .success)
+            #expect(try storage.read(deadline: .after(milliseconds: 2_000), lane: .authentication) { try $0.metadata("k") } == "v")
+            authRelease.signal()
+            #expect(authHolder.wait(timeout: .now() + 10) == .success)
         }
     }
 
@@ -291,6 +308,38 @@ struct PostgresStorageTests {
                 #expect(try tx.record(zoneRowID: zone.rowID, name: "shared")?.frame.count == 4 * perThread)
                 #expect(try tx.database(id: zone.databaseID)?.bytesUsed == Int64(4 * perThread))
             }
+        }
+    }
+
+    @Test func aRecordCreatedByAnotherWriterIsSeenByAReadThatWaitedForIt() throws {
+        try withDatabase { database in
+            let nodes = [try PostgresStorage(url: database.url, poolSize: 2), try PostgresStorage(url: database.url, poolSize: 2)]
+            defer { nodes.forEach { $0.close() } }
+            let zone = try nodes[0].write { tx in try makeZone(tx) }
+            let entered = DispatchSemaphore(value: 0)
+            let firstDone = DispatchGroup()
+            firstDone.enter()
+            Thread.detachNewThread {
+                _ = try? nodes[0].write { tx throws in
+                    // Reads the record (none yet), then creates it, slowly.
+                    _ = try tx.record(zoneRowID: zone.rowID, name: "new")
+                    entered.signal()
+                    usleep(300_000)
+                    _ = try tx.saveRecord(zoneRowID: zone.rowID, write("new", frame: [1]))
+                }
+                firstDone.leave()
+            }
+            #expect(entered.wait(timeout: .now() + 10) == .success)
+            // The second writer's read waits for the first (the zone row is locked before the record is read),
+            // then sees what it created: a merge into it, not an overwrite.
+            let previous = try nodes[1].write { tx throws -> StoredRecord? in
+                let previous = try tx.record(zoneRowID: zone.rowID, name: "new")
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("new", frame: (previous?.frame ?? []) + [2]))
+                return previous
+            }
+            #expect(firstDone.wait(timeout: .now() + 10) == .success)
+            #expect(previous?.frame == [1])
+            #expect(try nodes[0].read { try $0.record(zoneRowID: zone.rowID, name: "new")?.frame } == [1, 2])
         }
     }
 
@@ -449,6 +498,30 @@ struct PostgresStorageTests {
         }
     }
 
+    @Test func aConnectionLostAtCommitIsBusyNeverASuccess() throws {
+        try withDatabase { database in
+            let storage = try PostgresStorage(url: database.url, poolSize: 1)
+            defer { storage.close() }
+            var runs = 0
+            storage.beforeCommitForTesting.withLock { hook in
+                hook = { pid in _ = try? PostgresTestDatabase.executeOnCluster("SELECT pg_terminate_backend(\(pid))") }
+            }
+            let error = #expect(throws: StorageError.self) {
+                try storage.write { tx throws in
+                    runs += 1
+                    try tx.setMetadata("k", "lost")
+                }
+            }
+            storage.beforeCommitForTesting.withLock { $0 = nil }
+            #expect(error == .busy)
+            #expect(runs == 1, "a COMMIT whose outcome is unknown is not run again")
+            // The storage goes on, and nothing of the lost transaction was kept.
+            #expect(try storage.read { try $0.metadata("k") } == nil)
+            try storage.write { try $0.setMetadata("k", "kept") }
+            #expect(try storage.read { try $0.metadata("k") } == "kept")
+        }
+    }
+
     // MARK: Schema
 
     @Test func nodesStartingAtOnceMigrateOnceAndANewerSchemaIsRefused() throws {
@@ -481,6 +554,45 @@ struct PostgresStorageTests {
         storages.forEach { $0.close() }
         let error = #expect(throws: StorageError.self) { try PostgresStorage(url: database.url, poolSize: 1) }
         #expect("\(String(describing: error))".contains("newer than this build"))
+    }
+
+    // MARK: Streaming
+
+    @Test func streamingReadsPageThroughEverythingAndStopWhenTold() throws {
+        try withDatabase { database in
+            let storage = try PostgresStorage(url: database.url, poolSize: 2)
+            defer { storage.close() }
+            let zone = try storage.write { tx throws in
+                let zone = try makeZone(tx)
+                var writes: [RecordWrite] = []
+                for index in 0..<300 {
+                    let type = index % 3 == 0 ? "A" : "B"
+                    let frame: [UInt8] = [UInt8(index % 256)]
+                    writes.append(RecordWrite(recordName: "r" + String(1_000 + index), recordType: type, frame: frame,
+                                              deleted: index % 7 == 0, userRecordName: Self.ann, nowMs: 5))
+                }
+                _ = try tx.saveRecords(zoneRowID: zone.rowID, writes, previous: writes.map { _ in nil })
+                return zone
+            }
+            try storage.read { tx throws in
+                for type in [nil, "A", "B"] as [String?] {
+                    var streamed: [StoredRecord] = []
+                    try tx.forEachRecord(zoneRowID: zone.rowID, recordType: type) { streamed.append($0); return true }
+                    #expect(streamed == (try tx.records(zoneRowID: zone.rowID, recordType: type)))
+                }
+                for (cursor, limit) in [(0, 300), (0, 1_000), (17, 100), (290, 50), (300, 10)] as [(Int64, Int)] {
+                    var streamed: [StoredRecord] = []
+                    try tx.forEachRecordChange(zoneRowID: zone.rowID, after: cursor, limit: limit) { streamed.append($0); return true }
+                    #expect(streamed == (try tx.recordChanges(zoneRowID: zone.rowID, after: cursor, limit: limit)))
+                }
+                var seen = 0
+                try tx.forEachRecordChange(zoneRowID: zone.rowID, after: 0, limit: 300) { _ in
+                    seen += 1
+                    return seen < 20
+                }
+                #expect(seen == 20)
+            }
+        }
     }
 
     // MARK: Copying

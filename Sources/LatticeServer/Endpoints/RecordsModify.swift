@@ -129,6 +129,8 @@ extension LatticeService {
         var pending: [(index: Int, plan: PlannedWrite)] = []
         var pendingNames: Set<String> = []
         var bytesUsed = try tx.database(id: zone.databaseID)?.bytesUsed ?? 0
+        // Every plan reads its record first: one read for the batch on a backend with round trips.
+        try tx.prefetchRecords(zoneRowID: zone.rowID, names: names)
         func flush() throws {
             guard !pending.isEmpty else { return }
             let saved = try tx.saveRecords(zoneRowID: zone.rowID, pending.map { $0.plan.write! },

@@ -74,6 +74,8 @@ final class PostgresConnection {
     private let handle: OpaquePointer
     /// SQL text -> the name it was prepared under on this connection.
     private var prepared: [String: String] = [:]
+    /// A command sent without waiting for its answer (`sendWithoutWaiting`), read before the next one.
+    private var awaitingAnswer = false
 
     /// Connects with a libpq connection string (a `postgresql://` URL or `key=value` pairs; libpq reads a
     /// password from the string, `PGPASSWORD` or `~/.pgpass`). The client encoding is always UTF8.
@@ -149,9 +151,31 @@ final class PostgresConnection {
         return received
     }
 
+    /// Sends statements that take no parameters (a read-only transaction's `COMMIT`) without waiting for the
+    /// answer, which the connection's next command reads first (and drops: a failure there shows again on
+    /// that next command). Saves the caller a round trip when nothing depends on the answer.
+    func sendWithoutWaiting(_ sql: String) {
+        drainAnswer()
+        if PQsendQuery(handle, sql) == 1 { awaitingAnswer = true }
+    }
+
+    /// Reads and drops the answer of a command sent without waiting.
+    private func drainAnswer() {
+        guard awaitingAnswer else { return }
+        awaitingAnswer = false
+        while let result = PQgetResult(handle) { PQclear(result) }
+    }
+
+    /// Whether a transaction is open on the connection, reading the answer of a command in flight first.
+    var isInTransactionAfterDraining: Bool {
+        drainAnswer()
+        return isInTransaction
+    }
+
     /// Runs statements that take no parameters (transaction control, `SET`, schema changes) with the simple
     /// query protocol. Several statements may be separated by semicolons.
     func execute(_ sql: String, context: String = "execute") throws(PostgresError) {
+        drainAnswer()
         let result = PQexec(handle, sql)
         defer { PQclear(result) }
         try check(result, context: context)
@@ -161,6 +185,7 @@ final class PostgresConnection {
     @discardableResult
     func query(_ sql: String, _ values: [PostgresValue] = [], context: String = "query") throws(PostgresError)
         -> PostgresResult {
+        drainAnswer()
         let name = try preparedName(sql, values)
         let result = PostgresConnection.withParameters(values) { pointers, lengths, formats in
             PQexecPrepared(handle, name, Int32(values.count), pointers, lengths, formats, 1)
@@ -175,6 +200,7 @@ final class PostgresConnection {
     @discardableResult
     func queryOnce(_ sql: String, _ values: [PostgresValue], context: String = "query") throws(PostgresError)
         -> PostgresResult {
+        drainAnswer()
         let types = values.map(\.typeOID)
         let result = types.withUnsafeBufferPointer { typeBuffer in
             PostgresConnection.withParameters(values) { pointers, lengths, formats in

@@ -71,6 +71,13 @@ final class PostgresPool: @unchecked Sendable {
         }
     }
 
+    /// An idle connection, without waiting or connecting; nil when none is idle (or the pool is closed).
+    func takeIdle() -> PostgresConnection? {
+        condition.lock()
+        defer { condition.unlock() }
+        return closed ? nil : idle.popLast()
+    }
+
     /// The connect timeout: the configured one, shortened to the deadline (libpq counts whole seconds).
     private func connectTimeout(_ deadline: RequestDeadline?) -> Int {
         guard let deadline else { return connectTimeoutSeconds }

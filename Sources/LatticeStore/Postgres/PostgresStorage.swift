@@ -35,6 +35,8 @@ public final class PostgresStorage: Storage, Sendable {
     let announcer: String
     private let listeners = Mutex<[PostgresListener]>([])
     private let claims = PostgresClaims()
+    /// Tests only: called with the backend's process id just before each `COMMIT` of this storage.
+    let beforeCommitForTesting = Mutex<(@Sendable (Int32) -> Void)?>(nil)
 
     /// Times a transaction body runs again after a serialization failure or deadlock before `.busy`.
     public static let maximumConflictRetries = 8
@@ -90,9 +92,12 @@ public final class PostgresStorage: Storage, Sendable {
 
     // MARK: Storage
 
+    /// An `.authentication` read runs on the lane's own connection, or, while that one is lent, on a general
+    /// connection that is free right now: it never waits behind general work, and token lookups of many
+    /// requests at once are not all queued on one connection.
     public func read<T>(deadline: RequestDeadline?, lane: ReadLane, _ body: (any StorageTransaction) throws -> T) throws -> T {
-        let lanePool = lane == .authentication ? authenticationPool : pool
-        return try run(lanePool, readOnly: true, deadline: deadline, body)
+        try run(lane == .authentication ? authenticationPool : pool, borrowing: lane == .authentication ? pool : nil,
+                readOnly: true, deadline: deadline, body)
     }
 
     public func write<T>(deadline: RequestDeadline?, _ body: (any StorageTransaction) throws -> T) throws -> T {
@@ -185,8 +190,8 @@ public final class PostgresStorage: Storage, Sendable {
 
     /// Runs `body` in one transaction on a connection of `lanePool`, again after a conflict or a connection
     /// lost before anything could have been committed.
-    private func run<T>(_ lanePool: PostgresPool, readOnly: Bool, deadline: RequestDeadline?,
-                        _ body: (any StorageTransaction) throws -> T) throws -> T {
+    private func run<T>(_ lanePool: PostgresPool, borrowing spare: PostgresPool? = nil, readOnly: Bool,
+                        deadline: RequestDeadline?, _ body: (any StorageTransaction) throws -> T) throws -> T {
         try checkOpen()
         var conflicts = 0
         var losses = 0
@@ -195,8 +200,16 @@ public final class PostgresStorage: Storage, Sendable {
         while true {
             try deadline.check()
             let connection: PostgresConnection
+            var owner = lanePool
             do {
-                connection = try lanePool.take(before: deadline)
+                if let spare, let idle = lanePool.takeIdle() ?? spare.takeIdle().map({ borrowed in
+                    owner = spare
+                    return borrowed
+                }) {
+                    connection = idle
+                } else {
+                    connection = try lanePool.take(before: deadline)
+                }
             } catch .closed {
                 throw StorageError.closed
             } catch .deadline {
@@ -208,9 +221,10 @@ public final class PostgresStorage: Storage, Sendable {
             }
             let transaction = PostgresTransaction(connection, readOnly: readOnly, deadline: deadline,
                                                   clientOperationConflictsSeen: clientOperationConflicts,
-                                                  announcer: announcer)
+                                                  announcer: announcer,
+                                                  beforeCommit: beforeCommitForTesting.withLock { $0 })
             let outcome = transaction.perform(body)
-            lanePool.giveBack(connection)
+            owner.giveBack(connection)
             switch outcome {
             case .success(let value):
                 return value
@@ -223,7 +237,7 @@ public final class PostgresStorage: Storage, Sendable {
             case .clientOperationConflict:
                 clientOperationConflicts += 1
             case .connectionLost:
-                lanePool.dropIdle()
+                owner.dropIdle()
                 if isClosed.load(ordering: .sequentiallyConsistent) { throw StorageError.closed }
                 losses += 1
                 guard losses <= 1 else { throw StorageError.busy }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// How one run of a transaction ended, for `PostgresStorage`'s retry loop.
 enum PostgresOutcome<T> {
@@ -50,12 +51,17 @@ final class PostgresTransaction: StorageTransaction {
     /// Cursors opened by `exportRows` (each gets a name of its own).
     private var exportCursors = 0
 
+    /// Tests only (`PostgresStorage.beforeCommitForTesting`): called with the backend's process id just
+    /// before `COMMIT` is sent. Nil in the service.
+    private let beforeCommit: (@Sendable (Int32) -> Void)?
+
     /// The storage's mark in its announcements.
     private let announcer: String
 
     init(_ connection: PostgresConnection, readOnly: Bool, deadline: RequestDeadline?, clientOperationConflictsSeen: Int,
-         announcer: String) {
+         announcer: String, beforeCommit: (@Sendable (Int32) -> Void)? = nil) {
         self.announcer = announcer
+        self.beforeCommit = beforeCommit
         db = connection
         isReadOnly = readOnly
         self.deadline = deadline
@@ -88,11 +94,18 @@ final class PostgresTransaction: StorageTransaction {
         if case .failed? = fatal, isReadOnly {
             // A read whose body caught a failed statement (say, a refused write) and returned: its answer
             // stands, as it would on SQLite; there is nothing to commit.
-            if db.isUsable, db.isInTransaction { try? db.execute("ROLLBACK", context: "rollback") }
+            if db.isUsable, db.isInTransaction { db.sendWithoutWaiting("ROLLBACK") }
             return .success(value)
         }
         if fatal != nil { return finish(nil) }
+        if isReadOnly {
+            // Nothing to make durable: the snapshot's answer stands whatever the COMMIT says, so the
+            // connection reads that answer before its next use instead of the caller waiting for it now.
+            db.sendWithoutWaiting("COMMIT")
+            return .success(value)
+        }
         // The body returned: commit, whatever the time (the deadline no longer applies).
+        if let hook = beforeCommit { hook(db.backendPID) }
         do {
             try db.execute(deadline == nil ? "COMMIT" : "SET LOCAL statement_timeout = 0; COMMIT", context: "commit")
         } catch {
@@ -485,6 +498,53 @@ final class PostgresTransaction: StorageTransaction {
         return rows.map { record($0, zoneRowID: zoneRowID) }
     }
 
+    /// Streams the same records as `records(zoneRowID:recordType:)` in pages by name (16 rows first, then
+    /// larger), so a caller that stops early never had more than a page in memory.
+    func forEachRecord(zoneRowID: Int64, recordType: String?, _ body: (StoredRecord) throws -> Bool) throws {
+        var after: String? = nil
+        var pageSize = 16
+        while true {
+            var sql = "SELECT \(Self.recordColumns) FROM records WHERE zone_id = $1 AND deleted = 0"
+            var values: [PostgresValue] = [.integer(zoneRowID)]
+            if let recordType {
+                values.append(.text(recordType))
+                sql += " AND record_type = $\(values.count)"
+            }
+            if let after {
+                values.append(.text(after))
+                sql += " AND name > $\(values.count)"
+            }
+            values.append(.integer(Int64(pageSize)))
+            sql += " ORDER BY name LIMIT $\(values.count)"
+            let page = try rows(sql, values).map { record($0, zoneRowID: zoneRowID) }
+            for stored in page {
+                guard try body(stored) else { return }
+            }
+            guard page.count == pageSize, let last = page.last else { return }
+            after = last.recordName
+            pageSize = min(pageSize * 4, 1_024)
+        }
+    }
+
+    /// Streams the same records as `recordChanges` in pages by position (16 rows first, then larger).
+    func forEachRecordChange(zoneRowID: Int64, after cursor: Int64, limit: Int,
+                             _ body: (StoredRecord) throws -> Bool) throws {
+        var position = cursor
+        var left = limit
+        var pageSize = 16
+        while left > 0 {
+            let wanted = min(pageSize, left)
+            let page = try recordChanges(zoneRowID: zoneRowID, after: position, limit: wanted)
+            for stored in page {
+                guard try body(stored) else { return }
+            }
+            guard page.count == wanted, let last = page.last else { return }
+            position = last.seq
+            left -= page.count
+            pageSize = min(pageSize * 4, 1_024)
+        }
+    }
+
     /// The database of the live zone to write records into, whose row is locked (read once per transaction).
     private func databaseForWriting(zoneRowID: Int64) throws -> Int64 {
         if isReadOnly {
@@ -844,6 +904,7 @@ final class PostgresTransaction: StorageTransaction {
         for row in rows where row.count != columns.count {
             throw StorageError.failure("a row of \(row.count) values for the \(columns.count) columns of \(table)")
         }
+        if table == "records" { recordCache.removeAll() }
         let chunkSize = 500
         for start in stride(from: 0, to: rows.count, by: chunkSize) {
             let chunk = rows[start..<min(start + chunkSize, rows.count)]
