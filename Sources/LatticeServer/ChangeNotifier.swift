@@ -56,12 +56,24 @@ final class ChangeNotifier: Sendable {
         var waiters: [Int: Waiter] = [:]
         /// Waiters per owner, for the per-account cap.
         var perOwner: [Int64: Int] = [:]
+        /// Waiters per watched database, so an announcement is filtered without a walk over every waiter.
+        var perDatabase: [Int64: Int] = [:]
         var shuttingDown = false
+
+        mutating func add(_ waiter: Waiter) {
+            waiters[waiter.id] = waiter
+            perOwner[waiter.owner, default: 0] += 1
+            for id in waiter.databaseIDs { perDatabase[id, default: 0] += 1 }
+        }
 
         mutating func remove(_ waiter: Waiter) {
             guard waiters.removeValue(forKey: waiter.id) != nil else { return }
             let count = perOwner[waiter.owner, default: 1] - 1
             perOwner[waiter.owner] = count > 0 ? count : nil
+            for id in waiter.databaseIDs {
+                let left = perDatabase[id, default: 1] - 1
+                perDatabase[id] = left > 0 ? left : nil
+            }
         }
     }
 
@@ -76,8 +88,7 @@ final class ChangeNotifier: Sendable {
             guard state.perOwner[owner, default: 0] < limit else { return .overLimit }
             state.nextID += 1
             let waiter = Waiter(id: state.nextID, owner: owner, cursors: cursors, fire: fire)
-            state.waiters[waiter.id] = waiter
-            state.perOwner[owner, default: 0] += 1
+            state.add(waiter)
             return .registered(waiter)
         }
         guard case .registered(let waiter) = registration else { return registration }
@@ -120,6 +131,7 @@ final class ChangeNotifier: Sendable {
             defer {
                 state.waiters.removeAll()
                 state.perOwner.removeAll()
+                state.perDatabase.removeAll()
             }
             return Array(state.waiters.values)
         }
@@ -130,7 +142,7 @@ final class ChangeNotifier: Sendable {
 
     /// The databases some parked waiter watches now.
     var watchedDatabaseIDs: Set<Int64> {
-        state.withLock { state in state.waiters.values.reduce(into: Set<Int64>()) { $0.formUnion($1.databaseIDs) } }
+        state.withLock { Set($0.perDatabase.keys) }
     }
 
     /// Waiters `owner` holds now.

@@ -27,8 +27,11 @@ public final class LatticeService: HTTPHandler, Sendable {
     private let currentPublicURL: Mutex<String>
     /// Set by `probeStorage`; true until a probe fails.
     private let storageHealthy = Atomic<Bool>(true)
-    /// Where other nodes' announced commits are handled (`observedChange`), one at a time.
+    /// Where other nodes' announced commits are handled (`observedChange`), one batch at a time.
     let remoteChanges = DispatchQueue(label: "lattice-remote-changes")
+    /// Announcements not handled yet, merged into one batch (nil: none queued): under load a node reads
+    /// the positions once per batch, not once per commit elsewhere.
+    private let pendingChanges = Mutex<StorageChange?>(nil)
 
     /// The URL clients reach the server at (share URLs and their `iss`): the configured one, or the one
     /// the process learned after binding its port.
@@ -79,10 +82,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         clock = Mutex(HybridLogicalClock(replica: replica, maximumDriftMilliseconds: configuration.maximumClockDriftMilliseconds,
                                          latest: HLC(rawValue: latest), time: { UInt64(max(0, now())) }))
         // Other nodes' commits wake this node's long polls (a single-process backend delivers nothing).
-        let queue = remoteChanges
-        try storage.observeChanges { [weak self] change in
-            queue.async { [weak self] in self?.observedChange(change) }
-        }
+        try storage.observeChanges { [weak self] change in self?.enqueueObservedChange(change) }
     }
 
     public var maximumBodySize: Int { configuration.maximumRequestBytes }
@@ -387,6 +387,30 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     // MARK: Other nodes' commits
 
+    /// Merges `change` into the pending batch and, if none was queued, queues one on `remoteChanges`.
+    func enqueueObservedChange(_ change: StorageChange) {
+        let schedule: Bool = pendingChanges.withLock { pending in
+            switch (pending, change) {
+            case (nil, _):
+                pending = change
+                return true
+            case (.resynchronize?, _), (_, .resynchronize):
+                pending = .resynchronize
+            case (.databases(let queued)?, .databases(let more)):
+                pending = .databases(Array(Set(queued).union(more)))
+            }
+            return false
+        }
+        guard schedule else { return }
+        remoteChanges.async { [weak self] in
+            guard let self, let batch = self.pendingChanges.withLock({ pending -> StorageChange? in
+                defer { pending = nil }
+                return pending
+            }) else { return }
+            self.observedChange(batch)
+        }
+    }
+
     /// What another node's commit changed (`Storage.observeChanges`): wakes the parked long polls it
     /// concerns. Only databases with a parked waiter are read; after `.resynchronize` (announcements may
     /// have been lost) every parked waiter's databases are. Runs on `remoteChanges`, off the backend's thread.
@@ -406,7 +430,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         } catch {
             // The database is away: look again shortly, and every waiter then, since more may be missed.
             log("could not read the positions other nodes announced (\(error)); retrying in 1 s")
-            remoteChanges.asyncAfter(deadline: .now() + 1) { [weak self] in self?.observedChange(.resynchronize) }
+            remoteChanges.asyncAfter(deadline: .now() + 1) { [weak self] in self?.enqueueObservedChange(.resynchronize) }
         }
     }
 
