@@ -64,7 +64,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "LatticeBench",
-            dependencies: ["LatticeCore", "LatticeServer", "LatticeStore", "LatticeSync", "CLibCrypto", "CSQLite"],
+            dependencies: ["LatticeCore", "LatticeServer", "LatticeStore", "LatticeSync", "CLibCrypto", "CSQLite", "CPostgres"],
             path: "Benchmarks/LatticeBench"
         ),
 

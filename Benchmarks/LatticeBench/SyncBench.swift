@@ -1,7 +1,9 @@
 // `lattice-bench sync`: the whole service end to end. A real `lattice serve` (the `lattice` binary next to
 // this one) on 127.0.0.1, N real client engines (`LatticeSync.SyncEngine`, each with its own home) pushing
 // batches of records over HTTP, a fresh device pulling a large account, and in the same run the storage
-// ceiling: the same frames written straight into SQLite with the same durability and batch size.
+// ceiling: the same frames written straight into SQLite with the same durability and batch size. With
+// `--database URL --nodes N`: N `lattice serve` nodes on one PostgreSQL database (a scratch database made on
+// URL's server for the run), clients spread over them, and the ceiling written straight through libpq.
 
 import Foundation
 import LatticeCore
@@ -26,6 +28,12 @@ struct SyncBenchOptions: Sendable {
     /// The whole run is stopped (server included) after this long.
     var timeout = 1800.0
     var jsonlPath: String?
+    /// A PostgreSQL server (`postgres://...`): the nodes serve a scratch database made there for the run.
+    var database: String?
+    /// `lattice serve` processes on the one database (PostgreSQL only above 1).
+    var nodes = 1
+    /// Each node's --database-pool (nil: the server's default).
+    var databasePool: Int?
     var help = false
 
     static let maximumBatch = 400
@@ -34,6 +42,7 @@ struct SyncBenchOptions: Sendable {
         usage: lattice-bench sync [--clients N] [--batches 1,2,50,200,400] [--records N]
                                   [--pull-records N] [--ceiling-rows N] [--wire binary|json|both]
                                   [--seconds S] [--timeout S] [--jsonl FILE]
+                                  [--database URL [--nodes N] [--database-pool N]]
 
         End-to-end sync benchmark. Starts `lattice serve` (the lattice executable next to lattice-bench)
         on 127.0.0.1 with a fresh data directory (SQLite, WAL, synchronous=FULL: the server's default)
@@ -47,6 +56,13 @@ struct SyncBenchOptions: Sendable {
           pull     a fresh device (new home, logIn with the token of an account holding
                    --pull-records records) runs one sync; records/s and seconds
         and one summary line per wire and batch size with ratio_service_to_ceiling.
+
+        With --database URL (a PostgreSQL server; its role needs CREATEDB): a scratch database
+        lattice_bench_PID is created on that server for the run and dropped at the end; N nodes
+        (lattice serve --database ... --node-name nodeK, each its own port, one --public-url) serve it,
+        client i talks to node i mod N, and the ceiling commits the same frames straight through libpq
+        (one multi-row INSERT per B-row transaction, the database's fsync and synchronous_commit, which
+        the header reports).
 
         options:
           --clients N        concurrent client engines, 1 to 64 (default 4)
@@ -62,6 +78,10 @@ struct SyncBenchOptions: Sendable {
                              rounds (default 30)
           --timeout S        the whole run is stopped, server included, after S seconds (default 1800)
           --jsonl FILE       also write every JSON line to FILE
+          --database URL     PostgreSQL instead of SQLite (postgres:// or postgresql:// URL)
+          --nodes N          lattice serve processes on the database, 1 to 8 (default 1; above 1
+                             needs --database)
+          --database-pool N  each node's --database-pool (default: the server's)
           -h, --help         show this help and exit
 
         Build both executables in release first:
@@ -97,6 +117,14 @@ struct SyncBenchOptions: Sendable {
                 }
             case "--seconds": options.seconds = try seconds(name, try value(), maximum: 3600)
             case "--timeout": options.timeout = try seconds(name, try value(), maximum: 86_400)
+            case "--database":
+                let url = try value()
+                guard PostgresStorage.isPostgresURL(url) else {
+                    throw UsageError(message: "--database expects a postgres:// or postgresql:// URL")
+                }
+                options.database = url
+            case "--nodes": options.nodes = try integer(name, try value(), in: 1...8)
+            case "--database-pool": options.databasePool = try integer(name, try value(), in: 1...256)
             case "--jsonl":
                 let path = try value()
                 guard !path.isEmpty else { throw UsageError(message: "--jsonl expects a file name") }
@@ -105,6 +133,9 @@ struct SyncBenchOptions: Sendable {
                 if argument.hasPrefix("-") { throw UsageError(message: "unrecognized option \(argument)") }
                 throw UsageError(message: "unexpected argument \(argument)")
             }
+        }
+        if options.nodes > 1 && options.database == nil {
+            throw UsageError(message: "--nodes above 1 needs --database (SQLite serves one process)")
         }
         return options
     }
@@ -147,6 +178,8 @@ struct SyncBenchOptions: Sendable {
             "ceiling_rows": .integer(ceilingRows),
             "wires": .array(wires.map { .string($0.rawValue) }), "seconds_per_measurement": .double(seconds),
             "timeout_s": .double(timeout),
+            "database": database.map { .string(PostgresStorage.redacted($0)) } ?? .null, "nodes": .integer(nodes),
+            "database_pool": databasePool.map { .integer($0) } ?? .null,
         ])
     }
 }
@@ -166,27 +199,49 @@ enum SyncBench {
         guard var output = LineOutput.forCommand("sync", jsonl: options.jsonlPath) else { return 2 }
         defer { output.close() }
         let root = NSTemporaryDirectory() + "lattice-bench-sync-\(getpid())"
-        let server: BenchServer
+        var servers: [BenchServer] = []
+        var scratch: BenchScratchDatabase?
         do {
             let binary = try BenchServer.binaryNextToSelf()
             try? FileManager.default.removeItem(atPath: root)
             try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
-            server = try BenchServer(binary: binary, data: root + "/server", logPath: root + "/server.log",
-                                 scratchDirectory: root)
+            if let database = options.database {
+                let made = try BenchScratchDatabase(url: database)
+                scratch = made
+                // One public URL for every node (share links are checked against it): the first node's.
+                let firstPort = try freeLoopbackPort()
+                for node in 0..<options.nodes {
+                    var storage = ["--database", made.url, "--node-name", "node\(node)",
+                                   "--public-url", "http://127.0.0.1:\(firstPort)"]
+                    if node == 0 { storage += ["--port", String(firstPort)] }
+                    if let pool = options.databasePool { storage += ["--database-pool", String(pool)] }
+                    servers.append(try BenchServer(binary: binary, storage: storage, logPath: root + "/node\(node).log",
+                                                   scratchDirectory: root))
+                }
+            } else {
+                servers.append(try BenchServer(binary: binary, data: root + "/server", logPath: root + "/server.log",
+                                               scratchDirectory: root))
+            }
         } catch {
             writeText(2, "lattice-bench sync: error: \(error)\n")
+            for server in servers { server.stop() }
+            scratch?.drop()
             try? FileManager.default.removeItem(atPath: root)
             return 1
         }
+        let server = servers[0]
+        let nodes = servers, scratchDatabase = scratch
         defer {
-            server.stop()
+            for server in nodes { server.stop() }
+            scratchDatabase?.drop()
             try? FileManager.default.removeItem(atPath: root)
         }
-        // The watchdog: nothing runs longer than --timeout, and the server goes with it.
+        // The watchdog: nothing runs longer than --timeout, and the servers go with it.
         DispatchQueue.global().asyncAfter(deadline: .now() + options.timeout) {
             writeText(2, "lattice-bench sync: error: the run exceeded --timeout \(options.timeout) s; stopping the server\n")
-            server.stop(graceSeconds: 2)
+            for server in nodes { server.stop(graceSeconds: 2) }
+            scratchDatabase?.drop()
             try? FileManager.default.removeItem(atPath: root)
             exit(1)
         }
@@ -196,7 +251,10 @@ enum SyncBench {
             "argv": .array(argv.map { .string($0) }), "machine": .object(MachineInfo.collect()),
             "build": .string(MachineInfo.buildConfiguration), "parameters": options.parametersJSON,
             "server": .object(["binary": .string(server.binary), "url": .string(server.url), "pid": .integer(server.pid),
-                               "storage": .string("SQLite, WAL, synchronous=FULL (lattice serve's default)")]),
+                               "storage": .string(scratch.map {
+                                   "PostgreSQL \($0.redactedURL), fsync=\($0.fsync), synchronous_commit=\($0.synchronousCommit)"
+                               } ?? "SQLite, WAL, synchronous=FULL (lattice serve's default)"),
+                               "nodes": .array(servers.map { .object(["url": .string($0.url), "pid": .integer($0.pid)]) })]),
             "record_shape": .string("Item: name STRING, n INT64, tags STRING_LIST of 2 (add-wins set)"),
         ])
 
@@ -207,7 +265,7 @@ enum SyncBench {
         }
         var crew: Crew?
         do {
-            let clients = try makeClients(options.clients, server: server, root: root)
+            let clients = try makeClients(options.clients, servers: servers, root: root)
             crew = Crew(count: clients.count)
             for batch in options.batches {
                 var frames: [CeilingRow]?
@@ -221,7 +279,7 @@ enum SyncBench {
                     }
                     if frames == nil { frames = pushed }
                 }
-                emit(try ceiling(rows: frames ?? [], batch: batch, options: options, root: root))
+                emit(try ceiling(rows: frames ?? [], batch: batch, options: options, root: root, scratch: scratch))
             }
             if options.pullRecords > 0 {
                 let (token, populateLine) = try populatePullAccount(options.pullRecords, server: server, root: root,
@@ -247,9 +305,10 @@ enum SyncBench {
     // MARK: Clients
 
     /// One account and one home per client, each with its zone created on the server by a first (untimed)
-    /// send of one record.
-    private static func makeClients(_ count: Int, server: BenchServer, root: String) throws -> [BenchClient] {
+    /// send of one record; client i talks to node i mod N.
+    private static func makeClients(_ count: Int, servers: [BenchServer], root: String) throws -> [BenchClient] {
         try (0..<count).map { index in
+            let server = servers[index % servers.count]
             let transport = try CountingTransport(serverURL: server.url)
             let engine = try SyncEngine(home: root + "/client-\(index)", transport: transport)
             try engine.signUp(name: "bench-client-\(index)", serverURL: server.url)
@@ -346,6 +405,8 @@ enum SyncBench {
         let latencies = perClient.flatMap(\.sendLatencies)
         var line = measurementLine(scenario: "push", wire: wire, batch: batch, clients: clients.count, records: sent,
                                    seconds: sendSeconds, requests: tally.requests, latencies: latencies)
+        line["storage"] = .string(options.database == nil ? "sqlite" : "postgresql")
+        line["nodes"] = .integer(options.nodes)
         line["rounds"] = .integer(roundsDone)
         line["records_edited"] = .integer(edited)
         line["records_rejected"] = .integer(rejected)
@@ -394,11 +455,14 @@ enum SyncBench {
 
     // MARK: Ceiling
 
-    private static func ceiling(rows: [CeilingRow], batch: Int, options: SyncBenchOptions, root: String) throws
-        -> [String: JSONValue] {
+    private static func ceiling(rows: [CeilingRow], batch: Int, options: SyncBenchOptions, root: String,
+                                scratch: BenchScratchDatabase?) throws -> [String: JSONValue] {
         let target = max(options.ceilingRows, rows.count)
-        let result = try StorageCeiling.measure(rows: rows, target: target, batch: batch,
-                                                path: root + "/ceiling.sqlite", budgetSeconds: options.seconds)
+        let result = try scratch.map { scratch in
+            try PostgresCeiling.measure(rows: rows, target: target, batch: batch, url: scratch.url,
+                                        redacted: scratch.redactedURL, budgetSeconds: options.seconds)
+        } ?? StorageCeiling.measure(rows: rows, target: target, batch: batch, path: root + "/ceiling.sqlite",
+                                    budgetSeconds: options.seconds)
         var line = measurementLine(scenario: "ceiling", wire: nil, batch: batch, clients: 1, records: result.rows,
                                    seconds: result.seconds, requests: result.transactions, latencies: result.latencies)
         line["transactions"] = .integer(result.transactions)
@@ -407,8 +471,13 @@ enum SyncBench {
             : rounded(Double(rows.reduce(0) { $0 + $1.frame.count }) / Double(rows.count), 1)
         line["rows_target"] = .integer(target)
         line["stopped_by"] = .string(result.rows == target ? "records" : "time")
-        line["what"] = .string("frames written straight into SQLite (WAL, synchronous=FULL), one writer, "
+        line["what"] = .string(scratch.map {
+            "frames committed straight through libpq into PostgreSQL (fsync=\($0.fsync), synchronous_commit="
+                + "\($0.synchronousCommit)), one writer, one multi-row INSERT of batch rows per transaction; "
+                + "requests = transactions, latency = one transaction"
+        } ?? "frames written straight into SQLite (WAL, synchronous=FULL), one writer, "
                                + "batch rows per transaction; requests = transactions, latency = one transaction")
+        line["storage"] = .string(scratch == nil ? "sqlite" : "postgresql")
         if rows.isEmpty {
             line["status"] = .string("error")
             line["error"] = .string("no frames to write: the push measurement acknowledged nothing")
@@ -541,6 +610,7 @@ enum SyncBench {
             let ok = push["status"]?.stringValue == "ok" && ceiling["status"]?.stringValue == "ok"
             out.append([
                 "kind": .string("summary"), "status": .string(ok ? "ok" : "error"), "wire": push["wire"] ?? .null,
+                "storage": push["storage"] ?? .null, "nodes": push["nodes"] ?? .null,
                 "batch": push["batch"] ?? .null, "clients": push["clients"] ?? .null,
                 "push_records_per_s": push["records_per_s"] ?? .null, "ceiling_records_per_s": ceiling["records_per_s"] ?? .null,
                 "ratio_service_to_ceiling": rounded(service / storage, 4),

@@ -44,7 +44,16 @@ final class BenchServer: Sendable {
 
     /// Starts the guard, which starts `lattice serve --data DATA --host 127.0.0.1 --port 0`, and waits (at most
     /// `timeoutSeconds`) for the server's "listening on http://127.0.0.1:PORT" line.
-    init(binary: String, data: String, logPath: String, scratchDirectory: String, timeoutSeconds: Double = 30) throws {
+    convenience init(binary: String, data: String, logPath: String, scratchDirectory: String,
+                     timeoutSeconds: Double = 30) throws {
+        try self.init(binary: binary, storage: ["--data", data], logPath: logPath, scratchDirectory: scratchDirectory,
+                      timeoutSeconds: timeoutSeconds)
+    }
+
+    /// Starts the guard, which starts `lattice serve STORAGE... --host 127.0.0.1 --port 0` (STORAGE: `--data DIR`,
+    /// or `--database URL --node-name N ...`; a `--port` among them replaces port 0), and waits (at most
+    /// `timeoutSeconds`) for the server's "listening on http://127.0.0.1:PORT" line.
+    init(binary: String, storage: [String], logPath: String, scratchDirectory: String, timeoutSeconds: Double = 30) throws {
         self.binary = binary
         self.logPath = logPath
         self.scratchDirectory = scratchDirectory
@@ -60,7 +69,7 @@ final class BenchServer: Sendable {
         posix_spawn_file_actions_adddup2(&actions, stdinPipe[0], 0)
         posix_spawn_file_actions_adddup2(&actions, stdoutPipe[1], 1)
         posix_spawn_file_actions_addopen(&actions, 2, logPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        let arguments = ["lattice-bench", Self.guardCommand, binary, data, scratchDirectory]
+        let arguments = ["lattice-bench", Self.guardCommand, binary, scratchDirectory] + storage
         let cArguments: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
         defer { for pointer in cArguments { free(pointer) } }
         var child: pid_t = 0
@@ -176,15 +185,16 @@ final class BenchServer: Sendable {
 
     // MARK: The guard process
 
-    /// `lattice-bench sync-server-guard BINARY DATA SCRATCH`: starts the server, prints `server-pid N` and the
-    /// server's first line, then waits until its stdin closes (or the server ends), stops the server and
-    /// removes the benchmark's scratch directory SCRATCH (the benchmark may have died without doing so).
+    /// `lattice-bench sync-server-guard BINARY SCRATCH STORAGE...`: starts the server (`BINARY serve STORAGE...`),
+    /// prints `server-pid N` and the server's first line, then waits until its stdin closes (or the server
+    /// ends), stops the server and removes the benchmark's scratch directory SCRATCH (the benchmark may have
+    /// died without doing so).
     static func runGuard(_ arguments: [String]) -> Int32 {
-        guard arguments.count == 3 else {
-            writeText(2, "lattice-bench \(guardCommand): expects BINARY DATA SCRATCH\n")
+        guard arguments.count >= 4 else {
+            writeText(2, "lattice-bench \(guardCommand): expects BINARY SCRATCH STORAGE-OPTIONS...\n")
             return 2
         }
-        defer { try? FileManager.default.removeItem(atPath: arguments[2]) }
+        defer { try? FileManager.default.removeItem(atPath: arguments[1]) }
         // Only the lifeline stops this process: a terminal's Ctrl-C reaches the benchmark, which closes it.
         for number in [SIGINT, SIGTERM, SIGHUP, SIGPIPE] { signal(number, SIG_IGN) }
         let output: [Int32]
@@ -207,8 +217,10 @@ final class BenchServer: Sendable {
         posix_spawnattr_setsigdefault(&attributes, &defaults)
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF))
         // Benchmark accounts all sign up from 127.0.0.1, and an access line per request would cost the run.
-        let command = [arguments[0], "serve", "--data", arguments[1], "--host", "127.0.0.1", "--port", "0",
-                       "--signup-per-address", "0", "--signup-global", "0", "--access-log", "off"]
+        let storage = Array(arguments.dropFirst(2))
+        let command = [arguments[0], "serve"] + storage + ["--host", "127.0.0.1"]
+            + (storage.contains("--port") ? [] : ["--port", "0"])
+            + ["--signup-per-address", "0", "--signup-global", "0", "--access-log", "off"]
         let cArguments: [UnsafeMutablePointer<CChar>?] = command.map { strdup($0) } + [nil]
         defer { for pointer in cArguments { free(pointer) } }
         var server: pid_t = 0

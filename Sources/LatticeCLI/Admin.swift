@@ -11,8 +11,9 @@ let adminUsage = """
            lattice admin share-keys --data DIR [--json]
            lattice admin rotate-share-key --data DIR [--json]
            lattice admin retire-share-key KID --data DIR
+           lattice admin migrate --data DIR --to URL [--json]
 
-    Every command takes --database URL (default $LATTICE_DATABASE_URL when --data is not given) in place
+    Every command but migrate takes --database URL (default $LATTICE_DATABASE_URL when --data is not given) in place
     of --data DIR, for a PostgreSQL deployment: it works beside running nodes, and what it changes
     (tokens, share keys) every node uses from its next request.
 
@@ -28,16 +29,17 @@ let adminUsage = """
     rotate-share-key  makes a new active signing key; links signed by older keys keep verifying until
                       their key is retired. A running server picks the change up on its next request.
     retire-share-key  stops a key verifying: every share URL it signed stops working at once.
-    """
+    """ + "\n" + migrateUsage
 
 func runAdmin(_ arguments: [String]) throws {
-    let parsed = try ParsedArguments(arguments, valueOptions: ["data", "database", "database-pool", "user", "lifetime"],
+    let parsed = try ParsedArguments(arguments, valueOptions: ["data", "database", "database-pool", "user", "lifetime", "to"],
                                      flagOptions: ["json"])
     if parsed.flag("help") {
         print(adminUsage)
         return
     }
     guard let subcommand = parsed.positionals.first else { throw UsageError("missing subcommand") }
+    if subcommand == "migrate" { return try runMigrate(parsed) }
     let location = try storageLocation(parsed)
     umask(0o077)
     switch subcommand {

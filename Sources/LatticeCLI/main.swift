@@ -45,7 +45,8 @@ let usage = """
       admin add-user NAME --data DIR              create an account on a server's data directory
       admin revoke-token TOKEN_ID --data DIR      revoke a token (or --user NAME: all of a user's)
                                                   (also tokens, share-keys, rotate-share-key, retire-share-key;
-                                                  every admin command takes --database URL for --data DIR)
+                                                  every admin command takes --database URL for --data DIR;
+                                                  migrate --data DIR --to URL: SQLite into PostgreSQL)
       demo [--json]                               two replicas edit one list offline and converge
       version                                     print the version
       help [COMMAND]                              show this help, or a command's

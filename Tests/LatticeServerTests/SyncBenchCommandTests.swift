@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeStore
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -146,6 +147,33 @@ import Glibc
         #expect(kill(pid_t(pid), 0) == -1 && errno == ESRCH)
     }
 
+    /// `--database URL --nodes 2` on the test cluster: both nodes take clients, every pushed record is
+    /// acknowledged, the ceiling runs through libpq, and the nodes are gone afterwards.
+    @Test func tinyRunOnTwoPostgreSQLNodes() throws {
+        let url = try PostgresTestDatabase.clusterURL()
+        let clients = 3, recordsPerClient = 10
+        let outcome = try Self.bench(["sync", "--clients", String(clients), "--batches", "2", "--records",
+                                      String(recordsPerClient), "--pull-records", "0", "--ceiling-rows", "40",
+                                      "--wire", "binary", "--seconds", "120", "--database", url, "--nodes", "2"])
+        #expect(outcome.status == 0, "\(outcome)")
+        let lines = try outcome.stdout.split(separator: "\n").map { try JSON.parse(String($0)) }
+        let header = try #require(lines.first)
+        let nodes = try #require(header["server"]?["nodes"]?.arrayValue)
+        #expect(nodes.count == 2)
+        #expect(header["server"]?["storage"]?.stringValue?.hasPrefix("PostgreSQL") == true, "\(header.serialized())")
+        let push = try #require(lines.first { $0["scenario"]?.stringValue == "push" })
+        #expect(push["storage"]?.stringValue == "postgresql" && push["nodes"] == .int(2))
+        #expect(push["records"] == .int(Int64(clients * recordsPerClient)) && push["status"]?.stringValue == "ok",
+                "\(push.serialized())")
+        let ceiling = try #require(lines.first { $0["scenario"]?.stringValue == "ceiling" })
+        #expect(ceiling["storage"]?.stringValue == "postgresql" && ceiling["records"] == .int(40), "\(ceiling.serialized())")
+        #expect(lines.contains { $0["kind"]?.stringValue == "summary" })
+        for node in nodes {
+            let pid = try #require(node["pid"]?.intValue)
+            #expect(kill(pid_t(pid), 0) == -1 && errno == ESRCH)
+        }
+    }
+
     @Test(arguments: [
         (["sync", "--clients", "0"], "--clients"),
         (["sync", "--batches", "1,401"], "--batches"),
@@ -156,6 +184,9 @@ import Glibc
         (["sync", "--pull-records", "-5"], "--pull-records"),
         (["sync", "--seconds", "-1"], "--seconds"),
         (["sync", "--frobnicate"], "--frobnicate"),
+        (["sync", "--nodes", "2"], "--nodes"),
+        (["sync", "--nodes", "9", "--database", "postgresql:///lattice"], "--nodes"),
+        (["sync", "--database", "/tmp/not-a-url"], "--database"),
     ])
     func badParametersExitTwoWithAClearError(arguments: [String], named option: String) throws {
         let outcome = try Self.bench(arguments, timeoutSeconds: 60)
