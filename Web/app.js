@@ -19,6 +19,8 @@ const state = {
   /** list ids this page deleted itself (no "was removed" notice) */
   deletedHere: new Set(),
   sharePanel: null,
+  /** whether the last fetch brought anything */
+  changed: false,
   /** an open inline form: {kind: 'title' | 'text' | 'tag', id} */
   editing: null,
 };
@@ -103,6 +105,7 @@ async function fetchDatabase(database) {
     const reply = await state.api.call(database, 'changes/database', state.tokens[database] ? { syncToken: state.tokens[database] } : {});
     for (const entry of reply.zones || []) {
       const key = zoneKey(database, entry.zoneID);
+      state.changed = true;
       if (entry.deleted) { state.zones.delete(key); continue; }
       if (!state.zones.has(key)) state.zones.set(key, { database, zoneID: entry.zoneID, token: null, records: new Map() });
       await fetchZone(state.zones.get(key));
@@ -125,6 +128,7 @@ async function fetchZone(zone) {
       return;
     }
     for (const record of answer.records || []) {
+      state.changed = true;
       if (record.deleted) zone.records.delete(record.recordName);
       else zone.records.set(record.recordName, record);
     }
@@ -134,18 +138,23 @@ async function fetchZone(zone) {
   if (zone.database === 'shared' && !state.owners.has(key)) await lookUpOwner(zone, key);
 }
 
+/** The owner's name of a shared zone, from the participants of one of its shares. */
 async function lookUpOwner(zone, key) {
+  const shareRecord = [...zone.records.values()].find((r) => r.recordType === 'cloudkit.share');
+  if (!shareRecord) return;
   try {
-    const share = await state.api.call('shared', 'shares/lookup', { zoneID: zone.zoneID });
+    const share = await state.api.call('shared', 'shares/lookup', { zoneID: zone.zoneID, shareRecordName: shareRecord.recordName });
     const owner = (share.participants || []).find((p) => p.role === 'owner');
     if (owner) state.owners.set(key, owner.name);
-  } catch (_) { /* several shares in the zone: the name stays unknown until one is opened */ }
+  } catch (_) { /* the name stays unknown ("someone") until the next change */ }
 }
 
-async function refresh() {
+/** Fetches what changed; re-renders only when something did (so the page does not churn). */
+async function refresh(always = false) {
+  state.changed = false;
   await fetchDatabase('private');
   await fetchDatabase('shared');
-  render();
+  if (state.changed || always) render();
 }
 
 async function watch() {
@@ -589,8 +598,18 @@ async function start() {
     if (title) { createList(title); input.value = ''; }
   });
   const wanted = hashValue('list');
-  await refresh();
+  await refresh(true);
   if (wanted && lists().some((l) => l.id === wanted)) open(wanted);
+  window.addEventListener('hashchange', async () => {
+    const secret = hashValue('signin');
+    if (secret) { // another account's sign-in link, opened in this tab
+      history.replaceState(null, '', '/');
+      try { await exchangeSignInLink(secret); location.reload(); } catch (error) { notice(error.reason, true); }
+      return;
+    }
+    const list = hashValue('list');
+    if (list && list !== state.openList && lists().some((l) => l.id === list)) open(list);
+  });
   document.body.dataset.ready = 'true';
   watch();
 }

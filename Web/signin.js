@@ -13,16 +13,22 @@ function goOn() {
   location.replace(next || '/');
 }
 
-const next = safeNext(hashValue('next'));
-if (next) sessionStorage.setItem('lattice.next', next);
-if (hashValue('signup') !== null) document.getElementById('signup-name').focus();
-
-const secret = hashValue('signin');
-if (secret) {
-  history.replaceState(null, '', '/'); // the one-time secret leaves the address bar at once
-  say('Signing in…');
-  exchangeSignInLink(secret).then(goOn, (error) => say(error.reason, true));
+/** What the address's fragment asks for: a page to come back to, sign-up, or a one-time sign-in link. */
+function followHash() {
+  const next = safeNext(hashValue('next'));
+  if (next) sessionStorage.setItem('lattice.next', next);
+  if (hashValue('signup') !== null) document.getElementById('signup-name').focus();
+  const secret = hashValue('signin');
+  if (secret) {
+    history.replaceState(null, '', '/'); // the one-time secret leaves the address bar at once
+    say('Signing in…');
+    exchangeSignInLink(secret).then(goOn, (error) => say(error.reason, true));
+  }
 }
+
+followHash();
+// Opening a link to this same page only changes the fragment: no new page load.
+window.addEventListener('hashchange', followHash);
 
 document.getElementById('signup-form').addEventListener('submit', async (event) => {
   event.preventDefault();

@@ -147,6 +147,7 @@ extension LatticeService {
             <meta charset="utf-8">
             <meta name="viewport" content="width=device-width, initial-scale=1">
             <title>\(html(title)) · Lattice</title>
+            <link rel="icon" href="/web/favicon.svg" type="image/svg+xml">
             <link rel="stylesheet" href="/web/style.css">
             <script type="module" src="/web/share.js"></script>
             </head>
