@@ -372,6 +372,27 @@ def main():
             items = items_in_cli(alice, XSS_TITLE)
             check([i[0] for i in items] == ["Cake"], f"nothing was written: {items}")
 
+        def refused_write_is_rolled_back():
+            open_list(carol, "Groceries")
+            # carol's page stops hearing of changes (her changes/* requests are blocked), so it still shows
+            # her edit controls after alice makes her read-only; her next write is refused by the server.
+            carol.execute_cdp_cmd("Network.enable", {})
+            carol.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/changes/*"]})
+            try:
+                alice.run("share", "set-permission", "Groceries", "carol", "read-only")
+                act(lambda: item_row(carol, "Bread").find_element(By.CSS_SELECTOR, "input[type=checkbox]").click())
+                wait_for(carol, lambda d: "Not saved:" in d.find_element(By.ID, "notice").text, "the refusal is shown")
+                reason = carol.find_element(By.ID, "notice").text
+                wait_for(carol, lambda d: not item_row(d, "Bread").find_element(By.CSS_SELECTOR, "input[type=checkbox]").is_selected(),
+                         "the check is rolled back on screen")
+                print(f"  notice: {reason}")
+                check([i[1] for i in items_in_cli(alice, "Groceries") if i[0] == "Bread"] == [False], "nothing was written")
+            finally:
+                carol.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+            wait_for(carol, lambda d: not d.find_elements(By.ID, "add-item")
+                     and d.find_element(By.ID, "list-access").text.endswith("can view"),
+                     "carol's page turns read-only once it hears of the change")
+
         def removal_takes_the_list_off_screen():
             open_list(bob, "Groceries")
             alice.run("share", "remove", "Groceries", "bob")
@@ -402,6 +423,7 @@ def main():
         test("CSP, nosniff and Referrer-Policy headers; JSON for API clients", security_headers)
         test("read-only participant sees no edit controls; a forced write is refused", read_only_sees_no_edit_controls)
         test("concurrent edits from two browsers and the CLI converge to lattice list show --json", concurrent_edits_converge)
+        test("a write refused by the server is rolled back on screen with its reason", refused_write_is_rolled_back)
         test("removal from the share takes the list off screen", removal_takes_the_list_off_screen)
         test("lattice login --web: the link signs a browser in once", sign_in_link_from_the_cli)
         test("expired, tampered, used-up and made-up links show the friendly page", invalid_links_show_the_friendly_page)

@@ -116,7 +116,7 @@ extension LatticeService {
             allowed.append("\(scheme)://\(host)" + (url.port.map { ":\($0)" } ?? ""))
         }
         if let host = head.header("host") { allowed += ["http://" + host, "https://" + host] }
-        guard allowed.contains(origin.lowercased()) else {
+        guard allowed.map({ $0.lowercased() }).contains(origin.lowercased()) else {
             throw APIError(.accessDenied, "cross-site request refused (Origin \(origin.prefix(100)) is not this server)")
         }
     }
