@@ -297,7 +297,10 @@ async function makeLink(list, permission, expires, singleUse) {
   await ensureShare(list, permission);
   const current = lists().find((l) => l.id === list.id) || list;
   const share = await state.api.call(current.zone.database, 'shares/lookup', shareBody(current));
-  if (share.publicPermission === 'none' && !(share.participants || []).some((p) => p.role !== 'owner')) {
+  // A share with invited people stays invited-only (public and invited users do not mix): its links then
+  // work for the invited only. A share with nobody else becomes public at the link's permission.
+  const invited = (share.participants || []).some((p) => p.role !== 'owner' && p.acceptanceStatus !== 'removed');
+  if (share.publicPermission === 'none' && !invited) {
     await state.api.call(current.zone.database, 'shares/modify', shareBody(current, { publicPermission: permission }));
   }
   const body = shareBody(current, { permission });
@@ -320,13 +323,18 @@ const permissionWords = { owner: 'owner', readWrite: 'can edit', readOnly: 'can 
 function render() {
   const kept = new Map();
   for (const input of document.querySelectorAll('main input[id], main select[id]')) {
-    kept.set(input.id, input.type === 'checkbox' ? null : input.value);
+    kept.set(input.id, input.type === 'checkbox' ? { checked: input.checked } : input.value);
   }
   const focused = document.activeElement && document.activeElement.id;
   renderAll();
   for (const [id, value] of kept) {
     const input = document.getElementById(id);
-    if (input && value !== null && !input.readOnly) input.value = value;
+    if (!input || input.readOnly) continue;
+    if (typeof value === 'object') {
+      if (!input.disabled && !id.startsWith('done-')) input.checked = value.checked; // item boxes show the record
+    } else {
+      input.value = value;
+    }
   }
   if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
 }
@@ -467,10 +475,13 @@ function renderAddForm(list) {
     event.preventDefault();
     const value = text.value.trim();
     if (!value) return;
-    addItem(list, value, tags.value.split(',').map((t) => t.trim()).filter(Boolean));
+    const tagList = tags.value.split(',').map((t) => t.trim()).filter(Boolean);
+    // Cleared before the write re-renders the page (a render keeps what the fields hold).
     text.value = '';
     tags.value = '';
-    text.focus();
+    addItem(list, value, tagList);
+    const field = document.getElementById('new-item');
+    if (field) field.focus();
   } },
   el('label', { for: 'new-item', text: 'Add an item' }), text,
   el('label', { for: 'new-item-tags', class: 'visually-hidden', text: 'Tags' }), tags,
@@ -546,8 +557,9 @@ function renderParticipant(list, p) {
   return row;
 }
 
-async function loadParticipants(list) {
+async function loadParticipants(given) {
   if (!state.sharePanel) return;
+  const list = lists().find((l) => l.id === given.id) || given; // the share may be newer than `given`
   if (!list.share) { state.sharePanel.participants = []; renderPanelParticipants(); return; }
   try {
     const share = await state.api.call(list.zone.database, 'shares/lookup', shareBody(list));
@@ -595,7 +607,8 @@ async function start() {
     event.preventDefault();
     const input = $('new-list-title');
     const title = input.value.trim();
-    if (title) { createList(title); input.value = ''; }
+    input.value = '';
+    if (title) createList(title);
   });
   const wanted = hashValue('list');
   await refresh(true);

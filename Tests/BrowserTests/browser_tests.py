@@ -23,6 +23,8 @@ from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -94,7 +96,8 @@ def browser():
 
 def wait_for(driver, condition, message, timeout=WAIT):
     try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: condition(d))
+        return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                             ignored_exceptions=[StaleElementReferenceException]).until(lambda d: condition(d))
     except TimeoutException:
         raise Failure(f"{message} (after {timeout} s; page {driver.current_url}: {page_text(driver)[:600]!r})")
 
@@ -207,6 +210,7 @@ def main():
     server = Server(directory)
     alice = CLI(os.path.join(directory, "alice"))
     dave = CLI(os.path.join(directory, "dave"))
+    erin = CLI(os.path.join(directory, "erin"))
     drivers = []
     results = []
     started = time.monotonic()
@@ -418,6 +422,68 @@ def main():
             fresh.quit()
             drivers.remove(fresh)
 
+        def owner_in_the_browser():
+            owner = bob  # signed in as alice by the previous test
+            wait_for(owner, lambda d: d.find_element(By.ID, "who").text == "alice", "alice's browser")
+            act(lambda: owner.find_element(By.ID, "new-list-title").send_keys("Picnic"))
+            owner.find_element(By.CSS_SELECTOR, "#new-list button[type=submit]").click()
+            wait_for(owner, lambda d: d.find_elements(By.ID, "list-title") and d.find_element(By.ID, "list-title").text == "Picnic",
+                     "the new list opens")
+            for text, tags in [("Plates", "paper, party"), ("Cups", "")]:
+                act(lambda: owner.find_element(By.ID, "new-item").send_keys(text))
+                act(lambda: owner.find_element(By.ID, "new-item-tags").send_keys(tags))
+                act(lambda: owner.find_element(By.CSS_SELECTOR, "#add-item button[type=submit]").click())
+                wait_for(owner, lambda d: text in [i[0] for i in items_on_page(d)], f"{text} is added")
+            act(lambda: item_row(owner, "Cups").find_element(By.CSS_SELECTOR, "button.remove").click())
+            wait_for(owner, lambda d: [i[0] for i in items_on_page(d)] == ["Plates"], "Cups is removed")
+            act(lambda: owner.find_element(By.ID, "rename").click())
+            act(lambda: (owner.find_element(By.ID, "rename-input").clear(),
+                         owner.find_element(By.ID, "rename-input").send_keys("Summer picnic", Keys.ENTER)))
+            wait_for(owner, lambda d: d.find_element(By.ID, "list-title").text == "Summer picnic", "the list is renamed")
+            shown = items_in_cli(alice, "Summer picnic")
+            check(shown == [["Plates", False, ["paper", "party"]]], f"the CLI sees {shown}")
+
+            erin.run("signup", "erin", "--server", server.url)
+            act(lambda: owner.find_element(By.ID, "share-button").click())
+            act(lambda: wait_for(owner, lambda d: d.find_element(By.ID, "invite-name"), "the share panel").send_keys("erin"))
+            act(lambda: Select(owner.find_element(By.ID, "invite-permission")).select_by_value("readWrite"))
+            act(lambda: owner.find_element(By.CSS_SELECTOR, "#invite-form button[type=submit]").click())
+            def participant(d, name):
+                rows = d.find_elements(By.CSS_SELECTOR, f"#participants li[data-participant='{name}']")
+                return rows[0] if rows else None
+            wait_for(owner, lambda d: participant(d, "erin") and "can edit" in participant(d, "erin").text, "erin is invited")
+            def cli_permission(name):
+                found = [p for p in alice.json("share", "participants", "Summer picnic")["participants"] if p["name"] == name]
+                return (found[0]["permission"], found[0]["status"]) if found else None
+            check(cli_permission("erin") == ("readWrite", "pending"), f"the CLI sees erin as {cli_permission('erin')}")
+            act(lambda: Select(participant(owner, "erin").find_element(By.TAG_NAME, "select")).select_by_value("readOnly"))
+            wait_for(owner, lambda d: participant(d, "erin") and "can view" in participant(d, "erin").text, "erin's permission changes")
+            check(cli_permission("erin") == ("readOnly", "pending"), f"the CLI sees erin as {cli_permission('erin')}")
+            act(lambda: participant(owner, "erin").find_element(By.CSS_SELECTOR, "button").click())
+            wait_for(owner, lambda d: participant(d, "erin") is None or "removed" in participant(d, "erin").text, "erin is removed")
+            check(cli_permission("erin") in (None, ("readOnly", "removed"), ("readWrite", "removed")), "erin is removed in the CLI")
+            act(lambda: Select(owner.find_element(By.ID, "link-permission")).select_by_value("readOnly"))
+            act(lambda: Select(owner.find_element(By.ID, "link-expiry")).select_by_value("3600"))
+            act(lambda: owner.find_element(By.ID, "link-single").click())
+            act(lambda: owner.find_element(By.CSS_SELECTOR, "#link-form button[type=submit]").click())
+            wait_for(owner, lambda d: d.find_element(By.ID, "link-url").get_attribute("value").startswith(server.url + "/share/"),
+                     "the link is shown")
+            link = act(lambda: owner.find_element(By.ID, "link-url").get_attribute("value"))
+            status, _, body = headers(link)
+            check(status == 200 and "You can view this list." in body and "Summer picnic" in body, f"the new link's page: {status}")
+            dave.run("accept", link, "--yes")
+            status, _, _ = headers(link)
+            check(status == 404, f"the single-use link is used up: {status}")
+
+            # Deleting a list takes it off a participant's screen with a notice.
+            open_list(owner, XSS_TITLE)
+            act(lambda: owner.find_element(By.ID, "delete-list").click())
+            act(lambda: owner.find_element(By.ID, "delete-list").click())
+            wait_for(carol, lambda d: XSS_TITLE not in [t.text for t in d.find_elements(By.CSS_SELECTOR, "#lists .list-link .title")]
+                     and "no longer available" in d.find_element(By.ID, "notice").text, "the deleted list leaves carol's page")
+            alice.run("sync")
+            check(XSS_TITLE not in [l["title"] for l in alice.json("lists")], "the list is deleted")
+
         test("share link opened -> sign up -> join -> items shown", share_page_then_sign_up_and_join)
         test("user text shown as text, no dialog, no console errors or CSP violations", user_text_is_text)
         test("CSP, nosniff and Referrer-Policy headers; JSON for API clients", security_headers)
@@ -426,6 +492,8 @@ def main():
         test("a write refused by the server is rolled back on screen with its reason", refused_write_is_rolled_back)
         test("removal from the share takes the list off screen", removal_takes_the_list_off_screen)
         test("lattice login --web: the link signs a browser in once", sign_in_link_from_the_cli)
+        test("the owner in the browser: lists, items, sharing panel; a deletion leaves a participant's screen",
+             owner_in_the_browser)
         test("expired, tampered, used-up and made-up links show the friendly page", invalid_links_show_the_friendly_page)
     finally:
         for driver in drivers:
