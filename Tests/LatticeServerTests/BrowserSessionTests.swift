@@ -186,6 +186,28 @@ import Testing
         var sorted: [Int] { lock.lock(); defer { lock.unlock() }; return values.sorted() }
     }
 
+    @Test func theHomePageIsTheClientWithASessionAndTheSignInPageWithout() throws {
+        let root = temporaryDirectory("lattice-web")
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        try "client".write(toFile: root + "/index.html", atomically: true, encoding: .utf8)
+        try "sign in".write(toFile: root + "/signin.html", atomically: true, encoding: .utf8)
+        try "x".write(toFile: root + "/app.js", atomically: true, encoding: .utf8)
+        let h = try ServiceHarness { $0.webRoot = root }
+        let session = try Self.signUp(h, "bob")
+        func home(_ headers: [String: String]) -> String { String(decoding: h.raw("GET", "/", headers: headers).response.body, as: UTF8.self) }
+        #expect(home(["Cookie": session.cookie]) == "client")
+        #expect(home([:]) == "sign in")
+        #expect(home(["Cookie": "lattice_session=lt_" + String(repeating: "1", count: 64)]) == "sign in")
+        for path in ["/", "/web/app.js"] {
+            let reply = h.raw("GET", path)
+            #expect(reply.response.header("Content-Security-Policy") == LatticeService.contentSecurityPolicy, "\(path)")
+            #expect(reply.response.header("X-Frame-Options") == "DENY" && reply.response.header("X-Content-Type-Options") == "nosniff")
+        }
+        #expect(h.raw("GET", "/").response.header("Vary") == "Cookie")
+        // Without a web root there is no home page.
+        #expect(try ServiceHarness { $0.webRoot = nil }.raw("GET", "/").status == 404)
+    }
+
     // MARK: The share page
 
     @Test func theSharePageEscapesUserTextAndKeepsJSONForAPIClients() throws {
