@@ -83,7 +83,8 @@ extension LatticeService {
             }
             return nil
         }
-        guard let found = try storage.read(deadline: deadline, lane: .authentication, { try $0.tokenOwner(hash: token.storedHash) }),
+        let hash = token.storedHash
+        guard let found = try storage.read(deadline: deadline, lane: .authentication, { try $0.tokenOwner(hash: hash) }),
               TokenKind(id: found.token.id) == .session else {
             throw APIError(.authenticationFailed, "the session is unknown or was signed out; sign in again")
         }

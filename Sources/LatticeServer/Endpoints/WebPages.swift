@@ -91,7 +91,8 @@ extension LatticeService {
             let state: SharePageState.Viewer = viewer == nil ? .signedOut : isOwner ? .owner
                 : participant?.status == .accepted ? .joined : .canJoin
             let permission = SharePermission(rawValue: claims.permission) ?? .readOnly
-            return .valid(title: share.title, owner: owner, linkPermission: invited ? (participant?.permission ?? permission) : permission,
+            let granted = invited ? (participant?.permission ?? permission) : permission
+            return .valid(title: share.title, owner: owner, linkPermission: granted,
                           items: items, rootRecordName: share.rootRecordName, viewer: state)
         }
     }
@@ -102,11 +103,12 @@ extension LatticeService {
         let terminal = "<p class=\"terminal\">In a terminal: <code>lattice accept \(html(url))</code></p>"
         let signIn = "<p class=\"actions\"><a class=\"button\" href=\"/#signup&amp;next=\(html(next))\">Sign up to join</a> "
             + "<a class=\"button secondary\" href=\"/#next=\(html(next))\">Sign in</a></p>"
+        let cause = ShareTokenError.invalid.description
         switch try sharePageState(request, token: token) {
         case .invalid:
             return page(status: 404, title: "This link does not work", body: """
                 <h1>This link does not work</h1>
-                <p class="cause">\(html(ShareTokenError.invalid.description.prefix(1).uppercased() + ShareTokenError.invalid.description.dropFirst())).</p>
+                <p class="cause">\(html(cause.prefix(1).uppercased() + cause.dropFirst())).</p>
                 <p>Ask the person who sent it for a new link.</p>
                 """)
         case .notForYou(let signedIn):
