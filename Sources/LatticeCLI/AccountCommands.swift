@@ -43,9 +43,10 @@ func runSignUp(_ arguments: [String]) throws {
 }
 
 func runLogIn(_ arguments: [String]) throws {
-    let options = try ClientOptions(arguments, valueOptions: ["server", "token"])
+    let options = try ClientOptions(arguments, valueOptions: ["server", "token"], flagOptions: ["web"])
     if options.help { return print(loginUsage) }
     _ = try options.operands(options.positionals)
+    if options.parsed.flag("web") { return try runWebLogIn(options) }
     let server = try serverOption(options)
     guard let token = try options.parsed.value("token"), !token.isEmpty else {
         throw UsageError("--token TOKEN is required")
@@ -154,4 +155,24 @@ func runSync(_ arguments: [String]) throws {
         throw CommandFailure("cannot reach \(server): \(report.queued) \(plural(report.queued, "change")) stay queued")
     }
     try SyncOutcome(synced: true, pending: report.queued, refusals: refusals).finish()
+}
+
+/// `lattice login --web`: asks the server, with this home's token, for a one-time link that signs a
+/// browser in to the same account (`tokens/signinLink`), and prints it. The link works once, for ten
+/// minutes; it is never a bearer token.
+private func runWebLogIn(_ options: ClientOptions) throws {
+    if try options.parsed.value("server") != nil || options.parsed.value("token") != nil {
+        throw UsageError("--web signs a browser in to this home's account: give neither --server nor --token")
+    }
+    let engine = try options.openEngine()
+    guard let account = engine.account else { throw CommandFailure(SyncError.notSignedIn.description) }
+    let reply = try engine.call("private", "tokens/signinLink", .object([:]))
+    guard let url = reply["url"]?.stringValue else { throw CommandFailure("the server sent no sign-in link") }
+    if options.json {
+        var object: [String: JSON] = ["url": .string(url), "name": .string(account.name)]
+        if let expires = reply["expires"]?["timestamp"] { object["expires"] = expires }
+        return printJSON(.object(object))
+    }
+    print(url)
+    writeStandardError("open this link in a browser to sign in as \(account.name); it works once, within 10 minutes\n")
 }

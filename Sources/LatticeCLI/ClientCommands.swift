@@ -28,10 +28,13 @@ let signupUsage = """
 
 let loginUsage = """
     usage: lattice login --server URL --token TOKEN [--home DIR] [--json]
+           lattice login --web [--home DIR] [--json]
 
     Signs this home in with an existing account's token (from lattice signup or lattice admin add-user).
     A home that held another account's lists starts empty and fetches the new account's.
     --json: {"name","userRecordName","server"}
+    --web: prints a one-time link that signs a browser in to this home's account (it works once, within
+      10 minutes); --json: {"url","name","expires"}
 
     \(clientOptionsHelp)
     """

@@ -172,7 +172,8 @@ public final class LatticeService: HTTPHandler, Sendable {
         if let admitted = request.principal as? AuthenticatedCaller {
             (user, tokenID) = (admitted.user, admitted.tokenID)
         } else {
-            (user, tokenID) = try authenticate(request.head, deadline: deadline)
+            (user, tokenID) = try authenticate(request.head, deadline: deadline,
+                                               allowSession: route.authentication == .bearerOrSession)
             if route.throttle == .perAccount { try throttle(key: "user:\(user.id)") }
         }
         // deltas/push has a binary body: its envelope carries what a JSON body would (clientOperationID, atomic).
@@ -232,10 +233,10 @@ public final class LatticeService: HTTPHandler, Sendable {
         switch (route.lane, route.authentication) {
         case (.inline, _): return .inline
         case (.pool, .none): return addressShare
-        case (.pool, .bearer):
+        case (.pool, .bearer), (.pool, .bearerOrSession):
             do {
                 _ = try databaseTarget(parameters)
-                let (user, tokenID) = try authenticate(head)
+                let (user, tokenID) = try authenticate(head, allowSession: route.authentication == .bearerOrSession)
                 if route.throttle == .perAccount { try throttle(key: "user:\(user.id)") }
                 return .pool(client: "user:\(user.id)", principal: AuthenticatedCaller(user: user, tokenID: tokenID))
             } catch {
@@ -266,12 +267,22 @@ public final class LatticeService: HTTPHandler, Sendable {
     }
 
     /// Takes the head only, so `admit` can run it before the body is read.
-    private func authenticate(_ request: HTTPRequestHead, deadline: RequestDeadline? = nil) throws -> (user: UserAccount, tokenID: String) {
-        guard let header = request.header("authorization") else {
+    /// With `allowSession`, a request without `Authorization` may be made with a browser session cookie
+    /// instead; it then needs the session's CSRF value (`checkCSRF`), else ACCESS_DENIED.
+    private func authenticate(_ request: HTTPRequestHead, deadline: RequestDeadline? = nil, allowSession: Bool = false) throws
+        -> (user: UserAccount, tokenID: String) {
+        let header = request.header("authorization")
+        let withSession = allowSession && header == nil && request.header("cookie")?.contains(Self.sessionCookie + "=") == true
+        guard header != nil || withSession else {
             throw APIError(.authenticationRequired, "sign in: send Authorization: Bearer <token> (POST /auth/signup makes one)")
         }
         do {
-            return try checkToken(header, deadline: deadline)
+            if let header { return try checkToken(header, deadline: deadline) }
+            guard let session = try browserSession(request, deadline: deadline) else {
+                throw APIError(.authenticationFailed, "the session cookie is malformed; sign in again")
+            }
+            try checkCSRF(request, session: session)
+            return (session.user, session.tokenID)
         } catch let error as APIError where error.code == .authenticationFailed {
             guard let authenticationFailures else { throw error }
             let address = "auth:" + request.remoteAddress
@@ -295,6 +306,8 @@ public final class LatticeService: HTTPHandler, Sendable {
         guard let found = try storage.read(deadline: deadline, lane: .authentication, { try $0.tokenOwner(hash: token.storedHash) }) else {
             throw APIError(.authenticationFailed, "unknown or revoked token")
         }
+        // Browser sessions and one-time sign-in links live in the same table but are not bearer tokens.
+        guard TokenKind(id: found.token.id) == .bearer else { throw APIError(.authenticationFailed, "unknown or revoked token") }
         if let expires = found.token.expiresMs, expires <= configuration.now() {
             let date = Date(timeIntervalSince1970: Double(expires) / 1000)
             throw APIError(.authenticationFailed, "the token expired at \(ISO8601DateFormatter().string(from: date)); "

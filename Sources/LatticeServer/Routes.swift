@@ -96,6 +96,9 @@ struct Route: Sendable {
         case none
         /// `Authorization: Bearer <token>`, checked from the head in `admit`, before the body is read.
         case bearer
+        /// A bearer token, or a browser session cookie (`Sessions.swift`) with its CSRF value: checked in
+        /// `admit` as `bearer` is. A session or sign-in link never works as a bearer token.
+        case bearerOrSession
     }
 
     /// Where the handler runs.
@@ -159,11 +162,13 @@ struct Route: Sendable {
     /// Methods this route answers: GET routes answer HEAD too.
     var methods: [String] { method == "GET" ? ["GET", "HEAD"] : [method] }
 
-    /// A `POST /database/1/{container}/{environment}/{database}/{operation}` route: bearer token, the
-    /// account's share of the pool, throttled per account.
-    static func database(_ operation: String, body: Body = .json, growth: DataGrowth = .never,
+    /// A `POST /database/1/{container}/{environment}/{database}/{operation}` route: bearer token (or a
+    /// browser session, unless `authentication` says bearer only), the account's share of the pool,
+    /// throttled per account.
+    static func database(_ operation: String, authentication: Authentication = .bearerOrSession, body: Body = .json,
+                         growth: DataGrowth = .never,
                          _ handler: @escaping @Sendable (LatticeService, RequestContext) throws -> HTTPResponse) -> Route {
-        Route(method: "POST", pattern: RoutePattern(databasePrefix + operation), authentication: .bearer, lane: .pool,
+        Route(method: "POST", pattern: RoutePattern(databasePrefix + operation), authentication: authentication, lane: .pool,
               throttle: .perAccount, body: body, growth: growth, handler: .database(handler))
     }
 
@@ -202,12 +207,24 @@ extension LatticeService {
         Route(method: "POST", pattern: RoutePattern("/auth/signup"), authentication: .none, lane: .pool,
               throttle: .perAddress,
               handler: .plain { service, request, _ in
-                  try service.signUp(service.parseBody(request), address: request.remoteAddress)
+                  let body = try service.parseBody(request)
+                  if body["session"] == .bool(true) { return try service.signUpWithSession(request, body) }
+                  return try service.signUp(body, address: request.remoteAddress)
               }),
+        // Browser sessions (Sessions.swift).
+        Route(method: "GET", pattern: RoutePattern("/auth/session"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, request, _ in try service.currentSession(request) }),
+        Route(method: "POST", pattern: RoutePattern("/auth/signout"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, request, _ in try service.signOut(request) }),
+        Route(method: "POST", pattern: RoutePattern("/auth/link"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, request, _ in try service.exchangeSignInLink(request) }),
         Route(method: "GET", pattern: RoutePattern("/.well-known/jwks.json"), authentication: .none, lane: .inline,
               throttle: .none, handler: .plain { service, _, _ in try service.jwksResponse() }),
-        Route(method: "GET", pattern: RoutePattern("/share/{token...}"), authentication: .none, lane: .inline,
-              throttle: .none, hidesPath: true, handler: .plain { service, _, _ in service.shareLinkResponse() }),
+        // JSON for API clients; an HTML page (WebPages.swift) for a browser (`Accept: text/html`).
+        Route(method: "GET", pattern: RoutePattern("/share/{token...}"), authentication: .none, lane: .pool,
+              throttle: .perAddress, hidesPath: true, handler: .plain { service, request, parameters in
+                  try service.shareLink(request, token: parameters["token"] ?? "")
+              }),
 
         .database("users/current") { _, context in
             .json(.object(["userRecordName": .string(context.user.recordName), "name": .string(context.user.name)]))
@@ -227,7 +244,7 @@ extension LatticeService {
         .database("records/query") { service, context in .json(try service.queryRecords(context)) },
         .database("changes/database") { service, context in .json(try service.databaseChanges(context)) },
         .database("changes/zone") { service, context in .json(try service.zoneChanges(context)) },
-        Route(method: "POST", pattern: RoutePattern(Route.databasePrefix + "changes/wait"), authentication: .bearer,
+        Route(method: "POST", pattern: RoutePattern(Route.databasePrefix + "changes/wait"), authentication: .bearerOrSession,
               lane: .pool, throttle: .perAccount,
               handler: .databaseLater { service, context, abandonment, respond in
                   try service.waitForChanges(context, abandonment: abandonment, respond: respond)
@@ -261,16 +278,20 @@ extension LatticeService {
         },
         .database("deltas/pull") { service, context in try service.pullDelta(context) },
         .database("tokens/list") { service, context in .json(try service.listTokens(context)) },
-        .database("tokens/create") { service, context in .json(try service.createToken(context)) },
+        .database("tokens/create", authentication: .bearer) { service, context in .json(try service.createToken(context)) },
+        .database("tokens/signinLink", authentication: .bearer) { service, context in
+            .json(try service.createSignInLink(context))
+        },
         .database("tokens/revoke") { service, context in .json(try service.revokeTokens(context)) },
 
         // Experimental, not part of the JSON API: the web files under `ServiceConfiguration.webRoot`.
         Route(method: "GET", pattern: RoutePattern("/web/{path...}"), authentication: .none, lane: .pool,
               throttle: .perAddress, documented: false, isEnabled: { $0.webRoot != nil },
-              handler: .plain { service, request, parameters in
-                  guard let root = service.configuration.webRoot else { throw APIError(.notFound, "no web files here") }
-                  return try StaticFiles(root: root).response(path: parameters["path"] ?? "", headers: request.headers)
-              }),
+              handler: .plain { service, request, parameters in try service.webFile(parameters["path"] ?? "", request) }),
+        // The web client for a signed-in browser, else its sign-in page (WebPages.swift).
+        Route(method: "GET", pattern: RoutePattern("/"), authentication: .none, lane: .pool,
+              throttle: .perAddress, documented: false, isEnabled: { $0.webRoot != nil },
+              handler: .plain { service, request, _ in try service.webHome(request) }),
     ]
 
     /// Every route of the JSON API, as `METHOD /path/{parameter}`; Docs/openapi.json must list each.

@@ -110,8 +110,14 @@ public struct ServiceConfiguration: Sendable {
 
     // MARK: web files
 
-    /// Experimental: the directory whose files `GET /web/{path}` serves (`StaticFiles`); nil, the
-    /// default, turns the route off. `StaticFiles.webRoot(executablePath:)` finds the one shipped with
-    /// the `lattice` binary.
-    public var webRoot: String? = nil
+    /// The directory whose files `GET /web/{path}` and `GET /` serve (`StaticFiles`, Docs/Web.md); nil
+    /// turns those routes off. `StaticFiles.webRoot(executablePath:)` finds the one shipped with the
+    /// `lattice` binary. Until `lattice serve` sets it, the default is the environment's
+    /// `LATTICE_WEB_ROOT` (the browser tests use it), else nil.
+    public var webRoot: String? = ServiceConfiguration.webRootFromEnvironment
+
+    static var webRootFromEnvironment: String? {
+        guard let path = ProcessInfo.processInfo.environment["LATTICE_WEB_ROOT"], !path.isEmpty else { return nil }
+        return path
+    }
 }

@@ -65,18 +65,27 @@ import Testing
         let document = try openAPI()
         #expect(document["openapi"]?.stringValue == "3.0.3")
         #expect(document["components"]?["securitySchemes"]?["bearerAuth"]?["scheme"]?.stringValue == "bearer")
-        #expect(document["security"] == .array([.object(["bearerAuth": .array([])])]))
+        #expect(document["security"] == .array([.object(["bearerAuth": .array([])]), .object(["sessionCookie": .array([])])]))
+        #expect(document["components"]?["securitySchemes"]?["sessionCookie"]?["in"]?.stringValue == "cookie")
 
         let paths = try #require(document["paths"]?.objectValue)
         for (path, item) in paths {
             let isDatabase = path.hasPrefix("/database/1/")
             for method in Self.httpMethods {
                 guard let operation = item[method] else { continue }
-                // Only the database operations need a token.
-                if isDatabase {
-                    #expect(operation["security"] == nil, "\(method) \(path) must use bearerAuth")
-                } else {
-                    #expect(operation["security"] == .array([]), "\(method) \(path) needs no token")
+                // As the route table says: database operations take a bearer token or a browser session (the
+                // document's default), some a bearer token only; the others need no token (the session
+                // routes document the cookie they read).
+                let route = LatticeService.apiRoutes.first { $0.signature == method.uppercased() + " " + path }
+                switch route?.authentication {
+                case .bearerOrSession?:
+                    #expect(operation["security"] == nil, "\(method) \(path) must use the default security")
+                case .bearer?:
+                    #expect(operation["security"] == .array([.object(["bearerAuth": .array([])])]), "\(method) \(path) is bearer only")
+                case .none?, nil:
+                    #expect(!isDatabase, "\(method) \(path)")
+                    #expect(operation["security"] == .array([]) || operation["security"] == .array([.object(["sessionCookie": .array([])])]),
+                            "\(method) \(path) needs no token")
                 }
             }
             guard isDatabase else { continue }

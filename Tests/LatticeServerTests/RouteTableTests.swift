@@ -45,7 +45,7 @@ import Testing
             #expect(signatures.insert(route.signature).inserted, "\(route.signature) twice")
             switch route.handler {
             case .database, .databaseLater:
-                #expect(route.authentication == .bearer && route.lane == .pool && route.throttle == .perAccount,
+                #expect(route.authentication != .none && route.lane == .pool && route.throttle == .perAccount,
                         "\(route.signature)")
                 #expect(route.pattern.description.hasPrefix(Route.databasePrefix))
             case .plain:
@@ -122,7 +122,10 @@ import Testing
             return h.service.admit(HTTPRequestHead(method: method, path: path, headers: headers, remoteAddress: "10.0.0.9"))
         }
         if case .inline = admit("GET", "/healthz") {} else { Issue.record("healthz is inline") }
-        if case .inline = admit("HEAD", "/share/abc") {} else { Issue.record("share pages are inline") }
+        // Share links read storage for their HTML page (WebPages.swift): on the pool, in the address's share.
+        if case .pool(let client, nil) = admit("HEAD", "/share/abc") { #expect(client == "ip:10.0.0.9") } else {
+            Issue.record("share pages run on the pool in the address's share")
+        }
         if case .pool(let client, nil) = admit("POST", "/auth/signup") { #expect(client == "ip:10.0.0.9") } else {
             Issue.record("sign-up runs on the pool in the address's share")
         }

@@ -42,11 +42,16 @@ extension LatticeService {
     ///     the sign-up recorded in the same transaction. Nil for accounts the administrator makes.
     /// - Throws: `APIError` BAD_REQUEST for an illegal name, EXISTS for a taken one, THROTTLED over a
     ///   sign-up limit.
+    ///   - kind: the first token's kind: a bearer token, or a browser session (`Sessions.swift`).
     public func createAccount(name: String, lifetimeSeconds: Int64? = nil, signUpAddress: String? = nil) throws
         -> NewAccount {
+        try createAccount(name: name, lifetimeSeconds: lifetimeSeconds, signUpAddress: signUpAddress, kind: .bearer)
+    }
+
+    func createAccount(name: String, lifetimeSeconds: Int64?, signUpAddress: String?, kind: TokenKind) throws -> NewAccount {
         try Self.validateUserName(name)
         let token = try BearerToken.generate()
-        let tokenID = try Self.newTokenID()
+        let tokenID = try kind.newID()
         let recordName = "_" + Secrets.hex(try Secrets.randomBytes(16))
         let now = configuration.now()
         let expires = tokenExpiry(lifetimeSeconds, nowMs: now)
@@ -147,6 +152,7 @@ extension LatticeService {
         let now = configuration.now()
         return .object(["tokens": .array(tokens.map { token in
             var object = tokenJSONFields(token)
+            object["kind"] = .string(TokenKind(id: token.id).rawValue)
             object["current"] = .bool(token.id == context.tokenID)
             object["expired"] = .bool(token.expiresMs.map { $0 <= now } ?? false)
             return .object(object)

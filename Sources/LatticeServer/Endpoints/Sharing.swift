@@ -521,7 +521,7 @@ extension LatticeService {
     }
 
     /// Verifies a link and finds its live share. Every failure is the same error.
-    private func verifiedLink(_ token: String, _ tx: any StorageTransaction) throws -> (ShareClaims, StoredShare) {
+    func verifiedLink(_ token: String, _ tx: any StorageTransaction) throws -> (ShareClaims, StoredShare) {
         let invalid = APIError(.accessDenied, ShareTokenError.invalid.description)
         guard let keyRing, let claims = try? keyRing.verify(token, nowSeconds: configuration.now() / 1000) else {
             throw invalid

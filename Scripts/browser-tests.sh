@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Browser tests (issue 15): headless Debian Chromium driven by Selenium against a real `lattice serve`.
+# Installs chromium and chromium-driver (apt) and selenium (pip, into .build/browser-venv) when missing,
+# builds the lattice binary if needed, then runs Tests/BrowserTests/browser_tests.py. Screenshots go to
+# Docs/images/ (SCREENSHOTS=DIR to change). Exit status: 0 when every browser test passed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    echo "browser-tests: installing chromium and chromium-driver"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y chromium chromium-driver >/dev/null || { apt-get update >/dev/null && apt-get install -y chromium chromium-driver >/dev/null; }
+fi
+
+venv=.build/browser-venv
+if ! "$venv/bin/python" -c 'import selenium' 2>/dev/null; then
+    echo "browser-tests: installing selenium into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet selenium
+fi
+
+bin=${LATTICE_BIN:-$(swift build --show-bin-path)/lattice}
+if [[ ! -x "$bin" ]]; then
+    swift build --product lattice
+fi
+
+LATTICE_BIN="$bin" LATTICE_WEB="$PWD/Web" SCREENSHOTS="${SCREENSHOTS:-$PWD/Docs/images}" \
+    timeout 600 "$venv/bin/python" Tests/BrowserTests/browser_tests.py

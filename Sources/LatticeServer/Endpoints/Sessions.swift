@@ -1,0 +1,258 @@
+import Foundation
+import LatticeCore
+import LatticeSharing
+import LatticeStore
+
+/// Browser sessions and one-time sign-in links, kept in the tokens table beside bearer tokens.
+///
+/// Every kind is a random `lt_` secret stored only as its SHA-256 (`BearerToken.storedHash`); the kind is
+/// in the token's id:
+/// - a bearer token's id is 16 hex digits (`newTokenID`);
+/// - a browser session's id is `s-` + 16 hex digits: it is sent only in the `lattice_session` cookie, and
+///   every state-changing request made with it needs the session's CSRF value in `X-Lattice-CSRF`;
+/// - a one-time sign-in link's id is `l-` + 16 hex digits: `POST /auth/link` exchanges it, once, for a
+///   session (the exchange deletes the row, and only the request whose delete found it gets the session).
+/// Neither a session nor a link works as `Authorization: Bearer` (`checkToken` refuses their ids).
+enum TokenKind: String, Sendable {
+    case bearer
+    case session
+    case signInLink
+
+    static let sessionPrefix = "s-"
+    static let signInLinkPrefix = "l-"
+
+    init(id: String) {
+        if id.hasPrefix(Self.sessionPrefix) { self = .session }
+        else if id.hasPrefix(Self.signInLinkPrefix) { self = .signInLink }
+        else { self = .bearer }
+    }
+
+    func newID() throws -> String {
+        let hex = try LatticeService.newTokenID()
+        switch self {
+        case .bearer: return hex
+        case .session: return Self.sessionPrefix + hex
+        case .signInLink: return Self.signInLinkPrefix + hex
+        }
+    }
+}
+
+/// The signed-in browser of a request: its account, the session's id and secret.
+struct BrowserSession: Sendable {
+    let user: UserAccount
+    let tokenID: String
+    let token: BearerToken
+    let expiresMs: Int64?
+
+    /// The CSRF value of the session: derived from its secret, so the server keeps nothing more; the page
+    /// reads it from `GET /auth/session` (same origin only: no CORS), a cross-site page cannot.
+    var csrfValue: String { Self.csrfValue(token) }
+
+    static func csrfValue(_ token: BearerToken) -> String {
+        Secrets.hex(Secrets.sha256(Array(("lattice csrf v1 " + token.text).utf8)))
+    }
+}
+
+extension LatticeService {
+    static let sessionCookie = "lattice_session"
+    static let csrfHeader = "x-lattice-csrf"
+    /// How long a browser session lasts (capped by `--token-lifetime`).
+    static let sessionLifetimeSeconds: Int64 = 30 * 86_400
+    /// How long a one-time sign-in link works.
+    static let signInLinkLifetimeSeconds: Int64 = 10 * 60
+
+    // MARK: Reading the cookie
+
+    /// The session secret in the request's `Cookie` header, if it has one shaped like a token.
+    static func sessionToken(_ head: HTTPRequestHead) -> BearerToken? {
+        guard let header = head.header("cookie") else { return nil }
+        for part in header.split(separator: ";") {
+            let pair = part.trimmingCharacters(in: .whitespaces)
+            guard pair.hasPrefix(sessionCookie + "=") else { continue }
+            return BearerToken(text: String(pair.dropFirst(sessionCookie.count + 1)))
+        }
+        return nil
+    }
+
+    /// The request's browser session, checked in the database; nil without a session cookie.
+    /// - Throws: AUTHENTICATION_FAILED for an unknown, revoked or expired session.
+    func browserSession(_ head: HTTPRequestHead, deadline: RequestDeadline? = nil) throws -> BrowserSession? {
+        guard let token = Self.sessionToken(head) else {
+            if head.header("cookie")?.contains(Self.sessionCookie + "=") == true {
+                throw APIError(.authenticationFailed, "the session cookie is malformed; sign in again")
+            }
+            return nil
+        }
+        let hash = token.storedHash
+        guard let found = try storage.read(deadline: deadline, lane: .authentication, { try $0.tokenOwner(hash: hash) }),
+              TokenKind(id: found.token.id) == .session else {
+            throw APIError(.authenticationFailed, "the session is unknown or was signed out; sign in again")
+        }
+        if let expires = found.token.expiresMs, expires <= configuration.now() {
+            throw APIError(.authenticationFailed, "the session expired; sign in again")
+        }
+        return BrowserSession(user: found.user, tokenID: found.token.id, token: token, expiresMs: found.token.expiresMs)
+    }
+
+    /// A state-changing request made with a session cookie: it must carry the session's CSRF value and
+    /// come from this server's own pages (`Origin` and `Sec-Fetch-Site`, when the browser sends them).
+    func checkCSRF(_ head: HTTPRequestHead, session: BrowserSession) throws {
+        try checkSameOrigin(head)
+        guard let sent = head.header(Self.csrfHeader),
+              Secrets.constantTimeEqual(Array(sent.utf8), Array(session.csrfValue.utf8)) else {
+            throw APIError(.accessDenied, "a request made with a session cookie needs the session's X-Lattice-CSRF value "
+                           + "(GET /auth/session gives it)")
+        }
+    }
+
+    /// Refuses a request a browser says comes from another site: `Sec-Fetch-Site` other than
+    /// `same-origin`, or an `Origin` that is neither the public URL's nor the `Host` the request was sent to.
+    func checkSameOrigin(_ head: HTTPRequestHead) throws {
+        if let site = head.header("sec-fetch-site"), site != "same-origin" {
+            throw APIError(.accessDenied, "cross-site request refused (Sec-Fetch-Site: \(site.prefix(20)))")
+        }
+        guard let origin = head.header("origin") else { return }
+        var allowed: [String] = []
+        if let url = URL(string: publicURL), let scheme = url.scheme, let host = url.host {
+            allowed.append("\(scheme)://\(host)" + (url.port.map { ":\($0)" } ?? ""))
+        }
+        if let host = head.header("host") { allowed += ["http://" + host, "https://" + host] }
+        guard allowed.map({ $0.lowercased() }).contains(origin.lowercased()) else {
+            throw APIError(.accessDenied, "cross-site request refused (Origin \(origin.prefix(100)) is not this server)")
+        }
+    }
+
+    /// `Set-Cookie` for a new session, or (nil) one that clears the cookie.
+    func sessionCookieHeader(_ token: BearerToken?, expiresMs: Int64?) -> (name: String, value: String) {
+        let secure = publicURL.lowercased().hasPrefix("https:") ? "; Secure" : ""
+        guard let token else {
+            return (name: "Set-Cookie", value: "\(Self.sessionCookie)=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict\(secure)")
+        }
+        let maxAge = expiresMs.map { max(1, ($0 - configuration.now()) / 1000) } ?? Self.sessionLifetimeSeconds
+        return (name: "Set-Cookie",
+                value: "\(Self.sessionCookie)=\(token.text); Path=/; Max-Age=\(maxAge); HttpOnly; SameSite=Strict\(secure)")
+    }
+
+    // MARK: Making sessions
+
+    /// Inserts a session or sign-in link token for `userID` in `tx`. At the per-user token limit, the
+    /// user's expired sessions and links are dropped first.
+    func insertToken(_ kind: TokenKind, userID: Int64, lifetimeSeconds: Int64, _ tx: any StorageTransaction) throws
+        -> (BearerToken, StoredToken) {
+        let token = try BearerToken.generate()
+        let id = try kind.newID()
+        let now = configuration.now()
+        let expires = tokenExpiry(lifetimeSeconds, nowMs: now) ?? now + lifetimeSeconds * 1000
+        var tokens = try tx.tokens(userID: userID)
+        if tokens.count >= configuration.maximumTokensPerUser {
+            for old in tokens where TokenKind(id: old.id) != .bearer && (old.expiresMs ?? .max) <= now {
+                _ = try tx.deleteToken(id: old.id)
+            }
+            tokens = try tx.tokens(userID: userID)
+        }
+        guard tokens.count < configuration.maximumTokensPerUser else {
+            throw APIError(.limitExceeded, "a user has at most \(configuration.maximumTokensPerUser) tokens and sessions; "
+                           + "revoke some with tokens/revoke")
+        }
+        try tx.insertToken(NewToken(hash: token.storedHash, id: id, userID: userID, createdMs: now, expiresMs: expires))
+        return (token, StoredToken(id: id, userID: userID, createdMs: now, expiresMs: expires))
+    }
+
+    /// The JSON a page gets about its session (and the cookie that holds it, when new).
+    func sessionResponse(_ session: BrowserSession, setCookie: Bool) -> HTTPResponse {
+        var object: [String: JSON] = [
+            "userRecordName": .string(session.user.recordName), "name": .string(session.user.name),
+            "sessionID": .string(session.tokenID), "csrfToken": .string(session.csrfValue),
+            "container": .string(configuration.container), "environment": .string("production"),
+        ]
+        if let expires = session.expiresMs { object["expires"] = .object(["timestamp": .int(expires)]) }
+        var response = HTTPResponse.json(.object(object))
+        if setCookie { response.headers.append(sessionCookieHeader(session.token, expiresMs: session.expiresMs)) }
+        return response
+    }
+
+    /// `POST /auth/signup {"name", "session": true}` from a page: the account's first token is a browser
+    /// session, sent as the cookie only (the answer has no bearer token).
+    func signUpWithSession(_ request: HTTPRequest, _ body: [String: JSON]) throws -> HTTPResponse {
+        try checkPreSessionRequest(request.head)
+        guard configuration.registrationOpen else {
+            throw APIError(.accessDenied, "registration is closed on this server; the administrator adds users "
+                           + "with lattice admin add-user")
+        }
+        guard let name = body["name"]?.stringValue else { throw APIError.badRequest("expected {\"name\": \"...\"}") }
+        try checkDiskBudget("sign-up")
+        let account = try createAccount(name: name, lifetimeSeconds: Self.sessionLifetimeSeconds,
+                                        signUpAddress: request.remoteAddress, kind: .session)
+        return sessionResponse(BrowserSession(user: account.user, tokenID: account.tokenInfo.id, token: account.token,
+                                              expiresMs: account.tokenInfo.expiresMs), setCookie: true)
+    }
+
+    /// Requests that make a session (sign-up, the link exchange) carry no cookie yet: they must come from
+    /// this server's pages (so another site cannot sign a browser in to its own account) and carry the
+    /// `X-Lattice-CSRF` header (any value), which a cross-site form cannot send.
+    private func checkPreSessionRequest(_ head: HTTPRequestHead) throws {
+        try checkSameOrigin(head)
+        guard let value = head.header(Self.csrfHeader), !value.isEmpty else {
+            throw APIError(.accessDenied, "send X-Lattice-CSRF (any value) with a request that makes a browser session")
+        }
+    }
+
+    // MARK: Routes
+
+    /// `GET /auth/session`: the signed-in browser's account and CSRF value.
+    func currentSession(_ request: HTTPRequest) throws -> HTTPResponse {
+        guard let session = try browserSession(request.head) else {
+            throw APIError(.authenticationRequired, "not signed in: no session cookie")
+        }
+        return sessionResponse(session, setCookie: false)
+    }
+
+    /// `POST /auth/signout`: revokes the session on the server and clears the cookie.
+    func signOut(_ request: HTTPRequest) throws -> HTTPResponse {
+        guard let session = try browserSession(request.head) else {
+            throw APIError(.authenticationRequired, "not signed in: no session cookie")
+        }
+        try checkCSRF(request.head, session: session)
+        let revoked = try write { tx, _ in try tx.deleteToken(id: session.tokenID) }
+        var response = HTTPResponse.json(.object(["sessionID": .string(session.tokenID), "revoked": .bool(revoked)]))
+        response.headers.append(sessionCookieHeader(nil, expiresMs: nil))
+        return response
+    }
+
+    /// `POST /auth/link {"secret": "lt_..."}`: exchanges a one-time sign-in link for a session. The link's
+    /// row is deleted in the same transaction the session is made in; of two racing exchanges only the
+    /// one whose delete found the row gets a session. Every failure is the same error.
+    func exchangeSignInLink(_ request: HTTPRequest) throws -> HTTPResponse {
+        try checkPreSessionRequest(request.head)
+        let body = try parseBody(request)
+        let invalid = APIError(.authenticationFailed, "this sign-in link is invalid, expired or already used; "
+                               + "run lattice login --web again for a new one")
+        guard let text = body["secret"]?.stringValue, let secret = BearerToken(text: text) else { throw invalid }
+        let now = configuration.now()
+        let outcome: Result<BrowserSession, APIError> = try write { tx, _ in
+            guard let found = try tx.tokenOwner(hash: secret.storedHash), TokenKind(id: found.token.id) == .signInLink,
+                  try tx.deleteToken(id: found.token.id) else { return .failure(invalid) }
+            if let expires = found.token.expiresMs, expires <= now { return .failure(invalid) } // deleted all the same
+            let (token, info) = try insertToken(.session, userID: found.user.id, lifetimeSeconds: Self.sessionLifetimeSeconds, tx)
+            return .success(BrowserSession(user: found.user, tokenID: info.id, token: token, expiresMs: info.expiresMs))
+        }
+        let session = try outcome.get()
+        log("sign-in link used: user \(session.user.name)")
+        return sessionResponse(session, setCookie: true)
+    }
+
+    /// `tokens/signinLink` (private database, bearer token only): a one-time link that signs a browser in
+    /// to the caller's account. It works once, for ten minutes; the secret is in the URL's fragment, so it
+    /// is never sent to a server in a request line, a log or a Referer.
+    func createSignInLink(_ context: RequestContext) throws -> JSON {
+        guard context.kind == .private else { throw APIError.badRequest("tokens/signinLink is a private database operation") }
+        try checkDiskBudget("tokens/signinLink")
+        let (token, info) = try write { tx, _ in
+            try insertToken(.signInLink, userID: context.user.id, lifetimeSeconds: Self.signInLinkLifetimeSeconds, tx)
+        }
+        let base = publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL
+        var object = tokenJSONFields(info)
+        object["url"] = .string(base + "/#signin=" + token.text)
+        return .object(object)
+    }
+}

@@ -1,0 +1,186 @@
+import Foundation
+import LatticeCore
+import LatticeSharing
+import LatticeStore
+
+/// The pages a browser gets: `GET /share/{token}` as HTML, `GET /` (the web client, or its sign-in page)
+/// and the security headers every page and web file carries. See Docs/Web.md.
+extension LatticeService {
+    /// The Content-Security-Policy of every page: scripts, styles, images and requests from this origin
+    /// only, no inline script or style, no eval, no framing, forms post here only.
+    static let contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        + "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+    /// Adds the page security headers (replacing any of the same name).
+    static func withPageHeaders(_ response: HTTPResponse) -> HTTPResponse {
+        var response = response
+        let headers: [(name: String, value: String)] = [
+            (name: "Content-Security-Policy", value: contentSecurityPolicy),
+            (name: "X-Content-Type-Options", value: "nosniff"),
+            // Share pages hold a secret in their URL; the other pages gain nothing from a Referer either.
+            (name: "Referrer-Policy", value: "no-referrer"),
+            (name: "X-Frame-Options", value: "DENY"),
+            (name: "Cross-Origin-Opener-Policy", value: "same-origin"),
+        ]
+        let names = Set(headers.map { $0.name.lowercased() })
+        response.headers.removeAll { names.contains($0.name.lowercased()) }
+        response.headers += headers
+        return response
+    }
+
+    /// A web file under `webRoot`, with the page headers.
+    func webFile(_ path: String, _ request: HTTPRequest) throws -> HTTPResponse {
+        guard let root = configuration.webRoot else { throw APIError(.notFound, "no web files here") }
+        return Self.withPageHeaders(try StaticFiles(root: root).response(path: path, headers: request.headers))
+    }
+
+    /// `GET /`: the web client for a signed-in browser, else the sign-in and sign-up page.
+    func webHome(_ request: HTTPRequest) throws -> HTTPResponse {
+        let signedIn = (try? browserSession(request.head)) != nil
+        var response = try webFile(signedIn ? "index.html" : "signin.html", request)
+        response.headers.append((name: "Vary", value: "Cookie"))
+        return response
+    }
+
+    /// Whether the request asks for HTML (a browser opening a link) rather than JSON.
+    static func wantsHTML(_ request: HTTPRequest) -> Bool {
+        guard let accept = request.header("accept")?.lowercased() else { return false }
+        return accept.contains("text/html") || accept.contains("application/xhtml+xml")
+    }
+
+    /// `GET /share/{token}`: an HTML page for a browser, else the JSON note for API clients.
+    func shareLink(_ request: HTTPRequest, token: String) throws -> HTTPResponse {
+        guard Self.wantsHTML(request) else { return shareLinkResponse() }
+        return Self.withPageHeaders(try sharePage(request, token: token))
+    }
+
+    /// What a share page shows, decided from the link, the share and the viewer.
+    enum SharePageState {
+        case invalid
+        case notForYou(signedIn: Bool)
+        case valid(title: String, owner: String, linkPermission: SharePermission, items: Int, rootRecordName: String?,
+                   viewer: Viewer)
+
+        enum Viewer { case signedOut, canJoin, joined, owner }
+    }
+
+    func sharePageState(_ request: HTTPRequest, token: String) throws -> SharePageState {
+        let viewer = try? browserSession(request.head)
+        return try storage.read { tx in
+            guard let (claims, share) = try? verifiedLink(token, tx), let zone = try tx.zone(rowID: share.zoneRowID) else {
+                return .invalid
+            }
+            let roster = try roster(share, tx)
+            let access = viewer.map { roster.access(of: $0.user.id) } ?? SharePermission.none
+            let isOwner = viewer?.user.id == share.ownerID
+            if let maximum = claims.maximumUses, !isOwner, access == .none, try tx.linkUses(tokenID: claims.tokenID) >= maximum {
+                return .invalid
+            }
+            let participant = viewer.flatMap { roster.participant($0.user.id) }
+            let invited = participant.map { $0.status != .removed } ?? false
+            if roster.publicPermission == .none, !isOwner, !invited {
+                return .notForYou(signedIn: viewer != nil)
+            }
+            let items: Int
+            if let root = share.rootRecordName {
+                items = try tx.children(zoneRowID: zone.rowID, parentName: root).count
+            } else {
+                items = try tx.records(zoneRowID: zone.rowID, recordType: "Item").count
+            }
+            let owner = try tx.user(recordName: zone.ownerRecordName)?.name ?? "someone"
+            let state: SharePageState.Viewer = viewer == nil ? .signedOut : isOwner ? .owner
+                : participant?.status == .accepted ? .joined : .canJoin
+            let permission = SharePermission(rawValue: claims.permission) ?? .readOnly
+            let granted = invited ? (participant?.permission ?? permission) : permission
+            return .valid(title: share.title, owner: owner, linkPermission: granted,
+                          items: items, rootRecordName: share.rootRecordName, viewer: state)
+        }
+    }
+
+    func sharePage(_ request: HTTPRequest, token: String) throws -> HTTPResponse {
+        let url = Self.shareURL(publicURL: publicURL, token: token)
+        let next = "/share/" + token
+        let terminal = "<p class=\"terminal\">In a terminal: <code>lattice accept \(html(url))</code></p>"
+        let signIn = "<p class=\"actions\"><a class=\"button\" href=\"/#signup&amp;next=\(html(next))\">Sign up to join</a> "
+            + "<a class=\"button secondary\" href=\"/#next=\(html(next))\">Sign in</a></p>"
+        let cause = ShareTokenError.invalid.description
+        switch try sharePageState(request, token: token) {
+        case .invalid:
+            return page(status: 404, title: "This link does not work", body: """
+                <h1>This link does not work</h1>
+                <p class="cause">\(html(cause.prefix(1).uppercased() + cause.dropFirst())).</p>
+                <p>Ask the person who sent it for a new link.</p>
+                """)
+        case .notForYou(let signedIn):
+            return page(status: 403, title: "This link is not for you", body: """
+                <h1>This link is not for you</h1>
+                <p>Only people the owner invited can open it\(signedIn ? "" : ". If you were invited, sign in first").</p>
+                \(signedIn ? "" : signIn)
+                """)
+        case .valid(let title, let owner, let permission, let items, let root, let viewer):
+            let access = permission == .readWrite ? "You can view and edit this list." : "You can view this list."
+            let action: String
+            switch viewer {
+            case .signedOut: action = signIn
+            case .canJoin:
+                action = "<p class=\"actions\"><button type=\"button\" id=\"join\" class=\"button\">Join</button></p>"
+                    + "<p id=\"status\" role=\"status\"></p>"
+            case .joined:
+                action = "<p>You have joined this list. <a class=\"button\" href=\"/#list=\(html(root ?? ""))\">Open it</a></p>"
+            case .owner:
+                action = "<p>This is your list. <a class=\"button\" href=\"/#list=\(html(root ?? ""))\">Open it</a></p>"
+            }
+            return page(status: 200, title: title.isEmpty ? "A shared list" : title, body: """
+                <h1 id="title">\(html(title.isEmpty ? "A shared list" : title))</h1>
+                <p id="owner">Shared by <strong>\(html(owner))</strong></p>
+                <p id="access">\(html(access))</p>
+                <p id="count">\(items) \(items == 1 ? "item" : "items")</p>
+                \(action)
+                \(terminal)
+                """)
+        }
+    }
+
+    private func page(status: Int, title: String, body: String) -> HTTPResponse {
+        let text = """
+            <!doctype html>
+            <html lang="en">
+            <head>
+            <meta charset="utf-8">
+            <meta name="viewport" content="width=device-width, initial-scale=1">
+            <title>\(html(title)) · Lattice</title>
+            <link rel="icon" href="/web/favicon.svg" type="image/svg+xml">
+            <link rel="stylesheet" href="/web/style.css">
+            <script type="module" src="/web/share.js"></script>
+            </head>
+            <body>
+            <main class="page share">
+            \(body)
+            </main>
+            </body>
+            </html>
+
+            """
+        return HTTPResponse(status: status, headers: [(name: "Content-Type", value: "text/html; charset=utf-8"),
+                                                      (name: "Cache-Control", value: "no-store"),
+                                                      (name: "Vary", value: "Accept, Cookie")],
+                            body: Array(text.utf8))
+    }
+
+    /// Text escaped for HTML element content and quoted attribute values.
+    func html<S: StringProtocol>(_ text: S) -> String {
+        var out = ""
+        out.reserveCapacity(text.utf8.count)
+        for character in text {
+            switch character {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "'": out += "&#39;"
+            default: out.append(character)
+            }
+        }
+        return out
+    }
+}

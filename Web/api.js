@@ -1,0 +1,74 @@
+// The HTTP API as the pages use it: the session cookie (HttpOnly, sent by the browser) plus the
+// session's CSRF value in X-Lattice-CSRF on every request. No other origin is ever contacted.
+
+export class ApiError extends Error {
+  constructor(code, reason, status) {
+    super(reason || code || `HTTP ${status}`);
+    this.code = code || 'HTTP_' + status;
+    this.reason = reason || `the server answered ${status}`;
+    this.status = status;
+  }
+}
+
+async function answer(response) {
+  let json = {};
+  try { json = await response.json(); } catch (_) { json = {}; }
+  if (!response.ok) throw new ApiError(json.serverErrorCode, json.reason, response.status);
+  return json;
+}
+
+/** The signed-in session ({name, userRecordName, csrfToken, container, environment}), or null. */
+export async function currentSession() {
+  const response = await fetch('/auth/session', { credentials: 'same-origin', headers: { Accept: 'application/json' } });
+  if (response.status === 421 || response.status === 401) return null;
+  return answer(response);
+}
+
+/** Requests that make a session carry X-Lattice-CSRF (any value) and come from this origin. */
+async function postWithoutSession(path, body) {
+  return answer(await fetch(path, {
+    method: 'POST', credentials: 'same-origin',
+    headers: { 'Content-Type': 'application/json', 'X-Lattice-CSRF': 'new-session' },
+    body: JSON.stringify(body),
+  }));
+}
+
+export function signUp(name) { return postWithoutSession('/auth/signup', { name, session: true }); }
+export function exchangeSignInLink(secret) { return postWithoutSession('/auth/link', { secret }); }
+
+export class Api {
+  constructor(session) {
+    this.session = session;
+    this.base = `/database/1/${encodeURIComponent(session.container)}/${encodeURIComponent(session.environment)}/`;
+  }
+
+  async call(database, operation, body = {}, signal = undefined) {
+    return answer(await fetch(this.base + database + '/' + operation, {
+      method: 'POST', credentials: 'same-origin', signal,
+      headers: { 'Content-Type': 'application/json', 'X-Lattice-CSRF': this.session.csrfToken },
+      body: JSON.stringify(body),
+    }));
+  }
+
+  async signOut() {
+    return answer(await fetch('/auth/signout', {
+      method: 'POST', credentials: 'same-origin',
+      headers: { 'Content-Type': 'application/json', 'X-Lattice-CSRF': this.session.csrfToken }, body: '{}',
+    }));
+  }
+}
+
+/** The part of location.hash after `key=`, up to the next `&`, or null. */
+export function hashValue(key) {
+  for (const part of location.hash.replace(/^#/, '').split('&')) {
+    if (part.startsWith(key + '=')) return decodeURIComponent(part.slice(key.length + 1));
+    if (part === key) return '';
+  }
+  return null;
+}
+
+/** A `next` page to go to after signing in: only this server's share pages and the home page. */
+export function safeNext(value) {
+  if (typeof value !== 'string') return null;
+  return /^\/share\/[A-Za-z0-9._~-]+$/.test(value) ? value : null;
+}
