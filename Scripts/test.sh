@@ -61,6 +61,9 @@ phase "the haproxy test"
 
 swift test --skip-build --filter AttackSuiteTests
 phase "the attack suite"
+# Headless Chromium against a real server: share pages, the web client, sessions (issue 15).
+bash Scripts/browser-tests.sh
+phase "the browser tests"
 # A third-party fuzzer against a real server and Docs/openapi.json (a fixed seed, bounded examples).
 bash Scripts/schemathesis.sh
 phase "schemathesis"

@@ -166,6 +166,9 @@ func runServe(_ arguments: [String]) throws {
     }
 
     options.publicURL = publicURL
+    // The web client's files: $LATTICE_WEB_ROOT, else found from this binary (Docs/Web.md).
+    options.service.webRoot = options.service.webRoot
+        ?? StaticFiles.currentExecutablePath.flatMap(StaticFiles.webRoot(executablePath:))
     let server = try ServerProcess(options)
     print("listening on \(server.url)")
     fflush(nil) // flush stdout: a supervisor reading the pipe sees the line now
