@@ -167,36 +167,19 @@ enum PostgresCeiling {
             return name
         }
 
-        var sequence: [Int64: Int64] = [:]
-        var written = 0
-        var transactions = 0
-        var latencies: [Double] = []
-        let began = monotonicNanoseconds()
-        let deadline = began &+ UInt64(budgetSeconds * 1e9)
-        let total = rows.isEmpty ? 0 : max(target, rows.count)
-        while written < total && monotonicNanoseconds() < deadline {
-            let end = min(written + batch, total)
+        // Prepared before the clock starts, as SQLite's statement is (a shorter last batch prepares its own).
+        if !rows.isEmpty { _ = try statement(min(batch, max(target, rows.count))) }
+        return try StorageCeiling.drive(rows: rows, target: target, batch: batch, budgetSeconds: budgetSeconds) { entries in
             var values: [(bytes: [UInt8], binary: Bool)] = []
-            values.reserveCapacity((end - written) * 4)
-            for position in written..<end {
-                let row = rows[position % rows.count]
-                let zone = row.zone + Int64(position / rows.count) * 1_000_000
-                let seq = (sequence[zone] ?? 0) + 1
-                sequence[zone] = seq
-                values.append((Array(String(zone).utf8), false))
-                values.append((Array(row.name.utf8), false))
-                values.append((row.frame, true))
-                values.append((Array(String(seq).utf8), false))
+            values.reserveCapacity(entries.count * 4)
+            for entry in entries {
+                values.append((Array(String(entry.zone).utf8), false))
+                values.append((Array(entry.row.name.utf8), false))
+                values.append((entry.row.frame, true))
+                values.append((Array(String(entry.seq).utf8), false))
             }
-            let name = try statement(end - written)
-            let transactionBegan = monotonicNanoseconds()
-            try connection.runPrepared(name, values) // one statement: its own transaction, committed durably
-            latencies.append(Double(monotonicNanoseconds() - transactionBegan) / 1e9)
-            written = end
-            transactions += 1
+            try connection.runPrepared(try statement(entries.count), values) // one statement: its own transaction, committed durably
         }
-        let seconds = Double(monotonicNanoseconds() - began) / 1e9
-        return StorageCeiling.Result(rows: written, transactions: transactions, seconds: seconds, latencies: latencies)
     }
 }
 

@@ -204,6 +204,38 @@ enum StorageCeiling {
         defer { sqlite3_finalize(insert) }
         let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self) // SQLITE_TRANSIENT
 
+        return try drive(rows: rows, target: target, batch: batch, budgetSeconds: budgetSeconds) { entries in
+            try execute("BEGIN IMMEDIATE")
+            for entry in entries {
+                sqlite3_reset(insert)
+                sqlite3_bind_int64(insert, 1, entry.zone)
+                var name = entry.row.name
+                try name.withUTF8 { utf8 in
+                    try check(sqlite3_bind_text(insert, 2, UnsafeRawPointer(utf8.baseAddress!).assumingMemoryBound(to: CChar.self),
+                                                Int32(utf8.count), transient), "bind name")
+                }
+                try entry.row.frame.withUnsafeBytes { raw in
+                    try check(sqlite3_bind_blob(insert, 3, raw.baseAddress, Int32(raw.count), transient), "bind frame")
+                }
+                sqlite3_bind_int64(insert, 4, entry.seq)
+                try check(sqlite3_step(insert), "insert", SQLITE_DONE)
+            }
+            try execute("COMMIT")
+        }
+    }
+
+    /// One row of a ceiling's batch: the row, its zone for this pass and its next position there.
+    struct Entry {
+        let row: CeilingRow
+        let zone: Int64
+        let seq: Int64
+    }
+
+    /// Hands `commit` batches of `batch` entries until `target` rows (at least every row once) are written or
+    /// `budgetSeconds` pass (checked between transactions), timing each call as one transaction. Each pass
+    /// over `rows` writes into zones of its own, so names stay unique.
+    static func drive(rows: [CeilingRow], target: Int, batch: Int, budgetSeconds: Double,
+                      commit: ([Entry]) throws -> Void) throws -> Result {
         var sequence: [Int64: Int64] = [:]
         var written = 0
         var transactions = 0
@@ -212,28 +244,16 @@ enum StorageCeiling {
         let deadline = began &+ UInt64(budgetSeconds * 1e9)
         let total = rows.isEmpty ? 0 : max(target, rows.count)
         while written < total && monotonicNanoseconds() < deadline {
-            let transactionBegan = monotonicNanoseconds()
-            try execute("BEGIN IMMEDIATE")
             let end = min(written + batch, total)
-            for position in written..<end {
+            let entries = (written..<end).map { position -> Entry in
                 let row = rows[position % rows.count]
                 let zone = row.zone + Int64(position / rows.count) * 1_000_000
                 let seq = (sequence[zone] ?? 0) + 1
                 sequence[zone] = seq
-                sqlite3_reset(insert)
-                sqlite3_bind_int64(insert, 1, zone)
-                var name = row.name
-                try name.withUTF8 { utf8 in
-                    try check(sqlite3_bind_text(insert, 2, UnsafeRawPointer(utf8.baseAddress!).assumingMemoryBound(to: CChar.self),
-                                                Int32(utf8.count), transient), "bind name")
-                }
-                try row.frame.withUnsafeBytes { raw in
-                    try check(sqlite3_bind_blob(insert, 3, raw.baseAddress, Int32(raw.count), transient), "bind frame")
-                }
-                sqlite3_bind_int64(insert, 4, seq)
-                try check(sqlite3_step(insert), "insert", SQLITE_DONE)
+                return Entry(row: row, zone: zone, seq: seq)
             }
-            try execute("COMMIT")
+            let transactionBegan = monotonicNanoseconds()
+            try commit(entries)
             latencies.append(Double(monotonicNanoseconds() - transactionBegan) / 1e9)
             written = end
             transactions += 1

@@ -44,28 +44,40 @@ public enum StorageValue: Sendable, Hashable {
 }
 
 /// The tables of a deployment, in an order in which each table's references point only at tables before
-/// it, with the columns every backend has under the same names.
+/// it, with the columns every backend has under the same names and the key rows are exported by (logs by
+/// position, so a copy keeps positions ascending; text keys compare bytewise on every backend).
 public enum StorageTables {
-    public static let all: [(name: String, columns: [String])] = [
-        ("metadata", ["key", "value"]),
-        ("nodes", ["name", "replica_id", "clock_latest", "created_ms"]),
-        ("users", ["id", "record_name", "name", "created_ms"]),
-        ("tokens", ["hash", "user_id", "created_ms", "id", "expires_ms"]),
-        ("signups", ["address", "created_ms"]),
-        ("databases", ["id", "kind", "environment", "owner_id", "last_seq", "purged_seq", "bytes_used"]),
+    public typealias Table = (name: String, columns: [String], order: String)
+
+    public static let all: [Table] = [
+        ("metadata", ["key", "value"], "key"),
+        ("nodes", ["name", "replica_id", "clock_latest", "created_ms"], "name"),
+        ("users", ["id", "record_name", "name", "created_ms"], "id"),
+        ("tokens", ["hash", "user_id", "created_ms", "id", "expires_ms"], "hash"),
+        ("signups", ["address", "created_ms"], "address, created_ms"),
+        ("databases", ["id", "kind", "environment", "owner_id", "last_seq", "purged_seq", "bytes_used"], "id"),
         ("zones", ["id", "database_id", "name", "owner_record_name", "deleted", "last_seq", "purged_seq", "db_seq",
-                   "created_ms", "modified_ms"]),
+                   "created_ms", "modified_ms"], "id"),
         ("records", ["zone_id", "name", "record_type", "frame", "deleted", "seq", "created_ms", "created_by",
-                     "modified_ms", "modified_by", "parent_name"]),
+                     "modified_ms", "modified_by", "parent_name"], "zone_id, seq"),
         ("client_operations", ["user_id", "operation_id", "request_hash", "status", "response", "created_ms",
-                               "database_id", "charged_bytes"]),
+                               "database_id", "charged_bytes"], "user_id, operation_id"),
         ("shares", ["id", "public_id", "zone_id", "record_name", "root_record_name", "owner_id", "title",
-                    "public_permission", "url_epoch", "deleted", "last_seq", "created_ms"]),
-        ("share_participants", ["share_id", "user_id", "role", "permission", "status", "modified_ms"]),
-        ("share_link_uses", ["token_id", "share_id", "uses"]),
-        ("share_records", ["share_id", "record_name", "member", "seq"]),
-        ("shared_zones", ["database_id", "share_id", "deleted", "db_seq"]),
+                    "public_permission", "url_epoch", "deleted", "last_seq", "created_ms"], "id"),
+        ("share_participants", ["share_id", "user_id", "role", "permission", "status", "modified_ms"],
+         "share_id, user_id"),
+        ("share_link_uses", ["token_id", "share_id", "uses"], "token_id"),
+        ("share_records", ["share_id", "record_name", "member", "seq"], "share_id, seq"),
+        ("shared_zones", ["database_id", "share_id", "deleted", "db_seq"], "database_id, share_id"),
     ]
+
+    /// The table of this name; a name not in `all` (never spliced into SQL) is refused.
+    public static func table(_ name: String) throws -> Table {
+        guard let table = all.first(where: { $0.name == name }) else {
+            throw StorageError.failure("no table \(name) to copy")
+        }
+        return table
+    }
 }
 
 extension Storage {

@@ -883,26 +883,9 @@ final class PostgresTransaction: StorageTransaction {
 
     // MARK: Copying a deployment
 
-    /// Each table's key, the order rows are exported in (logs by position), as SQLite exports them; text
-    /// keys compare bytewise on both.
-    private static let exportOrder: [String: String] = [
-        "metadata": "key", "nodes": "name", "users": "id", "tokens": "hash", "signups": "address, created_ms",
-        "databases": "id", "zones": "id", "records": "zone_id, seq", "client_operations": "user_id, operation_id",
-        "shares": "id", "share_participants": "share_id, user_id", "share_link_uses": "token_id",
-        "share_records": "share_id, seq", "shared_zones": "database_id, share_id",
-    ]
-
-    private func columns(of table: String) throws -> [String] {
-        guard let entry = StorageTables.all.first(where: { $0.name == table }) else {
-            throw StorageError.failure("no table \(table) to copy")
-        }
-        return entry.columns
-    }
-
     /// Reads the table through a cursor of this transaction, 1,000 rows per batch (one pass, however large).
     func exportRows(table: String, _ body: ([[StorageValue]]) throws -> Void) throws {
-        let columns = try columns(of: table)
-        guard let order = Self.exportOrder[table] else { throw StorageError.failure("no export order for \(table)") }
+        let (_, columns, order) = try StorageTables.table(table)
         exportCursors += 1
         let cursor = "lattice_export_\(exportCursors)"
         try execute("DECLARE \(cursor) NO SCROLL CURSOR FOR SELECT \(columns.joined(separator: ", ")) FROM \(table) "
@@ -918,7 +901,7 @@ final class PostgresTransaction: StorageTransaction {
 
     /// Multi-row INSERTs of up to 500 rows, every value bound (types from the table's columns).
     func insertRows(table: String, _ rows: [[StorageValue]]) throws {
-        let columns = try columns(of: table)
+        let columns = try StorageTables.table(table).columns
         for row in rows where row.count != columns.count {
             throw StorageError.failure("a row of \(row.count) values for the \(columns.count) columns of \(table)")
         }
@@ -949,7 +932,7 @@ final class PostgresTransaction: StorageTransaction {
     }
 
     func rowCount(table: String) throws -> Int {
-        _ = try columns(of: table)
+        _ = try StorageTables.table(table)
         return Int(try rows("SELECT COUNT(*) FROM \(table)").first?[0].integer ?? 0)
     }
 

@@ -783,18 +783,9 @@ struct SQLiteTransaction: StorageTransaction {
     /// One writer at a time holds every lock there is.
     func tryExclusiveLock(_ name: String) throws -> Bool { true }
 
-    private func columns(of table: String) throws -> [String] {
-        guard let entry = StorageTables.all.first(where: { $0.name == table }) else {
-            throw StorageError.failure("no table \(table) to copy")
-        }
-        return entry.columns
-    }
-
     func exportRows(table: String, _ body: ([[StorageValue]]) throws -> Void) throws {
-        let columns = try columns(of: table)
-        // Keyed in each table's natural order (logs by position), so a copy keeps positions ascending.
-        let statement = try db.prepare("SELECT \(columns.joined(separator: ", ")) FROM \(table) ORDER BY \(columns[0])"
-                                       + (table == "records" || table == "share_records" ? ", seq" : ""))
+        let (_, columns, order) = try StorageTables.table(table)
+        let statement = try db.prepare("SELECT \(columns.joined(separator: ", ")) FROM \(table) ORDER BY \(order)")
         var batch: [[StorageValue]] = []
         while try statement.step() {
             batch.append(statement.row().map(\.neutral))
@@ -807,7 +798,7 @@ struct SQLiteTransaction: StorageTransaction {
     }
 
     func insertRows(table: String, _ rows: [[StorageValue]]) throws {
-        let columns = try columns(of: table)
+        let columns = try StorageTables.table(table).columns
         let placeholders = Array(repeating: "?", count: columns.count).joined(separator: ", ")
         let statement = try db.cached("INSERT INTO \(table)(\(columns.joined(separator: ", "))) VALUES (\(placeholders))")
         for row in rows {
@@ -822,7 +813,7 @@ struct SQLiteTransaction: StorageTransaction {
     func finishImport() throws {}
 
     func rowCount(table: String) throws -> Int {
-        _ = try columns(of: table)
+        _ = try StorageTables.table(table)
         return Int(try rows("SELECT COUNT(*) FROM \(table)").first?[0].integer ?? 0)
     }
 
