@@ -920,7 +920,9 @@ def main():
                      "the first tab (where sign-in began) goes back to the share page too")
             fb.close()
             fb.switch_to.window(second)
-            fb.find_element(By.ID, "join").click()
+            check_accessibility(fb, "share page, invited, with Join")
+            tab_to(fb, has_id("join"), "the Join button")  # joined by keyboard
+            press(fb, Keys.ENTER)
             wait_for(fb, lambda d: d.execute_script("return document.body.dataset.ready") == "true"
                      and d.find_elements(By.ID, "list-title") and d.find_element(By.ID, "list-title").text == "Surprise party",
                      "after Join the list is open in frank's web client")
@@ -938,6 +940,7 @@ def main():
             check("Surprise" not in fb.page_source, "the title leaked to gina")
             check(not fb.find_elements(By.ID, "join") and not fb.find_elements(By.LINK_TEXT, "Sign in"),
                   "gina, signed in, is offered neither Join nor sign-in")
+            check_accessibility(fb, "not-for-you page, signed in")
             fb.quit()
             drivers.remove(fb)
 
