@@ -3,6 +3,7 @@
 # Installs chromium and chromium-driver (apt) and selenium (pip, into .build/browser-venv) when missing,
 # builds the lattice binary if needed, then runs Tests/BrowserTests/browser_tests.py. Screenshots go to
 # Docs/images/ (SCREENSHOTS=DIR to change). Exit status: 0 when every browser test passed.
+# Usage: Scripts/browser-tests.sh [-k TEXT]...   (-k: only the tests whose name contains TEXT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,4 +26,4 @@ if [[ ! -x "$bin" ]]; then
 fi
 
 LATTICE_BIN="$bin" LATTICE_WEB="$PWD/Web" SCREENSHOTS="${SCREENSHOTS:-$PWD/Docs/images}" \
-    timeout 600 "$venv/bin/python" Tests/BrowserTests/browser_tests.py
+    timeout 1200 "$venv/bin/python" Tests/BrowserTests/browser_tests.py "$@"

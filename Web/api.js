@@ -67,8 +67,43 @@ export function hashValue(key) {
   return null;
 }
 
-/** A `next` page to go to after signing in: only this server's share pages and the home page. */
+/**
+ * A `next` page to go to after signing in: only a relative path to one of this server's share pages
+ * (`/share/` and a token), never another origin (`//host`, `https:`), a scheme or a dot segment.
+ */
 export function safeNext(value) {
   if (typeof value !== 'string') return null;
-  return /^\/share\/[A-Za-z0-9._~-]+$/.test(value) ? value : null;
+  return /^\/share\/[A-Za-z0-9_-][A-Za-z0-9._~-]*$/.test(value) ? value : null;
+}
+
+// The page to come back to is kept in localStorage (this origin only) for as long as a sign-in link
+// works, so a link opened in another tab, or typed into this one, comes back to the share page too.
+const NEXT_KEY = 'lattice.next';
+const NEXT_LIFETIME_MS = 10 * 60 * 1000;
+const SIGNED_IN_KEY = 'lattice.signedIn';
+
+/** Remembers a share page to come back to after signing in (anything else is ignored). */
+export function rememberNext(value) {
+  const next = safeNext(value);
+  if (next) localStorage.setItem(NEXT_KEY, JSON.stringify({ path: next, until: Date.now() + NEXT_LIFETIME_MS }));
+}
+
+/** The remembered share page, once (it is forgotten here), if it is still fresh and safe; else null. */
+export function takeNext() {
+  const stored = localStorage.getItem(NEXT_KEY);
+  localStorage.removeItem(NEXT_KEY);
+  try {
+    const { path, until } = JSON.parse(stored || 'null') || {};
+    return typeof until === 'number' && until > Date.now() ? safeNext(path) : null;
+  } catch (_) {
+    return null;
+  }
+}
+
+/** Tells this origin's other tabs that this browser just signed in (they reload: `onSignedIn`). */
+export function announceSignIn() { localStorage.setItem(SIGNED_IN_KEY, String(Date.now())); }
+
+/** Calls `action` when another tab of this origin signs in. */
+export function onSignedIn(action) {
+  window.addEventListener('storage', (event) => { if (event.key === SIGNED_IN_KEY) action(); });
 }

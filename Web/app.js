@@ -1,7 +1,7 @@
 // The web client: the account's lists, kept current by changes/* feeds and a changes/wait long poll.
 // Writes send plain values and list add/remove operations (records/modify); the server stamps them.
 // Every piece of user text is put on screen with textContent, never as HTML.
-import { Api, ApiError, currentSession, exchangeSignInLink, hashValue, safeNext } from './api.js';
+import { Api, ApiError, currentSession, exchangeSignInLink, hashValue, safeNext, takeNext, announceSignIn } from './api.js';
 
 const LIST_ZONE = 'Lists';
 const state = {
@@ -23,6 +23,8 @@ const state = {
   changed: false,
   /** an open inline form: {kind: 'title' | 'text' | 'tag', id} */
   editing: null,
+  /** the id of the control to focus after the next render (a closed form's opener, say) */
+  focusAfter: null,
 };
 
 const $ = (id) => document.getElementById(id);
@@ -272,6 +274,7 @@ async function createList(title) {
     const result = (reply.records || [])[0] || {};
     if (result.serverErrorCode) throw new ApiError(result.serverErrorCode, result.reason, 200);
     await refresh();
+    state.focusAfter = 'new-item'; // the next thing to do: add its first item
     open(id);
   } catch (error) {
     notice('Not created: ' + (error.reason || error.message), true);
@@ -318,8 +321,13 @@ async function shareModify(list, participants, extra = {}) {
 // MARK: Rendering
 
 const permissionWords = { owner: 'owner', readWrite: 'can edit', readOnly: 'can view' };
+const roleWords = { owner: 'owner', administrator: 'administrator', privateUser: 'invited', publicUser: 'joined by link' };
 
-/** Re-renders from the records, keeping what the person is typing (inputs by id) and the focus. */
+/**
+ * Re-renders from the records, keeping what the person is typing (inputs by id) and the focus: every
+ * control has a stable id, so a keyboard user's place survives live updates; `state.focusAfter` moves
+ * the focus on purpose (back to the button that opened a form that closed, say).
+ */
 function render() {
   const kept = new Map();
   for (const input of document.querySelectorAll('main input[id], main select[id]')) {
@@ -336,7 +344,9 @@ function render() {
       input.value = value;
     }
   }
-  if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
+  const target = (state.focusAfter && document.getElementById(state.focusAfter)) || (focused && document.getElementById(focused));
+  state.focusAfter = null;
+  if (target && target !== document.activeElement) target.focus();
 }
 
 function renderAll() {
@@ -353,7 +363,7 @@ function renderAll() {
 
   const nav = $('lists');
   nav.replaceChildren(...all.map((list) => el('li', {},
-    el('button', { type: 'button', class: 'list-link' + (list.id === state.openList ? ' current' : ''),
+    el('button', { type: 'button', id: 'list-' + list.id, class: 'list-link' + (list.id === state.openList ? ' current' : ''),
                    'aria-current': list.id === state.openList ? 'true' : false, 'data-list': list.id,
                    onclick: () => open(list.id) },
       el('span', { class: 'title', text: list.title || '(untitled)' }),
@@ -393,7 +403,7 @@ function renderList(list) {
   const rows = items(list).map((item) => renderItem(list, item, canEdit));
   const children = [heading, tools];
   if (state.editing && state.editing.kind === 'title' && state.editing.id === list.id) {
-    children.push(editForm('rename', 'New title', list.title, (title) => rename(list, title)));
+    children.push(editForm('rename', 'New title', list.title, 'rename', (title) => rename(list, title)));
   }
   if (state.sharePanel && list.access === 'owner') children.push(renderSharePanel(list));
   children.push(el('ul', { id: 'items', class: 'items' }, ...rows));
@@ -408,59 +418,70 @@ function renderItem(list, item, canEdit) {
   const row = el('li', { class: 'item' + (item.done ? ' done' : ''), 'data-item': item.id },
     box, el('label', { for: 'done-' + item.id, class: 'text', text: item.text }));
   const tags = el('span', { class: 'tags' });
-  for (const tag of item.tags) {
+  item.tags.forEach((tag, index) => {
     const chip = el('span', { class: 'tag' }, el('span', { text: '#' + tag }));
-    if (canEdit) chip.append(el('button', { type: 'button', class: 'tag-remove', 'aria-label': `Remove tag ${tag}`,
-                                            onclick: () => changeTags(list, item, [], [tag]) }, document.createTextNode('×')));
+    if (canEdit) chip.append(el('button', { type: 'button', class: 'tag-remove', id: `untag-${item.id}-${index}`,
+                                            'aria-label': `Remove tag ${tag}`, onclick: () => {
+                                              state.focusAfter = 'tag-' + item.id;
+                                              changeTags(list, item, [], [tag]);
+                                            } }, document.createTextNode('×')));
     tags.append(chip);
-  }
+  });
   row.append(tags);
   if (canEdit) {
     row.append(el('span', { class: 'item-tools' },
-      el('button', { type: 'button', class: 'button small secondary edit', 'aria-label': `Edit ${item.text}`, onclick: () => {
+      el('button', { type: 'button', class: 'button small secondary edit', id: 'edit-' + item.id, 'aria-label': `Edit ${item.text}`, onclick: () => {
         state.editing = { kind: 'text', id: item.id };
         render();
         $('edit-input').focus();
       } }, document.createTextNode('Edit')),
-      el('button', { type: 'button', class: 'button small secondary add-tag', 'aria-label': `Add a tag to ${item.text}`, onclick: () => {
+      el('button', { type: 'button', class: 'button small secondary add-tag', id: 'tag-' + item.id, 'aria-label': `Add a tag to ${item.text}`, onclick: () => {
         state.editing = { kind: 'tag', id: item.id };
         render();
         $('tag-input').focus();
       } }, document.createTextNode('+ Tag')),
-      el('button', { type: 'button', class: 'button small danger remove', 'aria-label': `Remove ${item.text}`,
-                     onclick: () => removeItem(list, item) }, document.createTextNode('Remove'))));
+      el('button', { type: 'button', class: 'button small danger remove', id: 'remove-' + item.id, 'aria-label': `Remove ${item.text}`,
+                     onclick: () => {
+                       // The focus goes on to the next item's box (or the previous one's, or the new-item field).
+                       const all = items(list);
+                       const at = all.findIndex((i) => i.id === item.id);
+                       const neighbour = all[at + 1] || all[at - 1];
+                       state.focusAfter = neighbour ? 'done-' + neighbour.id : 'new-item';
+                       removeItem(list, item);
+                     } }, document.createTextNode('Remove'))));
   }
   if (canEdit && state.editing && state.editing.id === item.id) {
     if (state.editing.kind === 'text') {
-      row.append(editForm('edit', 'Item text', item.text, (text) => { if (text !== item.text) setText(list, item, text); }));
+      row.append(editForm('edit', 'Item text', item.text, 'edit-' + item.id, (text) => { if (text !== item.text) setText(list, item, text); }));
     } else if (state.editing.kind === 'tag') {
-      row.append(editForm('tag', 'New tag', '', (tag) => changeTags(list, item, [tag], [])));
+      row.append(editForm('tag', 'New tag', '', 'tag-' + item.id, (tag) => changeTags(list, item, [tag], [])));
     }
   }
   return row;
 }
 
-/** An inline form with one text field; Escape or Cancel closes it. */
-function editForm(name, label, value, save) {
+/** An inline form with one text field; Escape or Cancel closes it, and the focus goes back to `opener`. */
+function editForm(name, label, value, opener, save) {
   const input = el('input', { id: name + '-input', maxlength: 1000 });
   input.value = value;
-  const close = () => { state.editing = null; render(); };
+  const close = () => { state.editing = null; state.focusAfter = opener; render(); };
   input.addEventListener('keydown', (event) => { if (event.key === 'Escape') close(); });
   return el('form', { class: 'inline edit-form', id: name + '-form', onsubmit: (event) => {
     event.preventDefault();
     const text = input.value.trim();
     state.editing = null;
+    state.focusAfter = opener;
     if (text) save(text); else render();
   } }, el('label', { for: name + '-input', text: label }), input,
-  el('button', { type: 'submit', class: 'button small', text: 'Save' }),
-  el('button', { type: 'button', class: 'button small secondary', text: 'Cancel', onclick: close }));
+  el('button', { type: 'submit', class: 'button small', id: name + '-save', text: 'Save' }),
+  el('button', { type: 'button', class: 'button small secondary', id: name + '-cancel', text: 'Cancel', onclick: close }));
 }
 
 /** A button that asks again in place (no dialog) before it acts. */
 function confirmButton(id, label, question, action) {
   const button = el('button', { type: 'button', class: 'button danger', id }, document.createTextNode(label));
   button.addEventListener('click', () => {
-    if (button.dataset.armed === 'true') { action(); return; }
+    if (button.dataset.armed === 'true') { state.focusAfter = 'new-list-title'; action(); return; }
     button.dataset.armed = 'true';
     button.textContent = question + '? Press again';
     setTimeout(() => { if (button.isConnected) { button.dataset.armed = ''; button.textContent = label; } }, 5000);
@@ -485,7 +506,7 @@ function renderAddForm(list) {
   } },
   el('label', { for: 'new-item', text: 'Add an item' }), text,
   el('label', { for: 'new-item-tags', class: 'visually-hidden', text: 'Tags' }), tags,
-  el('button', { type: 'submit', class: 'button', text: 'Add' }));
+  el('button', { type: 'submit', class: 'button', id: 'add-item-button', text: 'Add' }));
 }
 
 function renderSharePanel(list) {
@@ -498,22 +519,20 @@ function renderSharePanel(list) {
     el('option', { value: '86400', text: 'expires in 1 day' }), el('option', { value: '604800', text: 'expires in 7 days' }));
   const single = el('input', { type: 'checkbox', id: 'link-single' });
   const output = el('input', { id: 'link-url', readonly: true, 'aria-label': 'Share link' });
-  const copy = el('button', { type: 'button', class: 'button secondary', id: 'copy-link', onclick: async () => {
-    try { await navigator.clipboard.writeText(output.value); notice('Link copied.'); }
-    catch (_) { output.select(); notice('Select the link and copy it.'); }
-  } }, document.createTextNode('Copy'));
+  const copy = el('button', { type: 'button', class: 'button secondary', id: 'copy-link', disabled: !state.sharePanel.url,
+                              onclick: () => copyLink(output) }, document.createTextNode('Copy'));
   panel.append(el('form', { class: 'inline', id: 'link-form', onsubmit: async (event) => {
     event.preventDefault();
     try {
       const reply = await makeLink(list, permission.value, Number(expiry.value) || 0, single.checked);
-      output.value = reply.url;
-      state.sharePanel.url = reply.url;
+      // The panel may have been redrawn meanwhile (the new share arrived): show the link by redrawing.
+      if (state.sharePanel) { state.sharePanel.url = reply.url; render(); }
     } catch (error) { notice('No link: ' + (error.reason || error.message), true); }
   } },
   el('label', { for: 'link-permission', text: 'Anyone with the link' }), permission,
   el('label', { for: 'link-expiry', class: 'visually-hidden', text: 'Expiry' }), expiry,
   el('span', { class: 'check' }, single, el('label', { for: 'link-single', text: 'single use' })),
-  el('button', { type: 'submit', class: 'button', text: 'Make link' })));
+  el('button', { type: 'submit', class: 'button', id: 'make-link', text: 'Make link' })));
   if (state.sharePanel.url) output.value = state.sharePanel.url;
   panel.append(el('p', { class: 'inline' }, output, copy));
 
@@ -530,7 +549,7 @@ function renderSharePanel(list) {
     } catch (error) { notice('Not invited: ' + (error.reason || error.message), true); }
   } }, el('label', { for: 'invite-name', text: 'Invite by user name' }), name,
   el('label', { for: 'invite-permission', class: 'visually-hidden', text: 'Permission' }), invitePermission,
-  el('button', { type: 'submit', class: 'button', text: 'Invite' })));
+  el('button', { type: 'submit', class: 'button', id: 'invite-button', text: 'Invite' })));
 
   const people = el('ul', { id: 'participants', class: 'participants' });
   for (const p of state.sharePanel.participants || []) people.append(renderParticipant(list, p));
@@ -539,17 +558,39 @@ function renderSharePanel(list) {
   return panel;
 }
 
+/**
+ * Copies the link: the asynchronous clipboard (a secure context: https, or http on 127.0.0.1 or
+ * localhost), else the selection and the older copy command (plain http on another address, or a
+ * browser that refused the clipboard). Says which happened.
+ */
+async function copyLink(output) {
+  if (!output.value) return;
+  try {
+    if (!navigator.clipboard) throw new Error('no asynchronous clipboard here');
+    await navigator.clipboard.writeText(output.value);
+    notice('Link copied.');
+    return;
+  } catch (_) { /* the older way below */ }
+  output.focus();
+  output.select();
+  let copied = false;
+  try { copied = document.execCommand('copy'); } catch (_) { copied = false; }
+  if (copied) { const button = $('copy-link'); if (button) button.focus(); } // else the selected link keeps the focus
+  notice(copied ? 'Link copied.' : 'The link is selected: copy it with Ctrl+C (⌘C on a Mac).');
+}
+
 function renderParticipant(list, p) {
   const row = el('li', { 'data-participant': p.name },
     el('span', { class: 'name', text: p.name }),
-    el('span', { class: 'meta', text: ` ${p.role === 'owner' ? 'owner' : p.role} · ${permissionWords[p.permission] || p.permission} · ${p.acceptanceStatus}` }));
+    el('span', { class: 'meta', text: ` ${roleWords[p.role] || p.role} · ${permissionWords[p.permission] || p.permission} · ${p.acceptanceStatus}` }));
   if (p.role !== 'owner') {
-    const select = el('select', { 'aria-label': `Permission of ${p.name}`, onchange: async (event) => {
+    const select = el('select', { id: 'participant-permission-' + p.name, 'aria-label': `Permission of ${p.name}`, onchange: async (event) => {
       try { await shareModify(list, [{ operation: 'setPermission', userName: p.name, permission: event.target.value }]); await loadParticipants(list); }
       catch (error) { notice('Not changed: ' + (error.reason || error.message), true); await loadParticipants(list); }
     } }, el('option', { value: 'readOnly', text: 'can view', selected: p.permission === 'readOnly' }),
     el('option', { value: 'readWrite', text: 'can edit', selected: p.permission === 'readWrite' }));
-    row.append(select, el('button', { type: 'button', class: 'button small danger', 'aria-label': `Remove ${p.name}`, onclick: async () => {
+    row.append(select, el('button', { type: 'button', class: 'button small danger', id: 'participant-remove-' + p.name,
+                                      'aria-label': `Remove ${p.name}`, onclick: async () => {
       try { await shareModify(list, [{ operation: 'remove', userName: p.name }]); await loadParticipants(list); }
       catch (error) { notice('Not removed: ' + (error.reason || error.message), true); }
     } }, document.createTextNode('Remove')));
@@ -591,10 +632,11 @@ async function start() {
   const secret = hashValue('signin');
   if (secret) { // a sign-in link opened while signed in: switch to its account
     history.replaceState(null, '', '/');
-    try { await exchangeSignInLink(secret); } catch (error) { notice(error.reason, true); }
+    try { await exchangeSignInLink(secret); announceSignIn(); } catch (error) { notice(error.reason, true); }
   }
-  const next = safeNext(hashValue('next')) || safeNext(sessionStorage.getItem('lattice.next'));
-  sessionStorage.removeItem('lattice.next');
+  // A share page to go back to: this address's `#next`, or one remembered when sign-in began (only ever
+  // a relative /share/ path: safeNext).
+  const next = safeNext(hashValue('next')) || takeNext();
   if (next) { location.replace(next); return; }
   state.session = await currentSession();
   if (!state.session) { location.replace('/'); return; }
@@ -617,7 +659,7 @@ async function start() {
     const secret = hashValue('signin');
     if (secret) { // another account's sign-in link, opened in this tab
       history.replaceState(null, '', '/');
-      try { await exchangeSignInLink(secret); location.reload(); } catch (error) { notice(error.reason, true); }
+      try { await exchangeSignInLink(secret); announceSignIn(); location.reload(); } catch (error) { notice(error.reason, true); }
       return;
     }
     const list = hashValue('list');

@@ -1,8 +1,15 @@
-// The share page (rendered by the server): the Join button joins with the browser's session.
-import { Api, currentSession } from './api.js';
+// The share page (rendered by the server): the Join button joins with the browser's session. A page
+// that offers sign-in remembers itself, so signing in (here, in another tab, or with a sign-in link
+// typed into this one) comes back to it; it reloads when another tab signs in.
+import { Api, currentSession, rememberNext, onSignedIn } from './api.js';
 
 const join = document.getElementById('join');
 const status = document.getElementById('status');
+
+if (document.getElementById('signin-actions')) {
+  rememberNext(location.pathname);
+  onSignedIn(() => location.reload());
+}
 
 if (join) {
   join.addEventListener('click', async () => {
@@ -21,6 +28,7 @@ if (join) {
       status.textContent = error.reason || error.message;
       status.className = 'error';
       join.disabled = false;
+      join.focus();
     }
   });
 }

@@ -1,4 +1,4 @@
-import { signUp, exchangeSignInLink, hashValue, safeNext } from './api.js';
+import { signUp, exchangeSignInLink, hashValue, rememberNext, takeNext, announceSignIn, onSignedIn } from './api.js';
 
 const status = document.getElementById('status');
 
@@ -7,16 +7,15 @@ function say(text, isError = false) {
   status.className = isError ? 'error' : '';
 }
 
+/** Signed in: on to the share page this browser came from (if any, and only a share page), else home. */
 function goOn() {
-  const next = safeNext(sessionStorage.getItem('lattice.next'));
-  sessionStorage.removeItem('lattice.next');
-  location.replace(next || '/');
+  announceSignIn();
+  location.replace(takeNext() || '/');
 }
 
 /** What the address's fragment asks for: a page to come back to, sign-up, or a one-time sign-in link. */
 function followHash() {
-  const next = safeNext(hashValue('next'));
-  if (next) sessionStorage.setItem('lattice.next', next);
+  rememberNext(hashValue('next'));
   if (hashValue('signup') !== null) document.getElementById('signup-name').focus();
   const secret = hashValue('signin');
   if (secret) {
@@ -29,6 +28,9 @@ function followHash() {
 followHash();
 // Opening a link to this same page only changes the fragment: no new page load.
 window.addEventListener('hashchange', followHash);
+// Signed in from another tab (a sign-in link opened there): this tab reloads, and the web client, given
+// this tab's `#next`, goes back to the share page.
+onSignedIn(() => location.reload());
 
 document.getElementById('signup-form').addEventListener('submit', async (event) => {
   event.preventDefault();

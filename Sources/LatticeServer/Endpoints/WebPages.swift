@@ -101,7 +101,7 @@ extension LatticeService {
         let url = Self.shareURL(publicURL: publicURL, token: token)
         let next = "/share/" + token
         let terminal = "<p class=\"terminal\">In a terminal: <code>lattice accept \(html(url))</code></p>"
-        let signIn = "<p class=\"actions\"><a class=\"button\" href=\"/#signup&amp;next=\(html(next))\">Sign up to join</a> "
+        let signIn = "<p class=\"actions\" id=\"signin-actions\"><a class=\"button\" href=\"/#signup&amp;next=\(html(next))\">Sign up to join</a> "
             + "<a class=\"button secondary\" href=\"/#next=\(html(next))\">Sign in</a></p>"
         let cause = ShareTokenError.invalid.description
         switch try sharePageState(request, token: token) {
