@@ -158,6 +158,16 @@ public final class LatticeService: HTTPHandler, Sendable {
         case .plain(let answer):
             if route.throttle == .perAddress { try throttle(key: "ip:" + request.remoteAddress) }
             return respond(try answer(self, request, parameters))
+        case .account(let answer):
+            let caller: AuthenticatedCaller
+            if let admitted = request.principal as? AuthenticatedCaller {
+                caller = admitted
+            } else {
+                let (user, tokenID) = try authenticate(request.head, allowSession: route.authentication == .bearerOrSession)
+                if route.throttle == .perAccount { try throttle(key: "user:\(user.id)") }
+                caller = AuthenticatedCaller(user: user, tokenID: tokenID)
+            }
+            return respond(try answer(self, request, caller))
         case .database(let answer):
             perform = { service, context, _, respond in respond(try answer(service, context)) }
         case .databaseLater(let answer):
@@ -235,7 +245,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         case (.pool, .none): return addressShare
         case (.pool, .bearer), (.pool, .bearerOrSession):
             do {
-                _ = try databaseTarget(parameters)
+                if case .account = route.handler {} else { _ = try databaseTarget(parameters) }
                 let (user, tokenID) = try authenticate(head, allowSession: route.authentication == .bearerOrSession)
                 if route.throttle == .perAccount { try throttle(key: "user:\(user.id)") }
                 return .pool(client: "user:\(user.id)", principal: AuthenticatedCaller(user: user, tokenID: tokenID))
@@ -307,7 +317,7 @@ public final class LatticeService: HTTPHandler, Sendable {
             throw APIError(.authenticationFailed, "unknown or revoked token")
         }
         // Browser sessions and one-time sign-in links live in the same table but are not bearer tokens.
-        guard TokenKind(id: found.token.id) == .bearer else { throw APIError(.authenticationFailed, "unknown or revoked token") }
+        guard TokenKind(id: found.token.id).isBearer else { throw APIError(.authenticationFailed, "unknown or revoked token") }
         if let expires = found.token.expiresMs, expires <= configuration.now() {
             let date = Date(timeIntervalSince1970: Double(expires) / 1000)
             throw APIError(.authenticationFailed, "the token expired at \(ISO8601DateFormatter().string(from: date)); "
