@@ -108,12 +108,20 @@ func runDevices(_ arguments: [String]) throws {
     if options.help { return print(devicesUsage) }
     let subcommand = options.positionals.first
     if subcommand != "approve" { try options.allowOnly([], in: "devices \(subcommand ?? "")") }
+    // Usage first, then the home: a mistake is a usage error even where no one is signed in.
+    let operand: String?
+    switch subcommand {
+    case nil: operand = try options.operands(options.positionals).first
+    case "approve", "deny": operand = try options.operands(Array(options.positionals.dropFirst()), "CODE")[0]
+    case "revoke": operand = try options.operands(Array(options.positionals.dropFirst()), "ID")[0]
+    case let other?: throw UsageError("unknown subcommand devices \(other)")
+    }
     let (engine, _) = try options.openLists()
     switch subcommand {
     case nil:
         try listDevices(engine, options)
     case "approve", "deny":
-        let code = try options.operands(Array(options.positionals.dropFirst()), "CODE")[0]
+        let code = operand ?? ""
         var body: [String: JSON] = ["userCode": .string(code)]
         if subcommand == "deny" { body["deny"] = .bool(true) }
         if let name = try options.parsed.value("name") { body["deviceName"] = .string(name) }
@@ -128,7 +136,7 @@ func runDevices(_ arguments: [String]) throws {
             print("denied \(device) (\(reply["userCode"]?.stringValue ?? code))")
         }
     case "revoke":
-        let wanted = try options.operands(Array(options.positionals.dropFirst()), "ID")[0]
+        let wanted = operand ?? ""
         let tokens = try engine.call("private", "tokens/list", .object([:]))["tokens"]?.arrayValue ?? []
         let ids = tokens.compactMap { $0["tokenID"]?.stringValue }
         let matches = ids.contains(wanted) ? [wanted] : ids.filter { $0.hasPrefix(wanted) }
@@ -145,8 +153,8 @@ func runDevices(_ arguments: [String]) throws {
         if options.json { return printJSON(.object(["id": .string(id), "revoked": .bool(true)])) }
         print("revoked \(id): the device using it is signed out")
         if isThisDevice { writeStandardError("that was this device's own token: sign in again with lattice login\n") }
-    case let other?:
-        throw UsageError("unknown subcommand devices \(other)")
+    default:
+        break // refused above
     }
 }
 
