@@ -38,7 +38,8 @@ func runSignUp(_ arguments: [String]) throws {
         print("signed up as \(account.name) (\(account.userRecordName)) on \(account.serverURL)")
         print("home: \(engine.home)")
         print("token: \(account.token)")
-        print("keep the token to sign in on another device: lattice login --server \(account.serverURL) --token TOKEN")
+        print("another device signs in with lattice login --server \(account.serverURL) there and "
+              + "lattice devices approve CODE here (or --token TOKEN)")
     }
 }
 

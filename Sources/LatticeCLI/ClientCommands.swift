@@ -20,7 +20,8 @@ let signupUsage = """
     usage: lattice signup NAME --server URL [--home DIR] [--json]
 
     Creates the account NAME on the server and keeps its token in the home. The token is printed once:
-    use it with lattice login to sign in on another device.
+    use it with lattice login --token, or sign another device in with a code (lattice login --server URL
+    there, lattice devices approve CODE here).
     --json: {"name","userRecordName","server","token"}
 
     \(clientOptionsHelp)
