@@ -96,8 +96,9 @@ public final class LatticeService: HTTPHandler, Sendable {
         notifier.shutDown()
     }
 
-    /// Removes tombstones, deleted zones and remembered operation ids past their horizons; an empty report
-    /// when another node is purging now (`purgeUnlessRunningElsewhere`).
+    /// Removes tombstones, deleted zones and remembered operation ids past their horizons (and expired
+    /// device sign-ins and old failed approvals); an empty report when another node is purging now
+    /// (`purgeUnlessRunningElsewhere`).
     @discardableResult
     public func purgeExpired() throws -> PurgeReport {
         try purgeUnlessRunningElsewhere() ?? PurgeReport()
@@ -109,6 +110,9 @@ public final class LatticeService: HTTPHandler, Sendable {
         let now = configuration.now()
         return try storage.write { tx in
             guard try tx.tryExclusiveLock("purge") else { return nil }
+            // Device sign-ins past their lifetime, and failed approvals past their window (Devices.swift).
+            _ = try tx.forgetDeviceAuthorizations(expiredAt: now)
+            try tx.forgetDeviceApprovalFailures(before: now - configuration.deviceApprovalFailureWindowMilliseconds + 1)
             return try tx.purge(before: now - configuration.tombstoneHorizonMilliseconds,
                                 operationsBeforeMs: now - configuration.clientOperationHorizonMilliseconds)
         }

@@ -250,6 +250,14 @@ import Glibc
         h.clock.advance(600_000)
         _ = try Self.start(h, address: "10.1.0.3")
         #expect(try h.storage.read { try $0.rowCount(table: "device_authorizations") } == 1)
+        // So does the purge, with failed approvals past their window.
+        let alice = try h.signUp("alice")
+        #expect(Self.approve(h, "BCDF-GHJK", token: alice.token).code == "NOT_FOUND")
+        #expect(try h.storage.read { try $0.rowCount(table: "device_approval_failures") } == 2)
+        h.clock.advance(3_600_000)
+        try h.service.purgeExpired()
+        #expect(try h.storage.read { try $0.rowCount(table: "device_authorizations") } == 0)
+        #expect(try h.storage.read { try $0.rowCount(table: "device_approval_failures") } == 0)
     }
 
     @Test func aRevokedDeviceTokenStopsWorkingAtOnce() throws {
@@ -382,5 +390,24 @@ import Glibc
         #expect(wrong.status == 1 && wrong.stderr.contains("no device is waiting for the code BCDF-GHJK"), "\(wrong)")
         let malformed = try CLITests.lattice("devices", "approve", "nope", home: world.alice)
         #expect(malformed.status == 1 && malformed.stderr.contains("8 letters"), "\(malformed)")
+
+        // Denied from A: the waiting device stops with a clear message and is not signed in.
+        let tablet = world.directory + "/tablet"
+        let (waiting, waitingOutput, waitingErrors) = try CLITests.start(["login", "--server", world.url], home: tablet)
+        defer { if waiting.isRunning { waiting.terminate() } }
+        var tabletCode: String? = nil
+        for _ in 0..<200 where tabletCode == nil {
+            tabletCode = waitingOutput.text.split(whereSeparator: \.isWhitespace).map(String.init).first { word in
+                word.count == 9 && Array(word)[4] == "-" && word.filter { $0 != "-" }.allSatisfy(\.isUppercase)
+            }
+            if tabletCode == nil { Thread.sleep(forTimeInterval: 0.05) }
+        }
+        let denyCode = try #require(tabletCode, "no code in: \(waitingOutput.text) \(waitingErrors.text)")
+        #expect(try CLITests.ok("devices", "deny", denyCode, home: world.alice).stdout.contains("denied"))
+        for _ in 0..<300 where waiting.isRunning { Thread.sleep(forTimeInterval: 0.05) }
+        waiting.waitUntilExit()
+        #expect(waiting.terminationStatus == 1)
+        #expect(waitingErrors.finish().contains("the sign-in was denied on the other device"))
+        #expect(try CLITests.lattice("whoami", home: tablet).status == 1)
     }
 }
