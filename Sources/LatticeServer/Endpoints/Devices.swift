@@ -73,10 +73,11 @@ extension LatticeService {
         return text
     }
 
-    /// A device's name: 1 to 64 characters, none of them a control character; spaces at either end dropped.
+    /// A device's name: 1 to 64 characters (Unicode scalars, as JSON Schema counts them), none of them a
+    /// control character; spaces at either end dropped.
     static func deviceName(_ json: JSON?, default fallback: String?) throws -> String? {
         guard let json else { return fallback }
-        guard let text = json.stringValue?.trimmingCharacters(in: .whitespaces), (1...64).contains(text.count),
+        guard let text = json.stringValue?.trimmingCharacters(in: .whitespaces), (1...64).contains(text.unicodeScalars.count),
               !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
             throw APIError.badRequest("deviceName must be 1 to 64 characters without control characters")
         }
