@@ -334,6 +334,24 @@ import Glibc
     }
 }
 
+/// `lattice serve`'s device sign-in flags reach the service.
+@Suite(.serialized) struct DeviceServeFlagTests {
+    @Test func theWaitingSignInsPerAddressFlagIsEnforced() throws {
+        let directory = temporaryDirectory("lattice-device-flags")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let server = try CrashRecoveryTests.ServerUnderTest(data: directory + "/server",
+                                                            extra: ["--device-sign-ins-per-address", "1"])
+        defer { server.kill(SIGTERM) }
+        func start() throws -> Int {
+            try RawHTTPClient(port: server.port).send(method: "POST", path: "/auth/device/start", body: Array("{}".utf8)).status
+        }
+        #expect(try start() == 200)
+        #expect(try start() == 429)
+        let refused = try CLITests.lattice("serve", "--data", directory + "/other", "--device-approval-failures-per-account", "0")
+        #expect(refused.status == 2 && refused.stderr.contains("from 1 to 1000000"), "\(refused)")
+    }
+}
+
 /// The same flow with the real `lattice` binary against a real `lattice serve`: home B signs in with a code
 /// that home A approves, uses the account, and is signed out when A revokes its token.
 @Suite(.serialized) struct DeviceCLITests {
