@@ -181,9 +181,11 @@ public protocol StorageTransaction {
     // MARK: Device authorizations (DeviceAuthorizations.swift)
     /// - Throws: `StorageError.duplicate` when either code's hash is taken.
     func insertDeviceAuthorization(_ authorization: NewDeviceAuthorization) throws
-    /// The authorization of a device code, expired or not (in a write transaction, locked until it ends).
+    /// The authorization of a device code, expired or not. In a write transaction its row stays locked
+    /// until the transaction ends (PostgreSQL: `FOR NO KEY UPDATE`; SQLite has one writer), as every
+    /// single-row read of a write.
     func deviceAuthorization(deviceCodeHash: [UInt8]) throws -> StoredDeviceAuthorization?
-    /// The authorization of a user code, expired or not.
+    /// The authorization of a user code, expired or not; locked in a write transaction as above.
     func deviceAuthorization(userCodeHash: [UInt8]) throws -> StoredDeviceAuthorization?
     /// How many authorizations, in any state, are live at `nowMs` (`expiresMs > nowMs`), from `address`
     /// (from every address when nil).
