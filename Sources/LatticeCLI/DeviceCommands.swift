@@ -35,7 +35,10 @@ func runDeviceLogIn(_ options: ClientOptions, server: String) throws {
     let engine = try options.openEngine(creating: true)
     let client = ServerClient(transport: try HTTPTransport(serverURL: server))
     let name = try options.parsed.value("name") ?? defaultDeviceName()
-    let started = try client.post("/auth/device/start", .object(["deviceName": .string(name)]), token: nil)
+    // Over the waiting sign-ins of this address the wait is minutes: say so at once rather than retry.
+    var once = client
+    once.maximumAttempts = 1
+    let started = try once.post("/auth/device/start", .object(["deviceName": .string(name)]), token: nil)
     guard let deviceCode = started["deviceCode"]?.stringValue, let userCode = started["userCode"]?.stringValue,
           let expiresIn = started["expiresIn"]?.intValue else {
         throw CommandFailure("the server sent no device sign-in code (is \(server) a Lattice server?)")
@@ -126,7 +129,8 @@ func runDevices(_ arguments: [String]) throws {
         if subcommand == "deny" { body["deny"] = .bool(true) }
         if let name = try options.parsed.value("name") { body["deviceName"] = .string(name) }
         guard let account = engine.account else { throw CommandFailure(SyncError.notSignedIn.description) }
-        let client = ServerClient(transport: try HTTPTransport(serverURL: account.serverURL))
+        var client = ServerClient(transport: try HTTPTransport(serverURL: account.serverURL))
+        client.maximumAttempts = 1 // too many wrong codes is a wait of up to an hour: said at once, not retried
         let reply = try client.post("/auth/device/approve", .object(body), token: account.token)
         if options.json { return printJSON(reply) }
         let device = reply["deviceName"]?.stringValue ?? "the device"

@@ -426,5 +426,13 @@ import Glibc
         #expect(waiting.terminationStatus == 1)
         #expect(waitingErrors.finish().contains("the sign-in was denied on the other device"))
         #expect(try CLITests.lattice("whoami", home: tablet).status == 1)
+
+        // Ten wrong codes an hour per account (one above): the eleventh try is refused at once, not retried.
+        for _ in 0..<9 { #expect(try CLITests.lattice("devices", "approve", "BCDF-GHJK", home: world.alice).status == 1) }
+        let began = Date()
+        let throttled = try CLITests.lattice("devices", "approve", "BCDF-GHJK", home: world.alice)
+        #expect(throttled.status == 1 && throttled.stderr.contains("too many wrong device codes for this account"),
+                "\(throttled)")
+        #expect(Date().timeIntervalSince(began) < 10)
     }
 }
