@@ -333,6 +333,55 @@ import Glibc
     }
 }
 
+/// Two `lattice serve --database` nodes on one PostgreSQL database (`LATTICE_TEST_POSTGRES_URL`): a sign-in
+/// started on one node is approved on the other and polled on the first; the token works on both.
+@Suite(.serialized) struct DeviceNodesTests {
+    static func post(_ port: UInt16, _ path: String, token: String? = nil, _ body: JSON) throws -> (Int, JSON) {
+        let reply = try RawHTTPClient(port: port).send(method: "POST", path: path,
+                                                       headers: token.map { ["Authorization": "Bearer " + $0] } ?? [:],
+                                                       body: body.serializedBytes())
+        return (reply.status, (try? JSON.parse(reply.body)) ?? .null)
+    }
+
+    @Test func aSignInStartedOnOneNodeIsApprovedOnAnotherAndPolledOnTheFirst() throws {
+        let database = try PostgresTestDatabase.create()
+        defer { database.drop() }
+        let publicURL = "http://lattice.test"
+        let a = try MigrateTests.Node(database: database.url, name: "a", port: 0, publicURL: publicURL)
+        defer { a.stop() }
+        let b = try MigrateTests.Node(database: database.url, name: "b", port: 0, publicURL: publicURL)
+        defer { b.stop() }
+        let (signedUp, account) = try Self.post(a.port, "/auth/signup", .object(["name": .string("alice")]))
+        #expect(signedUp == 200)
+        let token = try #require(account["token"]?.stringValue)
+        let (started, authorization) = try Self.post(b.port, "/auth/device/start", .object(["deviceName": .string("phone")]))
+        #expect(started == 200)
+        let deviceCode = try #require(authorization["deviceCode"]?.stringValue)
+        let userCode = try #require(authorization["userCode"]?.stringValue)
+        #expect(try Self.post(a.port, "/auth/device/token", .object(["deviceCode": .string(deviceCode)])).1["serverErrorCode"]
+                == .string("AUTHORIZATION_PENDING"))
+        let (approved, decision) = try Self.post(a.port, "/auth/device/approve", token: token,
+                                                 .object(["userCode": .string(userCode)]))
+        #expect(approved == 200 && decision["approved"] == .bool(true), "\(decision)")
+        // Polled on b right after the poll on a: too soon, since the last poll is kept in the database, not
+        // per node; the interval is now 10 s.
+        #expect(try Self.post(b.port, "/auth/device/token", .object(["deviceCode": .string(deviceCode)])).1["serverErrorCode"]
+                == .string("SLOW_DOWN"))
+        Thread.sleep(forTimeInterval: 10)
+        let (issued, answer) = try Self.post(b.port, "/auth/device/token", .object(["deviceCode": .string(deviceCode)]))
+        #expect(issued == 200, "\(answer)")
+        let deviceToken = try #require(answer["token"]?.stringValue)
+        for node in [a, b] {
+            let (status, user) = try Self.post(node.port, "/database/1/lattice/production/private/users/current",
+                                               token: deviceToken, .object([:]))
+            #expect(status == 200 && user["name"] == .string("alice"))
+        }
+        // Used: at once, on the other node too.
+        #expect(try Self.post(a.port, "/auth/device/token", .object(["deviceCode": .string(deviceCode)])).1["serverErrorCode"]
+                == .string("EXPIRED_TOKEN"))
+    }
+}
+
 /// `lattice serve`'s device sign-in flags reach the service.
 @Suite(.serialized) struct DeviceServeFlagTests {
     @Test func theWaitingSignInsPerAddressFlagIsEnforced() throws {
