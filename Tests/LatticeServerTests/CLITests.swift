@@ -249,7 +249,7 @@ import Glibc
         // Not signed in, a server that is not there: errors, not usage mistakes.
         let errors = [["lists"], ["whoami"], ["list", "show", "Groceries"],
                       ["signup", "ann", "--server", "http://127.0.0.1:1"],
-                      ["login", "--server", "http://127.0.0.1:1"]] // the device sign-in (DeviceCLITests), no server
+                      ["login", "--server", "http://127.0.0.1:1"]] // the device sign-in (DeviceFlowCLITests), no server
         for arguments in errors {
             let (process, output, errors) = try Self.start(arguments, home: home)
             process.waitUntilExit()

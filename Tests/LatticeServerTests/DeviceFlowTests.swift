@@ -335,7 +335,7 @@ import Glibc
 
 /// Two `lattice serve --database` nodes on one PostgreSQL database (`LATTICE_TEST_POSTGRES_URL`): a sign-in
 /// started on one node is approved on the other and polled on the first; the token works on both.
-@Suite(.serialized) struct DeviceNodesTests {
+@Suite(.serialized) struct DeviceFlowNodesTests {
     static func post(_ port: UInt16, _ path: String, token: String? = nil, _ body: JSON) throws -> (Int, JSON) {
         let reply = try RawHTTPClient(port: port).send(method: "POST", path: path,
                                                        headers: token.map { ["Authorization": "Bearer " + $0] } ?? [:],
@@ -383,7 +383,7 @@ import Glibc
 }
 
 /// `lattice serve`'s device sign-in flags reach the service.
-@Suite(.serialized) struct DeviceServeFlagTests {
+@Suite(.serialized) struct DeviceFlowServeFlagTests {
     @Test func theWaitingSignInsPerAddressFlagIsEnforced() throws {
         let directory = temporaryDirectory("lattice-device-flags")
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -402,7 +402,7 @@ import Glibc
 
 /// The same flow with the real `lattice` binary against a real `lattice serve`: home B signs in with a code
 /// that home A approves, uses the account, and is signed out when A revokes its token.
-@Suite(.serialized) struct DeviceCLITests {
+@Suite(.serialized) struct DeviceFlowCLITests {
     @Test func aSecondHomeSignsInWithACodeTheFirstApprovesAndIsRevokedFromIt() throws {
         let world = try CLITests.World()
         try CLITests.ok("list", "create", "Groceries", home: world.alice)
