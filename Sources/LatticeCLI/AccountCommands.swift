@@ -6,7 +6,7 @@ import LatticeSync
 
 /// A home keeps one account's lists: switching to another account drops them, so unsent changes must go
 /// first. `newUser` is the account being signed in to, when known (nil: a new account).
-private func checkSwitch(_ engine: SyncEngine, server: String, newUser: (String) throws -> String?) throws {
+func checkSwitch(_ engine: SyncEngine, server: String, newUser: (String) throws -> String?) throws {
     guard let current = engine.account else { return }
     let pending = try engine.pendingCount()
     guard pending > 0 else { return }
@@ -38,19 +38,23 @@ func runSignUp(_ arguments: [String]) throws {
         print("signed up as \(account.name) (\(account.userRecordName)) on \(account.serverURL)")
         print("home: \(engine.home)")
         print("token: \(account.token)")
-        print("keep the token to sign in on another device: lattice login --server \(account.serverURL) --token TOKEN")
+        print("another device signs in with lattice login --server \(account.serverURL) there and "
+              + "lattice devices approve CODE here (or --token TOKEN)")
     }
 }
 
 func runLogIn(_ arguments: [String]) throws {
-    let options = try ClientOptions(arguments, valueOptions: ["server", "token"], flagOptions: ["web"])
+    let options = try ClientOptions(arguments, valueOptions: ["server", "token", "name"], flagOptions: ["web"])
     if options.help { return print(loginUsage) }
     _ = try options.operands(options.positionals)
     if options.parsed.flag("web") { return try runWebLogIn(options) }
     let server = try serverOption(options)
-    guard let token = try options.parsed.value("token"), !token.isEmpty else {
-        throw UsageError("--token TOKEN is required")
+    guard let token = try options.parsed.value("token") else {
+        // No token: another device of the account approves a one-time code (DeviceCommands.swift).
+        return try runDeviceLogIn(options, server: server)
     }
+    if try options.parsed.value("name") != nil { throw UsageError("--name names a device signed in with a code: omit --token") }
+    guard !token.isEmpty else { throw UsageError("--token needs a token") }
     let engine = try options.openEngine(creating: true)
     try checkSwitch(engine, server: server) { server in
         let client = ServerClient(transport: try HTTPTransport(serverURL: server))
@@ -161,8 +165,8 @@ func runSync(_ arguments: [String]) throws {
 /// browser in to the same account (`tokens/signinLink`), and prints it. The link works once, for ten
 /// minutes; it is never a bearer token.
 private func runWebLogIn(_ options: ClientOptions) throws {
-    if try options.parsed.value("server") != nil || options.parsed.value("token") != nil {
-        throw UsageError("--web signs a browser in to this home's account: give neither --server nor --token")
+    if try options.parsed.value("server") != nil || options.parsed.value("token") != nil || options.parsed.value("name") != nil {
+        throw UsageError("--web signs a browser in to this home's account: give neither --server, --token nor --name")
     }
     let engine = try options.openEngine()
     guard let account = engine.account else { throw CommandFailure(SyncError.notSignedIn.description) }

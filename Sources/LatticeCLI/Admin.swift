@@ -71,6 +71,7 @@ func runAdmin(_ arguments: [String]) throws {
             print(JSON.array(tokens.map { token in
                 var object: [String: JSON] = ["tokenID": .string(token.id), "createdMs": .int(token.createdMs)]
                 if let expires = token.expiresMs { object["expiresMs"] = .int(expires) }
+                if let name = token.name { object["deviceName"] = .string(name) }
                 return .object(object)
             }).serialized())
         } else if tokens.isEmpty {
@@ -78,7 +79,8 @@ func runAdmin(_ arguments: [String]) throws {
         } else {
             for token in tokens {
                 print("\(token.id)  created \(adminDate(token.createdMs))  "
-                      + (token.expiresMs.map { "expires \(adminDate($0))" } ?? "never expires"))
+                      + (token.expiresMs.map { "expires \(adminDate($0))" } ?? "never expires")
+                      + (token.name.map { "  device \($0)" } ?? ""))
             }
         }
     case "revoke-token":

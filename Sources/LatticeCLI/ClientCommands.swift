@@ -20,17 +20,25 @@ let signupUsage = """
     usage: lattice signup NAME --server URL [--home DIR] [--json]
 
     Creates the account NAME on the server and keeps its token in the home. The token is printed once:
-    use it with lattice login to sign in on another device.
+    use it with lattice login --token, or sign another device in with a code (lattice login --server URL
+    there, lattice devices approve CODE here).
     --json: {"name","userRecordName","server","token"}
 
     \(clientOptionsHelp)
     """
 
 let loginUsage = """
-    usage: lattice login --server URL --token TOKEN [--home DIR] [--json]
+    usage: lattice login --server URL [--name NAME] [--home DIR] [--json]
+           lattice login --server URL --token TOKEN [--home DIR] [--json]
            lattice login --web [--home DIR] [--json]
 
-    Signs this home in with an existing account's token (from lattice signup or lattice admin add-user).
+    --server URL alone: signs this device in without copying a token. It shows a one-time code
+      (XXXX-XXXX, valid 10 minutes) to approve on a device already signed in to the account with
+      lattice devices approve CODE, waits for that, and keeps this device's own token (named NAME,
+      default the host name; lattice devices lists and revokes it). --json: {"name","userRecordName",
+      "server","deviceName"}, the code and instructions on stderr.
+    --token TOKEN: signs this home in with an existing account's token (from lattice signup or lattice
+      admin add-user).
     A home that held another account's lists starts empty and fetches the new account's.
     --json: {"name","userRecordName","server"}
     --web: prints a one-time link that signs a browser in to this home's account (it works once, within
@@ -185,6 +193,7 @@ let explainUsage = """
 let clientCommandUsages: [String: String] = [
     "signup": signupUsage, "login": loginUsage, "logout": logoutUsage, "whoami": whoamiUsage, "sync": syncUsage, "watch": watchUsage,
     "lists": listsUsage, "list": listUsage, "share": shareUsage, "accept": acceptUsage, "explain": explainUsage,
+    "devices": devicesUsage,
 ]
 
 /// Runs a client command. Server and connection errors become messages for people.
@@ -202,6 +211,7 @@ func runClientCommand(_ command: String, _ arguments: [String]) throws {
         case "share": try runShare(arguments)
         case "accept": try runAccept(arguments)
         case "explain": try runExplain(arguments)
+        case "devices": try runDevices(arguments)
         default: throw UsageError("unknown command '\(command)'")
         }
     } catch let error as ServerError {

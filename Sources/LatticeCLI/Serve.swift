@@ -12,6 +12,8 @@ let serveUsage = """
                          [--body-budget-mib N] [--parked-waits-per-user N] [--shutdown-grace S]
                          [--signup-per-address N] [--signup-global N] [--auth-failures-per-minute N]
                          [--token-lifetime SECONDS] [--disk-budget BYTES] [--client-operations-per-user N]
+                         [--device-sign-ins-per-address N] [--device-sign-ins-global N]
+                         [--device-approval-failures-per-account N] [--device-approval-failures-per-address N]
 
     Runs the Lattice sync service on embedded SQLite, with everything under DIR (created if missing),
     or as one node of several on a PostgreSQL database. Prints "listening on http://HOST:PORT" once it
@@ -54,6 +56,15 @@ let serveUsage = """
       --client-operations-per-user N
                                  clientOperationIDs remembered per user for retries; the oldest is
                                  forgotten first (default 1000)
+      --device-sign-ins-per-address N
+                                 device sign-ins (lattice login --server URL) waiting at once from one
+                                 client address (default 10; 0: no limit); counted in the database
+      --device-sign-ins-global N device sign-ins waiting at once on the server, every node together
+                                 (default 1000; 0: no limit)
+      --device-approval-failures-per-account N
+                                 wrong device codes one account may try to approve per hour (default 10)
+      --device-approval-failures-per-address N
+                                 wrong device codes per client address per hour (default 20)
 
     Bounds on each request (over a cap: LIMIT_EXCEEDED, checked before any work):
       --request-deadline SECONDS how long one request may work (default 10); past it storage work is
@@ -110,7 +121,10 @@ func runServe(_ arguments: [String]) throws {
                                                                "shutdown-grace",
                                                                "signup-per-address", "signup-global",
                                                                "auth-failures-per-minute", "token-lifetime",
-                                                               "disk-budget", "client-operations-per-user"],
+                                                               "disk-budget", "client-operations-per-user",
+                                                               "device-sign-ins-per-address", "device-sign-ins-global",
+                                                               "device-approval-failures-per-account",
+                                                               "device-approval-failures-per-address"],
                                      flagOptions: [])
     if parsed.flag("help") {
         print(serveUsage)
@@ -349,13 +363,25 @@ private func isAddressOrBlock(_ text: String) -> Bool {
     return true
 }
 
-/// The sign-up, authentication, token, disk-budget and replay-cache flags of `lattice serve`.
+/// The sign-up, device sign-in, authentication, token, disk-budget and replay-cache flags of `lattice serve`.
 private func applyAccountOptions(_ parsed: ParsedArguments, to service: inout ServiceConfiguration) throws {
     if let count = try parsed.integer("signup-per-address", in: 0...1_000_000) {
         service.signUpsPerAddress = count == 0 ? nil : count
     }
     if let count = try parsed.integer("signup-global", in: 0...100_000_000) {
         service.signUpsGlobal = count == 0 ? nil : count
+    }
+    if let count = try parsed.integer("device-sign-ins-per-address", in: 0...1_000_000) {
+        service.deviceAuthorizationsPerAddress = count == 0 ? nil : count
+    }
+    if let count = try parsed.integer("device-sign-ins-global", in: 0...100_000_000) {
+        service.deviceAuthorizationsGlobal = count == 0 ? nil : count
+    }
+    if let count = try parsed.integer("device-approval-failures-per-account", in: 1...1_000_000) {
+        service.deviceApprovalFailuresPerAccount = count
+    }
+    if let count = try parsed.integer("device-approval-failures-per-address", in: 1...1_000_000) {
+        service.deviceApprovalFailuresPerAddress = count
     }
     if let count = try parsed.integer("auth-failures-per-minute", in: 0...1_000_000) {
         service.failedAuthenticationLimit = count == 0

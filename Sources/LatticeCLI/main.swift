@@ -33,7 +33,9 @@ let usage = """
 
     Account and sync:
       signup NAME --server URL                    create an account; the token stays in the home
-      login --server URL --token TOKEN            sign this home in with an existing account
+      login --server URL                          sign this device in: shows a code to approve on a signed-in one
+      login --server URL --token TOKEN            sign this home in with an existing account's token
+      devices [approve CODE | revoke ID]          the account's devices and tokens; let a new device in
       logout [--force] [--local]                  revoke this home's token on the server and forget it
       whoami                                      the account, server, home and pending changes
       sync                                        send queued changes, fetch everyone else's
@@ -85,7 +87,7 @@ do {
         try runServe(arguments)
     case "admin":
         try runAdmin(arguments)
-    case "signup", "login", "logout", "whoami", "sync", "watch", "lists", "list", "share", "accept", "explain":
+    case "signup", "login", "logout", "whoami", "sync", "watch", "lists", "list", "share", "accept", "explain", "devices":
         try runClientCommand(command, arguments)
     case "demo":
         let parsed = try ParsedArguments(arguments, valueOptions: [], flagOptions: ["json"])

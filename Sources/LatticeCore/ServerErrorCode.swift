@@ -27,4 +27,13 @@ public enum ServerErrorCode: String, Sendable, CaseIterable {
     case tooManyParticipants = "TOO_MANY_PARTICIPANTS"
     /// The path is a route's but the method is not (HTTP 405, with `Allow`); no CloudKit counterpart.
     case methodNotAllowed = "METHOD_NOT_ALLOWED"
+    /// A device sign-in (`POST /auth/device/token`) is not approved yet: poll again after the interval
+    /// (RFC 8628's authorization_pending).
+    case authorizationPending = "AUTHORIZATION_PENDING"
+    /// A device sign-in was polled faster than its interval, which grew: wait `retryAfter` seconds between
+    /// polls from now on (RFC 8628's slow_down).
+    case slowDown = "SLOW_DOWN"
+    /// A device code that expired, is unknown, or was already exchanged for a token: start again
+    /// (RFC 8628's expired_token).
+    case expiredToken = "EXPIRED_TOKEN"
 }

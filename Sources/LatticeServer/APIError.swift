@@ -20,6 +20,9 @@ extension ServerErrorCode {
         case .tryAgainLater: return 503
         case .changeTokenExpired: return 410
         case .methodNotAllowed: return 405
+        case .authorizationPending: return 400
+        case .slowDown: return 429
+        case .expiredToken: return 410
         }
     }
 }

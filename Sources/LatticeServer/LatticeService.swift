@@ -96,8 +96,9 @@ public final class LatticeService: HTTPHandler, Sendable {
         notifier.shutDown()
     }
 
-    /// Removes tombstones, deleted zones and remembered operation ids past their horizons; an empty report
-    /// when another node is purging now (`purgeUnlessRunningElsewhere`).
+    /// Removes tombstones, deleted zones and remembered operation ids past their horizons (and expired
+    /// device sign-ins and old failed approvals); an empty report when another node is purging now
+    /// (`purgeUnlessRunningElsewhere`).
     @discardableResult
     public func purgeExpired() throws -> PurgeReport {
         try purgeUnlessRunningElsewhere() ?? PurgeReport()
@@ -109,6 +110,9 @@ public final class LatticeService: HTTPHandler, Sendable {
         let now = configuration.now()
         return try storage.write { tx in
             guard try tx.tryExclusiveLock("purge") else { return nil }
+            // Device sign-ins past their lifetime, and failed approvals past their window (Devices.swift).
+            _ = try tx.forgetDeviceAuthorizations(expiredAt: now)
+            try tx.forgetDeviceApprovalFailures(before: now - configuration.deviceApprovalFailureWindowMilliseconds + 1)
             return try tx.purge(before: now - configuration.tombstoneHorizonMilliseconds,
                                 operationsBeforeMs: now - configuration.clientOperationHorizonMilliseconds)
         }
@@ -158,6 +162,16 @@ public final class LatticeService: HTTPHandler, Sendable {
         case .plain(let answer):
             if route.throttle == .perAddress { try throttle(key: "ip:" + request.remoteAddress) }
             return respond(try answer(self, request, parameters))
+        case .account(let answer):
+            let caller: AuthenticatedCaller
+            if let admitted = request.principal as? AuthenticatedCaller {
+                caller = admitted
+            } else {
+                let (user, tokenID) = try authenticate(request.head, allowSession: route.authentication == .bearerOrSession)
+                if route.throttle == .perAccount { try throttle(key: "user:\(user.id)") }
+                caller = AuthenticatedCaller(user: user, tokenID: tokenID)
+            }
+            return respond(try answer(self, request, caller))
         case .database(let answer):
             perform = { service, context, _, respond in respond(try answer(service, context)) }
         case .databaseLater(let answer):
@@ -235,7 +249,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         case (.pool, .none): return addressShare
         case (.pool, .bearer), (.pool, .bearerOrSession):
             do {
-                _ = try databaseTarget(parameters)
+                if case .account = route.handler {} else { _ = try databaseTarget(parameters) }
                 let (user, tokenID) = try authenticate(head, allowSession: route.authentication == .bearerOrSession)
                 if route.throttle == .perAccount { try throttle(key: "user:\(user.id)") }
                 return .pool(client: "user:\(user.id)", principal: AuthenticatedCaller(user: user, tokenID: tokenID))
@@ -307,7 +321,7 @@ public final class LatticeService: HTTPHandler, Sendable {
             throw APIError(.authenticationFailed, "unknown or revoked token")
         }
         // Browser sessions and one-time sign-in links live in the same table but are not bearer tokens.
-        guard TokenKind(id: found.token.id) == .bearer else { throw APIError(.authenticationFailed, "unknown or revoked token") }
+        guard TokenKind(id: found.token.id).isBearer else { throw APIError(.authenticationFailed, "unknown or revoked token") }
         if let expires = found.token.expiresMs, expires <= configuration.now() {
             let date = Date(timeIntervalSince1970: Double(expires) / 1000)
             throw APIError(.authenticationFailed, "the token expired at \(ISO8601DateFormatter().string(from: date)); "

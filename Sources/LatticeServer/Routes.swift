@@ -129,6 +129,9 @@ struct Route: Sendable {
     enum Handler: Sendable {
         /// Answers from the request itself.
         case plain(@Sendable (LatticeService, HTTPRequest, RouteParameters) throws -> HTTPResponse)
+        /// Answers for a signed-in caller, outside `/database/`: authenticated (and throttled) as the route's
+        /// `authentication` and `throttle` say, in `admit` or at dispatch.
+        case account(@Sendable (LatticeService, HTTPRequest, AuthenticatedCaller) throws -> HTTPResponse)
         /// A database operation: `/database/1/{container}/{environment}/{database}/...`, answered at once.
         case database(@Sendable (LatticeService, RequestContext) throws -> HTTPResponse)
         /// A database operation that answers later, from any thread (a long poll).
@@ -218,6 +221,15 @@ extension LatticeService {
               throttle: .perAddress, handler: .plain { service, request, _ in try service.signOut(request) }),
         Route(method: "POST", pattern: RoutePattern("/auth/link"), authentication: .none, lane: .pool,
               throttle: .perAddress, handler: .plain { service, request, _ in try service.exchangeSignInLink(request) }),
+        // Signing a second device in with a short user code (Devices.swift).
+        Route(method: "POST", pattern: RoutePattern("/auth/device/start"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, request, _ in try service.startDeviceAuthorization(request) }),
+        Route(method: "POST", pattern: RoutePattern("/auth/device/token"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, request, _ in try service.pollDeviceAuthorization(request) }),
+        Route(method: "POST", pattern: RoutePattern("/auth/device/approve"), authentication: .bearerOrSession, lane: .pool,
+              throttle: .perAccount, handler: .account { service, request, caller in
+                  try service.decideDeviceAuthorization(request, caller: caller)
+              }),
         Route(method: "GET", pattern: RoutePattern("/.well-known/jwks.json"), authentication: .none, lane: .inline,
               throttle: .none, handler: .plain { service, _, _ in try service.jwksResponse() }),
         // JSON for API clients; an HTML page (WebPages.swift) for a browser (`Accept: text/html`).

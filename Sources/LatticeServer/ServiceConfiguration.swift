@@ -70,6 +70,24 @@ public struct ServiceConfiguration: Sendable {
     /// user's oldest. Each remembered answer is charged to the user's private database quota.
     public var maximumClientOperationsPerUser = 1_000
 
+    // MARK: device sign-in (Devices.swift)
+
+    /// How long a device authorization (`POST /auth/device/start`) and its user code work, in seconds.
+    public var deviceCodeLifetimeSeconds: Int64 = 600
+    /// The seconds a device waits between polls of `POST /auth/device/token` at first; each SLOW_DOWN adds 5.
+    public var devicePollIntervalSeconds: Int64 = 5
+    /// Device authorizations one client address may have live (not expired) at once; nil: no limit.
+    public var deviceAuthorizationsPerAddress: Int? = 10
+    /// Device authorizations live at once on the whole server, every node together (so the table stays
+    /// bounded whoever asks); nil: no limit.
+    public var deviceAuthorizationsGlobal: Int? = 1_000
+    /// Failed approvals (a wrong or stale user code) one account may make per `deviceApprovalFailureWindowMilliseconds`.
+    public var deviceApprovalFailuresPerAccount = 10
+    /// Failed approvals from one client address per `deviceApprovalFailureWindowMilliseconds`, whatever the account.
+    public var deviceApprovalFailuresPerAddress = 20
+    /// The sliding window of the failed-approval limits, counted in the database.
+    public var deviceApprovalFailureWindowMilliseconds: Int64 = 3_600_000
+
     public struct RateLimit: Sendable {
         public var requestsPerSecond: Double
         public var burst: Double

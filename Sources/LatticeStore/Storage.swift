@@ -178,6 +178,38 @@ public protocol StorageTransaction {
     /// Forgets sign-ups recorded before `beforeMs`.
     func forgetSignUps(before beforeMs: Int64) throws
 
+    // MARK: Device authorizations (DeviceAuthorizations.swift)
+    /// - Throws: `StorageError.duplicate` when either code's hash is taken.
+    func insertDeviceAuthorization(_ authorization: NewDeviceAuthorization) throws
+    /// The authorization of a device code, expired or not. In a write transaction its row stays locked
+    /// until the transaction ends (PostgreSQL: `FOR NO KEY UPDATE`; SQLite has one writer), as every
+    /// single-row read of a write.
+    func deviceAuthorization(deviceCodeHash: [UInt8]) throws -> StoredDeviceAuthorization?
+    /// The authorization of a user code, expired or not; locked in a write transaction as above.
+    func deviceAuthorization(userCodeHash: [UInt8]) throws -> StoredDeviceAuthorization?
+    /// How many authorizations, in any state, are live at `nowMs` (`expiresMs > nowMs`), from `address`
+    /// (from every address when nil).
+    func liveDeviceAuthorizations(address: String?, nowMs: Int64) throws -> Int
+    /// Moves a pending authorization that is live at `nowMs` to `approved` (by `userID`, renamed to
+    /// `deviceName` when given) or `denied`, in one conditional update; false (nothing changed) when it is
+    /// missing, expired or no longer pending, so of two racing decisions exactly one is kept.
+    func decideDeviceAuthorization(userCodeHash: [UInt8], approve: Bool, userID: Int64, deviceName: String?,
+                                   nowMs: Int64) throws -> Bool
+    /// Remembers a poll: when it came, and the interval the device must keep from now on.
+    func recordDevicePoll(deviceCodeHash: [UInt8], nowMs: Int64, intervalSeconds: Int64) throws
+    /// Moves an approved authorization that is live at `nowMs` to `issued`, in one conditional update, and
+    /// returns it (now `issued`, with the approving account and device name); nil when nothing changed, so
+    /// exactly one poll ever gets it.
+    func claimDeviceAuthorization(deviceCodeHash: [UInt8], nowMs: Int64) throws -> StoredDeviceAuthorization?
+    /// Deletes the authorizations expired at `nowMs` (`expiresMs <= nowMs`); returns how many.
+    func forgetDeviceAuthorizations(expiredAt nowMs: Int64) throws -> Int
+    /// Remembers one failed approval (a wrong user code) under `key` (`user:ID` or `ip:ADDRESS`).
+    func recordDeviceApprovalFailure(key: String, nowMs: Int64) throws
+    /// The failed approvals recorded under `key` at or after `sinceMs` (the same window shape as sign-ups).
+    func deviceApprovalFailures(key: String, sinceMs: Int64) throws -> SignUpWindow
+    /// Forgets failed approvals recorded before `beforeMs`.
+    func forgetDeviceApprovalFailures(before beforeMs: Int64) throws
+
     // MARK: Databases and zones
     /// The database for a kind, environment and owner (0 for the public database), created on first use.
     /// A read transaction does not create it: it sees an empty database with id 0.
@@ -587,13 +619,16 @@ public struct NewToken: Sendable, Hashable {
     public var createdMs: Int64
     /// When it stops working; nil: never.
     public var expiresMs: Int64?
+    /// The device it was made for (a device signed in with a user code), shown in lists; nil: none.
+    public var name: String?
 
-    public init(hash: [UInt8], id: String, userID: Int64, createdMs: Int64, expiresMs: Int64? = nil) {
+    public init(hash: [UInt8], id: String, userID: Int64, createdMs: Int64, expiresMs: Int64? = nil, name: String? = nil) {
         self.hash = hash
         self.id = id
         self.userID = userID
         self.createdMs = createdMs
         self.expiresMs = expiresMs
+        self.name = name
     }
 }
 
@@ -603,12 +638,15 @@ public struct StoredToken: Sendable, Hashable {
     public let userID: Int64
     public let createdMs: Int64
     public let expiresMs: Int64?
+    /// The device it was made for, if it was named (`NewToken.name`).
+    public let name: String?
 
-    public init(id: String, userID: Int64, createdMs: Int64, expiresMs: Int64?) {
+    public init(id: String, userID: Int64, createdMs: Int64, expiresMs: Int64?, name: String? = nil) {
         self.id = id
         self.userID = userID
         self.createdMs = createdMs
         self.expiresMs = expiresMs
+        self.name = name
     }
 }
 

@@ -234,7 +234,8 @@ import Glibc
             ["lists", "--bogus"], ["share"], ["share", "url", "L", "--expires", "3x"],
             ["share", "url", "L", "--max-uses", "0"], ["share", "create", "L", "--public-permission", "everyone"],
             ["share", "set-permission", "L", "bob", "admin"], ["share", "invite", "L", "bob", "--role", "owner"],
-            ["signup", "ann"], ["signup", "ann", "--server", "nope"], ["login", "--server", "http://127.0.0.1:1"],
+            ["signup", "ann"], ["signup", "ann", "--server", "nope"], ["login", "--server", "http://127.0.0.1:1", "--token", "t", "--name", "x"],
+            ["devices", "frob"], ["devices", "approve"],
             ["accept", "http://127.0.0.1:1/share/x"], ["sync", "--no-sync"], ["watch", "a", "b"], ["explain", "L"],
             ["help", "nothing"],
         ]
@@ -247,7 +248,8 @@ import Glibc
         }
         // Not signed in, a server that is not there: errors, not usage mistakes.
         let errors = [["lists"], ["whoami"], ["list", "show", "Groceries"],
-                      ["signup", "ann", "--server", "http://127.0.0.1:1"]]
+                      ["signup", "ann", "--server", "http://127.0.0.1:1"],
+                      ["login", "--server", "http://127.0.0.1:1"]] // the device sign-in (DeviceFlowCLITests), no server
         for arguments in errors {
             let (process, output, errors) = try Self.start(arguments, home: home)
             process.waitUntilExit()
@@ -265,7 +267,7 @@ import Glibc
             "watch [LIST]", "share create LIST", "share create --zone ZONE", "share invite LIST USER",
             "share set-permission LIST USER", "share remove LIST USER", "share participants LIST", "share url LIST",
             "share delete LIST", "share leave LIST", "accept URL [--yes]", "explain LIST ITEM FIELD",
-            "serve --data DIR", "--home DIR", "--json", "--no-sync",
+            "serve --data DIR", "--home DIR", "--json", "--no-sync", "login --server URL ", "devices [approve CODE",
         ]
         for command in commands {
             #expect(top.contains(command), "lattice --help lacks \(command)")

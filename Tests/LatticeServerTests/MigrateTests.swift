@@ -103,6 +103,14 @@ import Glibc
         try CLITests.ok("share", "invite", chores, "carol", "--permission", "read-only", home: alice)
         try CLITests.ok("list", "check", list, "Eggs", home: bob)
         try CLITests.ok("sync", home: alice)
+        // A device sign-in waiting, and a failed approval (a code nobody shows, unless by a 1 in 20^8 chance).
+        let device = try RawHTTPClient(port: sqlite.port).send(method: "POST", path: "/auth/device/start",
+                                                               body: Array(#"{"deviceName": "tablet"}"#.utf8))
+        #expect(device.status == 200)
+        let wrongCode = try RawHTTPClient(port: sqlite.port).send(
+            method: "POST", path: "/auth/device/approve", headers: ["Authorization": "Bearer " + aliceToken],
+            body: Array(#"{"userCode": "BCDF-GHJK"}"#.utf8))
+        #expect(wrongCode.status == 404)
 
         // Sync tokens issued before the move: alice's database and zone feeds, bob's shared database.
         let databaseFeed = try Self.post(sqlite.port, Self.privateDatabase + "changes/database", token: aliceToken, .object([:]))

@@ -51,6 +51,11 @@ import Testing
             case .plain:
                 // Plain handlers are dispatched without a caller: no token, no per-account bucket.
                 #expect(route.authentication == .none && route.throttle != .perAccount, "\(route.signature)")
+            case .account:
+                // Signed-in routes outside /database/ (device approval): a token or session, the account's bucket.
+                #expect(route.authentication != .none && route.lane == .pool && route.throttle == .perAccount,
+                        "\(route.signature)")
+                #expect(!route.pattern.description.hasPrefix("/database/"))
             }
             if route.lane == .inline { #expect(route.throttle == .none, "\(route.signature) is inline and throttled") }
             if route.body == .deltaPush { #expect(route.operationName == "deltas/push") }

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeStore
+import Synchronization
 import Testing
 
 /// One storage backend under test: a name for the report and a factory for a fresh, empty store.
@@ -198,6 +199,194 @@ struct StorageContractTests {
                 #expect(try tx.tokens(userID: ann.id).isEmpty)
                 #expect(try tx.tokenOwner(hash: [2]) == nil)
                 #expect(try tx.tokens(userID: bob.id).map(\.id) == ["t-bob-1"])
+            }
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func tokensKeepTheirDeviceName(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let ann = try storage.write { tx throws in
+                let ann = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 10)
+                try tx.insertToken(NewToken(hash: [1], id: "d-1", userID: ann.id, createdMs: 20, name: "phone"))
+                try tx.insertToken(NewToken(hash: [2], id: "plain", userID: ann.id, createdMs: 30))
+                return ann
+            }
+            try storage.read { tx throws in
+                #expect(try tx.tokens(userID: ann.id).map(\.name) == ["phone", nil])
+                #expect(try tx.token(id: "d-1")?.name == "phone")
+                #expect(try tx.tokenOwner(hash: [1])?.token == StoredToken(id: "d-1", userID: ann.id, createdMs: 20,
+                                                                             expiresMs: nil, name: "phone"))
+                #expect(try tx.tokenOwner(hash: [1])?.user == ann)
+            }
+        }
+    }
+
+    // MARK: Device authorizations
+
+    private func deviceAuthorization(_ byte: UInt8, address: String = "10.0.0.1", name: String = "phone",
+                                     createdMs: Int64 = 1_000, expiresMs: Int64 = 601_000) -> NewDeviceAuthorization {
+        NewDeviceAuthorization(deviceCodeHash: Array(repeating: byte, count: 32), userCodeHash: Array(repeating: byte &+ 100, count: 32),
+                               address: address, deviceName: name, intervalSeconds: 5, createdMs: createdMs,
+                               expiresMs: expiresMs)
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func deviceAuthorizationsAreFoundByEitherHashCountedAndForgottenWhenExpired(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            try storage.write { tx throws in
+                try tx.insertDeviceAuthorization(deviceAuthorization(1))
+                try tx.insertDeviceAuthorization(deviceAuthorization(2, address: "10.0.0.2", expiresMs: 300_000))
+                try tx.insertDeviceAuthorization(deviceAuthorization(3))
+            }
+            let expected = StoredDeviceAuthorization(
+                deviceCodeHash: Array(repeating: 1, count: 32), userCodeHash: Array(repeating: 101, count: 32),
+                address: "10.0.0.1", deviceName: "phone", status: .pending, userID: nil, intervalSeconds: 5, lastPollMs: 0,
+                createdMs: 1_000, expiresMs: 601_000)
+            try storage.read { tx throws in
+                #expect(try tx.deviceAuthorization(deviceCodeHash: Array(repeating: 1, count: 32)) == expected)
+                #expect(try tx.deviceAuthorization(userCodeHash: Array(repeating: 101, count: 32)) == expected)
+                #expect(try tx.deviceAuthorization(deviceCodeHash: Array(repeating: 101, count: 32)) == nil)
+                #expect(try tx.deviceAuthorization(userCodeHash: Array(repeating: 1, count: 32)) == nil)
+                #expect(try tx.liveDeviceAuthorizations(address: "10.0.0.1", nowMs: 2_000) == 2)
+                #expect(try tx.liveDeviceAuthorizations(address: "10.0.0.2", nowMs: 2_000) == 1)
+                #expect(try tx.liveDeviceAuthorizations(address: nil, nowMs: 2_000) == 3)
+                // Expired at expiresMs exactly.
+                #expect(try tx.liveDeviceAuthorizations(address: nil, nowMs: 300_000) == 2)
+                #expect(try tx.liveDeviceAuthorizations(address: "10.0.0.9", nowMs: 2_000) == 0)
+            }
+            // Either code taken is a duplicate, and the write stays usable.
+            var taken = deviceAuthorization(9)
+            taken.userCodeHash = Array(repeating: 101, count: 32)
+            expectDuplicate { try storage.write { try $0.insertDeviceAuthorization(taken) } }
+            var takenDevice = deviceAuthorization(1)
+            takenDevice.userCodeHash = Array(repeating: 50, count: 32)
+            expectDuplicate { try storage.write { try $0.insertDeviceAuthorization(takenDevice) } }
+            try storage.write { tx throws in
+                #expect(throws: StorageError.self) { try tx.savepoint { try tx.insertDeviceAuthorization(taken) } }
+                try tx.insertDeviceAuthorization(deviceAuthorization(4))
+            }
+            #expect(try storage.write { try $0.forgetDeviceAuthorizations(expiredAt: 300_000) } == 1)
+            try storage.read { tx throws in
+                #expect(try tx.deviceAuthorization(deviceCodeHash: Array(repeating: 2, count: 32)) == nil)
+                #expect(try tx.liveDeviceAuthorizations(address: nil, nowMs: 0) == 3)
+                #expect(try tx.rowCount(table: "device_authorizations") == 3)
+            }
+            #expect(try storage.write { try $0.forgetDeviceAuthorizations(expiredAt: 601_000) } == 3)
+            #expect(try storage.read { try $0.rowCount(table: "device_authorizations") } == 0)
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func aDeviceAuthorizationIsDecidedOnceAndClaimedOnce(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let device = Array(repeating: UInt8(1), count: 32), user = Array(repeating: UInt8(101), count: 32)
+            let denied = Array(repeating: UInt8(2), count: 32), deniedUser = Array(repeating: UInt8(102), count: 32)
+            try storage.write { tx throws in
+                try tx.insertDeviceAuthorization(deviceAuthorization(1))
+                try tx.insertDeviceAuthorization(deviceAuthorization(2))
+                try tx.insertDeviceAuthorization(deviceAuthorization(3, expiresMs: 5_000))
+            }
+            // Nothing to claim while pending.
+            #expect(try storage.write { try $0.claimDeviceAuthorization(deviceCodeHash: device, nowMs: 2_000) } == nil)
+            try storage.write { tx throws in
+                try tx.recordDevicePoll(deviceCodeHash: device, nowMs: 2_000, intervalSeconds: 10)
+                #expect(try tx.deviceAuthorization(deviceCodeHash: device)?.lastPollMs == 2_000)
+                #expect(try tx.deviceAuthorization(deviceCodeHash: device)?.intervalSeconds == 10)
+            }
+            // Decided once: a second decision changes nothing; an expired one cannot be decided.
+            #expect(try storage.write { try $0.decideDeviceAuthorization(userCodeHash: user, approve: true, userID: 7,
+                                                                        deviceName: "laptop", nowMs: 3_000) })
+            #expect(try storage.write { try $0.decideDeviceAuthorization(userCodeHash: user, approve: false, userID: 8,
+                                                                        deviceName: nil, nowMs: 3_000) } == false)
+            #expect(try storage.write { try $0.decideDeviceAuthorization(userCodeHash: deniedUser, approve: false, userID: 8,
+                                                                        deviceName: nil, nowMs: 3_000) })
+            #expect(try storage.write { try $0.decideDeviceAuthorization(userCodeHash: Array(repeating: 103, count: 32),
+                                                                        approve: true, userID: 7, deviceName: nil,
+                                                                        nowMs: 5_000) } == false)
+            try storage.read { tx throws in
+                let approved = try #require(try tx.deviceAuthorization(deviceCodeHash: device))
+                #expect(approved.status == .approved && approved.userID == 7 && approved.deviceName == "laptop")
+                let refused = try #require(try tx.deviceAuthorization(deviceCodeHash: denied))
+                #expect(refused.status == .denied && refused.userID == 8 && refused.deviceName == "phone")
+                #expect(try tx.deviceAuthorization(userCodeHash: Array(repeating: 103, count: 32))?.status == .pending)
+            }
+            // A denied one is never claimed; an approved one once, and not after it expired.
+            #expect(try storage.write { try $0.claimDeviceAuthorization(deviceCodeHash: denied, nowMs: 4_000) } == nil)
+            #expect(try storage.write { try $0.claimDeviceAuthorization(deviceCodeHash: device, nowMs: 601_000) } == nil)
+            let claimed = try storage.write { try $0.claimDeviceAuthorization(deviceCodeHash: device, nowMs: 4_000) }
+            #expect(claimed?.status == .issued && claimed?.userID == 7 && claimed?.deviceName == "laptop")
+            #expect(try storage.write { try $0.claimDeviceAuthorization(deviceCodeHash: device, nowMs: 4_000) } == nil)
+            #expect(try storage.read { try $0.deviceAuthorization(deviceCodeHash: device)?.status } == .issued)
+        }
+    }
+
+    /// Racing decisions and claims, each in its own write transaction on its own thread (on PostgreSQL, on
+    /// separate connections at once): exactly one of each wins.
+    @Test(arguments: StorageBackends.all)
+    func racingDecisionsAndClaimsOfOneDeviceAuthorizationHaveOneWinner(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            for round in UInt8(1)...UInt8(6) {
+                try storage.write { try $0.insertDeviceAuthorization(deviceAuthorization(round)) }
+                let device = Array(repeating: round, count: 32), user = Array(repeating: round &+ 100, count: 32)
+                let decided = Mutex<[Int64]>([]), claimed = Mutex<Int>(0), failures = Mutex<[String]>([])
+                let group = DispatchGroup()
+                for account in Int64(1)...4 {
+                    group.enter()
+                    Thread {
+                        defer { group.leave() }
+                        do {
+                            if try storage.write({ tx in
+                                try tx.decideDeviceAuthorization(userCodeHash: user, approve: true, userID: account,
+                                                                 deviceName: nil, nowMs: 2_000)
+                            }) { decided.withLock { $0.append(account) } }
+                        } catch {
+                            failures.withLock { $0.append("\(error)") }
+                        }
+                    }.start()
+                }
+                #expect(group.wait(timeout: .now() + 60) == .success)
+                for _ in 0..<4 {
+                    group.enter()
+                    Thread {
+                        defer { group.leave() }
+                        do {
+                            if try storage.write({ try $0.claimDeviceAuthorization(deviceCodeHash: device, nowMs: 3_000) }) != nil {
+                                claimed.withLock { $0 += 1 }
+                            }
+                        } catch {
+                            failures.withLock { $0.append("\(error)") }
+                        }
+                    }.start()
+                }
+                #expect(group.wait(timeout: .now() + 60) == .success)
+                #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 })")
+                let winners = decided.withLock { $0 }
+                #expect(winners.count == 1, "round \(round): \(winners)")
+                #expect(claimed.withLock { $0 } == 1, "round \(round)")
+                #expect(try storage.read { try $0.deviceAuthorization(deviceCodeHash: device)?.userID } == winners.first)
+            }
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func failedDeviceApprovalsAreCountedPerKeyInAWindow(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            try storage.write { tx throws in
+                for at in [Int64(100), 200, 300] { try tx.recordDeviceApprovalFailure(key: "user:1", nowMs: at) }
+                try tx.recordDeviceApprovalFailure(key: "ip:10.0.0.1", nowMs: 250)
+            }
+            try storage.read { tx throws in
+                #expect(try tx.deviceApprovalFailures(key: "user:1", sinceMs: 0) == SignUpWindow(count: 3, oldestMs: 100))
+                #expect(try tx.deviceApprovalFailures(key: "user:1", sinceMs: 200) == SignUpWindow(count: 2, oldestMs: 200))
+                #expect(try tx.deviceApprovalFailures(key: "ip:10.0.0.1", sinceMs: 0) == SignUpWindow(count: 1, oldestMs: 250))
+                #expect(try tx.deviceApprovalFailures(key: "user:2", sinceMs: 0) == SignUpWindow(count: 0, oldestMs: nil))
+            }
+            try storage.write { try $0.forgetDeviceApprovalFailures(before: 250) }
+            try storage.read { tx throws in
+                #expect(try tx.deviceApprovalFailures(key: "user:1", sinceMs: 0) == SignUpWindow(count: 1, oldestMs: 300))
+                #expect(try tx.deviceApprovalFailures(key: "ip:10.0.0.1", sinceMs: 0).count == 1)
+                #expect(try tx.rowCount(table: "device_approval_failures") == 2)
             }
         }
     }

@@ -68,6 +68,15 @@ struct StorageNodesContractTests {
             try tx.insertToken(NewToken(hash: [0, 1, 2, 255], id: "00000000000000t1", userID: ann.id, createdMs: 12,
                                         expiresMs: 99_999))
             try tx.recordSignUp(address: "127.0.0.1", nowMs: 13)
+            try tx.insertToken(NewToken(hash: [3], id: "d-00000000000000t2", userID: ann.id, createdMs: 12, name: "phone"))
+            try tx.insertDeviceAuthorization(NewDeviceAuthorization(
+                deviceCodeHash: [4, 4], userCodeHash: [5, 5], address: "127.0.0.1", deviceName: "tablet", intervalSeconds: 5,
+                createdMs: 13, expiresMs: 600_013))
+            _ = try tx.decideDeviceAuthorization(userCodeHash: [5, 5], approve: true, userID: ann.id, deviceName: nil, nowMs: 14)
+            try tx.insertDeviceAuthorization(NewDeviceAuthorization(
+                deviceCodeHash: [6], userCodeHash: [7], address: "127.0.0.2", deviceName: "it's \"quoted\"",
+                intervalSeconds: 10, createdMs: 13, expiresMs: 600_013))
+            try tx.recordDeviceApprovalFailure(key: "user:\(ann.id)", nowMs: 14)
             let database = try tx.database(DatabaseKey(kind: .private, environment: "production", ownerID: ann.id))
             let zone = try tx.createZone(databaseID: database.id, name: "Lists", ownerRecordName: ann.recordName, nowMs: 14)
             _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(recordName: "root", recordType: "List", frame: [9, 0, 9],

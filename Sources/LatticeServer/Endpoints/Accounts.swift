@@ -135,10 +135,12 @@ extension LatticeService {
         return value
     }
 
-    /// A token as the API shows it: id, created, expiry. Never the secret or its hash.
+    /// A token as the API shows it: id, created, expiry, and the device's name for a device's token. Never
+    /// the secret or its hash.
     func tokenJSONFields(_ token: StoredToken) -> [String: JSON] {
         var object: [String: JSON] = ["tokenID": .string(token.id), "created": .object(["timestamp": .int(token.createdMs)])]
         if let expires = token.expiresMs { object["expires"] = .object(["timestamp": .int(expires)]) }
+        if let name = token.name { object["deviceName"] = .string(name) }
         return object
     }
 

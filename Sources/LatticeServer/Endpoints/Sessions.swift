@@ -12,20 +12,28 @@ import LatticeStore
 ///   every state-changing request made with it needs the session's CSRF value in `X-Lattice-CSRF`;
 /// - a one-time sign-in link's id is `l-` + 16 hex digits: `POST /auth/link` exchanges it, once, for a
 ///   session (the exchange deletes the row, and only the request whose delete found it gets the session).
+/// - a device's token, made when a signed-in device approved its user code (Devices.swift), has the id
+///   `d-` + 16 hex digits and the device's name; it is a bearer token like the first kind.
 /// Neither a session nor a link works as `Authorization: Bearer` (`checkToken` refuses their ids).
 enum TokenKind: String, Sendable {
     case bearer
     case session
     case signInLink
+    case device
 
     static let sessionPrefix = "s-"
     static let signInLinkPrefix = "l-"
+    static let devicePrefix = "d-"
 
     init(id: String) {
         if id.hasPrefix(Self.sessionPrefix) { self = .session }
         else if id.hasPrefix(Self.signInLinkPrefix) { self = .signInLink }
+        else if id.hasPrefix(Self.devicePrefix) { self = .device }
         else { self = .bearer }
     }
+
+    /// Whether the kind works as `Authorization: Bearer`.
+    var isBearer: Bool { self == .bearer || self == .device }
 
     func newID() throws -> String {
         let hex = try LatticeService.newTokenID()
@@ -33,6 +41,7 @@ enum TokenKind: String, Sendable {
         case .bearer: return hex
         case .session: return Self.sessionPrefix + hex
         case .signInLink: return Self.signInLinkPrefix + hex
+        case .device: return Self.devicePrefix + hex
         }
     }
 }
@@ -145,7 +154,7 @@ extension LatticeService {
         let expires = tokenExpiry(lifetimeSeconds, nowMs: now) ?? now + lifetimeSeconds * 1000
         var tokens = try tx.tokens(userID: userID)
         if tokens.count >= configuration.maximumTokensPerUser {
-            for old in tokens where TokenKind(id: old.id) != .bearer && (old.expiresMs ?? .max) <= now {
+            for old in tokens where !TokenKind(id: old.id).isBearer && (old.expiresMs ?? .max) <= now {
                 _ = try tx.deleteToken(id: old.id)
             }
             tokens = try tx.tokens(userID: userID)

@@ -394,6 +394,27 @@ public final class PostgresStorage: Storage, Sendable {
                 FROM metadata WHERE key = 'replica_id';
             DELETE FROM metadata WHERE key IN ('replica_id', 'clock_latest');
             """),
+        PostgresMigrator.Migration("v5: device names on tokens, device authorizations, failed device approvals", sql: """
+            ALTER TABLE tokens ADD COLUMN name text COLLATE "C";
+            CREATE TABLE device_authorizations(
+                device_code_hash bytea PRIMARY KEY,
+                user_code_hash bytea NOT NULL UNIQUE,
+                address text COLLATE "C" NOT NULL,
+                device_name text COLLATE "C" NOT NULL,
+                status text COLLATE "C" NOT NULL,
+                user_id bigint,
+                interval_seconds bigint NOT NULL,
+                last_poll_ms bigint NOT NULL,
+                created_ms bigint NOT NULL,
+                expires_ms bigint NOT NULL);
+            CREATE INDEX device_authorizations_address ON device_authorizations(address, expires_ms);
+            CREATE INDEX device_authorizations_expiry ON device_authorizations(expires_ms);
+            CREATE TABLE device_approval_failures(
+                key text COLLATE "C" NOT NULL,
+                created_ms bigint NOT NULL);
+            CREATE INDEX device_approval_failures_key ON device_approval_failures(key, created_ms);
+            CREATE INDEX device_approval_failures_age ON device_approval_failures(created_ms);
+            """),
     ])
 
     /// The channel commits are announced on (`NOTIFY`).

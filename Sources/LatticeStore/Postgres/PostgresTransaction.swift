@@ -284,25 +284,26 @@ final class PostgresTransaction: StorageTransaction {
     }
 
     func insertToken(_ token: NewToken) throws {
-        let inserted = try rows("INSERT INTO tokens(hash, id, user_id, created_ms, expires_ms) VALUES ($1, $2, $3, $4, $5) "
-                                + "ON CONFLICT DO NOTHING RETURNING 1",
+        let inserted = try rows("INSERT INTO tokens(hash, id, user_id, created_ms, expires_ms, name) "
+                                + "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING 1",
                                 [.bytea(token.hash), .text(token.id), .integer(token.userID), .integer(token.createdMs),
-                                 token.expiresMs.map { .integer($0) } ?? .null])
+                                 token.expiresMs.map { .integer($0) } ?? .null, token.name.map { .text($0) } ?? .null])
         if inserted.isEmpty { throw StorageError.duplicate("a token with this hash or id") }
     }
 
-    private static let tokenColumns = "t.id, t.user_id, t.created_ms, t.expires_ms"
+    private static let tokenColumns = "t.id, t.user_id, t.created_ms, t.expires_ms, t.name"
 
     private func token(_ row: [PostgresValue]) -> StoredToken {
         var expires: Int64? = nil
         if case .integer(let value) = row[3] { expires = value }
-        return StoredToken(id: row[0].text ?? "", userID: row[1].integer, createdMs: row[2].integer, expiresMs: expires)
+        return StoredToken(id: row[0].text ?? "", userID: row[1].integer, createdMs: row[2].integer, expiresMs: expires,
+                           name: row[4].text)
     }
 
     func tokenOwner(hash: [UInt8]) throws -> (token: StoredToken, user: UserAccount)? {
         try rows("SELECT \(Self.tokenColumns), u.id, u.record_name, u.name, u.created_ms FROM tokens t "
                  + "JOIN users u ON u.id = t.user_id WHERE t.hash = $1", [.bytea(hash)]).first.map {
-            (token(Array($0[0..<4])), user(Array($0[4...])))
+            (token(Array($0[0..<5])), user(Array($0[5...])))
         }
     }
 
@@ -1012,6 +1013,92 @@ final class PostgresTransaction: StorageTransaction {
             """, [.integer(operationsBeforeMs)])
         report.clientOperations = Int(operations.first?[0].integer ?? 0)
         return report
+    }
+
+    // MARK: Device authorizations
+
+    private static let deviceColumns = "device_code_hash, user_code_hash, address, device_name, status, user_id, "
+        + "interval_seconds, last_poll_ms, created_ms, expires_ms"
+
+    private func deviceAuthorization(_ row: [PostgresValue]) -> StoredDeviceAuthorization {
+        StoredDeviceAuthorization(deviceCodeHash: row[0].bytes, userCodeHash: row[1].bytes, address: row[2].text ?? "",
+                                  deviceName: row[3].text ?? "",
+                                  status: DeviceAuthorizationStatus(rawValue: row[4].text ?? "") ?? .denied,
+                                  userID: row[5].isNull ? nil : row[5].integer, intervalSeconds: row[6].integer,
+                                  lastPollMs: row[7].integer, createdMs: row[8].integer, expiresMs: row[9].integer)
+    }
+
+    func insertDeviceAuthorization(_ authorization: NewDeviceAuthorization) throws {
+        // ON CONFLICT DO NOTHING: a taken code is reported without aborting the transaction.
+        let inserted = try rows("INSERT INTO device_authorizations(\(Self.deviceColumns)) "
+                                + "VALUES ($1, $2, $3, $4, $5, NULL, $6, 0, $7, $8) ON CONFLICT DO NOTHING RETURNING 1",
+                                [.bytea(authorization.deviceCodeHash), .bytea(authorization.userCodeHash),
+                                 .text(authorization.address), .text(authorization.deviceName),
+                                 .text(DeviceAuthorizationStatus.pending.rawValue), .integer(authorization.intervalSeconds),
+                                 .integer(authorization.createdMs), .integer(authorization.expiresMs)])
+        if inserted.isEmpty { throw StorageError.duplicate("a device authorization with this device or user code") }
+    }
+
+    func deviceAuthorization(deviceCodeHash: [UInt8]) throws -> StoredDeviceAuthorization? {
+        try rows("SELECT \(Self.deviceColumns) FROM device_authorizations WHERE device_code_hash = $1" + lock,
+                 [.bytea(deviceCodeHash)]).first.map(deviceAuthorization)
+    }
+
+    func deviceAuthorization(userCodeHash: [UInt8]) throws -> StoredDeviceAuthorization? {
+        try rows("SELECT \(Self.deviceColumns) FROM device_authorizations WHERE user_code_hash = $1" + lock,
+                 [.bytea(userCodeHash)]).first.map(deviceAuthorization)
+    }
+
+    func liveDeviceAuthorizations(address: String?, nowMs: Int64) throws -> Int {
+        if let address {
+            return Int(try rows("SELECT COUNT(*) FROM device_authorizations WHERE address = $1 AND expires_ms > $2",
+                                [.text(address), .integer(nowMs)]).first?[0].integer ?? 0)
+        }
+        return Int(try rows("SELECT COUNT(*) FROM device_authorizations WHERE expires_ms > $1", [.integer(nowMs)])
+            .first?[0].integer ?? 0)
+    }
+
+    /// A conditional UPDATE: of two transactions deciding one row at once, the second waits for the first's
+    /// row lock, then finds the row no longer pending and changes nothing.
+    func decideDeviceAuthorization(userCodeHash: [UInt8], approve: Bool, userID: Int64, deviceName: String?,
+                                   nowMs: Int64) throws -> Bool {
+        let status: DeviceAuthorizationStatus = approve ? .approved : .denied
+        return try run("UPDATE device_authorizations SET status = $1, user_id = $2, device_name = COALESCE($3, device_name) "
+                       + "WHERE user_code_hash = $4 AND status = $5 AND expires_ms > $6",
+                       [.text(status.rawValue), .integer(userID), deviceName.map { .text($0) } ?? .null,
+                        .bytea(userCodeHash), .text(DeviceAuthorizationStatus.pending.rawValue), .integer(nowMs)]) > 0
+    }
+
+    func recordDevicePoll(deviceCodeHash: [UInt8], nowMs: Int64, intervalSeconds: Int64) throws {
+        try run("UPDATE device_authorizations SET last_poll_ms = $1, interval_seconds = $2 WHERE device_code_hash = $3",
+                [.integer(nowMs), .integer(intervalSeconds), .bytea(deviceCodeHash)])
+    }
+
+    /// As `decideDeviceAuthorization`: the conditional UPDATE lets exactly one of racing polls have the row.
+    func claimDeviceAuthorization(deviceCodeHash: [UInt8], nowMs: Int64) throws -> StoredDeviceAuthorization? {
+        try rows("UPDATE device_authorizations SET status = $1 WHERE device_code_hash = $2 AND status = $3 "
+                 + "AND expires_ms > $4 RETURNING \(Self.deviceColumns)",
+                 [.text(DeviceAuthorizationStatus.issued.rawValue), .bytea(deviceCodeHash),
+                  .text(DeviceAuthorizationStatus.approved.rawValue), .integer(nowMs)]).first.map(deviceAuthorization)
+    }
+
+    func forgetDeviceAuthorizations(expiredAt nowMs: Int64) throws -> Int {
+        try run("DELETE FROM device_authorizations WHERE expires_ms <= $1", [.integer(nowMs)])
+    }
+
+    func recordDeviceApprovalFailure(key: String, nowMs: Int64) throws {
+        try run("INSERT INTO device_approval_failures(key, created_ms) VALUES ($1, $2)", [.text(key), .integer(nowMs)])
+    }
+
+    func deviceApprovalFailures(key: String, sinceMs: Int64) throws -> SignUpWindow {
+        guard let row = try rows("SELECT COUNT(*), MIN(created_ms) FROM device_approval_failures "
+                                 + "WHERE key = $1 AND created_ms >= $2", [.text(key), .integer(sinceMs)]).first,
+              row[0].integer > 0 else { return SignUpWindow(count: 0, oldestMs: nil) }
+        return SignUpWindow(count: Int(row[0].integer), oldestMs: row[1].integer)
+    }
+
+    func forgetDeviceApprovalFailures(before beforeMs: Int64) throws {
+        try run("DELETE FROM device_approval_failures WHERE created_ms < $1", [.integer(beforeMs)])
     }
 }
 

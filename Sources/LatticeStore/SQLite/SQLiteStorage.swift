@@ -236,6 +236,27 @@ public final class SQLiteStorage: Storage, Sendable {
                 FROM metadata WHERE key = 'replica_id';
             DELETE FROM metadata WHERE key IN ('replica_id', 'clock_latest');
             """),
+        Migrator.Migration("v5: device names on tokens, device authorizations, failed device approvals", sql: """
+            ALTER TABLE tokens ADD COLUMN name TEXT;
+            CREATE TABLE device_authorizations(
+                device_code_hash BLOB PRIMARY KEY,
+                user_code_hash BLOB NOT NULL UNIQUE,
+                address TEXT NOT NULL,
+                device_name TEXT NOT NULL,
+                status TEXT NOT NULL,
+                user_id INTEGER,
+                interval_seconds INTEGER NOT NULL,
+                last_poll_ms INTEGER NOT NULL,
+                created_ms INTEGER NOT NULL,
+                expires_ms INTEGER NOT NULL) WITHOUT ROWID;
+            CREATE INDEX device_authorizations_address ON device_authorizations(address, expires_ms);
+            CREATE INDEX device_authorizations_expiry ON device_authorizations(expires_ms);
+            CREATE TABLE device_approval_failures(
+                key TEXT NOT NULL,
+                created_ms INTEGER NOT NULL);
+            CREATE INDEX device_approval_failures_key ON device_approval_failures(key, created_ms);
+            CREATE INDEX device_approval_failures_age ON device_approval_failures(created_ms);
+            """),
     ])
 
     /// The node a SQLite deployment runs as (one process), unless told otherwise.
@@ -317,23 +338,24 @@ struct SQLiteTransaction: StorageTransaction {
     }
 
     func insertToken(_ token: NewToken) throws {
-        try run("INSERT INTO tokens(hash, id, user_id, created_ms, expires_ms) VALUES (?, ?, ?, ?, ?)",
+        try run("INSERT INTO tokens(hash, id, user_id, created_ms, expires_ms, name) VALUES (?, ?, ?, ?, ?, ?)",
                 [.blob(token.hash), .text(token.id), .integer(token.userID), .integer(token.createdMs),
-                 token.expiresMs.map { .integer($0) } ?? .null])
+                 token.expiresMs.map { .integer($0) } ?? .null, token.name.map { .text($0) } ?? .null])
     }
 
-    private static let tokenColumns = "t.id, t.user_id, t.created_ms, t.expires_ms"
+    private static let tokenColumns = "t.id, t.user_id, t.created_ms, t.expires_ms, t.name"
 
     private func token(_ row: [SQLiteValue]) -> StoredToken {
         var expires: Int64? = nil
         if case .integer(let value) = row[3] { expires = value }
-        return StoredToken(id: row[0].text ?? "", userID: row[1].integer, createdMs: row[2].integer, expiresMs: expires)
+        return StoredToken(id: row[0].text ?? "", userID: row[1].integer, createdMs: row[2].integer, expiresMs: expires,
+                           name: row[4].text)
     }
 
     func tokenOwner(hash: [UInt8]) throws -> (token: StoredToken, user: UserAccount)? {
         try rows("SELECT \(Self.tokenColumns), u.id, u.record_name, u.name, u.created_ms FROM tokens t "
                  + "JOIN users u ON u.id = t.user_id WHERE t.hash = ?", [.blob(hash)]).first.map {
-            (token(Array($0[0..<4])), user(Array($0[4...])))
+            (token(Array($0[0..<5])), user(Array($0[5...])))
         }
     }
 
@@ -374,6 +396,90 @@ struct SQLiteTransaction: StorageTransaction {
 
     func forgetSignUps(before beforeMs: Int64) throws {
         try run("DELETE FROM signups WHERE created_ms < ?", [.integer(beforeMs)])
+    }
+
+    // MARK: Device authorizations
+
+    private static let deviceColumns = "device_code_hash, user_code_hash, address, device_name, status, user_id, "
+        + "interval_seconds, last_poll_ms, created_ms, expires_ms"
+
+    private func deviceAuthorization(_ row: [SQLiteValue]) -> StoredDeviceAuthorization {
+        var userID: Int64? = nil
+        if case .integer(let value) = row[5] { userID = value }
+        return StoredDeviceAuthorization(deviceCodeHash: row[0].blob, userCodeHash: row[1].blob, address: row[2].text ?? "",
+                                         deviceName: row[3].text ?? "",
+                                         status: DeviceAuthorizationStatus(rawValue: row[4].text ?? "") ?? .denied,
+                                         userID: userID, intervalSeconds: row[6].integer, lastPollMs: row[7].integer,
+                                         createdMs: row[8].integer, expiresMs: row[9].integer)
+    }
+
+    func insertDeviceAuthorization(_ authorization: NewDeviceAuthorization) throws {
+        let inserted = try run("INSERT INTO device_authorizations(\(Self.deviceColumns)) "
+                               + "VALUES (?, ?, ?, ?, ?, NULL, ?, 0, ?, ?) ON CONFLICT DO NOTHING",
+                               [.blob(authorization.deviceCodeHash), .blob(authorization.userCodeHash),
+                                .text(authorization.address), .text(authorization.deviceName),
+                                .text(DeviceAuthorizationStatus.pending.rawValue), .integer(authorization.intervalSeconds),
+                                .integer(authorization.createdMs), .integer(authorization.expiresMs)])
+        if inserted == 0 { throw StorageError.duplicate("a device authorization with this device or user code") }
+    }
+
+    func deviceAuthorization(deviceCodeHash: [UInt8]) throws -> StoredDeviceAuthorization? {
+        try rows("SELECT \(Self.deviceColumns) FROM device_authorizations WHERE device_code_hash = ?",
+                 [.blob(deviceCodeHash)]).first.map(deviceAuthorization)
+    }
+
+    func deviceAuthorization(userCodeHash: [UInt8]) throws -> StoredDeviceAuthorization? {
+        try rows("SELECT \(Self.deviceColumns) FROM device_authorizations WHERE user_code_hash = ?",
+                 [.blob(userCodeHash)]).first.map(deviceAuthorization)
+    }
+
+    func liveDeviceAuthorizations(address: String?, nowMs: Int64) throws -> Int {
+        if let address {
+            return Int(try rows("SELECT COUNT(*) FROM device_authorizations WHERE address = ? AND expires_ms > ?",
+                                [.text(address), .integer(nowMs)]).first?[0].integer ?? 0)
+        }
+        return Int(try rows("SELECT COUNT(*) FROM device_authorizations WHERE expires_ms > ?", [.integer(nowMs)])
+            .first?[0].integer ?? 0)
+    }
+
+    func decideDeviceAuthorization(userCodeHash: [UInt8], approve: Bool, userID: Int64, deviceName: String?,
+                                   nowMs: Int64) throws -> Bool {
+        let status: DeviceAuthorizationStatus = approve ? .approved : .denied
+        return try run("UPDATE device_authorizations SET status = ?, user_id = ?, device_name = COALESCE(?, device_name) "
+                       + "WHERE user_code_hash = ? AND status = ? AND expires_ms > ?",
+                       [.text(status.rawValue), .integer(userID), deviceName.map { .text($0) } ?? .null,
+                        .blob(userCodeHash), .text(DeviceAuthorizationStatus.pending.rawValue), .integer(nowMs)]) > 0
+    }
+
+    func recordDevicePoll(deviceCodeHash: [UInt8], nowMs: Int64, intervalSeconds: Int64) throws {
+        try run("UPDATE device_authorizations SET last_poll_ms = ?, interval_seconds = ? WHERE device_code_hash = ?",
+                [.integer(nowMs), .integer(intervalSeconds), .blob(deviceCodeHash)])
+    }
+
+    func claimDeviceAuthorization(deviceCodeHash: [UInt8], nowMs: Int64) throws -> StoredDeviceAuthorization? {
+        try rows("UPDATE device_authorizations SET status = ? WHERE device_code_hash = ? AND status = ? AND expires_ms > ? "
+                 + "RETURNING \(Self.deviceColumns)",
+                 [.text(DeviceAuthorizationStatus.issued.rawValue), .blob(deviceCodeHash),
+                  .text(DeviceAuthorizationStatus.approved.rawValue), .integer(nowMs)]).first.map(deviceAuthorization)
+    }
+
+    func forgetDeviceAuthorizations(expiredAt nowMs: Int64) throws -> Int {
+        try run("DELETE FROM device_authorizations WHERE expires_ms <= ?", [.integer(nowMs)])
+    }
+
+    func recordDeviceApprovalFailure(key: String, nowMs: Int64) throws {
+        try run("INSERT INTO device_approval_failures(key, created_ms) VALUES (?, ?)", [.text(key), .integer(nowMs)])
+    }
+
+    func deviceApprovalFailures(key: String, sinceMs: Int64) throws -> SignUpWindow {
+        guard let row = try rows("SELECT COUNT(*), MIN(created_ms) FROM device_approval_failures "
+                                 + "WHERE key = ? AND created_ms >= ?", [.text(key), .integer(sinceMs)]).first,
+              row[0].integer > 0 else { return SignUpWindow(count: 0, oldestMs: nil) }
+        return SignUpWindow(count: Int(row[0].integer), oldestMs: row[1].integer)
+    }
+
+    func forgetDeviceApprovalFailures(before beforeMs: Int64) throws {
+        try run("DELETE FROM device_approval_failures WHERE created_ms < ?", [.integer(beforeMs)])
     }
 
     // MARK: Databases and zones

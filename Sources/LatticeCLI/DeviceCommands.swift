@@ -1,0 +1,192 @@
+import Foundation
+import LatticeCore
+import LatticeSync
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// lattice login --server URL (without --token): this device signs in with a one-time code another device
+// approves; lattice devices: the account's devices and tokens, approving a code, revoking one.
+
+let devicesUsage = """
+    usage: lattice devices [--home DIR] [--json]
+           lattice devices approve CODE [--name NAME] [--home DIR] [--json]
+           lattice devices deny CODE [--home DIR] [--json]
+           lattice devices revoke ID [--home DIR] [--json]
+
+    lattice devices: the account's devices and tokens (bearer tokens, devices signed in with a code,
+      browser sessions, unused sign-in links): id, kind, name, created, expiry; "this device" marks the
+      token of this home. --json: [{"id","kind","name","created","expires","expired","thisDevice"}]
+    approve CODE: lets the device showing CODE (from lattice login --server URL on it) into this account;
+      it then gets a token of its own. --name names it in this list (default: the name it sent).
+      --json: {"userCode","deviceName","approved","expires"}
+    deny CODE: refuses it; the other device stops waiting.
+    revoke ID: revokes that token at once (the device using it is signed out; an id prefix works when it
+      names one token). --json: {"id","revoked"}
+
+    \(clientOptionsHelp)
+    """
+
+/// `lattice login --server URL [--name NAME]`: RFC 8628's device flow. Asks the server for a device
+/// authorization, shows its user code and how to approve it, polls at the server's interval (slower after
+/// SLOW_DOWN) until it is approved, denied or expired, then keeps the device's own token in this home as
+/// `lattice login --token` does.
+func runDeviceLogIn(_ options: ClientOptions, server: String) throws {
+    let engine = try options.openEngine(creating: true)
+    let client = ServerClient(transport: try HTTPTransport(serverURL: server))
+    let name = try options.parsed.value("name") ?? defaultDeviceName()
+    // Over the waiting sign-ins of this address the wait is minutes: say so at once rather than retry.
+    var once = client
+    once.maximumAttempts = 1
+    let started = try once.post("/auth/device/start", .object(["deviceName": .string(name)]), token: nil)
+    guard let deviceCode = started["deviceCode"]?.stringValue, let userCode = started["userCode"]?.stringValue,
+          let expiresIn = started["expiresIn"]?.intValue else {
+        throw CommandFailure("the server sent no device sign-in code (is \(server) a Lattice server?)")
+    }
+    var interval = max(1, started["interval"]?.intValue ?? 5)
+    notice("to sign this device (\(name)) in, run this on a device already signed in to the account:", options)
+    notice("", options)
+    notice("    lattice devices approve \(userCode)", options)
+    notice("", options)
+    notice("the code works once, within \(max(1, expiresIn / 60)) minutes; waiting for the approval (Ctrl-C stops)", options)
+    fflush(nil) // flush stdout: the code must show now, also when stdout is a pipe
+    let deadline = Date().addingTimeInterval(Double(expiresIn) + 30)
+    var token: String?
+    // Bounded by the code's lifetime: the server answers EXPIRED_TOKEN after it.
+    while token == nil {
+        guard Date() < deadline else { throw CommandFailure("the code \(userCode) expired before it was approved") }
+        Thread.sleep(forTimeInterval: Double(interval))
+        do {
+            token = try client.post("/auth/device/token", .object(["deviceCode": .string(deviceCode)]), token: nil)["token"]?
+                .stringValue
+            if token == nil { throw CommandFailure("the server answered the approved sign-in without a token") }
+        } catch let error as ServerError {
+            switch error.serverErrorCode {
+            case .authorizationPending?:
+                continue
+            case .slowDown?:
+                interval = max(interval + 5, Int64(error.retryAfter ?? 0))
+            case .accessDenied?:
+                throw CommandFailure("the sign-in was denied on the other device")
+            case .expiredToken?:
+                throw CommandFailure("the code \(userCode) expired or was used; run lattice login --server \(server) again")
+            default:
+                throw error
+            }
+        }
+    }
+    guard let token else { return }
+    do {
+        try checkSwitch(engine, server: server) { server in
+            let client = ServerClient(transport: try HTTPTransport(serverURL: server))
+            return try client.call("private", "users/current", .object([:]), token: token)["userRecordName"]?.stringValue
+        }
+    } catch {
+        // This home keeps its account: the new token is not left behind unused.
+        try? client.revokeToken(token)
+        throw error
+    }
+    let account = try engine.logIn(serverURL: server, token: token)
+    let outcome = options.noSync ? SyncOutcome() : try syncAfterChange(engine, Lists(engine: engine), options)
+    if options.json {
+        printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),
+                           "server": .string(account.serverURL), "deviceName": .string(name)]))
+    } else {
+        print("signed in as \(account.name) (\(account.userRecordName)) on \(account.serverURL) as device \(name)")
+        if outcome.synced { print("\(try Lists(engine: engine).all().count) lists on this device") }
+    }
+    try outcome.finish()
+}
+
+/// The host's name, as the device names itself unless `--name` says otherwise.
+private func defaultDeviceName() -> String {
+    var buffer = [CChar](repeating: 0, count: 256)
+    guard gethostname(&buffer, buffer.count - 1) == 0 else { return "device" }
+    let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return name.isEmpty ? "device" : String(name.prefix(64))
+}
+
+func runDevices(_ arguments: [String]) throws {
+    let options = try ClientOptions(arguments, valueOptions: ["name"])
+    if options.help { return print(devicesUsage) }
+    let subcommand = options.positionals.first
+    if subcommand != "approve" { try options.allowOnly([], in: "devices \(subcommand ?? "")") }
+    // Usage first, then the home: a mistake is a usage error even where no one is signed in.
+    let operand: String?
+    switch subcommand {
+    case nil: operand = try options.operands(options.positionals).first
+    case "approve", "deny": operand = try options.operands(Array(options.positionals.dropFirst()), "CODE")[0]
+    case "revoke": operand = try options.operands(Array(options.positionals.dropFirst()), "ID")[0]
+    case let other?: throw UsageError("unknown subcommand devices \(other)")
+    }
+    let (engine, _) = try options.openLists()
+    switch subcommand {
+    case nil:
+        try listDevices(engine, options)
+    case "approve", "deny":
+        let code = operand ?? ""
+        var body: [String: JSON] = ["userCode": .string(code)]
+        if subcommand == "deny" { body["deny"] = .bool(true) }
+        if let name = try options.parsed.value("name") { body["deviceName"] = .string(name) }
+        guard let account = engine.account else { throw CommandFailure(SyncError.notSignedIn.description) }
+        var client = ServerClient(transport: try HTTPTransport(serverURL: account.serverURL))
+        client.maximumAttempts = 1 // too many wrong codes is a wait of up to an hour: said at once, not retried
+        let reply = try client.post("/auth/device/approve", .object(body), token: account.token)
+        if options.json { return printJSON(reply) }
+        let device = reply["deviceName"]?.stringValue ?? "the device"
+        if reply["approved"] == .bool(true) {
+            print("approved \(device) (\(reply["userCode"]?.stringValue ?? code)): it signs in within a few seconds")
+        } else {
+            print("denied \(device) (\(reply["userCode"]?.stringValue ?? code))")
+        }
+    case "revoke":
+        let wanted = operand ?? ""
+        let tokens = try engine.call("private", "tokens/list", .object([:]))["tokens"]?.arrayValue ?? []
+        let ids = tokens.compactMap { $0["tokenID"]?.stringValue }
+        let matches = ids.contains(wanted) ? [wanted] : ids.filter { $0.hasPrefix(wanted) }
+        guard matches.count == 1, let id = matches.first else {
+            throw CommandFailure(matches.isEmpty ? "no device or token \(wanted) in this account (lattice devices lists them)"
+                                 : "\(wanted) names \(matches.count) tokens: \(matches.joined(separator: ", "))")
+        }
+        let isThisDevice = tokens.first { $0["tokenID"]?.stringValue == id }?["current"] == .bool(true)
+        let reply = try engine.call("private", "tokens/revoke", .object(["tokens": .array([.object(["tokenID": .string(id)])])]))
+        guard reply["tokens"]?.arrayValue?.first?["revoked"] == .bool(true) else {
+            throw CommandFailure("the server did not revoke \(id): "
+                                 + (reply["tokens"]?.arrayValue?.first?["reason"]?.stringValue ?? "no reason given"))
+        }
+        if options.json { return printJSON(.object(["id": .string(id), "revoked": .bool(true)])) }
+        print("revoked \(id): the device using it is signed out")
+        if isThisDevice { writeStandardError("that was this device's own token: sign in again with lattice login\n") }
+    default:
+        break // refused above
+    }
+}
+
+private func listDevices(_ engine: SyncEngine, _ options: ClientOptions) throws {
+    let tokens = try engine.call("private", "tokens/list", .object([:]))["tokens"]?.arrayValue ?? []
+    func time(_ json: JSON?) -> String {
+        guard let ms = json?["timestamp"]?.intValue else { return "never" }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withFullDate, .withTime, .withColonSeparatorInTime, .withDashSeparatorInDate]
+        return formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)) + "Z"
+    }
+    if options.json {
+        return printJSON(.array(tokens.map { token in
+            var object: [String: JSON] = ["id": token["tokenID"] ?? .null, "kind": token["kind"] ?? .null,
+                                          "created": token["created"]?["timestamp"] ?? .null,
+                                          "expired": token["expired"] ?? .bool(false),
+                                          "thisDevice": token["current"] ?? .bool(false)]
+            object["name"] = token["deviceName"] ?? .null
+            object["expires"] = token["expires"]?["timestamp"] ?? .null
+            return .object(object)
+        }))
+    }
+    var rows = [["ID", "KIND", "NAME", "CREATED", "EXPIRES", ""]]
+    for token in tokens {
+        let expires = token["expired"] == .bool(true) ? "expired" : time(token["expires"])
+        rows.append([token["tokenID"]?.stringValue ?? "?", token["kind"]?.stringValue ?? "?",
+                     token["deviceName"]?.stringValue ?? "-", time(token["created"]), expires,
+                     token["current"] == .bool(true) ? "this device" : ""])
+    }
+    alignedRows(rows).forEach { print($0) }
+}

@@ -1,0 +1,279 @@
+import Foundation
+import LatticeCore
+import LatticeSharing
+import LatticeStore
+
+/// Signing a second device in without copying a token, in the spirit of RFC 8628 (the device
+/// authorization grant):
+///
+/// 1. the new device, with no token, calls `POST /auth/device/start` and gets a long secret device code,
+///    a short user code (`BCDF-GHJK`: 8 letters of `userCodeAlphabet`), how long they work and how often
+///    to poll;
+/// 2. a person shows the user code to a device already signed in to their account, which calls
+///    `POST /auth/device/approve` with it (bearer token, or browser session with CSRF), or denies it;
+/// 3. the new device polls `POST /auth/device/token` with its device code: AUTHORIZATION_PENDING until
+///    then, SLOW_DOWN when it polls too fast, ACCESS_DENIED when denied, EXPIRED_TOKEN once expired or
+///    used; after the approval, once, a bearer token of its own (kind `device`, with the device's name).
+///
+/// The state is in the database (`StoredDeviceAuthorization`), so any node may answer any step; the
+/// store keeps only SHA-256 hashes of both codes. Guessing is bounded: a user code is one of 20^8, works
+/// for 10 minutes, and failed approvals are counted in the database per account and per address. The
+/// table is bounded: live authorizations per address and in total are capped, and expired ones are
+/// deleted whenever one is started.
+extension LatticeService {
+    /// 20 consonants, no vowels (no words) and none of the look-alikes: RFC 8628, section 6.1.
+    static let userCodeAlphabet = Array("BCDFGHJKLMNPQRSTVWXZ")
+    static let userCodeLength = 8
+    static let deviceCodePrefix = "ld_"
+    /// How much sooner than its interval a poll may come (the nodes' clocks differ a little).
+    static let pollToleranceMilliseconds: Int64 = 1_000
+    /// What SLOW_DOWN adds to the interval, and the most it grows to.
+    static let slowDownStepSeconds: Int64 = 5
+    static let maximumPollIntervalSeconds: Int64 = 60
+
+    // MARK: Codes
+
+    /// A fresh user code, 8 letters of `userCodeAlphabet` drawn without bias.
+    static func newUserCode() throws -> String {
+        var letters: [Character] = []
+        let alphabetSize = userCodeAlphabet.count
+        let ceiling = 256 - 256 % alphabetSize // bytes at or above it would favour the first letters
+        while letters.count < userCodeLength {
+            for byte in try Secrets.randomBytes(16) where Int(byte) < ceiling && letters.count < userCodeLength {
+                letters.append(userCodeAlphabet[Int(byte) % alphabetSize])
+            }
+        }
+        return String(letters)
+    }
+
+    /// `BCDFGHJK` as people read it: `BCDF-GHJK`.
+    static func displayedUserCode(_ code: String) -> String {
+        String(code.prefix(userCodeLength / 2)) + "-" + String(code.dropFirst(userCodeLength / 2))
+    }
+
+    /// The normal form of a typed user code (any case, dashes and spaces ignored), or nil when it cannot be
+    /// a user code at all.
+    static func normalizedUserCode(_ typed: String) -> String? {
+        let letters = typed.uppercased().filter { $0 != "-" && $0 != " " }
+        guard letters.count == userCodeLength, letters.allSatisfy(userCodeAlphabet.contains) else { return nil }
+        return letters
+    }
+
+    static func userCodeHash(_ normalized: String) -> [UInt8] {
+        Secrets.sha256(Array(("lattice device user code v1 " + normalized).utf8))
+    }
+
+    static func deviceCodeHash(_ deviceCode: String) -> [UInt8] { Secrets.sha256(Array(deviceCode.utf8)) }
+
+    /// A device code as a client sent it, if it is shaped like one (`ld_` and 64 lowercase hex digits).
+    static func validDeviceCode(_ text: String?) -> String? {
+        guard let text, text.hasPrefix(deviceCodePrefix), text.utf8.count == deviceCodePrefix.utf8.count + 64,
+              text.utf8.dropFirst(deviceCodePrefix.utf8.count).allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) })
+        else { return nil }
+        return text
+    }
+
+    /// A device's name: 1 to 64 characters (Unicode scalars, as JSON Schema counts them), none of them a
+    /// control character; spaces at either end dropped.
+    static func deviceName(_ json: JSON?, default fallback: String?) throws -> String? {
+        guard let json else { return fallback }
+        guard let text = json.stringValue?.trimmingCharacters(in: .whitespaces), (1...64).contains(text.unicodeScalars.count),
+              !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw APIError.badRequest("deviceName must be 1 to 64 characters without control characters")
+        }
+        return text
+    }
+
+    // MARK: Routes
+
+    /// `POST /auth/device/start {"deviceName"?}` (no token; throttled per address): a new device
+    /// authorization. Refused over the live authorizations of the address or of the server.
+    func startDeviceAuthorization(_ request: HTTPRequest) throws -> HTTPResponse {
+        let body = try parseBody(request)
+        let name = try Self.deviceName(body["deviceName"], default: "device") ?? "device"
+        try checkDiskBudget("device sign-in")
+        let now = configuration.now()
+        let lifetime = configuration.deviceCodeLifetimeSeconds
+        let interval = configuration.devicePollIntervalSeconds
+        let address = request.remoteAddress
+        let deviceCode = Self.deviceCodePrefix + Secrets.hex(try Secrets.randomBytes(32))
+        let userCode: String = try storage.write { tx in
+            // Starts on every node wait for each other here, so two cannot both pass a count of limit - 1.
+            try serialize("device-authorizations", tx)
+            _ = try tx.forgetDeviceAuthorizations(expiredAt: now)
+            if let limit = configuration.deviceAuthorizationsPerAddress,
+               try tx.liveDeviceAuthorizations(address: address, nowMs: now) >= limit {
+                logRefusal("device start " + address, "device sign-in refused: \(address.isEmpty ? "-" : address) has "
+                           + "\(limit) waiting already")
+                throw APIError(.throttled, "this address has \(limit) device sign-ins waiting already (each works for "
+                               + "\(lifetime / 60) minutes); finish or let them expire, then retry", retryAfter: 60)
+            }
+            if let limit = configuration.deviceAuthorizationsGlobal,
+               try tx.liveDeviceAuthorizations(address: nil, nowMs: now) >= limit {
+                logRefusal("device start *", "device sign-in refused: \(limit) are waiting on this server")
+                throw APIError(.throttled, "too many device sign-ins are waiting on this server; retry later", retryAfter: 60)
+            }
+            // A taken user code (one of 20^8 among at most a few thousand live ones) is drawn again.
+            for _ in 0..<4 {
+                let code = try Self.newUserCode()
+                do {
+                    try tx.savepoint {
+                        try tx.insertDeviceAuthorization(NewDeviceAuthorization(
+                            deviceCodeHash: Self.deviceCodeHash(deviceCode), userCodeHash: Self.userCodeHash(code),
+                            address: address, deviceName: name, intervalSeconds: interval, createdMs: now,
+                            expiresMs: now + lifetime * 1000))
+                    }
+                    return code
+                } catch StorageError.duplicate {
+                    continue
+                }
+            }
+            throw StorageError.failure("no free device user code in 4 draws")
+        }
+        let shown = Self.displayedUserCode(userCode)
+        return .json(.object([
+            "deviceCode": .string(deviceCode), "userCode": .string(shown),
+            "verificationURI": .string(publicURL),
+            "message": .string("On a device signed in to your account, run: lattice devices approve \(shown)"),
+            "expiresIn": .int(lifetime), "interval": .int(interval), "deviceName": .string(name),
+        ]))
+    }
+
+    /// `POST /auth/device/token {"deviceCode"}` (no token; throttled per address): the new device's poll.
+    /// The poll's time (and a grown interval) is kept even when the answer is an error, so the transaction
+    /// returns the outcome and the error is thrown after the commit.
+    func pollDeviceAuthorization(_ request: HTTPRequest) throws -> HTTPResponse {
+        let body = try parseBody(request)
+        let gone = APIError(.expiredToken, "this device code is unknown or expired; run lattice login --server again "
+                            + "for a new code")
+        guard let deviceCode = Self.validDeviceCode(body["deviceCode"]?.stringValue) else {
+            guard body["deviceCode"]?.stringValue != nil else {
+                throw APIError.badRequest("expected {\"deviceCode\": \"ld_...\"} from POST /auth/device/start")
+            }
+            throw gone
+        }
+        let hash = Self.deviceCodeHash(deviceCode)
+        let now = configuration.now()
+        let outcome: Result<HTTPResponse, APIError> = try storage.write { tx in
+            guard let found = try tx.deviceAuthorization(deviceCodeHash: hash), found.isLive(atMs: now) else {
+                return .failure(gone)
+            }
+            if found.status == .issued {
+                return .failure(APIError(.expiredToken, "this device code was exchanged for a token already; it works once"))
+            }
+            if found.lastPollMs > 0, now - found.lastPollMs < found.intervalSeconds * 1000 - Self.pollToleranceMilliseconds {
+                let slower = min(found.intervalSeconds + Self.slowDownStepSeconds, Self.maximumPollIntervalSeconds)
+                try tx.recordDevicePoll(deviceCodeHash: hash, nowMs: now, intervalSeconds: slower)
+                return .failure(APIError(.slowDown, "polled sooner than every \(found.intervalSeconds) s; wait \(slower) s "
+                                         + "between polls from now on", retryAfter: Int(slower)))
+            }
+            try tx.recordDevicePoll(deviceCodeHash: hash, nowMs: now, intervalSeconds: found.intervalSeconds)
+            switch found.status {
+            case .pending:
+                return .failure(APIError(.authorizationPending, "waiting for a signed-in device to approve the code; "
+                                         + "poll again in \(found.intervalSeconds) s", retryAfter: Int(found.intervalSeconds)))
+            case .denied:
+                return .failure(APIError(.accessDenied, "the sign-in was denied on the signed-in device"))
+            case .issued:
+                return .failure(gone)
+            case .approved:
+                // The conditional update: of racing polls (on any nodes) exactly one gets the row.
+                guard let claimed = try tx.claimDeviceAuthorization(deviceCodeHash: hash, nowMs: now),
+                      let userID = claimed.userID, let user = try tx.user(id: userID) else {
+                    return .failure(APIError(.expiredToken, "this device code was exchanged for a token already; it works once"))
+                }
+                let (token, info) = try issueDeviceToken(userID: userID, name: claimed.deviceName, nowMs: now, tx)
+                var object = tokenJSONFields(info)
+                object["token"] = .string(token.text)
+                object["name"] = .string(user.name)
+                object["userRecordName"] = .string(user.recordName)
+                object["deviceName"] = .string(claimed.deviceName)
+                return .success(.json(.object(object)))
+            }
+        }
+        let response = try outcome.get()
+        log("device sign-in completed: a token was issued")
+        return response
+    }
+
+    /// A device token (kind `device`, named) for `userID`, in the poll's transaction. The per-user cap is
+    /// checked under the same lock `issueToken` takes.
+    private func issueDeviceToken(userID: Int64, name: String, nowMs: Int64, _ tx: any StorageTransaction) throws
+        -> (BearerToken, StoredToken) {
+        try serialize("tokens", tx)
+        guard try tx.tokens(userID: userID).count < configuration.maximumTokensPerUser else {
+            throw APIError(.limitExceeded, "the account has \(configuration.maximumTokensPerUser) tokens already; "
+                           + "revoke some with lattice devices revoke ID, then sign this device in again")
+        }
+        let token = try BearerToken.generate()
+        let id = try TokenKind.device.newID()
+        let expires = tokenExpiry(nil, nowMs: nowMs)
+        try tx.insertToken(NewToken(hash: token.storedHash, id: id, userID: userID, createdMs: nowMs, expiresMs: expires,
+                                    name: name))
+        return (token, StoredToken(id: id, userID: userID, createdMs: nowMs, expiresMs: expires, name: name))
+    }
+
+    /// `POST /auth/device/approve {"userCode", "deviceName"?, "deny"?: true}` (bearer token, or browser
+    /// session with CSRF): approves the waiting device of that user code for the caller's account (or
+    /// denies it). A wrong, expired or used code is NOT_FOUND and counts as a failed approval against the
+    /// account and the address; past either limit, THROTTLED until the window moves on.
+    func decideDeviceAuthorization(_ request: HTTPRequest, caller: AuthenticatedCaller) throws -> HTTPResponse {
+        let body = try parseBody(request)
+        guard let typed = body["userCode"]?.stringValue else {
+            throw APIError.badRequest("expected {\"userCode\": \"XXXX-XXXX\"}, the code the new device shows")
+        }
+        guard let code = Self.normalizedUserCode(typed) else {
+            throw APIError.badRequest("a user code is 8 letters (such as BCDF-GHJK) of BCDFGHJKLMNPQRSTVWXZ")
+        }
+        let deny: Bool
+        switch body["deny"] {
+        case nil: deny = false
+        case .bool(let value)?: deny = value
+        default: throw APIError.badRequest("deny must be true or false")
+        }
+        let rename = try Self.deviceName(body["deviceName"], default: nil)
+        let user = caller.user
+        let address = request.remoteAddress
+        let now = configuration.now()
+        let window = configuration.deviceApprovalFailureWindowMilliseconds
+        let hash = Self.userCodeHash(code)
+        let shown = Self.displayedUserCode(code)
+        let outcome: Result<(String, Int64), APIError> = try storage.write { tx in
+            // Approvals on every node wait for each other here, so the failure counts cannot be overrun.
+            try serialize("device-approvals", tx)
+            try tx.forgetDeviceApprovalFailures(before: now - window + 1)
+            let keys = [("user:\(user.id)", configuration.deviceApprovalFailuresPerAccount, "for this account"),
+                        ("ip:" + address, configuration.deviceApprovalFailuresPerAddress, "from this address")]
+            for (key, limit, what) in keys {
+                let failures = try tx.deviceApprovalFailures(key: key, sinceMs: now - window + 1)
+                guard failures.count >= limit else { continue }
+                let wait = max(1, Int((Double((failures.oldestMs ?? now) + window - now) / 1000).rounded(.up)))
+                logRefusal("device approve " + key, "device approval refused: \(limit) failed approvals \(what) "
+                           + "(\(key)) in \(window / 1000) s")
+                return .failure(APIError(.throttled, "too many wrong device codes \(what) (at most \(limit) per "
+                                         + "\(window / 1000) s); retry after \(wait) s", retryAfter: wait))
+            }
+            guard let found = try tx.deviceAuthorization(userCodeHash: hash), found.status == .pending,
+                  found.isLive(atMs: now) else {
+                for (key, _, _) in keys { try tx.recordDeviceApprovalFailure(key: key, nowMs: now) }
+                return .failure(APIError(.notFound, "no device is waiting for the code \(shown) (it may be mistyped, "
+                                         + "expired or used); start again on the new device if needed"))
+            }
+            if !deny {
+                guard try tx.tokens(userID: user.id).count < configuration.maximumTokensPerUser else {
+                    return .failure(APIError(.limitExceeded, "the account has \(configuration.maximumTokensPerUser) tokens "
+                                             + "already; revoke some with lattice devices revoke ID first"))
+                }
+            }
+            guard try tx.decideDeviceAuthorization(userCodeHash: hash, approve: !deny, userID: user.id,
+                                                   deviceName: rename, nowMs: now) else {
+                return .failure(APIError(.notFound, "no device is waiting for the code \(shown) any more"))
+            }
+            return .success((rename ?? found.deviceName, found.expiresMs))
+        }
+        let (name, expires) = try outcome.get()
+        log("device sign-in \(deny ? "denied" : "approved"): user \(user.name), device \(name)")
+        return .json(.object(["userCode": .string(shown), "deviceName": .string(name), "approved": .bool(!deny),
+                              "expires": .object(["timestamp": .int(expires)])]))
+    }
+}
