@@ -50,6 +50,23 @@ final class PostgresTransaction: StorageTransaction {
     /// before reading any of them, so only this transaction can change them; its own writes update the
     /// entries, and a savepoint rolled back empties the cache.
     private var recordCache: [Int64: [String: StoredRecord?]] = [:]
+    /// Database rows this write transaction holds locked (read with `FOR NO KEY UPDATE`, or created by it),
+    /// as they are with its own changes, so that `database(id:)` later in the transaction (the quota check
+    /// of a batch, the positions read before its announcement) needs no round trip. Only this transaction
+    /// can change a row it holds locked; every statement here that changes a database row updates or drops
+    /// its entry (bulk ones empty it), and a savepoint rolled back empties it.
+    private var lockedDatabases: [Int64: StoredDatabase] = [:]
+    /// Zone rows this write transaction holds locked, as they are with its own changes (kept as
+    /// `lockedDatabases` is), so a zone resolved again later in the transaction needs no round trip.
+    private var zoneRows: [Int64: StoredZone] = [:]
+    /// The live shares of a zone this transaction holds locked (or, in a read, of its snapshot), read once:
+    /// every writer of a zone's shares locks the zone row first (Docs/Architecture.md, "Lock order"), so
+    /// they cannot change under this transaction except by its own `insertShare` and `updateShare`, which
+    /// drop the entry (as a rolled-back savepoint, a deleted zone and a purge drop them all).
+    private var sharesCache: [Int64: [StoredShare]] = [:]
+    /// Statements whose answers nothing in the transaction needs (announcements), sent with `COMMIT` in one
+    /// round trip; a failure among them fails the commit, so nothing is committed without them.
+    private var deferred: [(sql: String, values: [PostgresValue])] = []
     /// Cursors opened by `exportRows` (each gets a name of its own).
     private var exportCursors = 0
 
@@ -96,7 +113,7 @@ final class PostgresTransaction: StorageTransaction {
             return .success(value)
         }
         if fatal != nil { return finish(nil) }
-        if pendingBegin != nil {
+        if pendingBegin != nil && deferred.isEmpty {
             // No statement ran: no transaction was opened, nothing to commit.
             return .success(value)
         }
@@ -106,14 +123,24 @@ final class PostgresTransaction: StorageTransaction {
             db.sendWithoutWaiting("COMMIT")
             return .success(value)
         }
-        // The body returned: commit, whatever the time (the deadline no longer applies).
+        // The body returned: commit, whatever the time (the deadline no longer applies), in one round trip
+        // with the deferred statements before it.
         if let hook = beforeCommit { hook(db.backendPID) }
-        do {
-            try db.execute(deadline == nil ? "COMMIT" : "SET LOCAL statement_timeout = 0; COMMIT", context: "commit")
-        } catch {
+        var statements = (pendingBegin ?? []).map { (sql: $0, values: [PostgresValue]()) }
+        pendingBegin = nil
+        statements += deferred
+        deferred = []
+        if deadline != nil { statements.append((sql: "SET LOCAL statement_timeout = 0", values: [])) }
+        statements.append((sql: "COMMIT", values: []))
+        if let (index, error) = db.pipeline(statements, context: "commit") {
             if error.isConnectionLoss {
                 // It may or may not have committed: never report it as a success.
                 return .failure(StorageError.busy)
+            }
+            if index < statements.count - 1 {
+                // A statement before COMMIT failed, so COMMIT did not run: roll back as for any failure.
+                _ = note(error)
+                return finish(nil)
             }
             if error.isRetryableConflict { return .conflict }
             return .failure(Self.storageError(error))
@@ -358,11 +385,18 @@ final class PostgresTransaction: StorageTransaction {
             lastSeq: row[4].integer, purgedSeq: row[5].integer, bytesUsed: row[6].integer)
     }
 
+    /// A database row read in a write transaction is locked: remember it.
+    private func locked(_ database: StoredDatabase) -> StoredDatabase {
+        if !isReadOnly { lockedDatabases[database.id] = database }
+        return database
+    }
+
     func database(_ key: DatabaseKey) throws -> StoredDatabase {
+        if !isReadOnly, let held = lockedDatabases.values.first(where: { $0.key == key }) { return held }
         let select = "SELECT \(Self.databaseColumns) FROM databases WHERE kind = $1 AND environment = $2 AND owner_id = $3"
             + lock
         let arguments: [PostgresValue] = [.text(key.kind.rawValue), .text(key.environment), .integer(key.ownerID)]
-        if let row = try rows(select, arguments).first { return try database(row) }
+        if let row = try rows(select, arguments).first { return locked(try database(row)) }
         // Only a write transaction can create it; a read sees an empty database that does not exist yet.
         if isReadOnly {
             return StoredDatabase(id: 0, key: key, lastSeq: 0, purgedSeq: 0, bytesUsed: 0)
@@ -370,16 +404,17 @@ final class PostgresTransaction: StorageTransaction {
         // Another process may create it at the same moment: then its row is read (and locked) instead.
         let inserted = try rows("INSERT INTO databases(kind, environment, owner_id) VALUES ($1, $2, $3) "
                                 + "ON CONFLICT DO NOTHING RETURNING \(Self.databaseColumns)", arguments)
-        if let row = inserted.first { return try database(row) }
+        if let row = inserted.first { return locked(try database(row)) }
         guard let row = try rows(select, arguments).first else {
             throw StorageError.failure("database \(key.kind.rawValue)/\(key.environment)/\(key.ownerID) vanished")
         }
-        return try database(row)
+        return locked(try database(row))
     }
 
     func database(id: Int64) throws -> StoredDatabase? {
-        try rows("SELECT \(Self.databaseColumns) FROM databases WHERE id = $1" + lock, [.integer(id)]).first.map {
-            try database($0)
+        if !isReadOnly, let held = lockedDatabases[id] { return held }
+        return try rows("SELECT \(Self.databaseColumns) FROM databases WHERE id = $1" + lock, [.integer(id)]).first.map {
+            locked(try database($0))
         }
     }
 
@@ -395,17 +430,25 @@ final class PostgresTransaction: StorageTransaction {
 
     /// A zone read in a write transaction is locked: remember it.
     private func locked(_ zone: StoredZone?) -> StoredZone? {
-        if let zone, !isReadOnly { lockedZones[zone.rowID] = (zone.databaseID, zone.deleted) }
+        if let zone, !isReadOnly {
+            lockedZones[zone.rowID] = (zone.databaseID, zone.deleted)
+            zoneRows[zone.rowID] = zone
+        }
         return zone
     }
 
     func zone(databaseID: Int64, name: String) throws -> StoredZone? {
-        locked(try rows("SELECT \(Self.zoneColumns) FROM zones WHERE database_id = $1 AND name = $2 AND deleted = 0" + lock,
+        if !isReadOnly,
+           let held = zoneRows.values.first(where: { $0.databaseID == databaseID && $0.name == name && !$0.deleted }) {
+            return held
+        }
+        return locked(try rows("SELECT \(Self.zoneColumns) FROM zones WHERE database_id = $1 AND name = $2 AND deleted = 0" + lock,
                         [.integer(databaseID), .text(name)]).first.map(zone))
     }
 
     func zone(rowID: Int64) throws -> StoredZone? {
-        locked(try rows("SELECT \(Self.zoneColumns) FROM zones WHERE id = $1" + lock, [.integer(rowID)]).first.map(zone))
+        if !isReadOnly, let held = zoneRows[rowID] { return held }
+        return locked(try rows("SELECT \(Self.zoneColumns) FROM zones WHERE id = $1" + lock, [.integer(rowID)]).first.map(zone))
     }
 
     func liveZones(databaseID: Int64) throws -> [StoredZone] {
@@ -415,6 +458,7 @@ final class PostgresTransaction: StorageTransaction {
 
     /// Allocates the database's next log position; the row stays locked until commit.
     private func nextDatabaseSeq(_ databaseID: Int64) throws -> Int64 {
+        lockedDatabases[databaseID] = nil
         let rows = try rows("UPDATE databases SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
                             [.integer(databaseID)])
         guard let seq = rows.first?[0].integer else { throw StorageError.failure("database \(databaseID) is missing") }
@@ -429,14 +473,19 @@ final class PostgresTransaction: StorageTransaction {
                                  .integer(nowMs)])
         guard let id = inserted.first?[0].integer else { throw StorageError.duplicate("a zone named \(name)") }
         lockedZones[id] = (databaseID, false)
-        return StoredZone(rowID: id, databaseID: databaseID, name: name, ownerRecordName: ownerRecordName,
-                          deleted: false, lastSeq: 0, purgedSeq: 0, databaseSeq: seq, createdMs: nowMs, modifiedMs: nowMs)
+        let created = StoredZone(rowID: id, databaseID: databaseID, name: name, ownerRecordName: ownerRecordName,
+                                 deleted: false, lastSeq: 0, purgedSeq: 0, databaseSeq: seq, createdMs: nowMs, modifiedMs: nowMs)
+        zoneRows[id] = created
+        return created
     }
 
     func deleteZone(rowID: Int64, nowMs: Int64) throws {
         guard let zone = try zone(rowID: rowID), !zone.deleted else { return }
         recordCache[rowID] = nil
+        sharesCache[rowID] = nil
+        zoneRows[rowID] = nil
         lockedZones[rowID] = (zone.databaseID, true)
+        lockedDatabases[zone.databaseID] = nil
         let seq = try nextDatabaseSeq(zone.databaseID)
         let freed = try rows("WITH gone AS (DELETE FROM records WHERE zone_id = $1 RETURNING octet_length(frame) AS bytes) "
                              + "SELECT COALESCE(SUM(bytes), 0)::bigint FROM gone", [.integer(rowID)]).first?[0].integer ?? 0
@@ -621,11 +670,11 @@ final class PostgresTransaction: StorageTransaction {
         let result = try rows("""
             WITH d AS (
                 UPDATE databases SET last_seq = last_seq + 1, bytes_used = bytes_used + $1 WHERE id = $2
-                RETURNING last_seq),
+                RETURNING last_seq, bytes_used),
             z AS (
                 UPDATE zones SET last_seq = last_seq + $3, modified_ms = $4, db_seq = (SELECT last_seq FROM d)
                 WHERE id = $5 AND deleted = 0
-                RETURNING last_seq),
+                RETURNING \(Self.zoneColumns)),
             w AS (
                 INSERT INTO records(zone_id, name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms,
                                     modified_by, parent_name)
@@ -639,11 +688,22 @@ final class PostgresTransaction: StorageTransaction {
                     deleted = excluded.deleted, seq = excluded.seq, created_ms = excluded.created_ms,
                     created_by = excluded.created_by, modified_ms = excluded.modified_ms,
                     modified_by = excluded.modified_by, parent_name = excluded.parent_name)
-            SELECT last_seq FROM z
+            SELECT d.last_seq AS database_seq, d.bytes_used, z.* FROM d LEFT JOIN z ON true
             """, [.integer(growth), .integer(databaseID), .integer(count), .integer(nowMs), .integer(zoneRowID),
                   .texts(names), .texts(types), .byteas(frames), .integers(deleted), .integers(createdMs), .texts(createdBy),
                   .integers(modifiedMs), .texts(modifiedBy), .texts(parents)])
-        guard let lastSeq = result.first?[0].integer else { throw StorageError.failure("zone \(zoneRowID) is not live") }
+        guard let row = result.first, row.count == 12, !row[2].isNull else {
+            throw StorageError.failure("zone \(zoneRowID) is not live")
+        }
+        let movedZone = zone(Array(row[2...]))
+        zoneRows[zoneRowID] = movedZone
+        let lastSeq = movedZone.lastSeq
+        if let held = lockedDatabases[databaseID], case .integer(let databaseSeq) = row[0], case .integer(let bytes) = row[1] {
+            lockedDatabases[databaseID] = StoredDatabase(id: held.id, key: held.key, lastSeq: databaseSeq,
+                                                         purgedSeq: held.purgedSeq, bytesUsed: bytes)
+        } else {
+            lockedDatabases[databaseID] = nil
+        }
         var saved: [StoredRecord] = []
         saved.reserveCapacity(writes.count)
         var entries = recordCache[zoneRowID] ?? [:]
@@ -684,6 +744,7 @@ final class PostgresTransaction: StorageTransaction {
     }
 
     func insertShare(_ new: NewShare) throws -> StoredShare {
+        sharesCache[new.zoneRowID] = nil
         let inserted = try rows("INSERT INTO shares(public_id, zone_id, record_name, root_record_name, owner_id, title, "
                                 + "public_permission, url_epoch, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
                                 + "ON CONFLICT DO NOTHING RETURNING id",
@@ -708,11 +769,15 @@ final class PostgresTransaction: StorageTransaction {
     }
 
     func shares(zoneRowID: Int64) throws -> [StoredShare] {
-        try rows("SELECT \(Self.shareColumns) FROM shares WHERE zone_id = $1 AND deleted = 0 ORDER BY id",
-                 [.integer(zoneRowID)]).map(share)
+        if let cached = sharesCache[zoneRowID] { return cached }
+        let found = try rows("SELECT \(Self.shareColumns) FROM shares WHERE zone_id = $1 AND deleted = 0 ORDER BY id",
+                             [.integer(zoneRowID)]).map(share)
+        if isReadOnly || lockedZones[zoneRowID] != nil { sharesCache[zoneRowID] = found }
+        return found
     }
 
     func updateShare(_ share: StoredShare) throws {
+        sharesCache[share.zoneRowID] = nil
         try run("UPDATE shares SET title = $1, public_permission = $2, url_epoch = $3, deleted = $4 WHERE id = $5",
                 [.text(share.title), .text(share.publicPermission), .integer(share.urlEpoch),
                  .integer(share.deleted ? 1 : 0), .integer(share.id)])
@@ -808,21 +873,32 @@ final class PostgresTransaction: StorageTransaction {
     func saveClientOperation(userID: Int64, operationID: String, _ operation: ClientOperation, chargedTo databaseID: Int64,
                              nowMs: Int64) throws {
         let charged = databaseID == 0 ? 0 : operation.storedBytes(operationID: operationID)
-        let inserted = try rows("INSERT INTO client_operations(user_id, operation_id, request_hash, status, response, "
-                                + "created_ms, database_id, charged_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
-                                + "ON CONFLICT DO NOTHING RETURNING 1",
-                                [.integer(userID), .text(operationID), .bytea(operation.requestHash),
-                                 .integer(Int64(operation.status)), .bytea(operation.response), .integer(nowMs),
-                                 .integer(databaseID), .integer(charged)])
-        if inserted.isEmpty {
+        // The save and its charge in one statement: the charge only if the row was inserted.
+        let result = try rows("""
+            WITH saved AS (
+                INSERT INTO client_operations(user_id, operation_id, request_hash, status, response, created_ms,
+                                              database_id, charged_bytes)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING 1),
+            charge AS (
+                UPDATE databases SET bytes_used = bytes_used + $8
+                WHERE id = $7 AND $8 <> 0 AND EXISTS (SELECT 1 FROM saved) RETURNING bytes_used)
+            SELECT (SELECT COUNT(*) FROM saved), (SELECT bytes_used FROM charge)
+            """, [.integer(userID), .text(operationID), .bytea(operation.requestHash), .integer(Int64(operation.status)),
+                  .bytea(operation.response), .integer(nowMs), .integer(databaseID), .integer(charged)])
+        if charged != 0 {
+            if let held = lockedDatabases[databaseID], case .integer(let bytes)? = result.first?[1] {
+                lockedDatabases[databaseID] = StoredDatabase(id: held.id, key: held.key, lastSeq: held.lastSeq,
+                                                             purgedSeq: held.purgedSeq, bytesUsed: bytes)
+            } else {
+                lockedDatabases[databaseID] = nil
+            }
+        }
+        if result.first?[0].integer ?? 0 == 0 {
             if clientOperationConflictsSeen == 0 && !isReadOnly {
                 fatal = .clientOperationConflict
                 throw StorageError.busy
             }
             throw StorageError.duplicate("client operation \(operationID)")
-        }
-        if charged != 0 {
-            try run("UPDATE databases SET bytes_used = bytes_used + $1 WHERE id = $2", [.integer(charged), .integer(databaseID)])
         }
     }
 
@@ -832,6 +908,7 @@ final class PostgresTransaction: StorageTransaction {
 
     func forgetOldestClientOperations(userID: Int64, count: Int) throws -> Int {
         guard count > 0 else { return 0 }
+        lockedDatabases.removeAll()
         let rows = try rows("""
             WITH gone AS (
                 DELETE FROM client_operations WHERE user_id = $1 AND operation_id IN (
@@ -869,9 +946,16 @@ final class PostgresTransaction: StorageTransaction {
     }
 
     /// `pg_notify` in this transaction: PostgreSQL delivers it to the listeners only when (and if) it commits.
+    /// In a write it goes with `COMMIT` (one round trip for both).
     func announceChanges(databaseIDs: [Int64]) throws {
+        try throwIfEnded()
         for payload in PostgresStorage.payloads(announcer: announcer, databaseIDs: databaseIDs) {
-            try run("SELECT pg_notify($1, $2)", [.text(PostgresStorage.changeChannel), .text(payload)])
+            let statement = (sql: "SELECT pg_notify($1, $2)", values: [PostgresValue.text(PostgresStorage.changeChannel), .text(payload)])
+            if isReadOnly {
+                try run(statement.sql, statement.values)
+            } else {
+                deferred.append(statement)
+            }
         }
     }
 
@@ -906,6 +990,9 @@ final class PostgresTransaction: StorageTransaction {
             throw StorageError.failure("a row of \(row.count) values for the \(columns.count) columns of \(table)")
         }
         if table == "records" { recordCache.removeAll() }
+        lockedDatabases.removeAll()
+        zoneRows.removeAll()
+        sharesCache.removeAll()
         let chunkSize = 500
         for start in stride(from: 0, to: rows.count, by: chunkSize) {
             let chunk = rows[start..<min(start + chunkSize, rows.count)]
@@ -956,6 +1043,7 @@ final class PostgresTransaction: StorageTransaction {
         savepointDepth += 1
         defer { savepointDepth -= 1 }
         let name = "lattice_\(savepointDepth)"
+        let deferredBefore = deferred.count
         try execute("SAVEPOINT \(name)")
         do {
             let result = try body()
@@ -965,6 +1053,10 @@ final class PostgresTransaction: StorageTransaction {
             // A conflict, lost connection or deadline ends the whole transaction: nothing to undo here.
             guard fatal == nil else { throw error }
             recordCache.removeAll()
+            lockedDatabases.removeAll()
+            zoneRows.removeAll()
+            sharesCache.removeAll()
+            deferred.removeSubrange(deferredBefore...)
             try execute("ROLLBACK TO SAVEPOINT \(name); RELEASE SAVEPOINT \(name)", checked: false)
             throw error
         }
@@ -973,6 +1065,9 @@ final class PostgresTransaction: StorageTransaction {
     func purge(before horizonMs: Int64, operationsBeforeMs: Int64) throws -> PurgeReport {
         var report = PurgeReport()
         recordCache.removeAll()
+        lockedDatabases.removeAll()
+        zoneRows.removeAll()
+        sharesCache.removeAll()
         // Tombstones: delete them, then raise each zone's purged position to the newest one it lost.
         let purgedByZone = try rows("""
             WITH gone AS (DELETE FROM records WHERE deleted = 1 AND modified_ms < $1
