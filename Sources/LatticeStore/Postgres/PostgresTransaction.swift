@@ -125,10 +125,18 @@ final class PostgresTransaction: StorageTransaction {
         }
         // The body returned: commit, whatever the time (the deadline no longer applies), in one round trip
         // with the deferred statements before it.
+        if pendingBegin != nil, !deferred.isEmpty {
+            // Nothing was sent yet: the first deferred statement opens the transaction on its own, so that a
+            // connection found lost there is known to have committed nothing (and the body runs again).
+            let first = deferred.removeFirst()
+            do {
+                _ = try query(first.sql, first.values)
+            } catch {
+                return finish(error)
+            }
+        }
         if let hook = beforeCommit { hook(db.backendPID) }
-        var statements = (pendingBegin ?? []).map { (sql: $0, values: [PostgresValue]()) }
-        pendingBegin = nil
-        statements += deferred
+        var statements = deferred
         deferred = []
         if deadline != nil { statements.append((sql: "SET LOCAL statement_timeout = 0", values: [])) }
         statements.append((sql: "COMMIT", values: []))
