@@ -23,15 +23,26 @@ extension PostgresNodesTests {
         try storage.write { tx in try tx.setMetadata("claim-test", value) }
     }
 
-    @Test func aClaimLostWithAPostgreSQLRestartIsRetakenBeforeTheNextWrite() throws {
+    /// A storage on a cluster of the test's own that claimed node a and wrote, then PostgreSQL restarted.
+    /// Its watcher stays out of the way: what is tested is the check of a connection opened just now.
+    static func claimedThenRestarted() throws -> (OwnPostgresCluster, PostgresStorage) {
         let postgres = try OwnPostgresCluster()
-        // The watcher stays out of the way: what is tested is the check of a connection opened just now.
         let first = try PostgresStorage(url: postgres.url, poolSize: 2, claimCheckIntervalMilliseconds: 600_000)
+        do {
+            try first.claimNode("a")
+            try touch(first, "before")
+            try postgres.stop()
+            try postgres.start()
+        } catch {
+            first.close()
+            throw error
+        }
+        return (postgres, first)
+    }
+
+    @Test func aClaimLostWithAPostgreSQLRestartIsRetakenBeforeTheNextWrite() throws {
+        let (postgres, first) = try Self.claimedThenRestarted()
         defer { first.close() }
-        try first.claimNode("a")
-        try Self.touch(first, "before")
-        try postgres.stop()
-        try postgres.start()
         // The first write after the restart finds its connection lost, opens a new one, retakes the claim
         // on it before anything is written, and commits.
         try Self.touch(first, "after")
@@ -44,13 +55,8 @@ extension PostgresNodesTests {
     }
 
     @Test func aNodeWhoseNameWasTakenWhilePostgreSQLWasAwayRefusesEveryWrite() throws {
-        let postgres = try OwnPostgresCluster()
-        let first = try PostgresStorage(url: postgres.url, poolSize: 2, claimCheckIntervalMilliseconds: 600_000)
+        let (postgres, first) = try Self.claimedThenRestarted()
         defer { first.close() }
-        try first.claimNode("a")
-        try Self.touch(first, "before")
-        try postgres.stop()
-        try postgres.start()
         // Another process starts as node a before the first one writes again.
         let second = try PostgresStorage(url: postgres.url, poolSize: 1)
         defer { second.close() }

@@ -374,15 +374,8 @@ enum ClockLeaseCheck {
         configuration.signUpsPerAddress = nil
         configuration.signUpsGlobal = nil
         configuration.now = { wall.load(ordering: .sequentiallyConsistent) }
-        func post(_ service: LatticeService, _ path: String, _ body: JSON, token: String? = nil) -> (Int, JSON) {
-            var headers: [String: String] = [:]
-            if let token { headers["Authorization"] = "Bearer " + token }
-            let response = service.respond(to: HTTPRequest(method: "POST", path: path, headers: headers,
-                                                           body: body.serializedBytes(), remoteAddress: "127.0.0.1"))
-            return (response.status, (try? JSON.parse(response.body)) ?? .null)
-        }
         func write(_ service: LatticeService, _ name: String, token: String) throws {
-            let (status, json) = post(service, "/database/1/lattice/production/private/records/modify", .object([
+            let (status, json) = PostgresNodesTests.post(service, "/database/1/lattice/production/private/records/modify", .object([
                 "zoneID": .object(["zoneName": .string("_defaultZone")]),
                 "operations": .array([operation("forceReplace", name, fields: ["n": .object(["value": .string(name)])])]),
             ]), token: token)
@@ -394,7 +387,7 @@ enum ClockLeaseCheck {
         let lease = NodeClockLease.defaultLeaseMilliseconds
 
         let first = try LatticeService(storage: storage, configuration: configuration, log: { _ in })
-        let (status, signup) = post(first, "/auth/signup", .object(["name": .string("lea")]))
+        let (status, signup) = PostgresNodesTests.post(first, "/auth/signup", .object(["name": .string("lea")]))
         let token = try #require(signup["token"]?.stringValue, "\(label): signup \(status) \(signup.serialized())")
         try write(first, "r0", token: token)
         // The first write reserved `lease` ahead of the wall clock.

@@ -6,7 +6,7 @@ import Foundation
 /// Parameters go in libpq's binary format with their type named (`int8`, `text`, `bytea`, `bool` and
 /// one-dimensional arrays of them), so no value is ever spliced into SQL text or escaped; results come back in
 /// binary format too, so a `bytea` is its bytes exactly.
-enum PostgresValue: Hashable, Sendable {
+enum PostgresValue: Hashable, Sendable, StorageColumn {
     case null
     case integer(Int64)
     case text(String)

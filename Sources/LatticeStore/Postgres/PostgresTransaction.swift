@@ -21,7 +21,9 @@ enum PostgresOutcome<T> {
 /// connection, the deadline, or any failed statement outside a savepoint, which PostgreSQL aborts the
 /// transaction for) is remembered: later statements are refused with the same error, and the transaction is
 /// rolled back and retried or failed whatever the body did with the error.
-final class PostgresTransaction: StorageTransaction {
+final class PostgresTransaction: StorageTransaction, StorageRowMapping {
+    typealias Column = PostgresValue
+
     let db: PostgresConnection
     let isReadOnly: Bool
     let deadline: RequestDeadline?
@@ -382,17 +384,6 @@ final class PostgresTransaction: StorageTransaction {
 
     // MARK: Databases and zones
 
-    private static let databaseColumns = "id, kind, environment, owner_id, last_seq, purged_seq, bytes_used"
-
-    private func database(_ row: [PostgresValue]) throws -> StoredDatabase {
-        guard let kind = DatabaseKind(rawValue: row[1].text ?? "") else {
-            throw StorageError.failure("database \(row[0].integer) has an unknown kind")
-        }
-        return StoredDatabase(
-            id: row[0].integer, key: DatabaseKey(kind: kind, environment: row[2].text ?? "", ownerID: row[3].integer),
-            lastSeq: row[4].integer, purgedSeq: row[5].integer, bytesUsed: row[6].integer)
-    }
-
     /// A database row read in a write transaction is locked: remember it.
     private func locked(_ database: StoredDatabase) -> StoredDatabase {
         if !isReadOnly { lockedDatabases[database.id] = database }
@@ -424,16 +415,6 @@ final class PostgresTransaction: StorageTransaction {
         return try rows("SELECT \(Self.databaseColumns) FROM databases WHERE id = $1" + lock, [.integer(id)]).first.map {
             locked(try database($0))
         }
-    }
-
-    private static let zoneColumns =
-        "id, database_id, name, owner_record_name, deleted, last_seq, purged_seq, db_seq, created_ms, modified_ms"
-
-    private func zone(_ row: [PostgresValue]) -> StoredZone {
-        StoredZone(rowID: row[0].integer, databaseID: row[1].integer, name: row[2].text ?? "",
-                   ownerRecordName: row[3].text ?? "", deleted: row[4].integer != 0, lastSeq: row[5].integer,
-                   purgedSeq: row[6].integer, databaseSeq: row[7].integer, createdMs: row[8].integer,
-                   modifiedMs: row[9].integer)
     }
 
     /// A zone read in a write transaction is locked: remember it.
@@ -509,18 +490,6 @@ final class PostgresTransaction: StorageTransaction {
 
     // MARK: Records
 
-    private static let recordColumns =
-        "name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms, modified_by, parent_name"
-
-    private func record(_ row: [PostgresValue], zoneRowID: Int64) -> StoredRecord {
-        let seq = row[4].integer
-        return StoredRecord(recordName: row[0].text ?? "", recordType: row[1].text ?? "", frame: row[2].bytes,
-                            deleted: row[3].integer != 0, seq: seq,
-                            changeTag: StorageRules.changeTag(zoneRowID: zoneRowID, seq: seq),
-                            createdMs: row[5].integer, createdBy: row[6].text ?? "", modifiedMs: row[7].integer,
-                            modifiedBy: row[8].text ?? "", parentName: row[9].text)
-    }
-
     func record(zoneRowID: Int64, name: String) throws -> StoredRecord? {
         if let cached = recordCache[zoneRowID]?[name] { return cached }
         // The zone row first, then the record: every writer of a zone locks in that order, so a record that
@@ -544,7 +513,7 @@ final class PostgresTransaction: StorageTransaction {
         let wanted = Array(missing).sorted()
         // A join with the names (not `name = ANY(...)`): one primary-key probe per name whatever the planner
         // knows of the table's size.
-        let found = try rows("SELECT \(Self.recordColumns.split(separator: ",").map { "r." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", ")) "
+        let found = try rows("SELECT \(Self.qualified(Self.recordColumns, by: "r")) "
                              + "FROM unnest($2::text[]) AS wanted(name) JOIN records r ON r.zone_id = $1 AND r.name = wanted.name "
                              + "ORDER BY r.name" + (isReadOnly ? "" : " FOR NO KEY UPDATE OF r"), [.integer(zoneRowID), .texts(wanted)])
             .map { record($0, zoneRowID: zoneRowID) }
@@ -741,16 +710,6 @@ final class PostgresTransaction: StorageTransaction {
 
     // MARK: Shares
 
-    private static let shareColumns =
-        "id, public_id, zone_id, record_name, root_record_name, owner_id, title, public_permission, url_epoch, deleted, last_seq"
-
-    private func share(_ row: [PostgresValue]) -> StoredShare {
-        StoredShare(id: row[0].integer, publicID: row[1].text ?? "", zoneRowID: row[2].integer, recordName: row[3].text ?? "",
-                    rootRecordName: row[4].text, ownerID: row[5].integer, title: row[6].text ?? "",
-                    publicPermission: row[7].text ?? "", urlEpoch: row[8].integer, deleted: row[9].integer != 0,
-                    lastSeq: row[10].integer)
-    }
-
     func insertShare(_ new: NewShare) throws -> StoredShare {
         sharesCache[new.zoneRowID] = nil
         let inserted = try rows("INSERT INTO shares(public_id, zone_id, record_name, root_record_name, owner_id, title, "
@@ -791,11 +750,6 @@ final class PostgresTransaction: StorageTransaction {
                  .integer(share.deleted ? 1 : 0), .integer(share.id)])
     }
 
-    private func participant(_ row: [PostgresValue]) -> StoredParticipant {
-        StoredParticipant(shareID: row[0].integer, userID: row[1].integer, role: row[2].text ?? "",
-                          permission: row[3].text ?? "", status: row[4].text ?? "", modifiedMs: row[5].integer)
-    }
-
     func participants(shareID: Int64) throws -> [StoredParticipant] {
         try rows("SELECT share_id, user_id, role, permission, status, modified_ms FROM share_participants "
                  + "WHERE share_id = $1 ORDER BY user_id", [.integer(shareID)]).map(participant)
@@ -812,8 +766,7 @@ final class PostgresTransaction: StorageTransaction {
     }
 
     func participations(userID: Int64, status: String) throws -> [(share: StoredShare, participant: StoredParticipant)] {
-        let columns = Self.shareColumns.split(separator: ",").map { "s." + $0.trimmingCharacters(in: .whitespaces) }
-            .joined(separator: ", ")
+        let columns = Self.qualified(Self.shareColumns, by: "s")
         return try rows("SELECT \(columns), p.share_id, p.user_id, p.role, p.permission, p.status, p.modified_ms "
                         + "FROM share_participants p JOIN shares s ON s.id = p.share_id "
                         + "WHERE p.user_id = $1 AND p.status = $2 AND s.deleted = 0 ORDER BY s.id",
