@@ -17,7 +17,8 @@ public struct StoredNode: Sendable, Hashable {
     public let name: String
     /// 16 hex digits (LatticeCore's `ReplicaID(hex:)`).
     public let replicaID: String
-    /// The newest hybrid-logical-clock value the node has stamped with (its raw value).
+    /// A raw hybrid-logical-clock value at least as high as every stamp the node has committed: the
+    /// reservation of its `NodeClockLease`, usually a little ahead of its clock.
     public let clockLatest: Int64
     public let createdMs: Int64
 

@@ -145,15 +145,12 @@ public final class PostgresStorage: Storage, Sendable {
     ///   cannot be reached.
     ///
     /// The claim is kept while the storage is open: lost with its connection (a PostgreSQL restart), it is
-    /// retaken on reconnection, and writes wait for that; taken by another process meanwhile, this storage
-    /// refuses writes from then on (`PostgresClaims`).
+    /// retaken on reconnection, and writes are refused with `.busy` until then; taken by another process
+    /// meanwhile, this storage refuses writes from then on (`PostgresClaims`).
     public func claimNode(_ name: String) throws {
         try checkOpen()
         try claims.claim(name)
     }
-
-    /// Tests only: checks the claims now, as the watcher does every interval.
-    public func verifyClaimsForTesting() throws { try claims.verify() }
 
     /// An advisory lock key for a name of ours (FNV-1a, 64 bits).
     static func lockKey(_ name: String) -> Int64 {

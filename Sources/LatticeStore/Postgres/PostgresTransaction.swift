@@ -66,6 +66,9 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     /// they cannot change under this transaction except by its own `insertShare` and `updateShare`, which
     /// drop the entry (as a rolled-back savepoint, a deleted zone and a purge drop them all).
     private var sharesCache: [Int64: [StoredShare]] = [:]
+    /// Users' counts of remembered operations read by `clientOperation` in this write, dropped by every
+    /// statement here that saves or forgets one (and by a rolled-back savepoint, a purge, an import).
+    private var clientOperationCounts: [Int64: Int] = [:]
     /// Statements whose answers nothing in the transaction needs (announcements), sent with `COMMIT` in one
     /// round trip; a failure among them fails the commit, so nothing is committed without them.
     private var deferred: [(sql: String, values: [PostgresValue])] = []
@@ -821,11 +824,26 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
 
     // MARK: Client operations
 
+    /// In a write it reads the user's count of remembered operations in the same statement: the write that
+    /// looks an operation up next saves one under the cap (`clientOperationCount`), and this spares it a
+    /// round trip. (Nothing locks the count, here or in a statement of its own: another node's save may
+    /// land between the count and this one's save either way.)
     func clientOperation(userID: Int64, operationID: String) throws -> ClientOperation? {
-        try rows("SELECT request_hash, status, response FROM client_operations WHERE user_id = $1 AND operation_id = $2",
-                 [.integer(userID), .text(operationID)]).first.map {
-            ClientOperation(requestHash: $0[0].bytes, status: Int($0[1].integer), response: $0[2].bytes)
+        guard !isReadOnly else {
+            return try rows("SELECT request_hash, status, response FROM client_operations WHERE user_id = $1 AND operation_id = $2",
+                            [.integer(userID), .text(operationID)]).first.map {
+                ClientOperation(requestHash: $0[0].bytes, status: Int($0[1].integer), response: $0[2].bytes)
+            }
         }
+        let row = try rows("""
+            SELECT c.request_hash, c.status, c.response, n.count
+            FROM (SELECT COUNT(*) AS count FROM client_operations WHERE user_id = $1) n
+            LEFT JOIN client_operations c ON c.user_id = $1 AND c.operation_id = $2
+            """, [.integer(userID), .text(operationID)]).first
+        guard let row else { return nil }
+        clientOperationCounts[userID] = Int(row[3].integer)
+        guard !row[0].isNull else { return nil }
+        return ClientOperation(requestHash: row[0].bytes, status: Int(row[1].integer), response: row[2].bytes)
     }
 
     /// A conflict with a row that another transaction committed while this one ran (the same id retried on
@@ -834,6 +852,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     func saveClientOperation(userID: Int64, operationID: String, _ operation: ClientOperation, chargedTo databaseID: Int64,
                              nowMs: Int64) throws {
         let charged = databaseID == 0 ? 0 : operation.storedBytes(operationID: operationID)
+        clientOperationCounts[userID] = nil
         // The save and its charge in one statement: the charge only if the row was inserted.
         let result = try rows("""
             WITH saved AS (
@@ -864,12 +883,14 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     }
 
     func clientOperationCount(userID: Int64) throws -> Int {
-        Int(try rows("SELECT COUNT(*) FROM client_operations WHERE user_id = $1", [.integer(userID)]).first?[0].integer ?? 0)
+        if let counted = clientOperationCounts[userID] { return counted }
+        return Int(try rows("SELECT COUNT(*) FROM client_operations WHERE user_id = $1", [.integer(userID)]).first?[0].integer ?? 0)
     }
 
     func forgetOldestClientOperations(userID: Int64, count: Int) throws -> Int {
         guard count > 0 else { return 0 }
         lockedDatabases.removeAll()
+        clientOperationCounts[userID] = nil
         let rows = try rows("""
             WITH gone AS (
                 DELETE FROM client_operations WHERE user_id = $1 AND operation_id IN (
@@ -954,6 +975,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
         lockedDatabases.removeAll()
         zoneRows.removeAll()
         sharesCache.removeAll()
+        clientOperationCounts.removeAll()
         let chunkSize = 500
         for start in stride(from: 0, to: rows.count, by: chunkSize) {
             let chunk = rows[start..<min(start + chunkSize, rows.count)]
@@ -1017,6 +1039,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
             lockedDatabases.removeAll()
             zoneRows.removeAll()
             sharesCache.removeAll()
+            clientOperationCounts.removeAll()
             deferred.removeSubrange(deferredBefore...)
             try execute("ROLLBACK TO SAVEPOINT \(name); RELEASE SAVEPOINT \(name)", checked: false)
             throw error
@@ -1029,6 +1052,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
         lockedDatabases.removeAll()
         zoneRows.removeAll()
         sharesCache.removeAll()
+        clientOperationCounts.removeAll()
         // Tombstones: delete them, then raise each zone's purged position to the newest one it lost.
         let purgedByZone = try rows("""
             WITH gone AS (DELETE FROM records WHERE deleted = 1 AND modified_ms < $1
