@@ -15,6 +15,8 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// Signs and verifies share URLs; nil on a server without share links (some tests).
     let keyRing: ShareKeyRing?
     let clock: Mutex<HybridLogicalClock>
+    /// The reservation ahead of `clock` kept in the node's row (StorageNodes.swift).
+    let clockLease: NodeClockLease
     let notifier = ChangeNotifier()
     private let limiter: RateLimiter?
     /// Failed authentications per client address (in memory, per process).
@@ -79,6 +81,7 @@ public final class LatticeService: HTTPHandler, Sendable {
             throw StorageError.failure("cannot register node \(nodeName): no free replica id in 8 draws")
         }
         replicaID = replica
+        clockLease = NodeClockLease(persisted: Int64(clamping: latest))
         clock = Mutex(HybridLogicalClock(replica: replica, maximumDriftMilliseconds: configuration.maximumClockDriftMilliseconds,
                                          latest: HLC(rawValue: latest), time: { UInt64(max(0, now())) }))
         // Other nodes' commits wake this node's long polls (a single-process backend delivers nothing).
@@ -388,18 +391,22 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// them are woken with the committed positions. A backend may run `body` again (a retried conflict):
     /// each run starts with nothing touched.
     func write<T>(deadline: RequestDeadline? = nil, _ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
-        let (result, positions) = try storage.write(deadline: deadline) { tx -> (T, [(Int64, Int64)]) in
+        let (result, positions, reserved) = try storage.write(deadline: deadline) { tx -> (T, [(Int64, Int64)], Int64?) in
             var touched = Set<Int64>()
             let result = try body(tx, &touched)
-            // Keep the clock's high-water mark with the writes it stamped: after a restart the clock never
-            // goes back, even if the wall clock did.
-            try tx.raiseNodeClock(name: configuration.nodeName, to: Int64(clamping: clock.withLock { $0.latest.rawValue }))
-            guard !touched.isEmpty else { return (result, []) }
+            // Keep the clock's high-water mark ahead of the writes it stamped (NodeClockLease): after a
+            // restart the clock never goes back, even if the wall clock did. Most transactions are covered
+            // by the committed reservation and leave the node's row alone.
+            let latest = Int64(clamping: clock.withLock { $0.latest.rawValue })
+            let reserved = clockLease.markToPersist(latest: latest, nowMs: configuration.now())
+            if let reserved { try tx.raiseNodeClock(name: configuration.nodeName, to: reserved) }
+            guard !touched.isEmpty else { return (result, [], reserved) }
             let ids = touched.sorted()
             let positions = try ids.compactMap { id in try tx.database(id: id).map { (id, $0.lastSeq) } }
             try tx.announceChanges(databaseIDs: ids)
-            return (result, positions)
+            return (result, positions, reserved)
         }
+        if let reserved { clockLease.committed(reserved) }
         for (id, position) in positions { notifier.notify(databaseID: id, position: position) }
         return result
     }

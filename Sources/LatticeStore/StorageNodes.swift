@@ -1,3 +1,6 @@
+import LatticeCore
+import Synchronization
+
 /// What several server processes on one storage share, beyond the data itself: who each node is, how they
 /// hear of each other's commits, which of them runs maintenance, and a neutral copy of every table for
 /// moving a deployment from one backend to another (`lattice admin migrate`).
@@ -14,7 +17,8 @@ public struct StoredNode: Sendable, Hashable {
     public let name: String
     /// 16 hex digits (LatticeCore's `ReplicaID(hex:)`).
     public let replicaID: String
-    /// The newest hybrid-logical-clock value the node has stamped with (its raw value).
+    /// A raw hybrid-logical-clock value at least as high as every stamp the node has committed: the
+    /// reservation of its `NodeClockLease`, usually a little ahead of its clock.
     public let clockLatest: Int64
     public let createdMs: Int64
 
@@ -23,6 +27,63 @@ public struct StoredNode: Sendable, Hashable {
         self.replicaID = replicaID
         self.clockLatest = clockLatest
         self.createdMs = createdMs
+    }
+}
+
+/// A node's clock lease: the high-water mark kept in `nodes.clock_latest` is a reservation ahead of the
+/// clock, not a copy of it, so that a write transaction need not update (and row-lock) the node's row
+/// unless its clock has passed the reservation.
+///
+/// The rule (Docs/Architecture.md, "Several nodes"): every stamp a committed transaction carries is at
+/// most the clock's `latest` read at the end of that transaction's body. If that value is at most the
+/// reservation known to be committed (`persisted`), nothing is written; otherwise the transaction itself
+/// raises the row to `markToPersist` (at least that value, and `lease` ahead of physical time) before it
+/// commits, and only after the commit does the lease count the new mark as persisted. So the row always
+/// holds at least every stamp of every committed transaction, whatever crashes when; a restarted node
+/// starts its clock at the row's value and stamps above all of them. The cost is that a restarted node's
+/// clock may start up to `lease` ahead of physical time (well inside the drift bound other replicas accept).
+///
+/// A transaction whose reservation did not commit leaves `persisted` as it was, so the next transaction
+/// writes again: a mark is never trusted before it is durable.
+public final class NodeClockLease: Sendable {
+    /// How far ahead of physical time a reservation reaches: one row update per node at most every
+    /// 10 seconds under steady writing.
+    public static let defaultLeaseMilliseconds: Int64 = 10_000
+
+    public let leaseMilliseconds: Int64
+    private let persistedMark: Atomic<Int64>
+
+    /// - Parameter persisted: the mark read from the node's row when the node started (its clock starts
+    ///   there too).
+    public init(persisted: Int64, leaseMilliseconds: Int64 = NodeClockLease.defaultLeaseMilliseconds) {
+        precondition(leaseMilliseconds >= 0, "a lease cannot reach into the past")
+        self.leaseMilliseconds = leaseMilliseconds
+        persistedMark = Atomic(persisted)
+    }
+
+    /// The reservation known to be committed.
+    public var persisted: Int64 { persistedMark.load(ordering: .acquiring) }
+
+    /// The mark this transaction must raise the node's row to before it commits, or nil when `latest` (the
+    /// clock's value at the end of the body, raw HLC) is covered by a committed reservation already.
+    /// - Parameter nowMs: physical time in milliseconds (the clock's own source).
+    public func markToPersist(latest: Int64, nowMs: Int64) -> Int64? {
+        guard latest > persisted else { return nil }
+        let ahead = UInt64(max(0, nowMs)).addingReportingOverflow(UInt64(leaseMilliseconds))
+        let milliseconds = ahead.overflow ? HLC.maximumMilliseconds : min(ahead.partialValue, HLC.maximumMilliseconds)
+        let reserved = Int64(clamping: HLC(milliseconds: milliseconds, counter: 0).rawValue)
+        return max(latest, reserved)
+    }
+
+    /// Called after the transaction that raised the row to `mark` committed.
+    public func committed(_ mark: Int64) {
+        var current = persistedMark.load(ordering: .relaxed)
+        while current < mark {
+            let (exchanged, original) = persistedMark.compareExchange(expected: current, desired: mark,
+                                                                      ordering: .acquiringAndReleasing)
+            if exchanged { return }
+            current = original
+        }
     }
 }
 

@@ -360,3 +360,74 @@ final class TwoNodes: @unchecked Sendable {
         #expect(admin.status == 1 && !admin.stderr.contains("hunter2"), "\(admin)")
     }
 }
+
+/// The node clock's lease (NodeClockLease) through the service, on any backend: the node's row is written
+/// when the clock passes its reservation and not on every write, and a node restarted after it was killed
+/// (nothing saved at the end: a new service on the storage, as a new process would open it), with its wall
+/// clock set back a minute, still stamps above everything the killed one committed.
+enum ClockLeaseCheck {
+    static func run(_ storage: any Storage, label: String) throws {
+        let wall = Atomic<Int64>(1_900_000_000_000)
+        var configuration = ServiceConfiguration()
+        configuration.nodeName = "lease"
+        configuration.rateLimit = nil
+        configuration.signUpsPerAddress = nil
+        configuration.signUpsGlobal = nil
+        configuration.now = { wall.load(ordering: .sequentiallyConsistent) }
+        func write(_ service: LatticeService, _ name: String, token: String) throws {
+            let (status, json) = PostgresNodesTests.post(service, "/database/1/lattice/production/private/records/modify", .object([
+                "zoneID": .object(["zoneName": .string("_defaultZone")]),
+                "operations": .array([operation("forceReplace", name, fields: ["n": .object(["value": .string(name)])])]),
+            ]), token: token)
+            guard status == 200, json["records"]?.arrayValue?.first?["serverErrorCode"] == nil else {
+                throw HarnessError("\(label) write: \(json.serialized())")
+            }
+        }
+        func mark() throws -> Int64 { try #require(try storage.read { try $0.node(named: "lease") }).clockLatest }
+        let lease = NodeClockLease.defaultLeaseMilliseconds
+
+        let first = try LatticeService(storage: storage, configuration: configuration, log: { _ in })
+        let (status, signup) = PostgresNodesTests.post(first, "/auth/signup", .object(["name": .string("lea")]))
+        let token = try #require(signup["token"]?.stringValue, "\(label): signup \(status) \(signup.serialized())")
+        try write(first, "r0", token: token)
+        // The first write reserved `lease` ahead of the wall clock.
+        let reserved = try mark()
+        #expect(reserved == Int64(HLC(milliseconds: UInt64(wall.load(ordering: .sequentiallyConsistent) + lease), counter: 0).rawValue),
+                "\(label)")
+        // Writes inside the reservation leave the row alone.
+        for index in 1...20 {
+            wall.add(100, ordering: .sequentiallyConsistent)
+            try write(first, "r\(index)", token: token)
+        }
+        #expect(try mark() == reserved, "\(label): the row moved inside its reservation")
+        #expect(Int64(first.clock.withLock { $0.latest.rawValue }) <= reserved, "\(label)")
+        // Past the reservation, a write moves it on.
+        wall.add(lease, ordering: .sequentiallyConsistent)
+        try write(first, "r21", token: token)
+        let moved = try mark()
+        #expect(moved > reserved, "\(label)")
+        let stamped = first.clock.withLock { $0.latest.rawValue }
+        #expect(Int64(stamped) <= moved, "\(label)")
+
+        // Killed (nothing more is written), restarted with the wall clock a minute behind.
+        wall.add(-60_000, ordering: .sequentiallyConsistent)
+        let second = try LatticeService(storage: storage, configuration: configuration, log: { _ in })
+        #expect(second.replicaID == first.replicaID, "\(label)")
+        let next = second.tick()
+        #expect(next.hlc.rawValue > stamped, "\(label): the restarted clock went back: \(next.hlc.rawValue) <= \(stamped)")
+        // Its writes still commit and stamp above the old ones.
+        try write(second, "r0", token: token)
+        #expect(second.clock.withLock { $0.latest.rawValue } > stamped, "\(label)")
+        #expect(try mark() >= Int64(second.clock.withLock { $0.latest.rawValue }), "\(label)")
+    }
+}
+
+extension SeveralNodesTests {
+    @Test func aRestartedNodeStampsAboveEverythingItCommittedBeforeItWasKilled() throws {
+        let directory = temporaryDirectory("lattice-lease")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let storage = try SQLiteStorage(path: directory + "/" + SQLiteStorage.fileName)
+        defer { storage.close() }
+        try ClockLeaseCheck.run(storage, label: "sqlite")
+    }
+}

@@ -6,7 +6,7 @@ import Foundation
 /// Parameters go in libpq's binary format with their type named (`int8`, `text`, `bytea`, `bool` and
 /// one-dimensional arrays of them), so no value is ever spliced into SQL text or escaped; results come back in
 /// binary format too, so a `bytea` is its bytes exactly.
-enum PostgresValue: Hashable, Sendable {
+enum PostgresValue: Hashable, Sendable, StorageColumn {
     case null
     case integer(Int64)
     case text(String)
@@ -76,6 +76,8 @@ final class PostgresConnection {
     private var prepared: [String: String] = [:]
     /// A command sent without waiting for its answer (`sendWithoutWaiting`), read before the next one.
     private var awaitingAnswer = false
+    /// Transactions run on this connection (PostgresStorage: 0 means it was opened just now).
+    var transactionsBegun = 0
 
     /// Connects with a libpq connection string (a `postgresql://` URL or `key=value` pairs; libpq reads a
     /// password from the string, `PGPASSWORD` or `~/.pgpass`). The client encoding is always UTF8.
@@ -246,6 +248,71 @@ final class PostgresConnection {
         if let failure { throw failure }
         guard let final else { throw PostgresError(result: nil, connection: handle, context: context) }
         return final
+    }
+
+    /// Runs `statements` in order in one round trip (libpq's pipeline mode): those with values prepared (once
+    /// per connection) and bound in binary, those without sent as they are (one statement each, such as
+    /// `COMMIT`). A statement after a failed one does not run.
+    /// - Returns: nil when every statement succeeded; else the index of the first that failed, with its error
+    ///   (a connection lost anywhere is reported as a loss, whatever ran before it).
+    func pipeline(_ statements: [(sql: String, values: [PostgresValue])], context: String) -> (index: Int, error: PostgresError)? {
+        drainAnswer()
+        var names: [String?] = []
+        for (index, statement) in statements.enumerated() {
+            guard !statement.values.isEmpty else {
+                names.append(nil)
+                continue
+            }
+            do {
+                names.append(try preparedName(statement.sql, statement.values))
+            } catch {
+                return (index, error)
+            }
+        }
+        guard PQenterPipelineMode(handle) == 1 else {
+            return (0, PostgresError(result: nil, connection: handle, context: context))
+        }
+        var sent = 0
+        for (statement, name) in zip(statements, names) {
+            let ok: Bool
+            if let name {
+                ok = PostgresConnection.withParameters(statement.values) { pointers, lengths, formats in
+                    PQsendQueryPrepared(handle, name, Int32(statement.values.count), pointers, lengths, formats, 1)
+                } == 1
+            } else {
+                ok = PQsendQueryParams(handle, statement.sql, 0, nil, nil, nil, nil, 1) == 1
+            }
+            guard ok else { break }
+            sent += 1
+        }
+        let synced = PQpipelineSync(handle) == 1
+        var failure: (index: Int, error: PostgresError)? = sent == statements.count && synced ? nil
+            : (sent, PostgresError(result: nil, connection: handle, context: context))
+        for index in 0..<sent {
+            guard let result = PQgetResult(handle) else {
+                if failure == nil || failure!.index > index {
+                    failure = (index, PostgresError(result: nil, connection: handle, context: context))
+                }
+                break
+            }
+            let status = PQresultStatus(result)
+            if status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK && status != PGRES_PIPELINE_ABORTED,
+               failure == nil || failure!.index > index {
+                failure = (index, PostgresError(result: result, connection: handle, context: context))
+            }
+            PQclear(result)
+            // Each command's results end with a NULL.
+            while let extra = PQgetResult(handle) { PQclear(extra) }
+        }
+        if synced, let sync = PQgetResult(handle) { PQclear(sync) }
+        if PQexitPipelineMode(handle) != 1, failure == nil {
+            failure = (statements.count - 1, PostgresError(result: nil, connection: handle, context: context))
+        }
+        if let found = failure, !found.error.isConnectionLoss, !isUsable {
+            return (found.index, PostgresError(sqlState: "", message: found.error.message, context: context,
+                                               connectionLost: true))
+        }
+        return failure
     }
 
     /// Runs one statement with parameters without keeping it prepared (for statements made once, such as a

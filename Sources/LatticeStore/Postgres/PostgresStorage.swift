@@ -34,7 +34,7 @@ public final class PostgresStorage: Storage, Sendable {
     /// This storage's mark in its announcements, so that it does not hear its own commits.
     let announcer: String
     private let listeners = Mutex<[PostgresListener]>([])
-    private let claims = PostgresClaims()
+    private let claims: PostgresClaims
     /// Tests only: called with the backend's process id just before each `COMMIT` of this storage.
     let beforeCommitForTesting = Mutex<(@Sendable (Int32) -> Void)?>(nil)
 
@@ -52,12 +52,15 @@ public final class PostgresStorage: Storage, Sendable {
     /// - Parameters:
     ///   - poolSize: connections for reads and writes (at least 1), besides the authentication connection.
     ///   - connectTimeoutSeconds: libpq's `connect_timeout` unless the URL sets one.
+    ///   - claimCheckIntervalMilliseconds: how often the node claims (`claimNode`) are checked and, if lost,
+    ///     retaken.
     ///   - onClose: runs once after `close()` has closed every connection (tests drop a throwaway database).
     /// - Throws: `StorageError.failure` naming the (redacted) URL when the database cannot be reached or
     ///   migrated, or its schema is newer than this build.
     public init(url: String, poolSize: Int = PostgresStorage.defaultPoolSize, connectTimeoutSeconds: Int = 5,
-                onClose: (@Sendable () -> Void)? = nil) throws {
+                claimCheckIntervalMilliseconds: Int = 1_000, onClose: (@Sendable () -> Void)? = nil) throws {
         conninfo = url
+        claims = PostgresClaims(conninfo: url, checkIntervalMilliseconds: claimCheckIntervalMilliseconds)
         self.onClose = onClose
         var random = SystemRandomNumberGenerator()
         announcer = String(random.next() as UInt64, radix: 36)
@@ -140,23 +143,13 @@ public final class PostgresStorage: Storage, Sendable {
     /// Holds a session advisory lock named after the node on a connection of its own until `close`.
     /// - Throws: `StorageError.duplicate` when another live process holds it; `.busy` when the database
     ///   cannot be reached.
+    ///
+    /// The claim is kept while the storage is open: lost with its connection (a PostgreSQL restart), it is
+    /// retaken on reconnection, and writes are refused with `.busy` until then; taken by another process
+    /// meanwhile, this storage refuses writes from then on (`PostgresClaims`).
     public func claimNode(_ name: String) throws {
         try checkOpen()
-        let connection: PostgresConnection
-        do {
-            connection = try PostgresConnection(conninfo)
-        } catch {
-            throw StorageError.busy
-        }
-        let taken: Bool
-        do {
-            taken = try connection.rows("SELECT pg_try_advisory_lock($1)", [.integer(Self.lockKey("node:" + name))])
-                .first?.first == .boolean(true)
-        } catch {
-            throw PostgresTransaction.storageError(error)
-        }
-        guard taken else { throw StorageError.duplicate("node \(name) (another running process is that node)") }
-        claims.hold(connection)
+        try claims.claim(name)
     }
 
     /// An advisory lock key for a name of ours (FNV-1a, 64 bits).
@@ -193,6 +186,7 @@ public final class PostgresStorage: Storage, Sendable {
     private func run<T>(_ lanePool: PostgresPool, borrowing spare: PostgresPool? = nil, readOnly: Bool,
                         deadline: RequestDeadline?, _ body: (any StorageTransaction) throws -> T) throws -> T {
         try checkOpen()
+        if !readOnly { try claims.checkWritable() }
         var conflicts = 0
         var losses = 0
         var clientOperationConflicts = 0
@@ -219,6 +213,17 @@ public final class PostgresStorage: Storage, Sendable {
                 if isClosed.load(ordering: .sequentiallyConsistent) { throw StorageError.closed }
                 throw StorageError.busy
             }
+            if !readOnly, connection.transactionsBegun == 0 {
+                // A connection opened just now, maybe to a database that restarted: the claims' sessions may
+                // be gone with the old ones, so they are checked (and retaken) before anything is written.
+                do {
+                    try claims.verify()
+                } catch {
+                    owner.giveBack(connection)
+                    throw error
+                }
+            }
+            connection.transactionsBegun += 1
             let transaction = PostgresTransaction(connection, readOnly: readOnly, deadline: deadline,
                                                   clientOperationConflictsSeen: clientOperationConflicts,
                                                   announcer: announcer,
@@ -494,23 +499,137 @@ struct PostgresMigrator: Sendable {
     }
 }
 
-/// The connections that hold node claims (session advisory locks) until the storage closes.
+/// The node claims of one storage (session advisory locks, each on a connection of its own) and a watcher
+/// that keeps them: a claim's connection lost (PostgreSQL restarted, the network failed, the session was
+/// terminated) loses its lock, so the watcher pings each claim every `checkIntervalMilliseconds` and, once
+/// one is lost, connects again and retakes the lock.
 ///
-/// `@unchecked Sendable` is sound because `lock` guards `connections`, which nothing else touches.
+/// - While a claim is lost and not retaken (the database is away), writes are refused with `.busy`
+///   (TRY_AGAIN_LATER); reads go on.
+/// - If another process took the node name meanwhile, the claim is **taken**: that process now stamps with
+///   this node's replica id, so this storage refuses every write from then on (`.failure` naming the node)
+///   until it is restarted; it never takes the name back.
+/// - A write on a connection the pool has just opened (after a loss, e.g. a PostgreSQL restart, every
+///   connection is new) first checks the claims on the spot (`verify`), so no write can commit on a
+///   restarted database before the claim is held again. A claim's session cut alone while the database and
+///   the pool stay up is noticed by the watcher within its interval.
+///
+/// `@unchecked Sendable` is sound because `lock` guards `claims` (and the connections in it, which are used
+/// only under the lock), and `stopped` is atomic.
 final class PostgresClaims: @unchecked Sendable {
-    private let lock = NSLock()
-    private var connections: [PostgresConnection] = []
-
-    func hold(_ connection: PostgresConnection) {
-        lock.lock()
-        defer { lock.unlock() }
-        connections.append(connection)
+    enum State {
+        case held(PostgresConnection)
+        case lost
+        case taken
     }
 
-    /// Closing the connections releases their locks.
-    func releaseAll() {
+    private let lock = NSLock()
+    private var claims: [(name: String, state: State)] = []
+    private let conninfo: String
+    private let checkIntervalMilliseconds: Int
+    private let stopped = Atomic<Bool>(false)
+    private let watching = Atomic<Bool>(false)
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(conninfo: String, checkIntervalMilliseconds: Int) {
+        self.conninfo = conninfo
+        self.checkIntervalMilliseconds = max(10, checkIntervalMilliseconds)
+    }
+
+    /// Takes the claim (a session advisory lock on a new connection) and starts the watcher if needed.
+    /// - Throws: `.duplicate` when another live process holds it; `.busy` when the database cannot be reached.
+    func claim(_ name: String) throws(StorageError) {
+        let connection: PostgresConnection
+        do {
+            connection = try PostgresConnection(conninfo)
+        } catch {
+            throw StorageError.busy
+        }
+        let taken: Bool
+        do {
+            taken = try Self.tryLock(name, on: connection)
+        } catch {
+            throw PostgresTransaction.storageError(error)
+        }
+        guard taken else { throw StorageError.duplicate("node \(name) (another running process is that node)") }
+        lock.lock()
+        claims.append((name, .held(connection)))
+        lock.unlock()
+        if !watching.exchange(true, ordering: .sequentiallyConsistent) {
+            Thread.detachNewThread { [self] in
+                watch()
+                finished.signal()
+            }
+        }
+    }
+
+    private static func tryLock(_ name: String, on connection: PostgresConnection) throws(PostgresError) -> Bool {
+        try connection.rows("SELECT pg_try_advisory_lock($1)", [.integer(PostgresStorage.lockKey("node:" + name))])
+            .first?.first == .boolean(true)
+    }
+
+    /// Refuses a write unless every claim is held (as last seen: no round trip).
+    func checkWritable() throws(StorageError) {
         lock.lock()
         defer { lock.unlock() }
-        connections.removeAll()
+        try Self.check(claims)
+    }
+
+    private static func check(_ claims: [(name: String, state: State)]) throws(StorageError) {
+        for claim in claims {
+            switch claim.state {
+            case .held: continue
+            case .lost: throw StorageError.busy
+            case .taken:
+                throw StorageError.failure("node \(claim.name) was claimed by another process while this one had lost "
+                                           + "the database; this process refuses writes until it is restarted")
+            }
+        }
+    }
+
+    /// Pings every held claim, retakes every lost one (one attempt each), then refuses as `checkWritable`.
+    func verify() throws(StorageError) {
+        lock.lock()
+        defer { lock.unlock() }
+        for index in claims.indices {
+            let name = claims[index].name
+            switch claims[index].state {
+            case .taken:
+                continue
+            case .held(let connection):
+                if (try? connection.execute("SELECT 1", context: "claim")) != nil { continue }
+                claims[index].state = .lost
+            case .lost:
+                break
+            }
+            // Lost: connect again and retake the lock, unless another process has it now.
+            guard let connection = try? PostgresConnection(conninfo, connectTimeoutSeconds: 2) else { continue }
+            guard let mine = try? Self.tryLock(name, on: connection) else { continue }
+            claims[index].state = mine ? .held(connection) : .taken
+        }
+        try Self.check(claims)
+    }
+
+    private func watch() {
+        while !stopped.load(ordering: .sequentiallyConsistent) {
+            var left = checkIntervalMilliseconds
+            while left > 0, !stopped.load(ordering: .sequentiallyConsistent) {
+                let step = min(left, 50)
+                usleep(useconds_t(step * 1_000))
+                left -= step
+            }
+            if stopped.load(ordering: .sequentiallyConsistent) { break }
+            try? verify()
+        }
+    }
+
+    /// Stops the watcher and closes the connections, which releases their locks.
+    func releaseAll() {
+        if !stopped.exchange(true, ordering: .sequentiallyConsistent), watching.load(ordering: .sequentiallyConsistent) {
+            _ = finished.wait(timeout: .now() + 5)
+        }
+        lock.lock()
+        defer { lock.unlock() }
+        claims.removeAll()
     }
 }

@@ -21,7 +21,9 @@ enum PostgresOutcome<T> {
 /// connection, the deadline, or any failed statement outside a savepoint, which PostgreSQL aborts the
 /// transaction for) is remembered: later statements are refused with the same error, and the transaction is
 /// rolled back and retried or failed whatever the body did with the error.
-final class PostgresTransaction: StorageTransaction {
+final class PostgresTransaction: StorageTransaction, StorageRowMapping {
+    typealias Column = PostgresValue
+
     let db: PostgresConnection
     let isReadOnly: Bool
     let deadline: RequestDeadline?
@@ -50,6 +52,26 @@ final class PostgresTransaction: StorageTransaction {
     /// before reading any of them, so only this transaction can change them; its own writes update the
     /// entries, and a savepoint rolled back empties the cache.
     private var recordCache: [Int64: [String: StoredRecord?]] = [:]
+    /// Database rows this write transaction holds locked (read with `FOR NO KEY UPDATE`, or created by it),
+    /// as they are with its own changes, so that `database(id:)` later in the transaction (the quota check
+    /// of a batch, the positions read before its announcement) needs no round trip. Only this transaction
+    /// can change a row it holds locked; every statement here that changes a database row updates or drops
+    /// its entry (bulk ones empty it), and a savepoint rolled back empties it.
+    private var lockedDatabases: [Int64: StoredDatabase] = [:]
+    /// Zone rows this write transaction holds locked, as they are with its own changes (kept as
+    /// `lockedDatabases` is), so a zone resolved again later in the transaction needs no round trip.
+    private var zoneRows: [Int64: StoredZone] = [:]
+    /// The live shares of a zone this transaction holds locked (or, in a read, of its snapshot), read once:
+    /// every writer of a zone's shares locks the zone row first (Docs/Architecture.md, "Lock order"), so
+    /// they cannot change under this transaction except by its own `insertShare` and `updateShare`, which
+    /// drop the entry (as a rolled-back savepoint, a deleted zone and a purge drop them all).
+    private var sharesCache: [Int64: [StoredShare]] = [:]
+    /// Users' counts of remembered operations read by `clientOperation` in this write, dropped by every
+    /// statement here that saves or forgets one (and by a rolled-back savepoint, a purge, an import).
+    private var clientOperationCounts: [Int64: Int] = [:]
+    /// Statements whose answers nothing in the transaction needs (announcements), sent with `COMMIT` in one
+    /// round trip; a failure among them fails the commit, so nothing is committed without them.
+    private var deferred: [(sql: String, values: [PostgresValue])] = []
     /// Cursors opened by `exportRows` (each gets a name of its own).
     private var exportCursors = 0
 
@@ -96,7 +118,7 @@ final class PostgresTransaction: StorageTransaction {
             return .success(value)
         }
         if fatal != nil { return finish(nil) }
-        if pendingBegin != nil {
+        if pendingBegin != nil && deferred.isEmpty {
             // No statement ran: no transaction was opened, nothing to commit.
             return .success(value)
         }
@@ -106,14 +128,32 @@ final class PostgresTransaction: StorageTransaction {
             db.sendWithoutWaiting("COMMIT")
             return .success(value)
         }
-        // The body returned: commit, whatever the time (the deadline no longer applies).
+        // The body returned: commit, whatever the time (the deadline no longer applies), in one round trip
+        // with the deferred statements before it.
+        if pendingBegin != nil, !deferred.isEmpty {
+            // Nothing was sent yet: the first deferred statement opens the transaction on its own, so that a
+            // connection found lost there is known to have committed nothing (and the body runs again).
+            let first = deferred.removeFirst()
+            do {
+                _ = try query(first.sql, first.values)
+            } catch {
+                return finish(error)
+            }
+        }
         if let hook = beforeCommit { hook(db.backendPID) }
-        do {
-            try db.execute(deadline == nil ? "COMMIT" : "SET LOCAL statement_timeout = 0; COMMIT", context: "commit")
-        } catch {
+        var statements = deferred
+        deferred = []
+        if deadline != nil { statements.append((sql: "SET LOCAL statement_timeout = 0", values: [])) }
+        statements.append((sql: "COMMIT", values: []))
+        if let (index, error) = db.pipeline(statements, context: "commit") {
             if error.isConnectionLoss {
                 // It may or may not have committed: never report it as a success.
                 return .failure(StorageError.busy)
+            }
+            if index < statements.count - 1 {
+                // A statement before COMMIT failed, so COMMIT did not run: roll back as for any failure.
+                _ = note(error)
+                return finish(nil)
             }
             if error.isRetryableConflict { return .conflict }
             return .failure(Self.storageError(error))
@@ -348,22 +388,18 @@ final class PostgresTransaction: StorageTransaction {
 
     // MARK: Databases and zones
 
-    private static let databaseColumns = "id, kind, environment, owner_id, last_seq, purged_seq, bytes_used"
-
-    private func database(_ row: [PostgresValue]) throws -> StoredDatabase {
-        guard let kind = DatabaseKind(rawValue: row[1].text ?? "") else {
-            throw StorageError.failure("database \(row[0].integer) has an unknown kind")
-        }
-        return StoredDatabase(
-            id: row[0].integer, key: DatabaseKey(kind: kind, environment: row[2].text ?? "", ownerID: row[3].integer),
-            lastSeq: row[4].integer, purgedSeq: row[5].integer, bytesUsed: row[6].integer)
+    /// A database row read in a write transaction is locked: remember it.
+    private func locked(_ database: StoredDatabase) -> StoredDatabase {
+        if !isReadOnly { lockedDatabases[database.id] = database }
+        return database
     }
 
     func database(_ key: DatabaseKey) throws -> StoredDatabase {
+        if !isReadOnly, let held = lockedDatabases.values.first(where: { $0.key == key }) { return held }
         let select = "SELECT \(Self.databaseColumns) FROM databases WHERE kind = $1 AND environment = $2 AND owner_id = $3"
             + lock
         let arguments: [PostgresValue] = [.text(key.kind.rawValue), .text(key.environment), .integer(key.ownerID)]
-        if let row = try rows(select, arguments).first { return try database(row) }
+        if let row = try rows(select, arguments).first { return locked(try database(row)) }
         // Only a write transaction can create it; a read sees an empty database that does not exist yet.
         if isReadOnly {
             return StoredDatabase(id: 0, key: key, lastSeq: 0, purgedSeq: 0, bytesUsed: 0)
@@ -371,42 +407,41 @@ final class PostgresTransaction: StorageTransaction {
         // Another process may create it at the same moment: then its row is read (and locked) instead.
         let inserted = try rows("INSERT INTO databases(kind, environment, owner_id) VALUES ($1, $2, $3) "
                                 + "ON CONFLICT DO NOTHING RETURNING \(Self.databaseColumns)", arguments)
-        if let row = inserted.first { return try database(row) }
+        if let row = inserted.first { return locked(try database(row)) }
         guard let row = try rows(select, arguments).first else {
             throw StorageError.failure("database \(key.kind.rawValue)/\(key.environment)/\(key.ownerID) vanished")
         }
-        return try database(row)
+        return locked(try database(row))
     }
 
     func database(id: Int64) throws -> StoredDatabase? {
-        try rows("SELECT \(Self.databaseColumns) FROM databases WHERE id = $1" + lock, [.integer(id)]).first.map {
-            try database($0)
+        if !isReadOnly, let held = lockedDatabases[id] { return held }
+        return try rows("SELECT \(Self.databaseColumns) FROM databases WHERE id = $1" + lock, [.integer(id)]).first.map {
+            locked(try database($0))
         }
-    }
-
-    private static let zoneColumns =
-        "id, database_id, name, owner_record_name, deleted, last_seq, purged_seq, db_seq, created_ms, modified_ms"
-
-    private func zone(_ row: [PostgresValue]) -> StoredZone {
-        StoredZone(rowID: row[0].integer, databaseID: row[1].integer, name: row[2].text ?? "",
-                   ownerRecordName: row[3].text ?? "", deleted: row[4].integer != 0, lastSeq: row[5].integer,
-                   purgedSeq: row[6].integer, databaseSeq: row[7].integer, createdMs: row[8].integer,
-                   modifiedMs: row[9].integer)
     }
 
     /// A zone read in a write transaction is locked: remember it.
     private func locked(_ zone: StoredZone?) -> StoredZone? {
-        if let zone, !isReadOnly { lockedZones[zone.rowID] = (zone.databaseID, zone.deleted) }
+        if let zone, !isReadOnly {
+            lockedZones[zone.rowID] = (zone.databaseID, zone.deleted)
+            zoneRows[zone.rowID] = zone
+        }
         return zone
     }
 
     func zone(databaseID: Int64, name: String) throws -> StoredZone? {
-        locked(try rows("SELECT \(Self.zoneColumns) FROM zones WHERE database_id = $1 AND name = $2 AND deleted = 0" + lock,
+        if !isReadOnly,
+           let held = zoneRows.values.first(where: { $0.databaseID == databaseID && $0.name == name && !$0.deleted }) {
+            return held
+        }
+        return locked(try rows("SELECT \(Self.zoneColumns) FROM zones WHERE database_id = $1 AND name = $2 AND deleted = 0" + lock,
                         [.integer(databaseID), .text(name)]).first.map(zone))
     }
 
     func zone(rowID: Int64) throws -> StoredZone? {
-        locked(try rows("SELECT \(Self.zoneColumns) FROM zones WHERE id = $1" + lock, [.integer(rowID)]).first.map(zone))
+        if !isReadOnly, let held = zoneRows[rowID] { return held }
+        return locked(try rows("SELECT \(Self.zoneColumns) FROM zones WHERE id = $1" + lock, [.integer(rowID)]).first.map(zone))
     }
 
     func liveZones(databaseID: Int64) throws -> [StoredZone] {
@@ -416,6 +451,7 @@ final class PostgresTransaction: StorageTransaction {
 
     /// Allocates the database's next log position; the row stays locked until commit.
     private func nextDatabaseSeq(_ databaseID: Int64) throws -> Int64 {
+        lockedDatabases[databaseID] = nil
         let rows = try rows("UPDATE databases SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
                             [.integer(databaseID)])
         guard let seq = rows.first?[0].integer else { throw StorageError.failure("database \(databaseID) is missing") }
@@ -430,14 +466,19 @@ final class PostgresTransaction: StorageTransaction {
                                  .integer(nowMs)])
         guard let id = inserted.first?[0].integer else { throw StorageError.duplicate("a zone named \(name)") }
         lockedZones[id] = (databaseID, false)
-        return StoredZone(rowID: id, databaseID: databaseID, name: name, ownerRecordName: ownerRecordName,
-                          deleted: false, lastSeq: 0, purgedSeq: 0, databaseSeq: seq, createdMs: nowMs, modifiedMs: nowMs)
+        let created = StoredZone(rowID: id, databaseID: databaseID, name: name, ownerRecordName: ownerRecordName,
+                                 deleted: false, lastSeq: 0, purgedSeq: 0, databaseSeq: seq, createdMs: nowMs, modifiedMs: nowMs)
+        zoneRows[id] = created
+        return created
     }
 
     func deleteZone(rowID: Int64, nowMs: Int64) throws {
         guard let zone = try zone(rowID: rowID), !zone.deleted else { return }
         recordCache[rowID] = nil
+        sharesCache[rowID] = nil
+        zoneRows[rowID] = nil
         lockedZones[rowID] = (zone.databaseID, true)
+        lockedDatabases[zone.databaseID] = nil
         let seq = try nextDatabaseSeq(zone.databaseID)
         let freed = try rows("WITH gone AS (DELETE FROM records WHERE zone_id = $1 RETURNING octet_length(frame) AS bytes) "
                              + "SELECT COALESCE(SUM(bytes), 0)::bigint FROM gone", [.integer(rowID)]).first?[0].integer ?? 0
@@ -452,18 +493,6 @@ final class PostgresTransaction: StorageTransaction {
     }
 
     // MARK: Records
-
-    private static let recordColumns =
-        "name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms, modified_by, parent_name"
-
-    private func record(_ row: [PostgresValue], zoneRowID: Int64) -> StoredRecord {
-        let seq = row[4].integer
-        return StoredRecord(recordName: row[0].text ?? "", recordType: row[1].text ?? "", frame: row[2].bytes,
-                            deleted: row[3].integer != 0, seq: seq,
-                            changeTag: StorageRules.changeTag(zoneRowID: zoneRowID, seq: seq),
-                            createdMs: row[5].integer, createdBy: row[6].text ?? "", modifiedMs: row[7].integer,
-                            modifiedBy: row[8].text ?? "", parentName: row[9].text)
-    }
 
     func record(zoneRowID: Int64, name: String) throws -> StoredRecord? {
         if let cached = recordCache[zoneRowID]?[name] { return cached }
@@ -488,7 +517,7 @@ final class PostgresTransaction: StorageTransaction {
         let wanted = Array(missing).sorted()
         // A join with the names (not `name = ANY(...)`): one primary-key probe per name whatever the planner
         // knows of the table's size.
-        let found = try rows("SELECT \(Self.recordColumns.split(separator: ",").map { "r." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", ")) "
+        let found = try rows("SELECT \(Self.qualified(Self.recordColumns, by: "r")) "
                              + "FROM unnest($2::text[]) AS wanted(name) JOIN records r ON r.zone_id = $1 AND r.name = wanted.name "
                              + "ORDER BY r.name" + (isReadOnly ? "" : " FOR NO KEY UPDATE OF r"), [.integer(zoneRowID), .texts(wanted)])
             .map { record($0, zoneRowID: zoneRowID) }
@@ -622,11 +651,11 @@ final class PostgresTransaction: StorageTransaction {
         let result = try rows("""
             WITH d AS (
                 UPDATE databases SET last_seq = last_seq + 1, bytes_used = bytes_used + $1 WHERE id = $2
-                RETURNING last_seq),
+                RETURNING last_seq, bytes_used),
             z AS (
                 UPDATE zones SET last_seq = last_seq + $3, modified_ms = $4, db_seq = (SELECT last_seq FROM d)
                 WHERE id = $5 AND deleted = 0
-                RETURNING last_seq),
+                RETURNING \(Self.zoneColumns)),
             w AS (
                 INSERT INTO records(zone_id, name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms,
                                     modified_by, parent_name)
@@ -640,11 +669,22 @@ final class PostgresTransaction: StorageTransaction {
                     deleted = excluded.deleted, seq = excluded.seq, created_ms = excluded.created_ms,
                     created_by = excluded.created_by, modified_ms = excluded.modified_ms,
                     modified_by = excluded.modified_by, parent_name = excluded.parent_name)
-            SELECT last_seq FROM z
+            SELECT d.last_seq AS database_seq, d.bytes_used, z.* FROM d LEFT JOIN z ON true
             """, [.integer(growth), .integer(databaseID), .integer(count), .integer(nowMs), .integer(zoneRowID),
                   .texts(names), .texts(types), .byteas(frames), .integers(deleted), .integers(createdMs), .texts(createdBy),
                   .integers(modifiedMs), .texts(modifiedBy), .texts(parents)])
-        guard let lastSeq = result.first?[0].integer else { throw StorageError.failure("zone \(zoneRowID) is not live") }
+        guard let row = result.first, row.count == 12, !row[2].isNull else {
+            throw StorageError.failure("zone \(zoneRowID) is not live")
+        }
+        let movedZone = zone(Array(row[2...]))
+        zoneRows[zoneRowID] = movedZone
+        let lastSeq = movedZone.lastSeq
+        if let held = lockedDatabases[databaseID], case .integer(let databaseSeq) = row[0], case .integer(let bytes) = row[1] {
+            lockedDatabases[databaseID] = StoredDatabase(id: held.id, key: held.key, lastSeq: databaseSeq,
+                                                         purgedSeq: held.purgedSeq, bytesUsed: bytes)
+        } else {
+            lockedDatabases[databaseID] = nil
+        }
         var saved: [StoredRecord] = []
         saved.reserveCapacity(writes.count)
         var entries = recordCache[zoneRowID] ?? [:]
@@ -674,17 +714,8 @@ final class PostgresTransaction: StorageTransaction {
 
     // MARK: Shares
 
-    private static let shareColumns =
-        "id, public_id, zone_id, record_name, root_record_name, owner_id, title, public_permission, url_epoch, deleted, last_seq"
-
-    private func share(_ row: [PostgresValue]) -> StoredShare {
-        StoredShare(id: row[0].integer, publicID: row[1].text ?? "", zoneRowID: row[2].integer, recordName: row[3].text ?? "",
-                    rootRecordName: row[4].text, ownerID: row[5].integer, title: row[6].text ?? "",
-                    publicPermission: row[7].text ?? "", urlEpoch: row[8].integer, deleted: row[9].integer != 0,
-                    lastSeq: row[10].integer)
-    }
-
     func insertShare(_ new: NewShare) throws -> StoredShare {
+        sharesCache[new.zoneRowID] = nil
         let inserted = try rows("INSERT INTO shares(public_id, zone_id, record_name, root_record_name, owner_id, title, "
                                 + "public_permission, url_epoch, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
                                 + "ON CONFLICT DO NOTHING RETURNING id",
@@ -709,19 +740,18 @@ final class PostgresTransaction: StorageTransaction {
     }
 
     func shares(zoneRowID: Int64) throws -> [StoredShare] {
-        try rows("SELECT \(Self.shareColumns) FROM shares WHERE zone_id = $1 AND deleted = 0 ORDER BY id",
-                 [.integer(zoneRowID)]).map(share)
+        if let cached = sharesCache[zoneRowID] { return cached }
+        let found = try rows("SELECT \(Self.shareColumns) FROM shares WHERE zone_id = $1 AND deleted = 0 ORDER BY id",
+                             [.integer(zoneRowID)]).map(share)
+        if isReadOnly || lockedZones[zoneRowID] != nil { sharesCache[zoneRowID] = found }
+        return found
     }
 
     func updateShare(_ share: StoredShare) throws {
+        sharesCache[share.zoneRowID] = nil
         try run("UPDATE shares SET title = $1, public_permission = $2, url_epoch = $3, deleted = $4 WHERE id = $5",
                 [.text(share.title), .text(share.publicPermission), .integer(share.urlEpoch),
                  .integer(share.deleted ? 1 : 0), .integer(share.id)])
-    }
-
-    private func participant(_ row: [PostgresValue]) -> StoredParticipant {
-        StoredParticipant(shareID: row[0].integer, userID: row[1].integer, role: row[2].text ?? "",
-                          permission: row[3].text ?? "", status: row[4].text ?? "", modifiedMs: row[5].integer)
     }
 
     func participants(shareID: Int64) throws -> [StoredParticipant] {
@@ -740,8 +770,7 @@ final class PostgresTransaction: StorageTransaction {
     }
 
     func participations(userID: Int64, status: String) throws -> [(share: StoredShare, participant: StoredParticipant)] {
-        let columns = Self.shareColumns.split(separator: ",").map { "s." + $0.trimmingCharacters(in: .whitespaces) }
-            .joined(separator: ", ")
+        let columns = Self.qualified(Self.shareColumns, by: "s")
         return try rows("SELECT \(columns), p.share_id, p.user_id, p.role, p.permission, p.status, p.modified_ms "
                         + "FROM share_participants p JOIN shares s ON s.id = p.share_id "
                         + "WHERE p.user_id = $1 AND p.status = $2 AND s.deleted = 0 ORDER BY s.id",
@@ -796,11 +825,26 @@ final class PostgresTransaction: StorageTransaction {
 
     // MARK: Client operations
 
+    /// In a write it reads the user's count of remembered operations in the same statement: the write that
+    /// looks an operation up next saves one under the cap (`clientOperationCount`), and this spares it a
+    /// round trip. (Nothing locks the count, here or in a statement of its own: another node's save may
+    /// land between the count and this one's save either way.)
     func clientOperation(userID: Int64, operationID: String) throws -> ClientOperation? {
-        try rows("SELECT request_hash, status, response FROM client_operations WHERE user_id = $1 AND operation_id = $2",
-                 [.integer(userID), .text(operationID)]).first.map {
-            ClientOperation(requestHash: $0[0].bytes, status: Int($0[1].integer), response: $0[2].bytes)
+        guard !isReadOnly else {
+            return try rows("SELECT request_hash, status, response FROM client_operations WHERE user_id = $1 AND operation_id = $2",
+                            [.integer(userID), .text(operationID)]).first.map {
+                ClientOperation(requestHash: $0[0].bytes, status: Int($0[1].integer), response: $0[2].bytes)
+            }
         }
+        let row = try rows("""
+            SELECT c.request_hash, c.status, c.response, n.count
+            FROM (SELECT COUNT(*) AS count FROM client_operations WHERE user_id = $1) n
+            LEFT JOIN client_operations c ON c.user_id = $1 AND c.operation_id = $2
+            """, [.integer(userID), .text(operationID)]).first
+        guard let row else { return nil }
+        clientOperationCounts[userID] = Int(row[3].integer)
+        guard !row[0].isNull else { return nil }
+        return ClientOperation(requestHash: row[0].bytes, status: Int(row[1].integer), response: row[2].bytes)
     }
 
     /// A conflict with a row that another transaction committed while this one ran (the same id retried on
@@ -809,30 +853,45 @@ final class PostgresTransaction: StorageTransaction {
     func saveClientOperation(userID: Int64, operationID: String, _ operation: ClientOperation, chargedTo databaseID: Int64,
                              nowMs: Int64) throws {
         let charged = databaseID == 0 ? 0 : operation.storedBytes(operationID: operationID)
-        let inserted = try rows("INSERT INTO client_operations(user_id, operation_id, request_hash, status, response, "
-                                + "created_ms, database_id, charged_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
-                                + "ON CONFLICT DO NOTHING RETURNING 1",
-                                [.integer(userID), .text(operationID), .bytea(operation.requestHash),
-                                 .integer(Int64(operation.status)), .bytea(operation.response), .integer(nowMs),
-                                 .integer(databaseID), .integer(charged)])
-        if inserted.isEmpty {
+        clientOperationCounts[userID] = nil
+        // The save and its charge in one statement: the charge only if the row was inserted.
+        let result = try rows("""
+            WITH saved AS (
+                INSERT INTO client_operations(user_id, operation_id, request_hash, status, response, created_ms,
+                                              database_id, charged_bytes)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING 1),
+            charge AS (
+                UPDATE databases SET bytes_used = bytes_used + $8
+                WHERE id = $7 AND $8 <> 0 AND EXISTS (SELECT 1 FROM saved) RETURNING bytes_used)
+            SELECT (SELECT COUNT(*) FROM saved), (SELECT bytes_used FROM charge)
+            """, [.integer(userID), .text(operationID), .bytea(operation.requestHash), .integer(Int64(operation.status)),
+                  .bytea(operation.response), .integer(nowMs), .integer(databaseID), .integer(charged)])
+        if charged != 0 {
+            if let held = lockedDatabases[databaseID], case .integer(let bytes)? = result.first?[1] {
+                lockedDatabases[databaseID] = StoredDatabase(id: held.id, key: held.key, lastSeq: held.lastSeq,
+                                                             purgedSeq: held.purgedSeq, bytesUsed: bytes)
+            } else {
+                lockedDatabases[databaseID] = nil
+            }
+        }
+        if result.first?[0].integer ?? 0 == 0 {
             if clientOperationConflictsSeen == 0 && !isReadOnly {
                 fatal = .clientOperationConflict
                 throw StorageError.busy
             }
             throw StorageError.duplicate("client operation \(operationID)")
         }
-        if charged != 0 {
-            try run("UPDATE databases SET bytes_used = bytes_used + $1 WHERE id = $2", [.integer(charged), .integer(databaseID)])
-        }
     }
 
     func clientOperationCount(userID: Int64) throws -> Int {
-        Int(try rows("SELECT COUNT(*) FROM client_operations WHERE user_id = $1", [.integer(userID)]).first?[0].integer ?? 0)
+        if let counted = clientOperationCounts[userID] { return counted }
+        return Int(try rows("SELECT COUNT(*) FROM client_operations WHERE user_id = $1", [.integer(userID)]).first?[0].integer ?? 0)
     }
 
     func forgetOldestClientOperations(userID: Int64, count: Int) throws -> Int {
         guard count > 0 else { return 0 }
+        lockedDatabases.removeAll()
+        clientOperationCounts[userID] = nil
         let rows = try rows("""
             WITH gone AS (
                 DELETE FROM client_operations WHERE user_id = $1 AND operation_id IN (
@@ -870,9 +929,16 @@ final class PostgresTransaction: StorageTransaction {
     }
 
     /// `pg_notify` in this transaction: PostgreSQL delivers it to the listeners only when (and if) it commits.
+    /// In a write it goes with `COMMIT` (one round trip for both).
     func announceChanges(databaseIDs: [Int64]) throws {
+        try throwIfEnded()
         for payload in PostgresStorage.payloads(announcer: announcer, databaseIDs: databaseIDs) {
-            try run("SELECT pg_notify($1, $2)", [.text(PostgresStorage.changeChannel), .text(payload)])
+            let statement = (sql: "SELECT pg_notify($1, $2)", values: [PostgresValue.text(PostgresStorage.changeChannel), .text(payload)])
+            if isReadOnly {
+                try run(statement.sql, statement.values)
+            } else {
+                deferred.append(statement)
+            }
         }
     }
 
@@ -907,6 +973,10 @@ final class PostgresTransaction: StorageTransaction {
             throw StorageError.failure("a row of \(row.count) values for the \(columns.count) columns of \(table)")
         }
         if table == "records" { recordCache.removeAll() }
+        lockedDatabases.removeAll()
+        zoneRows.removeAll()
+        sharesCache.removeAll()
+        clientOperationCounts.removeAll()
         let chunkSize = 500
         for start in stride(from: 0, to: rows.count, by: chunkSize) {
             let chunk = rows[start..<min(start + chunkSize, rows.count)]
@@ -957,6 +1027,7 @@ final class PostgresTransaction: StorageTransaction {
         savepointDepth += 1
         defer { savepointDepth -= 1 }
         let name = "lattice_\(savepointDepth)"
+        let deferredBefore = deferred.count
         try execute("SAVEPOINT \(name)")
         do {
             let result = try body()
@@ -966,6 +1037,11 @@ final class PostgresTransaction: StorageTransaction {
             // A conflict, lost connection or deadline ends the whole transaction: nothing to undo here.
             guard fatal == nil else { throw error }
             recordCache.removeAll()
+            lockedDatabases.removeAll()
+            zoneRows.removeAll()
+            sharesCache.removeAll()
+            clientOperationCounts.removeAll()
+            deferred.removeSubrange(deferredBefore...)
             try execute("ROLLBACK TO SAVEPOINT \(name); RELEASE SAVEPOINT \(name)", checked: false)
             throw error
         }
@@ -974,6 +1050,10 @@ final class PostgresTransaction: StorageTransaction {
     func purge(before horizonMs: Int64, operationsBeforeMs: Int64) throws -> PurgeReport {
         var report = PurgeReport()
         recordCache.removeAll()
+        lockedDatabases.removeAll()
+        zoneRows.removeAll()
+        sharesCache.removeAll()
+        clientOperationCounts.removeAll()
         // Tombstones: delete them, then raise each zone's purged position to the newest one it lost.
         let purgedByZone = try rows("""
             WITH gone AS (DELETE FROM records WHERE deleted = 1 AND modified_ms < $1

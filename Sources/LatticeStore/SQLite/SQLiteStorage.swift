@@ -267,7 +267,9 @@ public final class SQLiteStorage: Storage, Sendable {
 }
 
 /// `StorageTransaction` over one SQLite connection inside an open transaction.
-struct SQLiteTransaction: StorageTransaction {
+struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
+    typealias Column = SQLiteValue
+
     let db: Connection
     let isReadOnly: Bool
 
@@ -484,17 +486,6 @@ struct SQLiteTransaction: StorageTransaction {
 
     // MARK: Databases and zones
 
-    private static let databaseColumns = "id, kind, environment, owner_id, last_seq, purged_seq, bytes_used"
-
-    private func database(_ row: [SQLiteValue]) throws -> StoredDatabase {
-        guard let kind = DatabaseKind(rawValue: row[1].text ?? "") else {
-            throw StorageError.failure("database \(row[0].integer) has an unknown kind")
-        }
-        return StoredDatabase(
-            id: row[0].integer, key: DatabaseKey(kind: kind, environment: row[2].text ?? "", ownerID: row[3].integer),
-            lastSeq: row[4].integer, purgedSeq: row[5].integer, bytesUsed: row[6].integer)
-    }
-
     func database(_ key: DatabaseKey) throws -> StoredDatabase {
         let select = "SELECT \(Self.databaseColumns) FROM databases WHERE kind = ? AND environment = ? AND owner_id = ?"
         let arguments: [SQLiteValue] = [.text(key.kind.rawValue), .text(key.environment), .integer(key.ownerID)]
@@ -509,16 +500,6 @@ struct SQLiteTransaction: StorageTransaction {
 
     func database(id: Int64) throws -> StoredDatabase? {
         try rows("SELECT \(Self.databaseColumns) FROM databases WHERE id = ?", [.integer(id)]).first.map { try database($0) }
-    }
-
-    private static let zoneColumns =
-        "id, database_id, name, owner_record_name, deleted, last_seq, purged_seq, db_seq, created_ms, modified_ms"
-
-    private func zone(_ row: [SQLiteValue]) -> StoredZone {
-        StoredZone(rowID: row[0].integer, databaseID: row[1].integer, name: row[2].text ?? "",
-                   ownerRecordName: row[3].text ?? "", deleted: row[4].integer != 0, lastSeq: row[5].integer,
-                   purgedSeq: row[6].integer, databaseSeq: row[7].integer, createdMs: row[8].integer,
-                   modifiedMs: row[9].integer)
     }
 
     func zone(databaseID: Int64, name: String) throws -> StoredZone? {
@@ -574,18 +555,6 @@ struct SQLiteTransaction: StorageTransaction {
     }
 
     // MARK: Records
-
-    private static let recordColumns =
-        "name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms, modified_by, parent_name"
-
-    private func record(_ row: [SQLiteValue], zoneRowID: Int64) -> StoredRecord {
-        let seq = row[4].integer
-        return StoredRecord(recordName: row[0].text ?? "", recordType: row[1].text ?? "", frame: row[2].blob,
-                            deleted: row[3].integer != 0, seq: seq,
-                            changeTag: StorageRules.changeTag(zoneRowID: zoneRowID, seq: seq),
-                            createdMs: row[5].integer, createdBy: row[6].text ?? "", modifiedMs: row[7].integer,
-                            modifiedBy: row[8].text ?? "", parentName: row[9].text)
-    }
 
     func record(zoneRowID: Int64, name: String) throws -> StoredRecord? {
         try rows("SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND name = ?",
@@ -713,16 +682,6 @@ struct SQLiteTransaction: StorageTransaction {
 
     // MARK: Shares
 
-    private static let shareColumns =
-        "id, public_id, zone_id, record_name, root_record_name, owner_id, title, public_permission, url_epoch, deleted, last_seq"
-
-    private func share(_ row: [SQLiteValue]) -> StoredShare {
-        StoredShare(id: row[0].integer, publicID: row[1].text ?? "", zoneRowID: row[2].integer, recordName: row[3].text ?? "",
-                    rootRecordName: row[4].text, ownerID: row[5].integer, title: row[6].text ?? "",
-                    publicPermission: row[7].text ?? "", urlEpoch: row[8].integer, deleted: row[9].integer != 0,
-                    lastSeq: row[10].integer)
-    }
-
     func insertShare(_ new: NewShare) throws -> StoredShare {
         do {
             try run("INSERT INTO shares(public_id, zone_id, record_name, root_record_name, owner_id, title, public_permission, "
@@ -758,11 +717,6 @@ struct SQLiteTransaction: StorageTransaction {
                  .integer(share.deleted ? 1 : 0), .integer(share.id)])
     }
 
-    private func participant(_ row: [SQLiteValue]) -> StoredParticipant {
-        StoredParticipant(shareID: row[0].integer, userID: row[1].integer, role: row[2].text ?? "",
-                          permission: row[3].text ?? "", status: row[4].text ?? "", modifiedMs: row[5].integer)
-    }
-
     func participants(shareID: Int64) throws -> [StoredParticipant] {
         try rows("SELECT share_id, user_id, role, permission, status, modified_ms FROM share_participants "
                  + "WHERE share_id = ? ORDER BY user_id", [.integer(shareID)]).map(participant)
@@ -778,8 +732,7 @@ struct SQLiteTransaction: StorageTransaction {
     }
 
     func participations(userID: Int64, status: String) throws -> [(share: StoredShare, participant: StoredParticipant)] {
-        let columns = Self.shareColumns.split(separator: ",").map { "s." + $0.trimmingCharacters(in: .whitespaces) }
-            .joined(separator: ", ")
+        let columns = Self.qualified(Self.shareColumns, by: "s")
         return try rows("SELECT \(columns), p.share_id, p.user_id, p.role, p.permission, p.status, p.modified_ms "
                         + "FROM share_participants p JOIN shares s ON s.id = p.share_id "
                         + "WHERE p.user_id = ? AND p.status = ? AND s.deleted = 0 ORDER BY s.id",
@@ -1007,6 +960,10 @@ extension SQLiteValue {
         if case .blob(let value) = self { return value }
         return []
     }
+}
+
+extension SQLiteValue: StorageColumn {
+    var bytes: [UInt8] { blob }
 }
 
 extension SQLiteValue {
