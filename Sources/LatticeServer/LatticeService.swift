@@ -27,8 +27,9 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// When the full disk was last logged (once a minute), for this service alone.
     private let diskFullLoggedMs = Atomic<Int64>(Int64.min / 2)
     private let currentPublicURL: Mutex<String>
-    /// Set by `probeStorage`; true until a probe fails.
-    private let storageHealthy = Atomic<Bool>(true)
+    /// Set by `probeStorage`: nil while healthy, else why `/healthz` answers 503 (the database cannot be
+    /// reached, or another process took this node's name).
+    private let storageProblem = Mutex<String?>(nil)
     /// Where other nodes' announced commits are handled (`observedChange`), one batch at a time.
     let remoteChanges = DispatchQueue(label: "lattice-remote-changes")
     /// Announcements not handled yet, merged into one batch (nil: none queued): under load a node reads
@@ -470,31 +471,41 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     // MARK: Health
 
-    /// Whether the last probe of the storage (`probeStorage`) reached it; `/healthz` answers 503 while not.
-    public var storageReachable: Bool { storageHealthy.load(ordering: .relaxed) }
+    /// Whether the last probe of the storage (`probeStorage`) found it reachable and this node's claim
+    /// held; `/healthz` answers 503 while not.
+    public var storageReachable: Bool { storageProblem.withLock { $0 == nil } }
 
     /// One cheap point read with a short deadline, for `/healthz` (`ServerProcess` runs it every second on a
     /// shared database): a node that cannot reach its database reports it, so a load balancer stops sending
     /// it requests until it can again.
     public func probeStorage(deadlineMilliseconds: Int64) {
-        let reached: Bool
+        let problem: String?
         do {
             _ = try storage.read(deadline: .after(milliseconds: deadlineMilliseconds), lane: .authentication) { tx in
                 try tx.metadata(OpenedDeployment.publicURLKey)
             }
-            reached = true
+            try storage.checkNodeClaims()
+            problem = nil
+        } catch StorageError.failure(let message) {
+            problem = message // a node name another process took: writes are refused until a restart
         } catch {
-            reached = false
+            problem = "the database cannot be reached"
         }
-        let was = storageHealthy.exchange(reached, ordering: .relaxed)
-        if was != reached { log(reached ? "the database is reachable again" : "the database cannot be reached: /healthz answers 503") }
+        let was = storageProblem.withLock { last in
+            defer { last = problem }
+            return last
+        }
+        if was != problem {
+            log(problem.map { "\($0): /healthz answers 503" } ?? "the database is reachable again")
+        }
     }
 
-    /// `GET /healthz`: `{"status": "ok"}`, or, while the storage cannot be reached, 503 TRY_AGAIN_LATER (with
-    /// Retry-After) saying so, as while the server shuts down.
+    /// `GET /healthz`: `{"status": "ok"}`, or, while the storage cannot be reached or this node's name was
+    /// taken by another process, 503 TRY_AGAIN_LATER (with Retry-After) saying which, as while the server
+    /// shuts down.
     func healthResponse() -> HTTPResponse {
-        guard storageReachable else {
-            return APIError(.tryAgainLater, "the database cannot be reached", retryAfter: 1).response
+        if let problem = storageProblem.withLock({ $0 }) {
+            return APIError(.tryAgainLater, problem, retryAfter: 1).response
         }
         return .json(.object(["status": .string("ok")]))
     }

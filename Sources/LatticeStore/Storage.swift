@@ -68,6 +68,9 @@ public protocol Storage: Sendable {
     /// node (they would stamp with one replica id).
     /// - Throws: `StorageError.duplicate` if another live process holds it.
     func claimNode(_ name: String) throws
+    /// Throws unless this process holds every node name it claimed (as last seen, no round trip), for the
+    /// health probe: `.busy` while a claim is lost, `.failure` naming the node once another process took it.
+    func checkNodeClaims() throws
 }
 
 extension Storage {

@@ -150,6 +150,9 @@ extension Storage {
 
     /// Nothing to claim beyond what the backend's own lock (SQLite: the data directory's) already holds.
     public func claimNode(_ name: String) throws {}
+
+    /// Held for as long as the backend is open.
+    public func checkNodeClaims() throws {}
 }
 
 extension StorageTransaction {

@@ -152,6 +152,12 @@ public final class PostgresStorage: Storage, Sendable {
         try claims.claim(name)
     }
 
+    /// Whether every claim is held, as the watcher last saw it (`PostgresClaims.describeClaims`).
+    public func checkNodeClaims() throws {
+        try checkOpen()
+        try claims.describeClaims()
+    }
+
     /// An advisory lock key for a name of ours (FNV-1a, 64 bits).
     static func lockKey(_ name: String) -> Int64 {
         var hash: UInt64 = 0xCBF2_9CE4_8422_2325
@@ -507,8 +513,10 @@ struct PostgresMigrator: Sendable {
 /// - While a claim is lost and not retaken (the database is away), writes are refused with `.busy`
 ///   (TRY_AGAIN_LATER); reads go on.
 /// - If another process took the node name meanwhile, the claim is **taken**: that process now stamps with
-///   this node's replica id, so this storage refuses every write from then on (`.failure` naming the node)
-///   until it is restarted; it never takes the name back.
+///   this node's replica id, so this storage refuses every write from then on (`.busy`: TRY_AGAIN_LATER,
+///   so a client retries, on another node behind a load balancer) until it is restarted; it never takes the
+///   name back. `describeClaims` names the cause, and the server's `/healthz` answers 503 with it, so a
+///   load balancer stops sending this node requests.
 /// - A write on a connection the pool has just opened (after a loss, e.g. a PostgreSQL restart, every
 ///   connection is new) first checks the claims on the spot (`verify`), so no write can commit on a
 ///   restarted database before the claim is held again. A claim's session cut alone while the database and
@@ -576,6 +584,16 @@ final class PostgresClaims: @unchecked Sendable {
     }
 
     private static func check(_ claims: [(name: String, state: State)]) throws(StorageError) {
+        for claim in claims {
+            if case .held = claim.state { continue }
+            throw StorageError.busy
+        }
+    }
+
+    /// As `checkWritable`, but a taken claim throws `.failure` naming the node and saying what to do.
+    func describeClaims() throws(StorageError) {
+        lock.lock()
+        defer { lock.unlock() }
         for claim in claims {
             switch claim.state {
             case .held: continue
