@@ -258,12 +258,12 @@ extension LatticeService {
         // Shares: a participant writes only inside what they accepted, with readWrite; the owner changes
         // share records only through shares/*.
         if resolved.isShared {
-            if shareRecordNames.contains(recordName) {
+            if !shareRecordNames.isEmpty, shareRecordNames.contains(recordName) {
                 throw APIError(.permissionFailure, "a share record is changed with shares/modify, by its owner or an administrator")
             }
             try checkParticipantWrite(recordName, isDelete: kind.isDelete, live: live, requestedParent: requestedParent,
                                       resolved, tx)
-        } else if context.kind == .private, shareRecordNames.contains(recordName) {
+        } else if context.kind == .private, !shareRecordNames.isEmpty, shareRecordNames.contains(recordName) {
             throw APIError.badRequest("record \(recordName) is a share; change it with shares/modify or shares/delete")
         }
 
