@@ -65,6 +65,18 @@ enum Harness {
                 writeText(2, "lattice-bench sync: error: \(error.message)\n(run 'lattice-bench sync --help' for the options)\n")
                 return 2
             }
+        case "push":
+            do {
+                let options = try PushProfileOptions.parse(Array(arguments.dropFirst()))
+                if options.help {
+                    writeText(1, PushProfileOptions.usage + "\n")
+                    return 0
+                }
+                return PushProfile.run(options)
+            } catch {
+                writeText(2, "lattice-bench push: error: \(error.message)\n")
+                return 2
+            }
         case "soak":
             do {
                 let options = try SoakOptions.parse(Array(arguments.dropFirst()))
@@ -92,6 +104,7 @@ enum Harness {
         usage: lattice-bench merge [options]     merge throughput (lattice-bench merge --help)
                lattice-bench serve [options]     server request rate and latency (lattice-bench serve --help)
                lattice-bench sync [options]      end-to-end sync: push, pull, storage ceiling (lattice-bench sync --help)
+               lattice-bench push [options]      one binary push in-process, for profiling (lattice-bench push --help)
                lattice-bench soak [options]      mixed traffic for minutes: latency, memory, files (lattice-bench soak --help)
 
         """

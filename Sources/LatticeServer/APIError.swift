@@ -78,8 +78,13 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
 extension HTTPResponse {
     /// A JSON response; the body is always JSON.
     static func json(_ value: JSON, status: Int = 200) -> HTTPResponse {
+        json(bytes: value.serializedBytes(), status: status)
+    }
+
+    /// A JSON response whose body is already serialized (as `JSON.serializedBytes` writes it).
+    static func json(bytes: [UInt8], status: Int = 200) -> HTTPResponse {
         HTTPResponse(status: status, headers: [(name: "Content-Type", value: "application/json; charset=utf-8"),
                                                (name: "Cache-Control", value: "no-store")],
-                     body: value.serializedBytes())
+                     body: bytes)
     }
 }

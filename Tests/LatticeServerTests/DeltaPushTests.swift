@@ -276,6 +276,10 @@ import Testing
         #expect(looked.map { $0["recordType"]?.stringValue } == ["Item", "Item", "Item"])
         #expect(looked[0]["fields"]?["text"]?["value"]?.stringValue == "A")
         #expect(looked[1]["fields"]?["text"]?["value"] == .string("C"))
+        // The answer is written straight into bytes: they are the canonical JSON (keys sorted, compact) of what
+        // it says, as `JSON.serializedBytes` writes it, error items included.
+        #expect(partial.response.body == partial.json.serializedBytes(), "\(String(decoding: partial.response.body, as: UTF8.self))")
+        #expect(partial.json["zoneID"] == .object(["zoneName": .string("Lists"), "ownerRecordName": .string(w.owner)]))
         // Each success carries its change tag and zone position; upToDate says the server holds the state sent.
         for item in partial.records.dropFirst() {
             #expect(item["recordChangeTag"]?.stringValue != nil && item["position"]?.intValue != nil)

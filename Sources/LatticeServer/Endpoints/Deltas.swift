@@ -100,18 +100,18 @@ extension LatticeService {
             }
         }
         let outcomes = try writeBatch(writes, names: names, atomic: atomic, zone: zone, resolved: resolved,
-                                      context: context, tx, &touched)
-        let items: [JSON] = zip(zip(outcomes, names), frames).map { pair, incoming in
-            let (outcome, name) = pair
+                                      context: context, tx, &touched, distinctNames: true)
+        var answer = PushAnswer(zoneID: resolved.zoneID, capacity: names.count)
+        for (index, outcome) in outcomes.enumerated() {
             switch outcome {
             case .success(let write):
-                return .object(["recordName": .string(name), "recordChangeTag": .string(write.stored.changeTag),
-                                "position": .int(write.stored.seq), "upToDate": .bool(write.frame.bytes == incoming.bytes)])
+                answer.append(name: names[index], changeTag: write.stored.changeTag, position: write.stored.seq,
+                              upToDate: write.frame.bytes == frames[index].bytes)
             case .failure(let error):
-                return error.json(item: (key: "recordName", value: name))
+                answer.append(failed: index, error.json(item: (key: "recordName", value: names[index])))
             }
         }
-        return .json(.object(["zoneID": resolved.zoneID.cloudKitJSON, "records": .array(items)]))
+        return answer.response()
     }
 
     /// `deltas/pull {"zoneID", "syncToken"?, "resultsLimit"?, "known"?: [[from, to], ...]}`: one page of the
@@ -165,6 +165,58 @@ extension LatticeService {
         }
         return KnownPositions(ranges: ranges)
     }
+}
+
+/// The JSON answer of `deltas/push`, written item by item into its bytes: the same bytes as
+/// `JSON.serializedBytes` writes for `{"records": [...], "zoneID": {...}}` (keys sorted), without building a
+/// dictionary per record. Failed items are kept as JSON too, for the replay copy (`failures`).
+struct PushAnswer {
+    private var bytes: [UInt8] = []
+    private let zoneID: ZoneID
+    private var count = 0
+    /// Failed items by index, as answered.
+    private(set) var failures: [(index: Int, item: JSON)] = []
+
+    init(zoneID: ZoneID, capacity: Int) {
+        self.zoneID = zoneID
+        bytes.reserveCapacity(64 + capacity * 112)
+        bytes.append(contentsOf: #"{"records":["#.utf8)
+    }
+
+    private mutating func separate() {
+        if count > 0 { bytes.append(UInt8(ascii: ",")) }
+        count += 1
+    }
+
+    /// A saved (or already up-to-date) record: `{"position", "recordChangeTag", "recordName", "upToDate"}`.
+    mutating func append(name: String, changeTag: String, position: Int64, upToDate: Bool) {
+        separate()
+        bytes.append(contentsOf: #"{"position":"#.utf8)
+        bytes.append(contentsOf: String(position).utf8)
+        bytes.append(contentsOf: #","recordChangeTag":"#.utf8)
+        bytes.append(contentsOf: JSON.string(changeTag).serializedBytes())
+        bytes.append(contentsOf: #","recordName":"#.utf8)
+        bytes.append(contentsOf: JSON.string(name).serializedBytes())
+        bytes.append(contentsOf: upToDate ? #","upToDate":true}"#.utf8 : #","upToDate":false}"#.utf8)
+    }
+
+    /// A failed record's error item.
+    mutating func append(failed index: Int, _ item: JSON) {
+        separate()
+        bytes.append(contentsOf: item.serializedBytes())
+        failures.append((index, item))
+    }
+
+    /// The answer's bytes.
+    func serialized() -> [UInt8] {
+        var out = bytes
+        out.append(contentsOf: #"],"zoneID":"#.utf8)
+        out.append(contentsOf: zoneID.cloudKitJSON.serializedBytes())
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    func response() -> HTTPResponse { .json(bytes: serialized()) }
 }
 
 /// Inclusive ranges of positions, coalesced and searched by binary search.

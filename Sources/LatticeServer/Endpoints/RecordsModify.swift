@@ -118,15 +118,18 @@ extension LatticeService {
     /// batch). A record named again later in the batch is saved before it is planned again, so every plan
     /// starts from the stored state. Then the zone's shares are kept up to date. Atomic: any failure rolls
     /// the whole transaction back and answers every item (the failed ones with their error, the others
-    /// ATOMIC_ERROR). Each write gets the zone's share record names.
+    /// ATOMIC_ERROR). Each write gets the zone's share record names. `distinctNames`: the caller knows no name
+    /// repeats (a validated delta is in strict name order), so the batch is saved in one go without tracking names.
     func writeBatch(_ writes: [(Set<String>) throws -> PlannedWrite], names: [String], atomic: Bool, zone: StoredZone,
                     resolved: ResolvedZone, context: RequestContext, _ tx: any StorageTransaction,
-                    _ touched: inout Set<Int64>) throws -> [Result<AppliedWrite, APIError>] {
+                    _ touched: inout Set<Int64>, distinctNames: Bool = false) throws -> [Result<AppliedWrite, APIError>] {
         // The zone's share records, read once: a batch never creates or deletes shares mid-way.
         let shareRecordNames = Set(try tx.shares(zoneRowID: zone.rowID).map(\.recordName))
         var slots: [Result<AppliedWrite, APIError>?] = Array(repeating: nil, count: writes.count)
         var changedNames: [String] = []
         var pending: [(index: Int, plan: PlannedWrite)] = []
+        pending.reserveCapacity(writes.count)
+        changedNames.reserveCapacity(writes.count)
         var pendingNames: Set<String> = []
         var bytesUsed = try tx.database(id: zone.databaseID)?.bytesUsed ?? 0
         // Every plan reads its record first: one read for the batch on a backend with round trips.
@@ -143,7 +146,7 @@ extension LatticeService {
             pendingNames = []
         }
         for (index, write) in writes.enumerated() {
-            if pendingNames.contains(names[index]) { try flush() }
+            if !distinctNames, pendingNames.contains(names[index]) { try flush() }
             do {
                 let plan = try write(shareRecordNames)
                 guard let record = plan.write else {
@@ -157,7 +160,7 @@ extension LatticeService {
                 }
                 bytesUsed += growth
                 pending.append((index, plan))
-                pendingNames.insert(plan.recordName)
+                if !distinctNames { pendingNames.insert(plan.recordName) }
             } catch StorageError.deadlineExceeded {
                 throw StorageError.deadlineExceeded // the whole request stops: TRY_AGAIN_LATER, nothing written
             } catch {
@@ -255,12 +258,12 @@ extension LatticeService {
         // Shares: a participant writes only inside what they accepted, with readWrite; the owner changes
         // share records only through shares/*.
         if resolved.isShared {
-            if shareRecordNames.contains(recordName) {
+            if !shareRecordNames.isEmpty, shareRecordNames.contains(recordName) {
                 throw APIError(.permissionFailure, "a share record is changed with shares/modify, by its owner or an administrator")
             }
             try checkParticipantWrite(recordName, isDelete: kind.isDelete, live: live, requestedParent: requestedParent,
                                       resolved, tx)
-        } else if context.kind == .private, shareRecordNames.contains(recordName) {
+        } else if context.kind == .private, !shareRecordNames.isEmpty, shareRecordNames.contains(recordName) {
             throw APIError.badRequest("record \(recordName) is a share; change it with shares/modify or shares/delete")
         }
 

@@ -179,9 +179,16 @@ public struct LocalTransaction {
     }
 
     /// Clears the dirty mark if no edit happened since `generation` was sent.
+    private static let markSentSQL = "UPDATE records SET dirty = 0 WHERE zone_id = ? AND name = ? AND dirty = ?"
+
+    /// Called once per acknowledged record of a send: bound value by value on the prepared statement.
     public func markSent(zoneID: Int64, name: String, generation: Int64) throws {
-        try run("UPDATE records SET dirty = 0 WHERE zone_id = ? AND name = ? AND dirty = ?",
-                [.integer(zoneID), .text(name), .integer(generation)])
+        let update = try db.cached(Self.markSentSQL)
+        try update.reset()
+        try update.bind(1, integer: zoneID)
+        try update.bind(2, text: name)
+        try update.bind(3, integer: generation)
+        try update.runBound()
     }
 
     /// Drops the dirty mark whatever it is (the local state was replaced by the server's).

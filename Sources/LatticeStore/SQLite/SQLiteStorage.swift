@@ -556,9 +556,22 @@ struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
 
     // MARK: Records
 
+    private static let recordSQL = "SELECT \(recordColumns) FROM records WHERE zone_id = ? AND name = ?"
+
+    /// One primary-key lookup per planned record of a batch: bound value by value.
     func record(zoneRowID: Int64, name: String) throws -> StoredRecord? {
-        try rows("SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND name = ?",
-                 [.integer(zoneRowID), .text(name)]).first.map { record($0, zoneRowID: zoneRowID) }
+        do {
+            let select = try db.cached(Self.recordSQL)
+            try select.reset()
+            try select.bind(1, integer: zoneRowID)
+            try select.bind(2, text: name)
+            guard try select.step() else { return nil }
+            let row = select.row()
+            try select.runBound() // the key is unique: steps to the end and releases the statement
+            return record(row, zoneRowID: zoneRowID)
+        } catch {
+            throw StorageError(error)
+        }
     }
 
     func records(zoneRowID: Int64, recordType: String?) throws -> [StoredRecord] {
@@ -639,31 +652,53 @@ struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
         var saved: [StoredRecord] = []
         saved.reserveCapacity(writes.count)
         var growth: Int64 = 0
+        let insert = try insertStatement()
         for (index, (write, previous)) in zip(writes, previous).enumerated() {
             let seq = last - Int64(writes.count - 1 - index)
-            saved.append(try insertRecord(zoneRowID: zoneRowID, write, previous: previous, seq: seq))
+            saved.append(try insertRecord(zoneRowID: zoneRowID, write, previous: previous, seq: seq, statement: insert))
             growth += Int64(write.frame.count) - Int64(previous?.frame.count ?? 0)
         }
         try run("UPDATE databases SET bytes_used = bytes_used + ? WHERE id = ?", [.integer(growth), .integer(zone.databaseID)])
         return saved
     }
 
-    /// Writes one record row at position `seq` (the counters are the caller's).
-    private func insertRecord(zoneRowID: Int64, _ write: RecordWrite, previous: StoredRecord?, seq: Int64) throws
-        -> StoredRecord {
+    private static let insertRecordSQL = """
+        INSERT INTO records(zone_id, name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms,
+                            modified_by, parent_name)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT(zone_id, name) DO UPDATE SET record_type = excluded.record_type, frame = excluded.frame,
+            deleted = excluded.deleted, seq = excluded.seq, created_ms = excluded.created_ms,
+            created_by = excluded.created_by, modified_ms = excluded.modified_ms,
+            modified_by = excluded.modified_by, parent_name = excluded.parent_name
+        """
+
+    /// The prepared insert of `insertRecord`, looked up once per batch.
+    private func insertStatement() throws -> Statement {
+        do { return try db.cached(Self.insertRecordSQL) } catch { throw StorageError(error) }
+    }
+
+    /// Writes one record row at position `seq` (the counters are the caller's), bound value by value.
+    private func insertRecord(zoneRowID: Int64, _ write: RecordWrite, previous: StoredRecord?, seq: Int64,
+                              statement: Statement? = nil) throws -> StoredRecord {
         let (createdMs, createdBy) = StorageRules.creation(of: write, replacing: previous)
-        try run("""
-            INSERT INTO records(zone_id, name, record_type, frame, deleted, seq, created_ms, created_by, modified_ms,
-                                modified_by, parent_name)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT(zone_id, name) DO UPDATE SET record_type = excluded.record_type, frame = excluded.frame,
-                deleted = excluded.deleted, seq = excluded.seq, created_ms = excluded.created_ms,
-                created_by = excluded.created_by, modified_ms = excluded.modified_ms,
-                modified_by = excluded.modified_by, parent_name = excluded.parent_name
-            """, [.integer(zoneRowID), .text(write.recordName), .text(write.recordType), .blob(write.frame),
-                  .integer(write.deleted ? 1 : 0), .integer(seq), .integer(createdMs), .text(createdBy),
-                  .integer(write.nowMs), .text(write.userRecordName),
-                  write.parentName.map { .text($0) } ?? .null])
+        let insert = try statement ?? insertStatement()
+        do {
+            try insert.reset()
+            try insert.bind(1, integer: zoneRowID)
+            try insert.bind(2, text: write.recordName)
+            try insert.bind(3, text: write.recordType)
+            try insert.bind(4, blob: write.frame)
+            try insert.bind(5, integer: write.deleted ? 1 : 0)
+            try insert.bind(6, integer: seq)
+            try insert.bind(7, integer: createdMs)
+            try insert.bind(8, text: createdBy)
+            try insert.bind(9, integer: write.nowMs)
+            try insert.bind(10, text: write.userRecordName)
+            if let parent = write.parentName { try insert.bind(11, text: parent) } else { try insert.bindNull(11) }
+            try insert.runBound()
+        } catch {
+            throw StorageError(error)
+        }
         return StoredRecord(recordName: write.recordName, recordType: write.recordType, frame: write.frame,
                             deleted: write.deleted, seq: seq, changeTag: StorageRules.changeTag(zoneRowID: zoneRowID, seq: seq),
                             createdMs: createdMs, createdBy: createdBy, modifiedMs: write.nowMs,

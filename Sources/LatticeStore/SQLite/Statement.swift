@@ -61,6 +61,55 @@ final class Statement {
         return self
     }
 
+    /// Starts a run bound parameter by parameter (`bind(_:integer:)` and friends, no `SQLiteValue` array):
+    /// for the hot statements of a batch. Checks the deadline as `bind(_:)` does.
+    func reset() throws(SQLiteError) {
+        try connection.checkDeadline()
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+    }
+
+    /// Binds an integer at `position` (1-based, as in SQL).
+    func bind(_ position: Int32, integer value: Int64) throws(SQLiteError) {
+        try check(sqlite3_bind_int64(handle, position, value))
+    }
+
+    /// Binds text at `position` by byte length (it may contain NUL); SQLite copies the bytes.
+    func bind(_ position: Int32, text value: String) throws(SQLiteError) {
+        var value = value
+        let code = value.withUTF8 { utf8 in
+            sqlite3_bind_text(handle, position, UnsafeRawPointer(utf8.baseAddress ?? UnsafePointer(bitPattern: 1)!)
+                                  .assumingMemoryBound(to: CChar.self), Int32(utf8.count), sqliteTransient)
+        }
+        try check(code)
+    }
+
+    /// Binds a blob at `position` (a zero-length one still as a blob); SQLite copies the bytes.
+    func bind(_ position: Int32, blob value: [UInt8]) throws(SQLiteError) {
+        let code = value.withUnsafeBytes { raw in
+            sqlite3_bind_blob(handle, position, raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(raw.count),
+                              sqliteTransient)
+        }
+        try check(code)
+    }
+
+    /// Binds NULL at `position`.
+    func bindNull(_ position: Int32) throws(SQLiteError) {
+        try check(sqlite3_bind_null(handle, position))
+    }
+
+    /// Steps a statement bound after `reset()` to its end; returns the number of rows changed.
+    @discardableResult
+    func runBound() throws(SQLiteError) -> Int {
+        while try step() {}
+        sqlite3_reset(handle)
+        return Int(sqlite3_changes(connection.handle))
+    }
+
+    private func check(_ code: Int32) throws(SQLiteError) {
+        guard code == SQLITE_OK else { throw SQLiteError(code: code, connection: connection.handle, context: "bind") }
+    }
+
     /// Runs a statement that returns no rows; returns the number of rows changed.
     @discardableResult
     func run(_ values: [SQLiteValue] = []) throws(SQLiteError) -> Int {
