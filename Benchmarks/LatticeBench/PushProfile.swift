@@ -60,24 +60,10 @@ func processCPUSeconds() -> Double {
 
 enum PushProfile {
     static func run(_ options: PushProfileOptions) -> Int32 {
-        do {
-            writeText(1, JSONValue.object(try measure(options)).serialized + "\n")
-            return 0
-        } catch {
-            writeText(2, "lattice-bench push: error: \(error)\n")
-            return 1
-        }
+        printOneLine("push") { try withScratchService("push") { try measure(options, $0, directory: $1) } }
     }
 
-    private static func measure(_ options: PushProfileOptions) throws -> [String: JSONValue] {
-        let directory = NSTemporaryDirectory() + "lattice-bench-push-\(getpid())"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let storage = try SQLiteStorage(path: directory + "/" + SQLiteStorage.fileName)
-        defer { storage.close() }
-        var configuration = ServiceConfiguration()
-        configuration.rateLimit = nil
-        let service = try LatticeService(storage: storage, configuration: configuration)
+    private static func measure(_ options: PushProfileOptions, _ service: LatticeService, directory: String) throws -> [String: JSONValue] {
 
         struct Account { let token: String; let zoneID: ZoneID }
         let accounts = try (0..<options.users).map { index -> Account in

@@ -67,25 +67,10 @@ struct ServeLoadOptions {
 
 enum ServeLoad {
     static func run(_ options: ServeLoadOptions) -> Int32 {
-        do {
-            let line = try measure(options)
-            writeText(1, JSONValue.object(line).serialized + "\n")
-            return 0
-        } catch {
-            writeText(2, "lattice-bench serve: error: \(error)\n")
-            return 1
-        }
+        printOneLine("serve") { try withScratchService("serve") { service, _ in try measure(options, service) } }
     }
 
-    private static func measure(_ options: ServeLoadOptions) throws -> [String: JSONValue] {
-        let directory = NSTemporaryDirectory() + "lattice-bench-serve-\(getpid())"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let storage = try SQLiteStorage(path: directory + "/" + SQLiteStorage.fileName)
-        defer { storage.close() }
-        var configuration = ServiceConfiguration()
-        configuration.rateLimit = nil
-        let service = try LatticeService(storage: storage, configuration: configuration)
+    private static func measure(_ options: ServeLoadOptions, _ service: LatticeService) throws -> [String: JSONValue] {
         let server = try HTTPServer(handler: service, configuration: HTTPServerConfiguration(port: 0))
         defer { server.shutdown() }
         let port = server.port
@@ -238,4 +223,18 @@ final class LoadClient {
         guard count > 0 else { throw Failure("connection closed") }
         buffer += chunk[..<count]
     }
+}
+
+/// Runs `body` with an in-process service on a fresh SQLite file in a temporary directory (removed after;
+/// `body` may put scratch files there too),
+/// with the server's default configuration but no rate limit, for the in-process benchmarks.
+func withScratchService<T>(_ label: String, _ body: (LatticeService, _ directory: String) throws -> T) throws -> T {
+    let directory = NSTemporaryDirectory() + "lattice-bench-\(label)-\(getpid())"
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let storage = try SQLiteStorage(path: directory + "/" + SQLiteStorage.fileName)
+    defer { storage.close() }
+    var configuration = ServiceConfiguration()
+    configuration.rateLimit = nil
+    return try body(try LatticeService(storage: storage, configuration: configuration), directory)
 }

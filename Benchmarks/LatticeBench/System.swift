@@ -308,3 +308,15 @@ func runSelfAsChild(arguments: [String], argv0: String, timeoutSeconds: Double) 
     }
     return result
 }
+
+/// Runs a one-line benchmark command: prints `measure`'s JSON object as one line on stdout (exit 0), or
+/// `lattice-bench NAME: error: ...` on stderr (exit 1).
+func printOneLine(_ name: String, _ measure: () throws -> [String: JSONValue]) -> Int32 {
+    do {
+        writeText(1, JSONValue.object(try measure()).serialized + "\n")
+        return 0
+    } catch {
+        writeText(2, "lattice-bench \(name): error: \(error)\n")
+        return 1
+    }
+}
