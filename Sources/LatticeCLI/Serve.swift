@@ -46,8 +46,9 @@ let serveUsage = """
                                  (default 5; 0: no limit); counted in the database
       --signup-global N          accounts POST /auth/signup makes per hour in all (default 100; 0: no limit)
       --auth-failures-per-minute N
-                                 bad or expired tokens one address may send per minute, in a burst of N,
-                                 before its bad tokens get THROTTLED instead of 401 (default 20; 0: off)
+                                 failed sign-ins (bad or expired tokens, sign-in links, session cookies,
+                                 device codes) one address may make per minute, in a burst of N, before
+                                 they get THROTTLED instead of 401 (default 20; 0: off)
       --token-lifetime SECONDS   the longest a bearer token lives; tokens asking for more or for no
                                  expiry get this one (default: tokens live until revoked)
       --disk-budget BYTES        server-wide budget for the database file plus WAL (suffix K, M, G or T

@@ -237,6 +237,9 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// 401/421 without the body being buffered), then runs on the worker pool in its account's share; other
     /// pool routes (sign-up, and unknown paths outside /database/, which `route` answers 404) in their
     /// address's share.
+    /// The deadline of the token lookup `admit` runs on the HTTP thread, in milliseconds.
+    static let admissionDeadlineMilliseconds: Int64 = 2_000
+
     public func admit(_ head: HTTPRequestHead) -> HTTPAdmission {
         if shuttingDown.load(ordering: .sequentiallyConsistent) { return .inline }
         let addressShare = HTTPAdmission.pool(client: "ip:" + head.remoteAddress, principal: nil)
@@ -254,7 +257,12 @@ public final class LatticeService: HTTPHandler, Sendable {
         case (.pool, .bearer), (.pool, .bearerOrSession):
             do {
                 if case .account = route.handler {} else { _ = try databaseTarget(parameters) }
-                let (user, tokenID) = try authenticate(head, allowSession: route.authentication == .bearerOrSession)
+                // On the HTTP thread: the token lookup gets a short deadline of its own, so a database that
+                // stalls (PostgreSQL unreachable) holds an HTTP thread for at most that long.
+                let deadline = RequestDeadline.after(milliseconds: min(Self.admissionDeadlineMilliseconds,
+                                                                       configuration.requestDeadlineMilliseconds))
+                let (user, tokenID) = try authenticate(head, deadline: deadline,
+                                                       allowSession: route.authentication == .bearerOrSession)
                 if route.throttle == .perAccount { try throttle(key: "user:\(user.id)") }
                 return .pool(client: "user:\(user.id)", principal: AuthenticatedCaller(user: user, tokenID: tokenID))
             } catch {
@@ -302,15 +310,34 @@ public final class LatticeService: HTTPHandler, Sendable {
             try checkCSRF(request, session: session)
             return (session.user, session.tokenID)
         } catch let error as APIError where error.code == .authenticationFailed {
-            guard let authenticationFailures else { throw error }
-            let address = "auth:" + request.remoteAddress
-            let now = configuration.now()
-            if let wait = authenticationFailures.take(address, nowMs: now) {
-                logRefusal(address, "authentication: \(request.remoteAddress.isEmpty ? "-" : request.remoteAddress) is "
-                           + "throttled after repeated failed tokens")
-                throw APIError(.throttled, "too many failed sign-ins from this address; retry after \(wait) s", retryAfter: wait)
-            }
-            throw error
+            throw failedSignIn(error, address: request.remoteAddress)
+        }
+    }
+
+    /// A failed sign-in from `address` (a bad token, session, sign-in link or device code) taken from the
+    /// address's failure budget: `error` itself while the budget lasts, THROTTLED (with Retry-After) once
+    /// it is used up, until it refills.
+    private func failedSignIn(_ error: APIError, address: String) -> APIError {
+        guard let authenticationFailures else { return error }
+        let key = "auth:" + address
+        guard let wait = authenticationFailures.take(key, nowMs: configuration.now()) else { return error }
+        logRefusal(key, "authentication: \(address.isEmpty ? "-" : address) is throttled after repeated failed sign-ins")
+        return APIError(.throttled, "too many failed sign-ins from this address; retry after \(wait) s", retryAfter: wait)
+    }
+
+    /// A sign-in exchange without a bearer token (`/auth/link`, `/auth/session`, `/auth/signout`,
+    /// `/auth/device/token`) under the same per-address failure budget as bad tokens: an address that used
+    /// it up is THROTTLED before any storage work, and each answer of a code in `failures` takes from it.
+    /// Guessing links, sessions or device codes costs the guesser, not the database.
+    func countingFailedSignIns(from address: String, _ failures: Set<ServerErrorCode> = [.authenticationFailed],
+                               _ body: () throws -> HTTPResponse) throws -> HTTPResponse {
+        if let authenticationFailures, let wait = authenticationFailures.wait("auth:" + address, nowMs: configuration.now()) {
+            throw APIError(.throttled, "too many failed sign-ins from this address; retry after \(wait) s", retryAfter: wait)
+        }
+        do {
+            return try body()
+        } catch let error as APIError where failures.contains(error.code) {
+            throw failedSignIn(error, address: address)
         }
     }
 
@@ -321,7 +348,8 @@ public final class LatticeService: HTTPHandler, Sendable {
             throw APIError(.authenticationFailed, "the Authorization header is not a Lattice bearer token")
         }
         // The authentication lane: never queued behind a long read or a write.
-        guard let found = try storage.read(deadline: deadline, lane: .authentication, { try $0.tokenOwner(hash: token.storedHash) }) else {
+        guard let found = try storage.read(deadline: deadline ?? freshDeadline(), lane: .authentication,
+                                           { try $0.tokenOwner(hash: token.storedHash) }) else {
             throw APIError(.authenticationFailed, "unknown or revoked token")
         }
         // Browser sessions and one-time sign-in links live in the same table but are not bearer tokens.
@@ -386,13 +414,21 @@ public final class LatticeService: HTTPHandler, Sendable {
         return APIError(.internalError, "internal error (reference \(reference))")
     }
 
+    /// The configured request deadline from now: for the storage work of a request that has no
+    /// `RequestContext` (sign-up, sessions, device sign-in, share pages, token checks before the body), so
+    /// no request's storage work is unbounded.
+    func freshDeadline() -> RequestDeadline {
+        .after(milliseconds: configuration.requestDeadlineMilliseconds)
+    }
+
     /// A write transaction. `touched` collects the databases whose logs it moved: their positions are read
     /// inside the transaction (the rows are locked by the writer already), the other nodes are told inside
     /// it (`announceChanges`: delivered only if it commits), and after the commit this node's long polls on
     /// them are woken with the committed positions. A backend may run `body` again (a retried conflict):
     /// each run starts with nothing touched.
+    /// Without a `deadline` it gets one of the configured length from now (`freshDeadline`).
     func write<T>(deadline: RequestDeadline? = nil, _ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
-        let (result, positions, reserved) = try storage.write(deadline: deadline) { tx -> (T, [(Int64, Int64)], Int64?) in
+        let (result, positions, reserved) = try storage.write(deadline: deadline ?? freshDeadline()) { tx -> (T, [(Int64, Int64)], Int64?) in
             var touched = Set<Int64>()
             let result = try body(tx, &touched)
             // Keep the clock's high-water mark ahead of the writes it stamped (NodeClockLease): after a

@@ -14,6 +14,17 @@ final class RateLimiter: Sendable {
         self.limit = limit
     }
 
+    /// Whether `key` has a token left, without taking it: nil when it has, or the whole seconds to wait.
+    func wait(_ key: String, nowMs: Int64) -> Int? {
+        buckets.withLock { buckets in
+            guard let bucket = buckets[key] else { return nil }
+            let elapsed = Double(max(0, nowMs - bucket.updatedMs)) / 1000
+            let tokens = min(limit.burst, bucket.tokens + elapsed * limit.requestsPerSecond)
+            guard tokens < 1 else { return nil }
+            return max(1, Int(((1 - tokens) / max(limit.requestsPerSecond, 0.001)).rounded(.up)))
+        }
+    }
+
     /// Takes one token for `key`; returns nil when allowed, or the whole seconds to wait.
     func take(_ key: String, nowMs: Int64) -> Int? {
         buckets.withLock { buckets in

@@ -216,16 +216,27 @@ extension LatticeService {
               }),
         // Browser sessions (Sessions.swift).
         Route(method: "GET", pattern: RoutePattern("/auth/session"), authentication: .none, lane: .pool,
-              throttle: .perAddress, handler: .plain { service, request, _ in try service.currentSession(request) }),
+              throttle: .perAddress, handler: .plain { service, request, _ in
+                  try service.countingFailedSignIns(from: request.remoteAddress) { try service.currentSession(request) }
+              }),
         Route(method: "POST", pattern: RoutePattern("/auth/signout"), authentication: .none, lane: .pool,
-              throttle: .perAddress, handler: .plain { service, request, _ in try service.signOut(request) }),
+              throttle: .perAddress, handler: .plain { service, request, _ in
+                  try service.countingFailedSignIns(from: request.remoteAddress) { try service.signOut(request) }
+              }),
         Route(method: "POST", pattern: RoutePattern("/auth/link"), authentication: .none, lane: .pool,
-              throttle: .perAddress, handler: .plain { service, request, _ in try service.exchangeSignInLink(request) }),
+              throttle: .perAddress, handler: .plain { service, request, _ in
+                  try service.countingFailedSignIns(from: request.remoteAddress) { try service.exchangeSignInLink(request) }
+              }),
         // Signing a second device in with a short user code (Devices.swift).
         Route(method: "POST", pattern: RoutePattern("/auth/device/start"), authentication: .none, lane: .pool,
               throttle: .perAddress, handler: .plain { service, request, _ in try service.startDeviceAuthorization(request) }),
         Route(method: "POST", pattern: RoutePattern("/auth/device/token"), authentication: .none, lane: .pool,
-              throttle: .perAddress, handler: .plain { service, request, _ in try service.pollDeviceAuthorization(request) }),
+              throttle: .perAddress, handler: .plain { service, request, _ in
+                  // An unknown or expired device code counts as a failed sign-in (EXPIRED_TOKEN).
+                  try service.countingFailedSignIns(from: request.remoteAddress, [.expiredToken]) {
+                      try service.pollDeviceAuthorization(request)
+                  }
+              }),
         Route(method: "POST", pattern: RoutePattern("/auth/device/approve"), authentication: .bearerOrSession, lane: .pool,
               throttle: .perAccount, handler: .account { service, request, caller in
                   try service.decideDeviceAuthorization(request, caller: caller)

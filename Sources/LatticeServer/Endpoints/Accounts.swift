@@ -56,7 +56,7 @@ extension LatticeService {
         let now = configuration.now()
         let expires = tokenExpiry(lifetimeSeconds, nowMs: now)
         do {
-            let (user, info) = try storage.write { tx in
+            let (user, info) = try storage.write(deadline: freshDeadline()) { tx in
                 if let signUpAddress { try checkSignUpLimits(address: signUpAddress, nowMs: now, tx) }
                 let user = try tx.insertUser(name: name, recordName: recordName, nowMs: now)
                 let new = NewToken(hash: token.storedHash, id: tokenID, userID: user.id, createdMs: now, expiresMs: expires)
@@ -101,7 +101,7 @@ extension LatticeService {
         let tokenID = try Self.newTokenID()
         let now = configuration.now()
         let expires = tokenExpiry(lifetimeSeconds, nowMs: now)
-        let info = try storage.write { tx in
+        let info = try storage.write(deadline: freshDeadline()) { tx in
             // Token issues wait for each other here, so two nodes cannot both pass a count of cap - 1.
             try serialize("tokens", tx)
             guard try tx.tokens(userID: userID).count < configuration.maximumTokensPerUser else {
@@ -150,7 +150,7 @@ extension LatticeService {
     /// and expiry times; `current` marks the one the request was made with.
     func listTokens(_ context: RequestContext) throws -> JSON {
         try requirePrivate(context, "tokens/list")
-        let tokens = try storage.read { tx in try tx.tokens(userID: context.user.id) }
+        let tokens = try storage.read(deadline: context.deadline) { tx in try tx.tokens(userID: context.user.id) }
         let now = configuration.now()
         return .object(["tokens": .array(tokens.map { token in
             var object = tokenJSONFields(token)
@@ -187,7 +187,7 @@ extension LatticeService {
                                       + "or {\"all\": true}")
         }
         let user = context.user
-        let results: [JSON] = try write { tx, _ in
+        let results: [JSON] = try write(deadline: context.deadline) { tx, _ in
             var results: [JSON] = []
             if all {
                 for token in try tx.tokens(userID: user.id) {

@@ -97,7 +97,7 @@ extension LatticeService {
         let interval = configuration.devicePollIntervalSeconds
         let address = request.remoteAddress
         let deviceCode = Self.deviceCodePrefix + Secrets.hex(try Secrets.randomBytes(32))
-        let userCode: String = try storage.write { tx in
+        let userCode: String = try storage.write(deadline: freshDeadline()) { tx in
             // Starts on every node wait for each other here, so two cannot both pass a count of limit - 1.
             try serialize("device-authorizations", tx)
             _ = try tx.forgetDeviceAuthorizations(expiredAt: now)
@@ -154,7 +154,7 @@ extension LatticeService {
         }
         let hash = Self.deviceCodeHash(deviceCode)
         let now = configuration.now()
-        let outcome: Result<HTTPResponse, APIError> = try storage.write { tx in
+        let outcome: Result<HTTPResponse, APIError> = try storage.write(deadline: freshDeadline()) { tx in
             guard let found = try tx.deviceAuthorization(deviceCodeHash: hash), found.isLive(atMs: now) else {
                 return .failure(gone)
             }
@@ -238,7 +238,7 @@ extension LatticeService {
         let window = configuration.deviceApprovalFailureWindowMilliseconds
         let hash = Self.userCodeHash(code)
         let shown = Self.displayedUserCode(code)
-        let outcome: Result<(String, Int64), APIError> = try storage.write { tx in
+        let outcome: Result<(String, Int64), APIError> = try storage.write(deadline: freshDeadline()) { tx in
             // Approvals on every node wait for each other here, so the failure counts cannot be overrun.
             try serialize("device-approvals", tx)
             try tx.forgetDeviceApprovalFailures(before: now - window + 1)

@@ -93,7 +93,8 @@ extension LatticeService {
             return nil
         }
         let hash = token.storedHash
-        guard let found = try storage.read(deadline: deadline, lane: .authentication, { try $0.tokenOwner(hash: hash) }),
+        guard let found = try storage.read(deadline: deadline ?? freshDeadline(), lane: .authentication,
+                                           { try $0.tokenOwner(hash: hash) }),
               TokenKind(id: found.token.id) == .session else {
             throw APIError(.authenticationFailed, "the session is unknown or was signed out; sign in again")
         }

@@ -339,7 +339,7 @@ extension LatticeService {
     /// `shares/lookup {"zoneID", "shareRecordName"?}`: the share and its participants, for the owner and
     /// accepted participants.
     func lookupShare(_ context: RequestContext) throws -> JSON {
-        try storage.read { tx in
+        try storage.read(deadline: context.deadline) { tx in
             let (resolved, share, roster) = try targetShare(context, tx)
             return try shareJSON(share, roster, zone: resolved.zone!, tx)
         }
@@ -554,7 +554,7 @@ extension LatticeService {
     /// `records/resolve {"shortGUIDs": [{"value": token or URL}]}`: what accepting would give, granting nothing.
     func resolveShares(_ context: RequestContext) throws -> JSON {
         let links = try items(context.body, "shortGUIDs", limit: 20, allowStrings: true)
-        return try storage.read { tx in
+        return try storage.read(deadline: context.deadline) { tx in
             .object(["results": .array(try links.map { link in
                 do {
                     guard let token = linkToken(link) else { throw APIError.badRequest("expected {\"value\": token}") }

@@ -66,7 +66,7 @@ extension LatticeService {
 
     func sharePageState(_ request: HTTPRequest, token: String) throws -> SharePageState {
         let viewer = try? browserSession(request.head)
-        return try storage.read { tx in
+        return try storage.read(deadline: freshDeadline()) { tx in
             guard let (claims, share) = try? verifiedLink(token, tx), let zone = try tx.zone(rowID: share.zoneRowID) else {
                 return .invalid
             }

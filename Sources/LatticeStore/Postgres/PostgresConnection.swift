@@ -82,10 +82,15 @@ final class PostgresConnection {
     /// Connects with a libpq connection string (a `postgresql://` URL or `key=value` pairs; libpq reads a
     /// password from the string, `PGPASSWORD` or `~/.pgpass`). The client encoding is always UTF8.
     init(_ conninfo: String, connectTimeoutSeconds: Int = 10) throws(PostgresError) {
-        // The connection string's own settings override the connect timeout and application name
-        // (expand_dbname applies them after), but not the encoding, which comes last.
-        let keywords = ["connect_timeout", "fallback_application_name", "dbname", "client_encoding"]
-        let values = [String(max(1, connectTimeoutSeconds)), "lattice", conninfo, "UTF8"]
+        // The connection string's own settings override the connect timeout, the application name and the
+        // TCP settings (expand_dbname applies them after), but not the encoding, which comes last.
+        // TCP keepalives (first probe after 30 s idle, every 10 s, 3 misses) and a 30 s TCP_USER_TIMEOUT: a
+        // database host that vanished without closing the connection is noticed in about a minute, not
+        // after the kernel's two hours, so a waiting transaction fails (.busy, then reconnect) instead of
+        // holding its thread. (libpq ignores them on a Unix socket.)
+        let keywords = ["connect_timeout", "fallback_application_name", "keepalives", "keepalives_idle",
+                        "keepalives_interval", "keepalives_count", "tcp_user_timeout", "dbname", "client_encoding"]
+        let values = [String(max(1, connectTimeoutSeconds)), "lattice", "1", "30", "10", "3", "30000", conninfo, "UTF8"]
         let connection = PostgresConnection.withCStrings(keywords) { keywordPointers in
             PostgresConnection.withCStrings(values) { valuePointers in
                 PQconnectdbParams(keywordPointers, valuePointers, 1)
