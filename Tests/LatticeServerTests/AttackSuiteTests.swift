@@ -61,6 +61,9 @@ struct AttackSuiteTests {
         let data: String
         let probeToken: String
         let attackerToken: String
+        /// Two more attacking accounts, each with a zone `Heavy` like the attacker's (the attack from several
+        /// accounts at once).
+        let accompliceTokens: [String]
         /// Records in the attacker's zone `Heavy`.
         let heavyRecords = 20_000
         /// Names of the attacker's records near the 1 MiB record cap (zone `Big`), and their list size.
@@ -89,6 +92,7 @@ struct AttackSuiteTests {
             }
             let probeToken = try addUser("probe")
             let attackerToken = try addUser("attacker")
+            let accompliceTokens = try ["accomplice-1", "accomplice-2"].map(addUser)
 
             let server = try AttackServer(data: data)
             defer { server.stop(graceSeconds: 10) }
@@ -101,7 +105,8 @@ struct AttackSuiteTests {
                 }
                 return try JSON.parse(reply.body)
             }
-            for (token, zone) in [(probeToken, "Probe"), (attackerToken, "Heavy"), (attackerToken, "Big"), (attackerToken, "Lists")] {
+            for (token, zone) in [(probeToken, "Probe"), (attackerToken, "Heavy"), (attackerToken, "Big"), (attackerToken, "Lists")]
+                + accompliceTokens.map({ ($0, "Heavy") }) {
                 _ = try call(token, "zones/modify", ["operations": .array([.object(["operationType": .string("create"),
                                                                                    "zone": .object(["zoneID": .object(["zoneName": .string(zone)])])])])])
             }
@@ -109,16 +114,18 @@ struct AttackSuiteTests {
             _ = try call(probeToken, "records/modify", ["zoneID": .object(["zoneName": .string("Probe")]), "operations": .array((0..<10).map {
                 AttackSuiteTests.create("note-\($0)", type: "Note", fields: ["n": .object(["value": .int(Int64($0))])])
             })])
-            // The heavy zone: 20,000 small records, 400 per request.
-            for start in stride(from: 0, to: 20_000, by: 400) {
-                let reply = try call(attackerToken, "records/modify", ["zoneID": .object(["zoneName": .string("Heavy")]),
-                    "operations": .array((start..<min(start + 400, 20_000)).map {
-                        AttackSuiteTests.create(String(format: "h%05d", $0), type: "Item", fields: [
-                            "n": .object(["value": .int(Int64($0))]), "s": .object(["value": .string("item-\($0)")]),
-                        ])
-                    })])
-                guard (reply["records"]?.arrayValue ?? []).allSatisfy({ $0["serverErrorCode"] == nil }) else {
-                    throw HarnessError("setup: the heavy zone refused a record: \(reply.serialized().prefix(300))")
+            // The heavy zones: 20,000 small records each, 400 per request.
+            for token in [attackerToken] + accompliceTokens {
+                for start in stride(from: 0, to: 20_000, by: 400) {
+                    let reply = try call(token, "records/modify", ["zoneID": .object(["zoneName": .string("Heavy")]),
+                        "operations": .array((start..<min(start + 400, 20_000)).map {
+                            AttackSuiteTests.create(String(format: "h%05d", $0), type: "Item", fields: [
+                                "n": .object(["value": .int(Int64($0))]), "s": .object(["value": .string("item-\($0)")]),
+                            ])
+                        })])
+                    guard (reply["records"]?.arrayValue ?? []).allSatisfy({ $0["serverErrorCode"] == nil }) else {
+                        throw HarnessError("setup: the heavy zone refused a record: \(reply.serialized().prefix(300))")
+                    }
                 }
             }
             // Records as close to the record cap as a list of 18-byte elements gets: the largest accepted size.
@@ -138,6 +145,7 @@ struct AttackSuiteTests {
             self.data = data
             self.probeToken = probeToken
             self.attackerToken = attackerToken
+            self.accompliceTokens = accompliceTokens
             self.bigRecords = bigRecords
             bigElements = accepted
             atexit {
@@ -381,6 +389,21 @@ struct AttackSuiteTests {
         }
     }
 
+    @Test func heaviestQueriesFromThreeAccountsAtOnce() throws {
+        try run("heaviest queries from 3 accounts at once (2 each)", subnet: 18) { context in
+            let filters = Self.largestServed(1...20_000, port: context.port, source: context.sources(1)[0]) { n in
+                (context.path("records/query"), context.auth, Self.heavyQuery(filters: n))
+            }
+            print("  heaviest query: \(filters) filters, from 3 accounts")
+            let body = Self.heavyQuery(filters: filters)
+            let auths = ([context.token] + context.fixture.accompliceTokens).map { ["Authorization": "Bearer " + $0] }
+            context.startProbe()
+            // Threads 0-5: two per account, each from its own address.
+            flood(port: context.port, threads: 6, sources: context.sources(6), seconds: Self.floodSeconds, maximumRequests: 100,
+                  tally: context.tally) { [path = context.path("records/query")] thread, _ in (path, auths[thread % 3], body) }
+        }
+    }
+
     @Test func queryWithAHugeInList() throws {
         try run("query with the largest IN list allowed (20,000 records)", subnet: 6) { context in
             func body(_ n: Int) -> [UInt8] {
@@ -545,6 +568,24 @@ struct AttackSuiteTests {
             context.startProbe()
             flood(port: context.port, threads: 10, sources: context.sources(10), seconds: Self.floodSeconds, maximumRequests: 30,
                   tally: context.tally) { thread, index in ("/auth/signup", [:], Self.signUpBody("many-\(thread)-\(index)")) }
+        }
+    }
+
+    @Test func signInGuessFlood() throws {
+        try run("sign-in guesses: 1,000 wrong sign-in links and device codes from one address", subnet: 19, expectations: { tally in
+            [tally.counts.keys.contains { $0.hasPrefix("429") } ? nil : "sign-in guesses were never throttled (429): \(tally.summary)"]
+        }) { context in
+            context.startProbe()
+            flood(port: context.port, threads: 2, sources: context.sources(1), seconds: Self.floodSeconds, maximumRequests: 500,
+                  tally: context.tally) { [port = context.port] thread, index in
+                let hex = String(thread * 1_000_000 + index + 1, radix: 16)
+                let guess = String(repeating: "0", count: 64 - hex.count) + hex
+                if thread == 0 {
+                    return ("/auth/link", ["Origin": "http://127.0.0.1:\(port)", "X-Lattice-CSRF": "guess"],
+                            JSON.object(["secret": .string("lt_" + guess)]).serializedBytes())
+                }
+                return ("/auth/device/token", [:], JSON.object(["deviceCode": .string("ld_" + guess)]).serializedBytes())
+            }
         }
     }
 

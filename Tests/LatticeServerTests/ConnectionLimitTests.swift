@@ -191,6 +191,32 @@ import Glibc
         for request in [first, second, other] { #expect(try request.wait().status == 200) }
     }
 
+    @Test func theLastFreeWorkerIsKeptForAClientWithNothingRunning() throws {
+        var configuration = limitConfiguration()
+        configuration.workerThreads = 4
+        configuration.workersPerClient = 2
+        let handler = GateHandler()
+        let server = try HTTPServer(handler: handler, configuration: configuration)
+        defer { server.shutdown() }
+        // Clients a and b each want two long requests: a gets two threads, b one; b's second waits rather
+        // than take the last free thread.
+        var held: [Background<RawHTTPClient.Response>] = []
+        for client in ["a", "a", "b", "b"] {
+            held.append(Background { try RawHTTPClient(port: server.port).send(method: "GET", path: "/hold", headers: ["X-Client": client]) })
+            if held.count <= 3 { #expect(eventually { handler.heldCount == held.count }) }
+        }
+        #expect(eventually { server.queuedRequestCount == 1 })
+        #expect(handler.heldCount == 3, "client b ran a second request on the last free thread")
+        // Client c, with nothing running, gets that thread at once.
+        let other = try RawHTTPClient(port: server.port).send(method: "GET", path: "/fast", headers: ["X-Client": "c"])
+        #expect(other.status == 200)
+        #expect(handler.releasedCount == 0 && handler.heldCount == 3)
+        handler.releaseAll()
+        #expect(eventually { handler.heldCount == 4 })
+        handler.releaseAll()
+        for request in held { #expect(try request.wait().status == 200) }
+    }
+
     @Test func aFullQueueAnswersTryAgainLater() throws {
         var configuration = limitConfiguration()
         configuration.workerThreads = 1

@@ -7,6 +7,11 @@ import Foundation
 /// job from the clients in turn (round-robin), so one client with many requests cannot hold every thread
 /// nor make others wait behind its whole backlog. Lines are bounded per client and in total.
 ///
+/// The last free thread is kept for a client with nothing running: a client already running a job waits
+/// for it rather than take that thread. However many clients run their heaviest requests, a client that
+/// arrives with one short request (a probe, another user's small write) finds a thread at once; the busy
+/// clients share the other threads.
+///
 /// `@unchecked Sendable`: `condition` guards every mutable member (`state`).
 final class HTTPWorkerPool: @unchecked Sendable {
     struct Limits: Sendable {
@@ -32,6 +37,8 @@ final class HTTPWorkerPool: @unchecked Sendable {
         /// Clients with jobs waiting, in turn order.
         var turn: [String] = []
         var running: [String: Int] = [:]
+        /// Threads running a job now (the sum of `running`).
+        var busy = 0
         var queued = 0
         var stopped = false
     }
@@ -103,16 +110,20 @@ final class HTTPWorkerPool: @unchecked Sendable {
             condition.lock()
             state.running[client, default: 1] -= 1
             if state.running[client] == 0 { state.running[client] = nil }
-            // That client may take a thread again.
-            if state.lines[client]?.isEmpty == false { condition.signal() }
+            state.busy -= 1
+            // That client, or one held back from the last free thread, may take a thread now.
+            if state.queued > 0 { condition.signal() }
         }
     }
 
     /// The first client in turn below its running cap gives up its oldest job and goes to the back of
-    /// the turn. Called with the lock held.
+    /// the turn; the last free thread only to a client with nothing running. Called with the lock held.
     private func nextJob() -> (String, Job)? {
-        guard let index = state.turn.firstIndex(where: { state.running[$0, default: 0] < limits.perClientRunning })
-        else { return nil }
+        let lastFree = limits.threads > 1 && limits.threads - state.busy <= 1
+        guard let index = state.turn.firstIndex(where: { client in
+            let running = state.running[client, default: 0]
+            return running < limits.perClientRunning && (!lastFree || running == 0)
+        }) else { return nil }
         let client = state.turn.remove(at: index)
         let job = state.lines[client]!.removeFirst()
         if state.lines[client]!.isEmpty {
@@ -122,6 +133,7 @@ final class HTTPWorkerPool: @unchecked Sendable {
         }
         state.queued -= 1
         state.running[client, default: 0] += 1
+        state.busy += 1
         return (client, job)
     }
 }
