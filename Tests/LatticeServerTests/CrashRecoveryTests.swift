@@ -127,7 +127,8 @@ import Glibc
         #expect(counts.acknowledgedBatches >= runs, "too few writes got through before the kills to test anything")
         #expect(counts.partialBatches == 0)
         #expect(counts.missingAcknowledged == 0)
-        #expect(counts.integrityOK == runs && counts.integrityFailed == 0)
+        #expect(counts.integrityOK + counts.integrityNotChecked == runs && counts.integrityFailed == 0)
+        #expect(TestBackend.current != .sqlite || counts.integrityOK == runs)
         #expect(counts.retriesFailed == 0 && counts.doubleApplications == 0)
         #expect(counts.writerAnomalies == 0)
     }
