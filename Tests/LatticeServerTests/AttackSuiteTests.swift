@@ -376,13 +376,19 @@ struct AttackSuiteTests {
         ])]).serializedBytes()
     }
 
+    /// The body of the heaviest query the caps allow on a `Heavy` zone (the most filters served), found
+    /// against this attack's server.
+    static func heaviestQuery(_ context: Context, _ label: String) -> [UInt8] {
+        let filters = largestServed(1...20_000, port: context.port, source: context.sources(1)[0]) { n in
+            (context.path("records/query"), context.auth, heavyQuery(filters: n))
+        }
+        print("  \(label): \(filters) filters")
+        return heavyQuery(filters: filters)
+    }
+
     @Test func heaviestQueryWithTheMostFilters() throws {
         try run("heaviest query: 20,000 records, most filters allowed", subnet: 5) { context in
-            let filters = Self.largestServed(1...20_000, port: context.port, source: context.sources(1)[0]) { n in
-                (context.path("records/query"), context.auth, Self.heavyQuery(filters: n))
-            }
-            print("  heaviest query: \(filters) filters")
-            let body = Self.heavyQuery(filters: filters)
+            let body = Self.heaviestQuery(context, "heaviest query")
             context.startProbe()
             flood(port: context.port, threads: 2, sources: context.sources(2), seconds: Self.floodSeconds, maximumRequests: 100,
                   tally: context.tally) { [path = context.path("records/query"), auth = context.auth] _, _ in (path, auth, body) }
@@ -391,11 +397,7 @@ struct AttackSuiteTests {
 
     @Test func heaviestQueriesFromThreeAccountsAtOnce() throws {
         try run("heaviest queries from 3 accounts at once (2 each)", subnet: 18) { context in
-            let filters = Self.largestServed(1...20_000, port: context.port, source: context.sources(1)[0]) { n in
-                (context.path("records/query"), context.auth, Self.heavyQuery(filters: n))
-            }
-            print("  heaviest query: \(filters) filters, from 3 accounts")
-            let body = Self.heavyQuery(filters: filters)
+            let body = Self.heaviestQuery(context, "heaviest query from 3 accounts")
             let auths = ([context.token] + context.fixture.accompliceTokens).map { ["Authorization": "Bearer " + $0] }
             context.startProbe()
             // Threads 0-5: two per account, each from its own address.
