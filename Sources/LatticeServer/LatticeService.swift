@@ -164,7 +164,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         let perform: @Sendable (LatticeService, RequestContext, HTTPAbandonment, @escaping HTTPResponder) throws -> Void
         switch route.handler {
         case .plain(let answer):
-            if route.throttle == .perAddress { try throttle(key: "ip:" + request.remoteAddress) }
+            if route.throttle == .perAddress { try throttle(key: "ip:" + request.addressLimitKey) }
             return respond(try answer(self, request, parameters))
         case .account(let answer):
             let caller: AuthenticatedCaller
@@ -242,7 +242,7 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     public func admit(_ head: HTTPRequestHead) -> HTTPAdmission {
         if shuttingDown.load(ordering: .sequentiallyConsistent) { return .inline }
-        let addressShare = HTTPAdmission.pool(client: "ip:" + head.remoteAddress, principal: nil)
+        let addressShare = HTTPAdmission.pool(client: "ip:" + head.addressLimitKey, principal: nil)
         let route: Route, parameters: RouteParameters
         do {
             (route, parameters) = try resolveRoute(method: head.method, path: head.path)
@@ -319,7 +319,7 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// it is used up, until it refills.
     private func failedSignIn(_ error: APIError, address: String) -> APIError {
         guard let authenticationFailures else { return error }
-        let key = "auth:" + address
+        let key = "auth:" + ClientAddress.limitKey(address)
         guard let wait = authenticationFailures.take(key, nowMs: configuration.now()) else { return error }
         logRefusal(key, "authentication: \(address.isEmpty ? "-" : address) is throttled after repeated failed sign-ins")
         return APIError(.throttled, "too many failed sign-ins from this address; retry after \(wait) s", retryAfter: wait)
@@ -331,7 +331,7 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// Guessing links, sessions or device codes costs the guesser, not the database.
     func countingFailedSignIns(from address: String, _ failures: Set<ServerErrorCode> = [.authenticationFailed],
                                _ body: () throws -> HTTPResponse) throws -> HTTPResponse {
-        if let authenticationFailures, let wait = authenticationFailures.wait("auth:" + address, nowMs: configuration.now()) {
+        if let authenticationFailures, let wait = authenticationFailures.wait("auth:" + ClientAddress.limitKey(address), nowMs: configuration.now()) {
             throw APIError(.throttled, "too many failed sign-ins from this address; retry after \(wait) s", retryAfter: wait)
         }
         do {

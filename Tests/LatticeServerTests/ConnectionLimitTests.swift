@@ -140,6 +140,47 @@ import Glibc
         for request in parked { #expect(try request.wait().status == 200) }
     }
 
+    @Test func twoIPv6AddressesOfOneSlash64ShareTheForwardedClientLimitAndTheLogKeepsEachAddress() throws {
+        var configuration = limitConfiguration()
+        configuration.perIPConnectionLimit = 2
+        configuration.trustedProxies = ["127.0.0.1", "2001:db8:ffff::/48"]
+        configuration.workersPerClient = 4
+        let lines = Mutex<[String]>([])
+        configuration.accessLog = { line in lines.withLock { $0.append(line) } }
+        let handler = GateHandler()
+        let server = try HTTPServer(handler: handler, configuration: configuration)
+        defer { server.shutdown() }
+
+        // 127.0.0.1 is a trusted proxy, and so is the inner hop 2001:db8:ffff::7: the client is the address
+        // left of it. Two addresses of 2001:db8:1:2::/64 hold the /64's two requests in flight.
+        let proxy = try (0..<4).map { _ in try RawHTTPClient(port: server.port) }
+        let parked = ["2001:db8:1:2::a", "2001:db8:1:2:ffff:ffff:ffff:fffe"].enumerated().map { index, client in
+            let connection = HandOff(proxy[index])
+            return Background {
+                try connection.value.send(method: "GET", path: "/hold",
+                                          headers: ["X-Forwarded-For": "198.51.100.1, \(client), 2001:db8:ffff::7"])
+            }
+        }
+        #expect(eventually { handler.heldCount == 2 })
+        // A third address of the same /64 is refused: it is the same client for the limit.
+        let third = try proxy[2].send(method: "GET", path: "/hold", headers: ["X-Forwarded-For": "2001:db8:1:2::c"])
+        #expect(third.status == 429)
+        #expect(try JSON.parse(third.body)["serverErrorCode"]?.stringValue == "THROTTLED")
+        // The neighbouring /64 is another client.
+        let neighbour = try proxy[3].send(method: "GET", path: "/who", headers: ["X-Forwarded-For": "2001:db8:1:3::a"])
+        #expect(neighbour.status == 200)
+        #expect(neighbour.headers["x-remote"] == "2001:db8:1:3::a")
+        handler.releaseAll()
+        for request in parked { #expect(try request.wait().status == 200) }
+        // The access log shows each full address, not the /64.
+        #expect(eventually {
+            let logged = lines.withLock { $0 }
+            return logged.contains { $0.contains(" 2001:db8:1:2::a ") }
+                && logged.contains { $0.contains(" 2001:db8:1:2:ffff:ffff:ffff:fffe ") }
+        }, "access log: \(lines.withLock { $0 })")
+        #expect(lines.withLock { $0 }.allSatisfy { !$0.contains("/64") })
+    }
+
     // MARK: Worker pool
 
     @Test func aLongHandlerOnTheWorkerPoolDoesNotDelayHealthzOnAnotherConnection() throws {

@@ -57,11 +57,11 @@ extension LatticeService {
         let expires = tokenExpiry(lifetimeSeconds, nowMs: now)
         do {
             let (user, info) = try storage.write(deadline: freshDeadline()) { tx in
-                if let signUpAddress { try checkSignUpLimits(address: signUpAddress, nowMs: now, tx) }
+                if let signUpAddress { try checkSignUpLimits(address: ClientAddress.limitKey(signUpAddress), nowMs: now, tx) }
                 let user = try tx.insertUser(name: name, recordName: recordName, nowMs: now)
                 let new = NewToken(hash: token.storedHash, id: tokenID, userID: user.id, createdMs: now, expiresMs: expires)
                 try tx.insertToken(new)
-                if let signUpAddress { try tx.recordSignUp(address: signUpAddress, nowMs: now) }
+                if let signUpAddress { try tx.recordSignUp(address: ClientAddress.limitKey(signUpAddress), nowMs: now) }
                 return (user, StoredToken(id: tokenID, userID: user.id, createdMs: now, expiresMs: expires))
             }
             if let signUpAddress { log("sign-up: user \(name) from \(signUpAddress.isEmpty ? "-" : signUpAddress)") }

@@ -95,7 +95,7 @@ extension LatticeService {
         let now = configuration.now()
         let lifetime = configuration.deviceCodeLifetimeSeconds
         let interval = configuration.devicePollIntervalSeconds
-        let address = request.remoteAddress
+        let address = request.addressLimitKey
         let deviceCode = Self.deviceCodePrefix + Secrets.hex(try Secrets.randomBytes(32))
         let userCode: String = try storage.write(deadline: freshDeadline()) { tx in
             // Starts on every node wait for each other here, so two cannot both pass a count of limit - 1.
@@ -233,7 +233,7 @@ extension LatticeService {
         }
         let rename = try Self.deviceName(body["deviceName"], default: nil)
         let user = caller.user
-        let address = request.remoteAddress
+        let address = request.addressLimitKey
         let now = configuration.now()
         let window = configuration.deviceApprovalFailureWindowMilliseconds
         let hash = Self.userCodeHash(code)

@@ -6,7 +6,8 @@ import Glibc
 
 /// Every open connection, with what it is doing and since when, so that:
 /// - a connection slow to send its headers or its body is dropped (slowloris), not parked;
-/// - one address holds at most `perAddressLimit` connections (a trusted proxy is exempt);
+/// - one address holds at most `perAddressLimit` connections (a trusted proxy is exempt; an IPv6 /64
+///   counts as one address, `ClientAddress.limitKey(_:)`);
 /// - a parked request (long poll, or waiting for a worker) whose client closed its socket is noticed,
 ///   although libmicrohttpd does not poll suspended connections.
 ///
@@ -36,7 +37,7 @@ final class HTTPConnectionGuard: Sendable {
 
     private struct Record {
         let fd: Int32
-        /// The address counted against `perAddress`; nil for a trusted proxy.
+        /// The limit key (`ClientAddress.limitKey(_:)`) counted against `perAddress`; nil for a trusted proxy.
         let countedAddress: String?
         var phase: Phase = .awaitingHeaders
         var since: ContinuousClock.Instant
@@ -82,7 +83,7 @@ final class HTTPConnectionGuard: Sendable {
 
     /// A connection was accepted. Over the per-address limit it is dropped at once.
     func opened(_ connection: OpaquePointer, fd: Int32, peer: String) {
-        let counted: String? = resolver.isTrustedProxy(peer) ? nil : peer
+        let counted: String? = resolver.isTrustedProxy(peer) ? nil : ClientAddress.limitKey(peer)
         state.withLock { state in
             var record = Record(fd: fd, countedAddress: counted, since: .now)
             if let counted {
@@ -177,7 +178,11 @@ final class HTTPConnectionGuard: Sendable {
         return peeked == 0 || (peeked < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
     }
 
-    func openConnections(from address: String) -> Int { state.withLock { $0.perAddress[address, default: 0] } }
+    /// Open connections counted against the per-address limit under `address`'s limit key.
+    func openConnections(from address: String) -> Int {
+        let key = ClientAddress.limitKey(address)
+        return state.withLock { $0.perAddress[key, default: 0] }
+    }
 
     struct Counters: Equatable {
         var open: Int

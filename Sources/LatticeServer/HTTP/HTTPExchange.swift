@@ -179,12 +179,13 @@ final class HTTPExchange: Sendable {
             return answer(with: context.handler.responseForOversizedBody())
         }
         if forwarded {
-            guard context.admitForwarded(remoteAddress) else {
+            let slot = ClientAddress.limitKey(remoteAddress)
+            guard context.admitForwarded(slot) else {
                 return answer(with: context.handler.response(for: .clientBusy(retryAfter: 1)))
             }
-            state.withLock { $0.forwardedSlot = remoteAddress }
+            state.withLock { $0.forwardedSlot = slot }
         }
-        var budgetClient = "ip:" + remoteAddress
+        var budgetClient = "ip:" + ClientAddress.limitKey(remoteAddress)
         if case .pool(let client, _) = admission { budgetClient = client }
         state.withLock { $0.budgetClient = budgetClient }
         if let declaredLength, declaredLength > 0 {

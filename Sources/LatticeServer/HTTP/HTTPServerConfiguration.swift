@@ -82,9 +82,10 @@ public struct HTTPServerConfiguration: Sendable {
     /// Bytes of request bodies buffered at once, server-wide. A request whose declared (or, chunked,
     /// received) body would pass it gets 503 TRY_AGAIN_LATER with Retry-After before it is buffered.
     public var bodyBufferBudgetBytes = 64 * 1024 * 1024
-    /// Proxies whose `X-Forwarded-For` is believed: IPv4 addresses or CIDR blocks (`10.0.0.0/8`). From
-    /// them, the last address of that header is the client's for limits, throttles and logs; from anyone
-    /// else the header is ignored. Their own connections are exempt from `perIPConnectionLimit`.
+    /// Proxies whose `X-Forwarded-For` is believed: IPv4 or IPv6 addresses or CIDR blocks (`10.0.0.0/8`,
+    /// `2001:db8::/32`). From them, the right-most address of that header that is not itself a trusted
+    /// proxy is the client's for limits, throttles and logs; from anyone else the header is ignored.
+    /// Their own connections are exempt from `perIPConnectionLimit`.
     public var trustedProxies: [String] = []
     /// The default `workersPerClient` for a pool of `workerThreads`.
     public static func defaultWorkersPerClient(workerThreads: Int) -> Int {
@@ -155,7 +156,7 @@ extension HTTPServerConfiguration {
         try require(requestQueueLimit >= 0, "requestQueueLimit", "must be 0 or more")
         try require(bodyBufferBudgetBytes >= 0, "bodyBufferBudgetBytes", "must be 0 or more")
         for proxy in trustedProxies where AddressBlock(proxy) == nil {
-            throw .invalidSetting("trustedProxies", "must be IPv4 addresses or CIDR blocks, not \(proxy)")
+            throw .invalidSetting("trustedProxies", "must be IPv4 or IPv6 addresses or CIDR blocks, not \(proxy)")
         }
 
         var address = in_addr()
