@@ -12,6 +12,7 @@ let serveUsage = """
                          [--body-budget-mib N] [--parked-waits-per-user N] [--shutdown-grace S]
                          [--signup-per-address N] [--signup-global N] [--auth-failures-per-minute N]
                          [--token-lifetime SECONDS] [--disk-budget BYTES] [--client-operations-per-user N]
+                         [--quota-per-database BYTES] [--requests-per-second-per-account N]
                          [--device-sign-ins-per-address N] [--device-sign-ins-global N]
                          [--device-approval-failures-per-account N] [--device-approval-failures-per-address N]
 
@@ -57,6 +58,13 @@ let serveUsage = """
       --client-operations-per-user N
                                  clientOperationIDs remembered per user for retries; the oldest is
                                  forgotten first (default 1000)
+      --quota-per-database BYTES stored record data per database (a user's private one, or the public
+                                 one; suffix K, M, G or T allowed); a write past it gets QUOTA_EXCEEDED
+                                 (default 1G)
+      --requests-per-second-per-account N
+                                 requests one account (before sign-in: one client address) may make per
+                                 second, in a burst of 2N, before getting 429 THROTTLED (default 200;
+                                 0: off); in memory, per process
       --device-sign-ins-per-address N
                                  device sign-ins (lattice login --server URL) waiting at once from one
                                  client address (default 10; 0: no limit); counted in the database
@@ -82,10 +90,12 @@ let serveUsage = """
       --max-fields-per-record N  fields per record of a write (default 1000)
 
     Connections and limits:
-      --trusted-proxy ADDRESS    a reverse proxy (IPv4 address or CIDR such as 10.0.0.0/8; repeatable)
-                                 whose X-Forwarded-For is believed: its last address is the client's
+      --trusted-proxy ADDRESS    a reverse proxy (IPv4 or IPv6 address or CIDR such as 10.0.0.0/8 or
+                                 2001:db8::/32; repeatable) whose X-Forwarded-For is believed: its
+                                 right-most address that is not itself a trusted proxy is the client's
                                  for limits, throttles and the access log. Ignored from anyone else.
                                  The proxy's own connections are exempt from the per-address limit.
+                                 Per-address limits count an IPv6 client by its /64
       --access-log PATH          one line per request (time, client, method, path, status, duration,
                                  bytes) appended to PATH; default stderr; off for none
       --connections N            simultaneous connections in total (default 4096, lowered to fit the
@@ -123,6 +133,7 @@ func runServe(_ arguments: [String]) throws {
                                                                "signup-per-address", "signup-global",
                                                                "auth-failures-per-minute", "token-lifetime",
                                                                "disk-budget", "client-operations-per-user",
+                                                               "quota-per-database", "requests-per-second-per-account",
                                                                "device-sign-ins-per-address", "device-sign-ins-global",
                                                                "device-approval-failures-per-account",
                                                                "device-approval-failures-per-address"],
@@ -230,8 +241,9 @@ private func startShutdownWatchdog(after seconds: Int) {
 /// The connection flags, the open-file limit raised to fit them, and the access log.
 private func applyConnectionOptions(_ parsed: ParsedArguments, to options: inout ServerProcess.Options) throws {
     options.http.trustedProxies = parsed.values["trusted-proxy"] ?? []
-    for proxy in options.http.trustedProxies where !isAddressOrBlock(proxy) {
-        throw UsageError("--trusted-proxy must be an IPv4 address or CIDR block such as 10.0.0.0/8, not \(proxy)")
+    for proxy in options.http.trustedProxies where !HTTPServerConfiguration.isAddressOrBlock(proxy) {
+        throw UsageError("--trusted-proxy must be an IPv4 or IPv6 address or CIDR block such as 10.0.0.0/8 or "
+                         + "2001:db8::/32, not \(proxy)")
     }
     if let perAddress = try parsed.integer("per-address-connections", in: 1...1_000_000) {
         options.http.perIPConnectionLimit = perAddress
@@ -353,18 +365,8 @@ private func raiseOpenFileLimit() -> Int {
     return limit.rlim_cur == rlim_t.max ? 1 << 20 : Int(min(limit.rlim_cur, 1 << 30))
 }
 
-private func isAddressOrBlock(_ text: String) -> Bool {
-    let parts = text.split(separator: "/", omittingEmptySubsequences: false)
-    guard (1...2).contains(parts.count) else { return false }
-    var address = in_addr()
-    guard inet_pton(AF_INET, String(parts[0]), &address) == 1 else { return false }
-    if parts.count == 2 {
-        guard parts[1].allSatisfy(\.isNumber), let bits = Int(parts[1]), (0...32).contains(bits) else { return false }
-    }
-    return true
-}
-
-/// The sign-up, device sign-in, authentication, token, disk-budget and replay-cache flags of `lattice serve`.
+/// The sign-up, device sign-in, authentication, token, disk-budget, replay-cache, quota and request-rate
+/// flags of `lattice serve`.
 private func applyAccountOptions(_ parsed: ParsedArguments, to service: inout ServiceConfiguration) throws {
     if let count = try parsed.integer("signup-per-address", in: 0...1_000_000) {
         service.signUpsPerAddress = count == 0 ? nil : count
@@ -396,6 +398,13 @@ private func applyAccountOptions(_ parsed: ParsedArguments, to service: inout Se
     }
     if let count = try parsed.integer("client-operations-per-user", in: 1...1_000_000) {
         service.maximumClientOperationsPerUser = count
+    }
+    if let text = try parsed.value("quota-per-database") {
+        service.quotaBytesPerDatabase = try byteCount(text, option: "--quota-per-database")
+    }
+    if let rate = try parsed.integer("requests-per-second-per-account", in: 0...1_000_000) {
+        service.rateLimit = rate == 0
+            ? nil : ServiceConfiguration.RateLimit(requestsPerSecond: Double(rate), burst: Double(2 * rate))
     }
 }
 
