@@ -22,7 +22,8 @@ public struct ServiceConfiguration: Sendable {
     public var maximumListElements = 50_000
     /// Fields in one record of a write, checked before any work is done: LIMIT_EXCEEDED above it.
     public var maximumFieldsPerRecord = 1_000
-    /// Bytes of stored record state per database (private database of a user, or the public one).
+    /// Bytes of stored record state per database (private database of a user, or the public one);
+    /// `lattice serve --quota-per-database`.
     public var quotaBytesPerDatabase: Int64 = 1 << 30
     /// Items per response for lookups, queries and change feeds, and tokens per `changes/zone` request.
     public var maximumResultsLimit = 200
@@ -37,7 +38,8 @@ public struct ServiceConfiguration: Sendable {
     /// Default and largest `timeout` (seconds) of `changes/wait`.
     public var defaultWaitSeconds = 30
     public var maximumWaitSeconds = 60
-    /// Per-user (or, before sign-in, per-address) request rate; nil turns throttling off.
+    /// Per-user (or, before sign-in, per-address) request rate; nil turns throttling off. `lattice serve
+    /// --requests-per-second-per-account N` sets N per second in bursts of 2N.
     public var rateLimit: RateLimit? = RateLimit(requestsPerSecond: 200, burst: 400)
     /// The wall clock in milliseconds since 1970. Injected so tests control time; merge code never reads it.
     public var now: @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)) }

@@ -16,7 +16,7 @@ import Testing
         }
         for bad in ["", " ", "1.2.3", "1.2.3.4.5", "256.1.1.1", "01.2.3.4", "1.2.3.4 ", " 1.2.3.4", "1.2.3.4:80",
                     "[2001:db8::1]", "[2001:db8::1]:443", "2001:db8::1%eth0", "2001:db8:::1", "1::2::3",
-                    "g::1", "unknown", "localhost", "1.2.3.4/32", "١.٢.٣.٤",
+                    "g::1", "unknown", "localhost", "1.2.3.4/32", "١.٢.٣.٤", "1.2.3.4\u{0}", "1.2.3.4\u{0}junk",
                     String(repeating: "1", count: 46), String(repeating: "0:", count: 30) + "1"] {
             #expect(IPAddress(bad) == nil, "\(bad)")
         }
@@ -153,6 +153,7 @@ import Testing
     @Test func aMalformedHeaderIsNotBelieved() {
         for header in ["", " ", ",", " , ,", "garbage", "203.0.113.5, garbage", "203.0.113.5:8080",
                        "[2001:db8::1]", "2001:db8::1%eth0", "unknown", "203.0.113.5 198.51.100.1", "\u{0}",
+                       "203.0.113.5\u{0}junk",
                        "203.0.113.5, " + String(repeating: "9", count: 100_000)] {
             #expect(client(header) == ("127.0.0.1", false), "\(header.prefix(40))")
         }

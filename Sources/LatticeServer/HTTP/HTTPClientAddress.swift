@@ -27,9 +27,10 @@ struct IPAddress: Sendable, Hashable {
     }
 
     /// A dotted IPv4 address (`192.0.2.1`) or an IPv6 address (`2001:db8::1`, `::ffff:192.0.2.1`), as
-    /// `inet_pton` reads them: no brackets, port, zone (`%eth0`) or surrounding spaces. Nil otherwise.
+    /// `inet_pton` reads them: no brackets, port, zone (`%eth0`), surrounding spaces or NUL (which would
+    /// end the C string early). Nil otherwise.
     init?<Text: StringProtocol>(_ text: Text) {
-        guard !text.isEmpty, text.utf8.count <= Self.maximumTextLength else { return nil }
+        guard !text.isEmpty, text.utf8.count <= Self.maximumTextLength, !text.utf8.contains(0) else { return nil }
         let string = String(text)
         var v4 = in_addr()
         if inet_pton(AF_INET, string, &v4) == 1 {
