@@ -1,3 +1,4 @@
+import LatticeCore
 import Testing
 
 @testable import LatticeServer
@@ -176,5 +177,37 @@ import Testing
         // A huge header of trusted hops stops at the bound.
         let trustedFlood = Array(repeating: "10.0.0.1", count: 100_000).joined(separator: ",")
         #expect(client(trustedFlood) == ("127.0.0.1", false))
+    }
+
+    // MARK: The service's per-address limits
+
+    @Test func signUpsBadTokensAndDeviceSignInsCountAnIPv6Slash64AsOneAddress() throws {
+        let h = try ServiceHarness { configuration in
+            configuration.signUpsPerAddress = 1
+            configuration.signUpsGlobal = nil
+            configuration.failedAuthenticationLimit = .init(requestsPerSecond: 0.001, burst: 1)
+            configuration.deviceAuthorizationsPerAddress = 1
+        }
+        let service = h.service
+        let home = "2001:db8:1:2::10", sameHome = "2001:db8:1:2:abcd::99", neighbour = "2001:db8:1:3::10"
+        #expect(AbuseLimitTests.signUp(service, "first", from: home).status == 200)
+        let again = AbuseLimitTests.signUp(service, "second", from: sameHome)
+        #expect(again.code == "THROTTLED", "\(again.json.serialized())")
+        #expect(again["reason"]?.stringValue?.contains("from this address") == true)
+        #expect(AbuseLimitTests.signUp(service, "third", from: neighbour).status == 200)
+        // IPv4, written plainly or IPv4-mapped, is one address.
+        #expect(AbuseLimitTests.signUp(service, "fourth", from: "192.0.2.1").status == 200)
+        #expect(AbuseLimitTests.signUp(service, "fifth", from: "::ffff:192.0.2.1").code == "THROTTLED")
+
+        // One bad token from the /64 uses its bucket; the next, from another address of it, is throttled.
+        let bad = "lt_" + String(repeating: "0", count: 64)
+        #expect(AbuseLimitTests.send(service, AbuseLimitTests.currentUser, token: bad, from: home).status == 401)
+        #expect(AbuseLimitTests.send(service, AbuseLimitTests.currentUser, token: bad, from: sameHome).code == "THROTTLED")
+        #expect(AbuseLimitTests.send(service, AbuseLimitTests.currentUser, token: bad, from: neighbour).status == 401)
+
+        // Device sign-ins waiting per address.
+        #expect(AbuseLimitTests.send(service, "/auth/device/start", from: home).status == 200)
+        #expect(AbuseLimitTests.send(service, "/auth/device/start", from: sameHome).code == "THROTTLED")
+        #expect(AbuseLimitTests.send(service, "/auth/device/start", from: neighbour).status == 200)
     }
 }
