@@ -88,7 +88,7 @@ import Testing
         for _ in 0..<5 { _ = Self.exchange(h, Self.wrongSecret, from: guesser) }
         // With the storage closed, a request that reached it would fail as TRY_AGAIN_LATER or an internal error;
         // the throttled address is answered THROTTLED, so nothing was asked of the database.
-        try h.service.storage.close()
+        h.service.storage.close()
         #expect(Self.exchange(h, Self.wrongSecret, from: guesser).code == "THROTTLED")
         #expect(Self.send(h, "POST", "/auth/device/token",
                           .object(["deviceCode": .string("ld_" + String(repeating: "b", count: 64))]), from: guesser).code
