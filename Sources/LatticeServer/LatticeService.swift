@@ -118,8 +118,10 @@ public final class LatticeService: HTTPHandler, Sendable {
     public static let purgeRunBudgetMilliseconds: Int64 = 20_000
     /// The pause between two batches, so that requests waiting for the writer get it in between.
     static let purgePauseMilliseconds = 5
-    /// Batches in a row that may remove nothing (rows a request held, on PostgreSQL) before the run stops.
-    static let purgeIdleBatches = 3
+    /// Batches in a row that may remove nothing (all that is left is under rows requests held, on
+    /// PostgreSQL) before the run stops; after such a batch the pause is `purgeIdlePauseMilliseconds`.
+    static let purgeIdleBatches = 10
+    static let purgeIdlePauseMilliseconds = 100
 
     /// The purge, in batches (`purgeBatchRows` rows each, `StorageTransaction.purge`), each one write with a
     /// deadline (`purgeBatchDeadlineMilliseconds`), so that a large backlog never holds SQLite's one writer
@@ -184,7 +186,7 @@ public final class LatticeService: HTTPHandler, Sendable {
                 return stop("\(idle) batches in a row found only rows held by requests, stopped")
             }
             if budget.hasPassed { return stop("the run's budget of \(budgetMilliseconds) ms passed") }
-            usleep(UInt32(Self.purgePauseMilliseconds * 1_000))
+            usleep(UInt32((idle > 0 ? Self.purgeIdlePauseMilliseconds : Self.purgePauseMilliseconds) * 1_000))
         }
     }
 

@@ -1051,6 +1051,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     /// a request behind it nor deadlock with one: it locks the databases, then the zones, of its candidates
     /// (the lock order of every write, Docs/Architecture.md) with `SKIP LOCKED`, removes only the rows under
     /// rows it got, and reports `complete == false` for the ones it skipped (a later batch or run takes them).
+    /// Tombstones of a busy zone are passed over for those of other zones in the same batch.
     /// Candidates are read through the purge's indexes (tombstones by age, deleted zones by id, operations by age).
     func purge(before horizonMs: Int64, operationsBeforeMs: Int64, limit: Int) throws -> PurgeReport {
         guard limit > 0 else { throw StorageError.failure("a purge batch limit of \(limit): at least 1") }
@@ -1066,36 +1067,51 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
         var skipped = false
         // Tombstones, oldest first: deleted under the zones locked, then each zone's purged position rises to
         // the newest one it lost and its database gets their bytes back.
-        let tombstones = try rows("""
-            SELECT r.zone_id, r.name, z.database_id FROM records r JOIN zones z ON z.id = r.zone_id
-            WHERE r.deleted = 1 AND r.modified_ms < $1 ORDER BY r.modified_ms LIMIT $2
-            """, [.integer(horizonMs), .integer(Int64(remaining))])
-        if !tombstones.isEmpty {
+        // Zones whose database or zone row a request held: passed over by the next round of candidates, so a
+        // busy zone does not keep the rest waiting (at most `tombstoneRounds` rounds of candidates a batch).
+        var busyZones: Set<Int64> = []
+        let tombstoneRounds = 4
+        for _ in 0..<tombstoneRounds where remaining > 0 {
+            let asked = remaining
+            let tombstones = try rows("""
+                SELECT r.zone_id, r.name, z.database_id FROM records r JOIN zones z ON z.id = r.zone_id
+                WHERE r.deleted = 1 AND r.modified_ms < $1 AND r.zone_id <> ALL($3::int8[])
+                ORDER BY r.modified_ms LIMIT $2
+                """, [.integer(horizonMs), .integer(Int64(asked)), .integers(busyZones.sorted())])
             let databases = try lockWithoutWaiting("databases", Set(tombstones.map { $0[2].integer }))
             let zones = try lockWithoutWaiting("zones", Set(tombstones.filter { databases.contains($0[2].integer) }
                 .map { $0[0].integer }))
             let chosen = tombstones.filter { zones.contains($0[0].integer) }
-            skipped = chosen.count < tombstones.count
-            if !chosen.isEmpty {
-                let databaseOfZone = Dictionary(chosen.map { ($0[0].integer, $0[2].integer) }, uniquingKeysWith: { a, _ in a })
-                let purgedByZone = try rows("""
-                    WITH gone AS (
-                        DELETE FROM records r USING unnest($1::int8[], $2::text[]) AS c(zone_id, name)
-                        WHERE r.zone_id = c.zone_id AND r.name = c.name AND r.deleted = 1 AND r.modified_ms < $3
-                        RETURNING r.zone_id, r.seq, octet_length(r.frame) AS bytes)
-                    SELECT zone_id, MAX(seq), COUNT(*), SUM(bytes)::bigint FROM gone GROUP BY zone_id ORDER BY zone_id
-                    """, [.integers(chosen.map { $0[0].integer }), .texts(chosen.map { $0[1].text }), .integer(horizonMs)])
-                for row in purgedByZone {
-                    let zoneID = row[0].integer
-                    try run("UPDATE zones SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
-                            [.integer(row[1].integer), .integer(zoneID)])
-                    try run("UPDATE databases SET bytes_used = bytes_used - $1 WHERE id = $2",
-                            [.integer(row[3].integer), .integer(databaseOfZone[zoneID] ?? 0)])
-                    report.tombstones += Int(row[2].integer)
-                }
+            let passedOver = tombstones.map { $0[0].integer }.filter { !zones.contains($0) }
+            busyZones.formUnion(passedOver)
+            if !passedOver.isEmpty { skipped = true }
+            // One DELETE per zone, by its primary key and an array of names: a plan that never depends on
+            // the table's statistics (a join with the candidates, planned from stale ones, scanned every record
+            // once per candidate).
+            var namesByZone: [Int64: (databaseID: Int64, names: [String?])] = [:]
+            for row in chosen {
+                namesByZone[row[0].integer, default: (databaseID: row[2].integer, names: [])].names.append(row[1].text)
             }
-            remaining -= tombstones.count
+            for (zoneID, zone) in namesByZone.sorted(by: { $0.key < $1.key }) {
+                guard let purged = try rows("""
+                    WITH gone AS (
+                        DELETE FROM records WHERE zone_id = $1 AND name = ANY($2::text[]) AND deleted = 1
+                        AND modified_ms < $3 RETURNING seq, octet_length(frame) AS bytes)
+                    SELECT COUNT(*), COALESCE(MAX(seq), 0), COALESCE(SUM(bytes), 0)::bigint FROM gone
+                    """, [.integer(zoneID), .texts(zone.names), .integer(horizonMs)]).first, purged[0].integer > 0 else {
+                    continue
+                }
+                try run("UPDATE zones SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
+                        [.integer(purged[1].integer), .integer(zoneID)])
+                try run("UPDATE databases SET bytes_used = bytes_used - $1 WHERE id = $2",
+                        [.integer(purged[2].integer), .integer(zone.databaseID)])
+                report.tombstones += Int(purged[0].integer)
+                remaining -= Int(purged[0].integer)
+            }
+            // Fewer candidates than asked for, none passed over: no expired tombstone is left.
+            if passedOver.isEmpty && tombstones.count < asked { break }
         }
+        if !busyZones.isEmpty { skipped = true }
         // Deleted zones, by id: StorageRules decides which go (pages of `limit` candidates, past the kept
         // ones); each database's purged position rises to the newest position of a zone it forgot.
         var after: Int64 = 0
