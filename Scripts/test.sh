@@ -48,7 +48,7 @@ phase "the suite on SQLite"
 # AuthorizationMatrixTests holds the sharing matrices (participant limits, links and the accept flow,
 # revocation, moves, smuggling) as extensions.
 postgres_suites='LatticeServerTests\.(RecordsTests|ChangeFeedTests|DeltaFeedTests|RequestBoundsTests|ReplayCacheTests'
-postgres_suites+='|SharingFlowTests|AuthorizationMatrixTests|CrashRecoveryTests|EndToEndSyncTests)/'
+postgres_suites+='|SharingFlowTests|AuthorizationMatrixTests|CrashRecoveryTests|EndToEndSyncTests|AbuseLimitTests)/'
 postgres_suites+='|LatticeSyncTests\.(SyncEngineTests|SyncEngineDeltaTests)/'
 LATTICE_TEST_BACKEND=postgres LATTICE_ATTACK_SUITE=skip swift test --skip-build --filter "$postgres_suites"
 phase "the correctness suites on PostgreSQL"

@@ -52,9 +52,11 @@ let serveUsage = """
                                  they get THROTTLED instead of 401 (default 20; 0: off)
       --token-lifetime SECONDS   the longest a bearer token lives; tokens asking for more or for no
                                  expiry get this one (default: tokens live until revoked)
-      --disk-budget BYTES        server-wide budget for the database file plus WAL (suffix K, M, G or T
-                                 allowed); over it, writes that add data get QUOTA_EXCEEDED while reads
-                                 and deletions work (default: none)
+      --disk-budget BYTES        server-wide budget for the data on disk (suffix K, M, G or T allowed):
+                                 SQLite's database file plus WAL, or PostgreSQL's pg_database_size (no
+                                 WAL, no other database), measured at most once a second per node; over
+                                 it, writes that add data get QUOTA_EXCEEDED while reads and deletions
+                                 work (default: none)
       --client-operations-per-user N
                                  clientOperationIDs remembered per user for retries; the oldest is
                                  forgotten first (default 1000)

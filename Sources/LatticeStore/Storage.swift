@@ -38,8 +38,9 @@ import Glibc
 /// ## Tombstones
 ///
 /// A deleted record stays as a tombstone (`deleted == true`, its frame holds the deletion stamp) until
-/// `purge(before:)` removes tombstones older than the horizon and raises the zone's `purgedSeq`; a
-/// cursor below `purgedSeq` has missed a deletion and must start over (`CHANGE_TOKEN_EXPIRED`).
+/// `purge(before:operationsBeforeMs:limit:)` removes tombstones older than the horizon, a bounded batch at a
+/// time, and raises the zone's `purgedSeq`; a cursor below `purgedSeq` has missed a deletion and must start
+/// over (`CHANGE_TOKEN_EXPIRED`).
 ///
 /// ## Deadlines and lanes
 ///
@@ -61,6 +62,9 @@ public protocol Storage: Sendable {
     /// The bytes the backend occupies on disk now (SQLite: the database file plus its WAL), measured cheaply
     /// (no scan of records), for the server-wide disk budget.
     func sizeOnDisk() throws -> Int64
+    /// `sizeOnDisk`, giving up with `StorageError.deadlineExceeded` at `deadline` (nil: none). Default: the
+    /// plain `sizeOnDisk` (a backend whose measurement cannot stall, such as SQLite's `stat`).
+    func sizeOnDisk(deadline: RequestDeadline?) throws -> Int64
     /// Delivers what other processes' commits changed (StorageNodes.swift) to `handler`, on a thread of the
     /// backend's, until `close`. A backend that serves one process never calls it (the default).
     func observeChanges(_ handler: @escaping @Sendable (StorageChange) -> Void) throws
@@ -87,6 +91,10 @@ extension Storage {
     /// One write transaction with no deadline.
     public func write<T>(_ body: (any StorageTransaction) throws -> T) throws -> T {
         try write(deadline: nil, body)
+    }
+
+    public func sizeOnDisk(deadline: RequestDeadline?) throws -> Int64 {
+        try sizeOnDisk()
     }
 }
 
@@ -342,10 +350,16 @@ public protocol StorageTransaction {
     func rowCount(table: String) throws -> Int
 
     // MARK: Maintenance
-    /// Removes tombstones and deleted zones last changed before `horizonMs` (keeping the zones
-    /// `StorageRules.purgesDeletedZone` keeps), and remembered client operations saved before
-    /// `operationsBeforeMs`. Raises each zone's and database's `purgedSeq` to the newest position it removed.
-    func purge(before horizonMs: Int64, operationsBeforeMs: Int64) throws -> PurgeReport
+    /// One batch of the purge: removes at most `limit` rows in all (at least 1), first tombstones (oldest
+    /// first), then deleted zones (by id), then remembered client operations: tombstones and deleted zones
+    /// last changed before `horizonMs` (keeping the zones `StorageRules.purgesDeletedZone` keeps), and
+    /// operations saved before `operationsBeforeMs`. Raises each zone's and database's `purgedSeq` to the
+    /// newest position it removed and gives back what the removed rows were charged. The report's `complete`
+    /// is false when the batch stopped at `limit`, or (a multi-writer backend) left rows it could not lock
+    /// without waiting: the caller runs another batch, each in a write of its own, so no write transaction
+    /// holds the writer for more than `limit` rows however large the backlog (`LatticeService`'s purge).
+    /// - Throws: `StorageError.failure` for a `limit` below 1.
+    func purge(before horizonMs: Int64, operationsBeforeMs: Int64, limit: Int) throws -> PurgeReport
 }
 
 /// The kind of a database, as in CloudKit.
@@ -665,16 +679,29 @@ public struct SignUpWindow: Sendable, Hashable {
     }
 }
 
+/// What a purge removed: one batch (`StorageTransaction.purge`), or a whole run summed over its batches
+/// (`LatticeService.purgeUnlessRunningElsewhere`).
 public struct PurgeReport: Sendable, Hashable {
     public var tombstones: Int
     public var zones: Int
     public var clientOperations: Int
+    /// Whether nothing expired was left: false when a batch stopped at its limit (or left rows it could not
+    /// lock now), and, for a run, when it stopped before its last batch (its time budget, another node,
+    /// a failed batch), so the rest waits for the next run.
+    public var complete: Bool
+    /// The write transactions of a run (one per batch); a backend's single batch leaves it 0.
+    public var batches: Int
 
-    public init(tombstones: Int = 0, zones: Int = 0, clientOperations: Int = 0) {
+    public init(tombstones: Int = 0, zones: Int = 0, clientOperations: Int = 0, complete: Bool = true, batches: Int = 0) {
         self.tombstones = tombstones
         self.zones = zones
         self.clientOperations = clientOperations
+        self.complete = complete
+        self.batches = batches
     }
+
+    /// Rows removed, of every kind.
+    public var removed: Int { tombstones + zones + clientOperations }
 }
 
 /// A storage failure, in terms the service can map without knowing the backend.

@@ -180,6 +180,52 @@ struct PostgresStorageTests {
         }
     }
 
+    @Test func aPurgeBatchSkipsTheRowsOfADatabaseARequestHoldsInsteadOfWaiting() throws {
+        try withDatabase { database in
+            let storage = try PostgresStorage(url: database.url, poolSize: 3)
+            defer { storage.close() }
+            // Ann's and Bob's private databases, each with a zone of 5 tombstones past the horizon (100).
+            let databases: [Int64] = try storage.write { tx throws in
+                try [(1, "ann"), (2, "bob")].map { owner, name in
+                    _ = try tx.insertUser(name: name, recordName: "_" + String(repeating: "0", count: 31) + "\(owner)", nowMs: 1)
+                    let db = try tx.database(DatabaseKey(kind: .private, environment: "production", ownerID: Int64(owner)))
+                    let zone = try tx.createZone(databaseID: db.id, name: "Lists", ownerRecordName: Self.ann, nowMs: 1)
+                    for index in 0..<5 {
+                        _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(recordName: "r\(index)", recordType: "Item",
+                            frame: [1], deleted: true, userRecordName: Self.ann, nowMs: 10))
+                    }
+                    return db.id
+                }
+            }
+            // A request's write holds Ann's database row.
+            let entered = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0), holder = DispatchGroup()
+            holder.enter()
+            Thread.detachNewThread {
+                _ = try? storage.write { tx throws in
+                    _ = try tx.database(id: databases[0])
+                    entered.signal()
+                    _ = release.wait(timeout: .now() + 20)
+                }
+                holder.leave()
+            }
+            #expect(entered.wait(timeout: .now() + 10) == .success)
+            let started = RequestDeadline.nowNanoseconds()
+            let batch = try storage.write(deadline: .after(milliseconds: 5_000)) {
+                try $0.purge(before: 100, operationsBeforeMs: 100, limit: 100)
+            }
+            let elapsedMs = (RequestDeadline.nowNanoseconds() - started) / 1_000_000
+            release.signal()
+            #expect(holder.wait(timeout: .now() + 20) == .success)
+            // Bob's tombstones went at once; Ann's were left, and the batch says it did not finish.
+            #expect(batch == PurgeReport(tombstones: 5, complete: false))
+            #expect(elapsedMs < 2_000, "the batch waited \(elapsedMs) ms for the held row")
+            // Once the row is free the next batch takes the rest.
+            let rest = try storage.write { try $0.purge(before: 100, operationsBeforeMs: 100, limit: 100) }
+            #expect(rest == PurgeReport(tombstones: 5, complete: true))
+            #expect(try storage.read { try $0.rowCount(table: "records") } == 0)
+        }
+    }
+
     @Test func waitingForAConnectionEndsAtTheDeadlineAndTheAuthenticationLaneDoesNotWait() throws {
         try withDatabase { database in
             let storage = try PostgresStorage(url: database.url, poolSize: 1)

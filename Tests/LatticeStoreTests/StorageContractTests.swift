@@ -992,7 +992,7 @@ struct StorageContractTests {
             }
             #expect(try storage.write { try $0.forgetOldestClientOperations(userID: 1, count: 0) } == 0)
             // Purging past the horizon gives the rest back too.
-            let report = try storage.write { try $0.purge(before: 0, operationsBeforeMs: 31) }
+            let report = try storage.write { try $0.purge(before: 0, operationsBeforeMs: 31, limit: 1_000) }
             #expect(report.clientOperations == 2)
             #expect(try storage.read { try $0.database(id: database.id)?.bytesUsed } == 0)
             #expect(try storage.read { try $0.clientOperationCount(userID: 1) } == 0)
@@ -1132,7 +1132,7 @@ struct StorageContractTests {
                 }
                 #expect(throws: StorageError.self) { try tx.recordSignUp(address: "10.0.0.1", nowMs: 1) }
                 #expect(throws: StorageError.self) { _ = try tx.deleteTokens(userID: owner.id) }
-                #expect(throws: StorageError.self) { _ = try tx.purge(before: .max, operationsBeforeMs: .max) }
+                #expect(throws: StorageError.self) { _ = try tx.purge(before: .max, operationsBeforeMs: .max, limit: 1_000) }
             }
             try storage.read { tx throws in
                 #expect(try tx.metadata("k") == nil)
@@ -1184,7 +1184,7 @@ struct StorageContractTests {
             }
             #expect(before.2.bytesUsed == 1 + 3 + 4 + 1 + 2)
 
-            let report = try storage.write { try $0.purge(before: horizon, operationsBeforeMs: 200) }
+            let report = try storage.write { try $0.purge(before: horizon, operationsBeforeMs: 200, limit: 1_000) }
             #expect(report == PurgeReport(tombstones: 2, zones: 1, clientOperations: 1))
             try storage.read { tx throws in
                 // Tombstones last changed before the horizon are gone; the rest stay.
@@ -1211,11 +1211,11 @@ struct StorageContractTests {
             // Purging again finds nothing and lowers no purged position.
             let zoneAfter = try storage.read { try $0.zone(rowID: zone.rowID) }
             let databaseAfter = try storage.read { try $0.database(id: zone.databaseID) }
-            #expect(try storage.write { try $0.purge(before: horizon, operationsBeforeMs: 200) } == PurgeReport())
+            #expect(try storage.write { try $0.purge(before: horizon, operationsBeforeMs: 200, limit: 1_000) } == PurgeReport())
             #expect(try storage.read { try $0.zone(rowID: zone.rowID) } == zoneAfter)
             #expect(try storage.read { try $0.database(id: zone.databaseID) } == databaseAfter)
             // A later horizon takes the rest, and the zone's purged position reaches its newest tombstone.
-            let rest = try storage.write { try $0.purge(before: 1_000, operationsBeforeMs: 1_000) }
+            let rest = try storage.write { try $0.purge(before: 1_000, operationsBeforeMs: 1_000, limit: 1_000) }
             #expect(rest == PurgeReport(tombstones: 2, zones: 1, clientOperations: 1))
             try storage.read { tx throws in
                 #expect(try tx.zone(rowID: zone.rowID)?.purgedSeq == recent.seq)
@@ -1224,6 +1224,105 @@ struct StorageContractTests {
                 #expect(try tx.zone(rowID: shared.rowID) == before.1)
                 #expect(try tx.database(id: zone.databaseID)?.purgedSeq == before.2.lastSeq)
                 #expect(try tx.database(id: zone.databaseID)?.bytesUsed == 1)
+            }
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func purgeInSmallBatchesRemovesExactlyTheExpiredRows(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let horizon: Int64 = 500
+            let limit = 7
+            // 20 expired tombstones in two zones, 4 young ones and 3 live records; 9 deleted zones a share was
+            // made in (more than a batch, with lower ids than the rest), 4 that go and 1 too young; 6 expired
+            // remembered operations (4 charged to the database) and 2 young ones: 30 rows to remove.
+            let operation = ClientOperation(requestHash: [1, 2], status: 200, response: [3, 4, 5])
+            let setup = try storage.write { tx throws in
+                let owner = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1)
+                let first = try makeZone(tx, "First", nowMs: 10)
+                let second = try makeZone(tx, "Second", nowMs: 10)
+                var kept: [StoredZone] = []
+                for index in 0..<9 {
+                    let zone = try makeZone(tx, "Kept\(index)", nowMs: 10)
+                    _ = try tx.insertShare(share(zone, "sh_\(index)", record: "S", ownerID: owner.id))
+                    try tx.deleteZone(rowID: zone.rowID, nowMs: 100)
+                    kept.append(zone)
+                }
+                var gone: [StoredZone] = []
+                for index in 0..<4 {
+                    let zone = try makeZone(tx, "Gone\(index)", nowMs: 10)
+                    _ = try tx.saveRecord(zoneRowID: zone.rowID, write("x", frame: [9], at: 20))
+                    try tx.deleteZone(rowID: zone.rowID, nowMs: 100 + Int64(index))
+                    gone.append(try #require(try tx.zone(rowID: zone.rowID)))
+                }
+                let young = try makeZone(tx, "Young", nowMs: 10)
+                try tx.deleteZone(rowID: young.rowID, nowMs: 600)
+                var live: [StoredRecord] = [], youngTombstones: [StoredRecord] = []
+                var newestExpired: [Int64: Int64] = [:]
+                for index in 0..<20 {
+                    let zone = index % 3 == 0 ? second : first
+                    let record = try tx.saveRecord(zoneRowID: zone.rowID, write("old\(index)", frame: [1, 2], deleted: true,
+                                                                              at: 100 + Int64(index)))
+                    newestExpired[zone.rowID] = max(newestExpired[zone.rowID] ?? 0, record.seq)
+                }
+                for index in 0..<4 {
+                    youngTombstones.append(try tx.saveRecord(zoneRowID: (index % 2 == 0 ? first : second).rowID,
+                                                             write("new\(index)", frame: [7], deleted: true, at: horizon + Int64(index))))
+                }
+                for index in 0..<3 {
+                    live.append(try tx.saveRecord(zoneRowID: first.rowID, write("live\(index)", frame: [5, 5, 5], at: 50)))
+                }
+                for index in 0..<8 {
+                    try tx.saveClientOperation(userID: owner.id, operationID: "op\(index)", operation,
+                                               chargedTo: index % 2 == 0 ? first.databaseID : 0,
+                                               nowMs: index < 6 ? 100 + Int64(index) : horizon + Int64(index))
+                }
+                return (owner, first, second, kept, gone, young, live, youngTombstones, newestExpired)
+            }
+            let (owner, first, second, kept, gone, young, live, youngTombstones, newestExpired) = setup
+            let before = try storage.read { tx throws in
+                (try tx.database(id: first.databaseID)!, try kept.map { try tx.zone(rowID: $0.rowID)! })
+            }
+            let expiredCharges = (0..<6).filter { $0 % 2 == 0 }.map { operation.storedBytes(operationID: "op\($0)") }.reduce(0, +)
+
+            var total = PurgeReport(complete: false)
+            var batches = 0
+            while !total.complete && batches < 30 {
+                let batch = try storage.write { try $0.purge(before: horizon, operationsBeforeMs: horizon, limit: limit) }
+                #expect(batch.removed <= limit, "batch \(batches + 1) removed \(batch.removed) rows over its limit of \(limit)")
+                #expect(batch.complete || batch.removed == limit, "batch \(batches + 1) stopped short: \(batch)")
+                total.tombstones += batch.tombstones
+                total.zones += batch.zones
+                total.clientOperations += batch.clientOperations
+                total.complete = batch.complete
+                batches += 1
+            }
+            #expect(total == PurgeReport(tombstones: 20, zones: 4, clientOperations: 6, complete: true))
+            #expect(batches >= 5, "30 rows in \(batches) batches of at most \(limit)")
+            try storage.read { tx throws in
+                // The expired tombstones are gone, the young ones and the live records stay; each zone's purged
+                // position is its newest expired tombstone's.
+                #expect(try tx.recordChanges(zoneRowID: first.rowID, after: 0, limit: 100)
+                        == [youngTombstones[0], youngTombstones[2]] + live)
+                #expect(try tx.recordChanges(zoneRowID: second.rowID, after: 0, limit: 100)
+                        == [youngTombstones[1], youngTombstones[3]])
+                #expect(try tx.zone(rowID: first.rowID)?.purgedSeq == newestExpired[first.rowID])
+                #expect(try tx.zone(rowID: second.rowID)?.purgedSeq == newestExpired[second.rowID])
+                // Deleted zones a share was made in stay as they were, the young one stays, the rest are gone.
+                #expect(try kept.map { try tx.zone(rowID: $0.rowID) } == before.1)
+                #expect(try tx.zone(rowID: young.rowID)?.deleted == true)
+                for zone in gone { #expect(try tx.zone(rowID: zone.rowID) == nil) }
+                let database = try #require(try tx.database(id: first.databaseID))
+                #expect(database.purgedSeq == gone.map(\.databaseSeq).max())
+                #expect(database.bytesUsed == before.0.bytesUsed - 20 * 2 - expiredCharges)
+                for index in 0..<8 {
+                    #expect((try tx.clientOperation(userID: owner.id, operationID: "op\(index)") == nil) == (index < 6))
+                }
+            }
+            // Another batch finds nothing; a limit below 1 is refused.
+            #expect(try storage.write { try $0.purge(before: horizon, operationsBeforeMs: horizon, limit: limit) } == PurgeReport())
+            #expect(throws: StorageError.self) {
+                _ = try storage.write { try $0.purge(before: horizon, operationsBeforeMs: horizon, limit: 0) }
             }
         }
     }

@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 import LatticeSharing
 import LatticeStore
+import Synchronization
 
 /// A new account and the one copy of its bearer token.
 public struct NewAccount: Sendable {
@@ -254,10 +255,29 @@ extension LatticeService {
 
     // MARK: Disk budget
 
-    /// Refuses a write that adds data when the database is over the server-wide disk budget.
+    /// How long a measured size stands for the disk budget (on the service's clock): re-measured at most this
+    /// often, by one request at a time, so the budget costs no storage call on most writes.
+    static let diskBudgetMeasurementIntervalMilliseconds: Int64 = 1_000
+    /// The deadline of one measurement (on PostgreSQL a read of `pg_database_size`).
+    static let diskBudgetMeasurementDeadlineMilliseconds: Int64 = 1_000
+
+    /// Refuses a write that adds data when the database is over the server-wide disk budget, as measured
+    /// within the last `diskBudgetMeasurementIntervalMilliseconds` (`DiskUsageReading`): a node may let through
+    /// what it admits in that time past the budget. Each node keeps its own reading.
     func checkDiskBudget(_ what: String) throws {
         guard let budget = configuration.diskBudgetBytes else { return }
-        let size = try storage.sizeOnDisk()
+        let size: Int64
+        do {
+            size = try diskUsage.bytes(nowMs: configuration.now(),
+                                       maximumAgeMilliseconds: Self.diskBudgetMeasurementIntervalMilliseconds) {
+                try storage.sizeOnDisk(deadline: .after(milliseconds: Self.diskBudgetMeasurementDeadlineMilliseconds))
+            }
+        } catch {
+            logRefusal("disk budget measurement", "disk budget: the database's size cannot be measured (\(error)); "
+                       + "refusing writes that add data until it can (first refused: \(what)); at most one such line a minute")
+            throw APIError(.tryAgainLater, "the server cannot measure its disk use now; nothing was written; retry later",
+                           retryAfter: 1)
+        }
         guard size >= budget else { return }
         logRefusal("disk budget", "disk budget: the database uses \(size) bytes of \(budget); refusing writes that add "
                    + "data (first refused: \(what)); at most one such line a minute")
@@ -275,6 +295,50 @@ extension LatticeService {
               bytes.allSatisfy({ isAlphanumeric($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") })
         else {
             throw APIError.badRequest("a user name is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        }
+    }
+}
+
+/// The storage's size on disk as last measured, for the disk budget (`LatticeService.checkDiskBudget`),
+/// shared by every request thread of one service.
+///
+/// A reading younger than the maximum age is used as it is; an older one is replaced by the first caller
+/// that finds it stale, while the others go on with the old reading meanwhile, so at most one measurement
+/// runs at a time. A measurement that fails keeps the old reading (and counts as this round's measurement);
+/// with no reading at all the failure is thrown.
+final class DiskUsageReading: Sendable {
+    private struct State {
+        var bytes: Int64?
+        /// When `bytes` was measured or last tried, on the service's clock.
+        var measuredMs: Int64 = 0
+        var measuring = false
+    }
+
+    private let state = Mutex(State())
+
+    /// The size to check the budget against at `nowMs`; `measure` runs when the reading is older than
+    /// `maximumAgeMilliseconds` (or from the future: a clock set back) and nobody else is measuring.
+    func bytes(nowMs: Int64, maximumAgeMilliseconds: Int64, measure: () throws -> Int64) throws -> Int64 {
+        let cached: Int64? = state.withLock { state in
+            if let bytes = state.bytes, state.measuring || (0..<maximumAgeMilliseconds).contains(nowMs - state.measuredMs) {
+                return bytes
+            }
+            state.measuring = true
+            return nil
+        }
+        if let cached { return cached }
+        do {
+            let bytes = try measure()
+            state.withLock { $0 = State(bytes: bytes, measuredMs: nowMs, measuring: false) }
+            return bytes
+        } catch {
+            let previous: Int64? = state.withLock { state in
+                state.measuring = false
+                if state.bytes != nil { state.measuredMs = nowMs }
+                return state.bytes
+            }
+            guard let previous else { throw error }
+            return previous
         }
     }
 }

@@ -120,8 +120,14 @@ public final class PostgresStorage: Storage, Sendable {
     }
 
     /// `pg_database_size(current_database())`: every file of the database, from the catalog (no scan).
+    /// It excludes the WAL (`pg_wal` is the cluster's) and the cluster's other databases.
     public func sizeOnDisk() throws -> Int64 {
-        try read { tx in try (tx as! PostgresTransaction).databaseSize() }
+        try sizeOnDisk(deadline: nil)
+    }
+
+    /// `sizeOnDisk` as a read whose `statement_timeout` (and wait for a connection) ends at `deadline`.
+    public func sizeOnDisk(deadline: RequestDeadline?) throws -> Int64 {
+        try read(deadline: deadline) { tx in try (tx as! PostgresTransaction).databaseSize() }
     }
 
     // MARK: Nodes and processes
@@ -425,6 +431,14 @@ public final class PostgresStorage: Storage, Sendable {
                 created_ms bigint NOT NULL);
             CREATE INDEX device_approval_failures_key ON device_approval_failures(key, created_ms);
             CREATE INDEX device_approval_failures_age ON device_approval_failures(created_ms);
+            """),
+        // The purge's batches (`purge(before:operationsBeforeMs:limit:)`) find their rows through these, so a
+        // batch reads about as many rows as it removes instead of scanning every record or share (the shares
+        // index also serves the foreign-key check of a zone's deletion).
+        PostgresMigrator.Migration("v6: indexes of the purge: tombstones by age, deleted zones, shares by zone", sql: """
+            CREATE INDEX records_tombstones ON records(modified_ms) WHERE deleted = 1;
+            CREATE INDEX zones_deleted ON zones(id) WHERE deleted = 1;
+            CREATE INDEX shares_zone ON shares(zone_id);
             """),
     ])
 

@@ -1047,52 +1047,142 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
         }
     }
 
-    func purge(before horizonMs: Int64, operationsBeforeMs: Int64) throws -> PurgeReport {
+    /// One batch of at most `limit` rows that never waits for a row a request holds, so it can neither stall
+    /// a request behind it nor deadlock with one: it locks the databases, then the zones, of its candidates
+    /// (the lock order of every write, Docs/Architecture.md) with `SKIP LOCKED`, removes only the rows under
+    /// rows it got, and reports `complete == false` for the ones it skipped (a later batch or run takes them).
+    /// Tombstones of a busy zone are passed over for those of other zones in the same batch.
+    /// Candidates are read through the purge's indexes (tombstones by age, deleted zones by id, operations by age).
+    func purge(before horizonMs: Int64, operationsBeforeMs: Int64, limit: Int) throws -> PurgeReport {
+        guard limit > 0 else { throw StorageError.failure("a purge batch limit of \(limit): at least 1") }
+        // Refused even when there is nothing to remove (and so no statement would be).
+        guard !isReadOnly else { throw StorageError.failure("a purge in a read transaction") }
         var report = PurgeReport()
         recordCache.removeAll()
         lockedDatabases.removeAll()
         zoneRows.removeAll()
         sharesCache.removeAll()
         clientOperationCounts.removeAll()
-        // Tombstones: delete them, then raise each zone's purged position to the newest one it lost.
-        let purgedByZone = try rows("""
-            WITH gone AS (DELETE FROM records WHERE deleted = 1 AND modified_ms < $1
-                          RETURNING zone_id, seq, octet_length(frame) AS bytes)
-            SELECT zone_id, MAX(seq), COUNT(*), SUM(bytes)::bigint FROM gone GROUP BY zone_id ORDER BY zone_id
-            """, [.integer(horizonMs)])
-        for row in purgedByZone {
-            let zoneID = row[0].integer
-            try run("UPDATE zones SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
-                    [.integer(row[1].integer), .integer(zoneID)])
-            try run("UPDATE databases SET bytes_used = bytes_used - $1 WHERE id = (SELECT database_id FROM zones WHERE id = $2)",
-                    [.integer(row[3].integer), .integer(zoneID)])
-            report.tombstones += Int(row[2].integer)
-        }
-        // Deleted zones: StorageRules decides which go; each database's purged position rises to the
-        // newest position of a zone it forgot.
-        let candidates = try rows("SELECT \(Self.zoneColumns), EXISTS(SELECT 1 FROM shares WHERE zone_id = zones.id) "
-                                  + "FROM zones WHERE deleted = 1 AND modified_ms < $1 ORDER BY id", [.integer(horizonMs)])
-            .map { DeletedZone(zone: zone(Array($0[0..<10])), hasShares: $0[10].integer != 0) }
-        for candidate in candidates where StorageRules.purgesDeletedZone(candidate) {
-            guard try run("DELETE FROM zones WHERE id = $1 AND deleted = 1", [.integer(candidate.zone.rowID)]) > 0 else {
-                continue
+        var remaining = limit
+        var skipped = false
+        // Tombstones, oldest first: deleted under the zones locked, then each zone's purged position rises to
+        // the newest one it lost and its database gets their bytes back.
+        // Zones whose database or zone row a request held: passed over by the next round of candidates, so a
+        // busy zone does not keep the rest waiting (at most `tombstoneRounds` rounds of candidates a batch).
+        var busyZones: Set<Int64> = []
+        let tombstoneRounds = 4
+        for _ in 0..<tombstoneRounds where remaining > 0 {
+            let asked = remaining
+            let tombstones = try rows("""
+                SELECT r.zone_id, r.name, z.database_id FROM records r JOIN zones z ON z.id = r.zone_id
+                WHERE r.deleted = 1 AND r.modified_ms < $1 AND r.zone_id <> ALL($3::int8[])
+                ORDER BY r.modified_ms LIMIT $2
+                """, [.integer(horizonMs), .integer(Int64(asked)), .integers(busyZones.sorted())])
+            let databases = try lockWithoutWaiting("databases", Set(tombstones.map { $0[2].integer }))
+            let zones = try lockWithoutWaiting("zones", Set(tombstones.filter { databases.contains($0[2].integer) }
+                .map { $0[0].integer }))
+            let chosen = tombstones.filter { zones.contains($0[0].integer) }
+            let passedOver = tombstones.map { $0[0].integer }.filter { !zones.contains($0) }
+            busyZones.formUnion(passedOver)
+            if !passedOver.isEmpty { skipped = true }
+            // One DELETE per zone, by its primary key and an array of names: a plan that never depends on
+            // the table's statistics (a join with the candidates, planned from stale ones, scanned every record
+            // once per candidate).
+            var namesByZone: [Int64: (databaseID: Int64, names: [String?])] = [:]
+            for row in chosen {
+                namesByZone[row[0].integer, default: (databaseID: row[2].integer, names: [])].names.append(row[1].text)
             }
-            try run("UPDATE databases SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
-                    [.integer(candidate.zone.databaseSeq), .integer(candidate.zone.databaseID)])
-            report.zones += 1
+            for (zoneID, zone) in namesByZone.sorted(by: { $0.key < $1.key }) {
+                guard let purged = try rows("""
+                    WITH gone AS (
+                        DELETE FROM records WHERE zone_id = $1 AND name = ANY($2::text[]) AND deleted = 1
+                        AND modified_ms < $3 RETURNING seq, octet_length(frame) AS bytes)
+                    SELECT COUNT(*), COALESCE(MAX(seq), 0), COALESCE(SUM(bytes), 0)::bigint FROM gone
+                    """, [.integer(zoneID), .texts(zone.names), .integer(horizonMs)]).first, purged[0].integer > 0 else {
+                    continue
+                }
+                try run("UPDATE zones SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
+                        [.integer(purged[1].integer), .integer(zoneID)])
+                try run("UPDATE databases SET bytes_used = bytes_used - $1 WHERE id = $2",
+                        [.integer(purged[2].integer), .integer(zone.databaseID)])
+                report.tombstones += Int(purged[0].integer)
+                remaining -= Int(purged[0].integer)
+            }
+            // Fewer candidates than asked for, none passed over: no expired tombstone is left.
+            if passedOver.isEmpty && tombstones.count < asked { break }
         }
-        // Remembered operations give back what they were charged.
-        let operations = try rows("""
-            WITH gone AS (DELETE FROM client_operations WHERE created_ms < $1 RETURNING database_id, charged_bytes),
-            charges AS (
-                UPDATE databases d SET bytes_used = d.bytes_used - g.total
-                FROM (SELECT database_id, SUM(charged_bytes)::bigint AS total FROM gone WHERE database_id <> 0
-                      GROUP BY database_id) g
-                WHERE d.id = g.database_id)
-            SELECT COUNT(*) FROM gone
-            """, [.integer(operationsBeforeMs)])
-        report.clientOperations = Int(operations.first?[0].integer ?? 0)
+        if !busyZones.isEmpty { skipped = true }
+        // Deleted zones, by id: StorageRules decides which go (pages of `limit` candidates, past the kept
+        // ones); each database's purged position rises to the newest position of a zone it forgot.
+        var after: Int64 = 0
+        zones: while remaining > 0 {
+            let page = try rows("SELECT \(Self.zoneColumns), EXISTS(SELECT 1 FROM shares WHERE zone_id = zones.id) "
+                                + "FROM zones WHERE deleted = 1 AND modified_ms < $1 AND id > $2 ORDER BY id LIMIT $3",
+                                [.integer(horizonMs), .integer(after), .integer(Int64(limit))])
+                .map { DeletedZone(zone: zone(Array($0[0..<10])), hasShares: $0[10].integer != 0) }
+            let candidates = page.filter(StorageRules.purgesDeletedZone).prefix(remaining)
+            let databases = try lockWithoutWaiting("databases", Set(candidates.map(\.zone.databaseID)))
+            let zones = try lockWithoutWaiting("zones", Set(candidates.filter { databases.contains($0.zone.databaseID) }
+                .map(\.zone.rowID)))
+            for candidate in candidates {
+                remaining -= 1
+                guard zones.contains(candidate.zone.rowID),
+                      try run("DELETE FROM zones WHERE id = $1 AND deleted = 1", [.integer(candidate.zone.rowID)]) > 0 else {
+                    skipped = true
+                    continue
+                }
+                try run("UPDATE databases SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
+                        [.integer(candidate.zone.databaseSeq), .integer(candidate.zone.databaseID)])
+                report.zones += 1
+            }
+            guard page.count == limit, let last = page.last else { break }
+            after = last.zone.rowID
+        }
+        // Remembered operations, oldest first, give back what they were charged (those charged to a database
+        // only once its row is locked).
+        if remaining > 0 {
+            let operations = try rows("SELECT user_id, operation_id, database_id FROM client_operations "
+                                      + "WHERE created_ms < $1 ORDER BY created_ms LIMIT $2",
+                                      [.integer(operationsBeforeMs), .integer(Int64(remaining))])
+            let databases = try lockWithoutWaiting("databases", Set(operations.map { $0[2].integer }.filter { $0 != 0 }))
+            let chosen = operations.filter { $0[2].integer == 0 || databases.contains($0[2].integer) }
+            if chosen.count < operations.count { skipped = true }
+            if !chosen.isEmpty {
+                let removed = try rows("""
+                    WITH picked AS (
+                        SELECT o.user_id, o.operation_id FROM client_operations o
+                        JOIN unnest($1::int8[], $2::text[]) AS c(user_id, operation_id)
+                          ON o.user_id = c.user_id AND o.operation_id = c.operation_id
+                        WHERE o.created_ms < $3 FOR UPDATE OF o SKIP LOCKED),
+                    gone AS (
+                        DELETE FROM client_operations o USING picked p
+                        WHERE o.user_id = p.user_id AND o.operation_id = p.operation_id
+                        RETURNING o.database_id, o.charged_bytes),
+                    charges AS (
+                        UPDATE databases d SET bytes_used = d.bytes_used - g.total
+                        FROM (SELECT database_id, SUM(charged_bytes)::bigint AS total FROM gone WHERE database_id <> 0
+                              GROUP BY database_id) g
+                        WHERE d.id = g.database_id)
+                    SELECT COUNT(*) FROM gone
+                    """, [.integers(chosen.map { $0[0].integer }), .texts(chosen.map { $0[1].text }),
+                          .integer(operationsBeforeMs)])
+                let count = Int(removed.first?[0].integer ?? 0)
+                if count < chosen.count { skipped = true }
+                report.clientOperations = count
+            }
+            remaining -= operations.count
+        }
+        report.complete = remaining > 0 && !skipped
         return report
+    }
+
+    /// Locks those of the rows of `table` (`databases` or `zones`) with the given ids that no other
+    /// transaction holds now, in id order, without waiting; returns the ids it locked.
+    private func lockWithoutWaiting(_ table: String, _ ids: Set<Int64>) throws -> Set<Int64> {
+        guard !ids.isEmpty else { return [] }
+        precondition(table == "databases" || table == "zones")
+        return Set(try rows("SELECT id FROM \(table) WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED",
+                            [.integers(ids.sorted())]).map { $0[0].integer })
     }
 
     // MARK: Device authorizations

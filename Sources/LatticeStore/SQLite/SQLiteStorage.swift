@@ -257,6 +257,13 @@ public final class SQLiteStorage: Storage, Sendable {
             CREATE INDEX device_approval_failures_key ON device_approval_failures(key, created_ms);
             CREATE INDEX device_approval_failures_age ON device_approval_failures(created_ms);
             """),
+        // The purge's batches (`purge(before:operationsBeforeMs:limit:)`) find their rows through these, so a
+        // batch reads about as many rows as it removes instead of scanning every record or share.
+        Migrator.Migration("v6: indexes of the purge: tombstones by age, deleted zones, shares by zone", sql: """
+            CREATE INDEX records_tombstones ON records(modified_ms) WHERE deleted = 1;
+            CREATE INDEX zones_deleted ON zones(id) WHERE deleted = 1;
+            CREATE INDEX shares_zone ON shares(zone_id);
+            """),
     ])
 
     /// The node a SQLite deployment runs as (one process), unless told otherwise.
@@ -926,37 +933,72 @@ struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
         }
     }
 
-    func purge(before horizonMs: Int64, operationsBeforeMs: Int64) throws -> PurgeReport {
+    /// One batch of at most `limit` rows (the one writer holds every lock, so nothing is skipped): each kind is
+    /// read through an index (tombstones by age, deleted zones by id, operations by age), so a batch costs
+    /// about `limit` rows however large the tables.
+    func purge(before horizonMs: Int64, operationsBeforeMs: Int64, limit: Int) throws -> PurgeReport {
+        guard limit > 0 else { throw StorageError.failure("a purge batch limit of \(limit): at least 1") }
+        // Refused even when there is nothing to remove (and so no statement would be).
+        guard !isReadOnly else { throw StorageError.failure("a purge in a read transaction") }
         var report = PurgeReport()
-        // Tombstones: raise each zone's purged position to the newest purged tombstone, then delete them.
-        let purgedByZone = try rows("SELECT zone_id, MAX(seq), COUNT(*), SUM(LENGTH(frame)) FROM records "
-                                    + "WHERE deleted = 1 AND modified_ms < ? GROUP BY zone_id", [.integer(horizonMs)])
-        for row in purgedByZone {
+        var remaining = limit
+        // Tombstones, oldest first: raise each zone's purged position to the newest one removed, give back
+        // their bytes.
+        let tombstones = try rows("SELECT zone_id, name, seq, LENGTH(frame) FROM records "
+                                  + "WHERE deleted = 1 AND modified_ms < ? ORDER BY modified_ms LIMIT ?",
+                                  [.integer(horizonMs), .integer(Int64(remaining))])
+        var byZone: [Int64: (newest: Int64, bytes: Int64)] = [:]
+        for row in tombstones {
             let zoneID = row[0].integer
-            try run("UPDATE zones SET purged_seq = MAX(purged_seq, ?) WHERE id = ?", [.integer(row[1].integer), .integer(zoneID)])
+            try run("DELETE FROM records WHERE zone_id = ? AND name = ?", [.integer(zoneID), row[1]])
+            let held = byZone[zoneID] ?? (newest: 0, bytes: 0)
+            byZone[zoneID] = (newest: max(held.newest, row[2].integer), bytes: held.bytes + row[3].integer)
+        }
+        for (zoneID, purged) in byZone.sorted(by: { $0.key < $1.key }) {
+            try run("UPDATE zones SET purged_seq = MAX(purged_seq, ?) WHERE id = ?", [.integer(purged.newest), .integer(zoneID)])
             try run("UPDATE databases SET bytes_used = bytes_used - ? WHERE id = (SELECT database_id FROM zones WHERE id = ?)",
-                    [.integer(row[3].integer), .integer(zoneID)])
-            report.tombstones += Int(row[2].integer)
+                    [.integer(purged.bytes), .integer(zoneID)])
         }
-        try run("DELETE FROM records WHERE deleted = 1 AND modified_ms < ?", [.integer(horizonMs)])
-        // Deleted zones: StorageRules decides which go; each database's purged position rises to the
-        // newest position of a zone it forgot.
-        let candidates = try rows("SELECT \(Self.zoneColumns), EXISTS(SELECT 1 FROM shares WHERE zone_id = zones.id) "
-                                  + "FROM zones WHERE deleted = 1 AND modified_ms < ? ORDER BY id", [.integer(horizonMs)])
-            .map { DeletedZone(zone: zone(Array($0[0..<10])), hasShares: $0[10].integer != 0) }
-        for candidate in candidates where StorageRules.purgesDeletedZone(candidate) {
-            try run("DELETE FROM zones WHERE id = ? AND deleted = 1", [.integer(candidate.zone.rowID)])
-            try run("UPDATE databases SET purged_seq = MAX(purged_seq, ?) WHERE id = ?",
-                    [.integer(candidate.zone.databaseSeq), .integer(candidate.zone.databaseID)])
-            report.zones += 1
+        report.tombstones = tombstones.count
+        remaining -= tombstones.count
+        // Deleted zones, by id: StorageRules decides which go (pages of `limit` candidates, past the kept
+        // ones); each database's purged position rises to the newest position of a zone it forgot.
+        var after: Int64 = 0
+        zones: while remaining > 0 {
+            let page = try rows("SELECT \(Self.zoneColumns), EXISTS(SELECT 1 FROM shares WHERE zone_id = zones.id) "
+                                + "FROM zones WHERE deleted = 1 AND modified_ms < ? AND id > ? ORDER BY id LIMIT ?",
+                                [.integer(horizonMs), .integer(after), .integer(Int64(limit))])
+                .map { DeletedZone(zone: zone(Array($0[0..<10])), hasShares: $0[10].integer != 0) }
+            for candidate in page {
+                after = candidate.zone.rowID
+                guard StorageRules.purgesDeletedZone(candidate) else { continue }
+                try run("DELETE FROM zones WHERE id = ? AND deleted = 1", [.integer(candidate.zone.rowID)])
+                try run("UPDATE databases SET purged_seq = MAX(purged_seq, ?) WHERE id = ?",
+                        [.integer(candidate.zone.databaseSeq), .integer(candidate.zone.databaseID)])
+                report.zones += 1
+                remaining -= 1
+                if remaining == 0 { break zones }
+            }
+            if page.count < limit { break }
         }
-        // Remembered operations give back what they were charged.
-        for row in try rows("SELECT database_id, SUM(charged_bytes) FROM client_operations WHERE created_ms < ? "
-                            + "AND database_id != 0 GROUP BY database_id", [.integer(operationsBeforeMs)]) {
-            try run("UPDATE databases SET bytes_used = bytes_used - ? WHERE id = ?", [row[1], row[0]])
+        // Remembered operations, oldest first, give back what they were charged.
+        if remaining > 0 {
+            let operations = try rows("SELECT user_id, operation_id, database_id, charged_bytes FROM client_operations "
+                                      + "WHERE created_ms < ? ORDER BY created_ms LIMIT ?",
+                                      [.integer(operationsBeforeMs), .integer(Int64(remaining))])
+            var charges: [Int64: Int64] = [:]
+            for row in operations {
+                try run("DELETE FROM client_operations WHERE user_id = ? AND operation_id = ?", [row[0], row[1]])
+                if row[2].integer != 0 { charges[row[2].integer, default: 0] += row[3].integer }
+            }
+            for (databaseID, bytes) in charges.sorted(by: { $0.key < $1.key }) {
+                try run("UPDATE databases SET bytes_used = bytes_used - ? WHERE id = ?", [.integer(bytes), .integer(databaseID)])
+            }
+            report.clientOperations = operations.count
+            remaining -= operations.count
         }
-        report.clientOperations = try run("DELETE FROM client_operations WHERE created_ms < ?",
-                                          [.integer(operationsBeforeMs)])
+        // Stopped at the limit: there may be more (the next batch finds out).
+        report.complete = remaining > 0
         return report
     }
 }
