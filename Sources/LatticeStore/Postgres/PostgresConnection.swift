@@ -114,7 +114,11 @@ final class PostgresConnection {
     deinit { PQfinish(handle) }
 
     /// Whether the connection is still good (not lost to a server shutdown or a network failure).
-    var isUsable: Bool { PQstatus(handle) == CONNECTION_OK }
+    /// Set when a failure left the connection in a state libpq has not judged yet (`pipeline`): it is then
+    /// not used again, whatever `PQstatus` says.
+    private var abandoned = false
+
+    var isUsable: Bool { !abandoned && PQstatus(handle) == CONNECTION_OK }
 
     /// Whether a transaction is open on the connection (in progress or failed).
     var isInTransaction: Bool {
@@ -313,7 +317,12 @@ final class PostgresConnection {
         if PQexitPipelineMode(handle) != 1, failure == nil {
             failure = (statements.count - 1, PostgresError(result: nil, connection: handle, context: context))
         }
-        if let found = failure, !found.error.isConnectionLoss, !isUsable {
+        // A failure without a SQLSTATE is libpq's own (no result to read, the pipeline not left: say, the
+        // server's FATAL "terminating connection due to administrator command" arriving before libpq has
+        // marked the connection bad): the connection's state is unknown, so it counts as lost, and a
+        // COMMIT in it as one that may or may not have happened.
+        if let found = failure, !found.error.isConnectionLoss, !isUsable || found.error.sqlState.isEmpty {
+            abandoned = true
             return (found.index, PostgresError(sqlState: "", message: found.error.message, context: context,
                                                connectionLost: true))
         }

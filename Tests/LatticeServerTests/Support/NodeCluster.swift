@@ -54,10 +54,14 @@ final class NodeCluster {
         nodes[index] = nil
     }
 
-    /// The stderr of every node so far (for failure messages), last `limit` bytes of each.
+    /// The stderr of every node so far (for failure messages): its lines other than the access log (the
+    /// server's own messages, such as an internal error's cause), then the last `limit` bytes.
     func logs(limit: Int = 1500) -> String {
-        nodes.enumerated().map { "n\($0.offset): " + String(($0.element?.standardError ?? "").suffix(limit)) }
-            .joined(separator: "\n")
+        nodes.enumerated().map { index, node in
+            let text = node?.standardError ?? ""
+            let messages = text.split(separator: "\n").filter { !$0.contains(" 127.0.0.1 ") }.suffix(40)
+            return "n\(index): messages:\n" + messages.joined(separator: "\n") + "\nn\(index) tail: " + String(text.suffix(limit))
+        }.joined(separator: "\n")
     }
 
     /// Runs `lattice admin ARGUMENTS --database URL`; returns its outcome.
