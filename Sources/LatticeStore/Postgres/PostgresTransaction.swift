@@ -888,6 +888,18 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
         return Int(try rows("SELECT COUNT(*) FROM client_operations WHERE user_id = $1", [.integer(userID)]).first?[0].integer ?? 0)
     }
 
+    /// The end of a statement whose CTE `gone` deleted client operations (`RETURNING database_id,
+    /// charged_bytes`): each database gets its operations' quota charges back, and the statement answers how
+    /// many went. (Operations charged nowhere carry database id 0, which no database has.)
+    private static let refundAndCountGoneOperations = """
+        charges AS (
+            UPDATE databases d SET bytes_used = d.bytes_used - g.total
+            FROM (SELECT database_id, SUM(charged_bytes)::bigint AS total FROM gone WHERE database_id <> 0
+                  AND charged_bytes <> 0 GROUP BY database_id) g
+            WHERE d.id = g.database_id)
+        SELECT COUNT(*) FROM gone
+        """
+
     func forgetOldestClientOperations(userID: Int64, count: Int) throws -> Int {
         guard count > 0 else { return 0 }
         lockedDatabases.removeAll()
@@ -898,12 +910,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
                     SELECT operation_id FROM client_operations WHERE user_id = $1
                     ORDER BY created_ms, operation_id LIMIT $2 FOR UPDATE)
                 RETURNING database_id, charged_bytes),
-            charges AS (
-                UPDATE databases d SET bytes_used = d.bytes_used - g.total
-                FROM (SELECT database_id, SUM(charged_bytes)::bigint AS total FROM gone WHERE charged_bytes <> 0
-                      GROUP BY database_id) g
-                WHERE d.id = g.database_id)
-            SELECT COUNT(*) FROM gone
+            \(Self.refundAndCountGoneOperations)
             """, [.integer(userID), .integer(Int64(count))])
         return Int(rows.first?[0].integer ?? 0)
     }
@@ -1158,12 +1165,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
                         DELETE FROM client_operations o USING picked p
                         WHERE o.user_id = p.user_id AND o.operation_id = p.operation_id
                         RETURNING o.database_id, o.charged_bytes),
-                    charges AS (
-                        UPDATE databases d SET bytes_used = d.bytes_used - g.total
-                        FROM (SELECT database_id, SUM(charged_bytes)::bigint AS total FROM gone WHERE database_id <> 0
-                              GROUP BY database_id) g
-                        WHERE d.id = g.database_id)
-                    SELECT COUNT(*) FROM gone
+                    \(Self.refundAndCountGoneOperations)
                     """, [.integers(chosen.map { $0[0].integer }), .texts(chosen.map { $0[1].text }),
                           .integer(operationsBeforeMs)])
                 let count = Int(removed.first?[0].integer ?? 0)
