@@ -136,12 +136,17 @@ private struct JSONParser {
     func error(_ message: String) -> JSONError { JSONError(message: message, offset: index) }
 
     mutating func skipWhitespace() {
-        while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            default: return
+            }
+        }
     }
 
     mutating func literal(_ word: String, _ value: JSON) throws(JSONError) -> JSON {
-        let utf8 = Array(word.utf8)
-        guard index + utf8.count <= bytes.count, Array(bytes[index..<index + utf8.count]) == utf8 else {
+        let utf8 = word.utf8
+        guard index + utf8.count <= bytes.count, bytes[index..<index + utf8.count].elementsEqual(utf8) else {
             throw error("unexpected character")
         }
         index += utf8.count
@@ -173,12 +178,13 @@ private struct JSONParser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a string key") }
             let keyStart = index
             let key = try string()
-            if object[key] != nil { throw JSONError(message: "duplicate key \"\(key)\"", offset: keyStart) }
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
             skipWhitespace()
-            object[key] = try value(depth: depth + 1)
+            if object.updateValue(try value(depth: depth + 1), forKey: key) != nil {
+                throw JSONError(message: "duplicate key \"\(key)\"", offset: keyStart)
+            }
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input in an object") }
             if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
@@ -223,7 +229,22 @@ private struct JSONParser {
 
     mutating func string() throws(JSONError) -> String {
         index += 1
-        var out: [UInt8] = []
+        // Most strings have no escape: validated straight from the input.
+        let start = index
+        while index < bytes.count {
+            let c = bytes[index]
+            if c == UInt8(ascii: "\"") {
+                let end = index
+                index += 1
+                guard let result = String(validating: bytes[start..<end], as: UTF8.self) else {
+                    throw error("invalid UTF-8 in a string")
+                }
+                return result
+            }
+            if c < 0x20 || c == UInt8(ascii: "\\") { break }
+            index += 1
+        }
+        var out = Array(bytes[start..<index])
         while true {
             guard index < bytes.count else { throw error("unterminated string") }
             let c = bytes[index]
@@ -289,6 +310,13 @@ private struct JSONParser {
             let digits = index
             while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
             guard index > digits else { throw error("bad number") }
+        }
+        if isInteger && index - start <= 18 {
+            // At most 18 digits always fit an Int64: read them without making a String.
+            let negative = bytes[start] == UInt8(ascii: "-")
+            var value: Int64 = 0
+            for digit in bytes[(negative ? start + 1 : start)..<index] { value = value * 10 + Int64(digit - UInt8(ascii: "0")) }
+            return .int(negative ? -value : value)
         }
         let text = String(decoding: bytes[start..<index], as: UTF8.self)
         if isInteger, let int = Int64(text) { return .int(int) }
