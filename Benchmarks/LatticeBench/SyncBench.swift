@@ -23,6 +23,7 @@ struct SyncBenchOptions: Sendable {
     /// Rows the ceiling writes per batch size, at least (cycling through the pushed frames).
     var ceilingRows = 20_000
     var wires: [SyncWire] = [.binary, .json]
+    var modes: [PushMode] = [.rounds, .backlog]
     /// Time budget of one push measurement and of one ceiling measurement (checked between rounds).
     var seconds = 30.0
     /// The whole run is stopped (server included) after this long.
@@ -38,24 +39,39 @@ struct SyncBenchOptions: Sendable {
 
     static let maximumBatch = 400
 
+    /// How the clients' pushes are paced.
+    enum PushMode: String, CaseIterable, Sendable {
+        /// Every client makes B records, then all send at once; the next round starts when the last send
+        /// returned (so the server waits for the slowest client at every round).
+        case rounds
+        /// Every client makes all its records first, then each engine sends its whole queue in B-record
+        /// requests, the clients independently of each other (a device coming back online).
+        case backlog
+    }
+
     static let usage = """
         usage: lattice-bench sync [--clients N] [--batches 1,2,50,200,400] [--records N]
                                   [--pull-records N] [--ceiling-rows N] [--wire binary|json|both]
+                                  [--push-mode rounds|backlog|both]
                                   [--seconds S] [--timeout S] [--jsonl FILE]
                                   [--database URL [--nodes N] [--database-pool N]]
 
         End-to-end sync benchmark. Starts `lattice serve` (the lattice executable next to lattice-bench)
         on 127.0.0.1 with a fresh data directory (SQLite, WAL, synchronous=FULL: the server's default)
         and measures, printing JSON lines:
-          push     N client engines (LatticeSync.SyncEngine over HTTP, one account and one home each)
-                   each make B records locally (a string, an integer, a two-element string list) and
-                   call send, all clients at once; only the send calls are timed
+          push     N client engines (LatticeSync.SyncEngine over HTTP, one account and one home each,
+                   SyncEngine.batchLimit B) push records made locally (a string, an integer, a
+                   two-element string list); only the send calls are timed. Two pacings:
+                   rounds   each client makes B records, then all call send at once (one request
+                            each), until the last returns; then the next round
+                   backlog  each client makes all its records, then all call send once: each engine
+                            sends its queue in B-record requests without waiting for the others
           ceiling  the frames the clients pushed, written straight into SQLite (WAL, synchronous=FULL,
                    B rows per transaction, a primary key and a second unique index), no service;
                    the frames are written again (under other keys) until --ceiling-rows rows
           pull     a fresh device (new home, logIn with the token of an account holding
                    --pull-records records) runs one sync; records/s and seconds
-        and one summary line per wire and batch size with ratio_service_to_ceiling.
+        and one summary line per wire, batch size and pacing with ratio_service_to_ceiling.
 
         With --database URL (a PostgreSQL server; its role needs CREATEDB): a scratch database
         lattice_bench_PID is created on that server for the run and dropped at the end; N nodes
@@ -74,6 +90,7 @@ struct SyncBenchOptions: Sendable {
           --ceiling-rows N   rows the ceiling writes per batch size, at least every pushed frame once,
                              1 to 10000000 (default 20000)
           --wire W           binary, json or both (default both): the engines' SyncEngine.wire
+          --push-mode M      rounds, backlog or both (default both): how the pushes are paced
           --seconds S        time budget per push and per ceiling measurement, checked between
                              rounds (default 30)
           --timeout S        the whole run is stopped, server included, after S seconds (default 1800)
@@ -114,6 +131,16 @@ struct SyncBenchOptions: Sendable {
                         throw UsageError(message: "--wire must be binary, json or both, got '\(text)'")
                     }
                     options.wires = [wire]
+                }
+            case "--push-mode":
+                let text = try value()
+                switch text {
+                case "both": options.modes = PushMode.allCases
+                default:
+                    guard let mode = PushMode(rawValue: text) else {
+                        throw UsageError(message: "--push-mode must be rounds, backlog or both, got '\(text)'")
+                    }
+                    options.modes = [mode]
                 }
             case "--seconds": options.seconds = try seconds(name, try value(), maximum: 3600)
             case "--timeout": options.timeout = try seconds(name, try value(), maximum: 86_400)
@@ -176,7 +203,8 @@ struct SyncBenchOptions: Sendable {
             "clients": .integer(clients), "batches": .array(batches.map { .integer($0) }),
             "records_per_client_per_batch": .integer(records), "pull_records": .integer(pullRecords),
             "ceiling_rows": .integer(ceilingRows),
-            "wires": .array(wires.map { .string($0.rawValue) }), "seconds_per_measurement": .double(seconds),
+            "wires": .array(wires.map { .string($0.rawValue) }), "push_modes": .array(modes.map { .string($0.rawValue) }),
+            "seconds_per_measurement": .double(seconds),
             "timeout_s": .double(timeout),
             "database": database.map { .string(PostgresStorage.redacted($0)) } ?? .null, "nodes": .integer(nodes),
             "database_pool": databasePool.map { .integer($0) } ?? .null,
@@ -269,15 +297,18 @@ enum SyncBench {
             crew = Crew(count: clients.count)
             for batch in options.batches {
                 var frames: [CeilingRow]?
-                for wire in options.wires {
-                    let (line, pushed) = try push(clients: clients, crew: crew!, batch: batch, wire: wire,
-                                                  options: options, server: server, collectFrames: frames == nil)
-                    emit(line)
-                    if line["status"]?.stringValue != "ok" {
-                        throw SystemError.message("the push measurement (wire \(wire.rawValue), batch \(batch)) failed: "
-                                                  + (line["error"]?.stringValue ?? "unknown error"))
+                for mode in options.modes {
+                    for wire in options.wires {
+                        let (line, pushed) = try push(clients: clients, crew: crew!, batch: batch, wire: wire, mode: mode,
+                                                      options: options, servers: servers, collectFrames: frames == nil)
+                        emit(line)
+                        if line["status"]?.stringValue != "ok" {
+                            throw SystemError.message("the push measurement (wire \(wire.rawValue), batch \(batch), "
+                                                      + "\(mode.rawValue)) failed: "
+                                                      + (line["error"]?.stringValue ?? "unknown error"))
+                        }
+                        if frames == nil { frames = pushed }
                     }
-                    if frames == nil { frames = pushed }
                 }
                 emit(try ceiling(rows: frames ?? [], batch: batch, options: options, root: root, scratch: scratch))
             }
@@ -341,14 +372,19 @@ enum SyncBench {
         var sendLatencies: [Double] = []
     }
 
-    /// Rounds of: every client makes `batch` records locally (untimed), then every client calls `send` at
-    /// once (timed, until the last send returns). Stops after `records` per client or the time budget.
-    private static func push(clients: [BenchClient], crew: Crew, batch: Int, wire: SyncWire, options: SyncBenchOptions,
-                             server: BenchServer, collectFrames: Bool) throws -> ([String: JSONValue], [CeilingRow]) {
+    /// `.rounds`: rounds of: every client makes `batch` records locally (untimed), then every client calls
+    /// `send` at once (timed, until the last send returns); stops after `records` per client or the time
+    /// budget. `.backlog`: every client makes all `records` (untimed, in the same names as the rounds would),
+    /// then every client calls `send` once (timed); each engine sends its queue in `batch`-record requests.
+    private static func push(clients: [BenchClient], crew: Crew, batch: Int, wire: SyncWire, mode: SyncBenchOptions.PushMode,
+                             options: SyncBenchOptions, servers: [BenchServer],
+                             collectFrames: Bool) throws -> ([String: JSONValue], [CeilingRow]) {
+        let server = servers[0]
         let rounds = (options.records + batch - 1) / batch
-        let prefix = "\(wire.rawValue)-b\(batch)"
+        let prefix = "\(wire.rawValue)-b\(batch)" + (mode == .backlog ? "-backlog" : "")
         for client in clients {
             client.engine.wire = wire
+            client.engine.batchLimit = batch
             _ = client.transport.take()
         }
         let peakScope = server.resetPeakRSS() ? "measurement" : "process"
@@ -358,21 +394,25 @@ enum SyncBench {
         var roundsDone = 0
         let began = monotonicNanoseconds()
         let deadline = began &+ UInt64(options.seconds * 1e9)
+        var serverCPU = 0, benchCPU = 0
         while roundsDone < rounds && monotonicNanoseconds() < deadline {
-            let round = roundsDone
+            let first = roundsDone, last = mode == .backlog ? rounds : roundsDone + 1
             editSeconds += crew.run { index in
                 let client = clients[index]
                 do {
-                    for item in 0..<batch {
-                        try makeItem(client.engine, "\(prefix)-r\(round)-\(item)", in: client.zone,
-                                     number: round * 1000 + item, tag: item)
+                    for round in first..<last {
+                        for item in 0..<batch {
+                            try makeItem(client.engine, "\(prefix)-r\(round)-\(item)", in: client.zone,
+                                         number: round * 1000 + item, tag: item)
+                        }
                     }
-                    results.withLock { $0[index].edited += batch }
+                    results.withLock { $0[index].edited += batch * (last - first) }
                 } catch {
                     failure.record(error, "client \(index) local edit")
                 }
             }
             if failure.message != nil { break }
+            let cpuBefore = (servers.reduce(0) { $0 + cpuTicks($1.pid) }, cpuTicks(getpid()))
             sendSeconds += crew.run { index in
                 var report = SyncReport()
                 let sendBegan = monotonicNanoseconds()
@@ -388,7 +428,9 @@ enum SyncBench {
                     $0[index].sendLatencies.append(latency)
                 }
             }
-            roundsDone += 1
+            serverCPU += servers.reduce(0) { $0 + cpuTicks($1.pid) } - cpuBefore.0
+            benchCPU += cpuTicks(getpid()) - cpuBefore.1
+            roundsDone = last
             if failure.message != nil { break }
         }
         let wallSeconds = Double(monotonicNanoseconds() - began) / 1e9
@@ -402,16 +444,25 @@ enum SyncBench {
         let sent = perClient.reduce(0) { $0 + $1.sent }
         let edited = perClient.reduce(0) { $0 + $1.edited }
         let rejected = perClient.reduce(0) { $0 + $1.rejected }
-        let latencies = perClient.flatMap(\.sendLatencies)
+        let sendLatencies = perClient.flatMap(\.sendLatencies)
+        // A backlog's send call is the whole queue: its requests are the latencies worth a percentile.
+        let latencies = mode == .backlog ? tally.latencies : sendLatencies
         var line = measurementLine(scenario: "push", wire: wire, batch: batch, clients: clients.count, records: sent,
                                    seconds: sendSeconds, requests: tally.requests, latencies: latencies)
+        line["mode"] = .string(mode.rawValue)
+        line["latency_of"] = .string(mode == .backlog ? "request" : "send call")
+        // CPU during the timed sends (clock ticks from /proc): the server processes, and this process (the
+        // client engines; its other threads are idle then).
+        let tick = Double(sysconf(Int32(_SC_CLK_TCK)))
+        line["server_cpu_s"] = rounded(Double(serverCPU) / tick, 3)
+        line["clients_cpu_s"] = rounded(Double(benchCPU) / tick, 3)
         line["storage"] = .string(options.database == nil ? "sqlite" : "postgresql")
         line["nodes"] = .integer(options.nodes)
         line["rounds"] = .integer(roundsDone)
         line["records_edited"] = .integer(edited)
         line["records_rejected"] = .integer(rejected)
         line["records_unacknowledged"] = .integer(unacknowledged)
-        line["send_calls"] = .integer(latencies.count)
+        line["send_calls"] = .integer(sendLatencies.count)
         line["stopped_by"] = .string(roundsDone == rounds ? "records" : (failure.message == nil ? "time" : "error"))
         line["wall_s"] = rounded(wallSeconds, 4)
         line["local_edit_s"] = rounded(editSeconds, 4)
@@ -599,7 +650,7 @@ enum SyncBench {
         ]
     }
 
-    /// One summary per wire and batch size that has both a push and a ceiling line.
+    /// One summary per push line (wire, batch size, pacing) that has a ceiling line of its batch size.
     static func summaries(_ lines: [[String: JSONValue]]) -> [[String: JSONValue]] {
         let ceilings = lines.filter { $0["scenario"]?.stringValue == "ceiling" }
         var out: [[String: JSONValue]] = []
@@ -610,6 +661,7 @@ enum SyncBench {
             let ok = push["status"]?.stringValue == "ok" && ceiling["status"]?.stringValue == "ok"
             out.append([
                 "kind": .string("summary"), "status": .string(ok ? "ok" : "error"), "wire": push["wire"] ?? .null,
+                "mode": push["mode"] ?? .null,
                 "storage": push["storage"] ?? .null, "nodes": push["nodes"] ?? .null,
                 "batch": push["batch"] ?? .null, "clients": push["clients"] ?? .null,
                 "push_records_per_s": push["records_per_s"] ?? .null, "ceiling_records_per_s": ceiling["records_per_s"] ?? .null,
@@ -630,4 +682,14 @@ enum SyncBench {
     }
 
     private static func mib(_ kib: Int) -> JSONValue { kib < 0 ? .null : rounded(Double(kib) / 1024, 1) }
+}
+
+/// User plus system CPU of a process in clock ticks (/proc/PID/stat fields 14 and 15), -1 if unreadable.
+func cpuTicks(_ pid: pid_t) -> Int {
+    guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = text.lastIndex(of: ")") else { return -1 }
+    // After the ")" closing the command name, field 3 (the state) is the first.
+    let fields = text[text.index(after: close)...].split(separator: " ")
+    guard fields.count > 12, let user = Int(fields[11]), let system = Int(fields[12]) else { return -1 }
+    return user + system
 }

@@ -94,6 +94,7 @@ public final class SyncEngine: @unchecked Sendable {
     private let transportOverride: (any SyncTransport)?
     private var handler: (SyncEvent) -> Void = { _ in }
     private var selectedWire: SyncWire = .binary
+    private var selectedBatchLimit = SyncEngine.maximumBatchOperations
     /// Injected for tests; wall clock otherwise.
     let now: @Sendable () -> UInt64
     /// This device's replica id (stamps its edits).
@@ -109,6 +110,13 @@ public final class SyncEngine: @unchecked Sendable {
     public var wire: SyncWire {
         get { lock.withLock { selectedWire } }
         set { lock.withLock { selectedWire = newValue } }
+    }
+
+    /// Records per push request, 1 to 400 (the server's limit, the default). A smaller limit means more,
+    /// smaller requests: each answered sooner, more round trips in all.
+    public var batchLimit: Int {
+        get { lock.withLock { selectedBatchLimit } }
+        set { lock.withLock { selectedBatchLimit = min(max(newValue, 1), Self.maximumBatchOperations) } }
     }
 
     static let maximumBatchOperations = 400
@@ -578,7 +586,7 @@ public final class SyncEngine: @unchecked Sendable {
             for local in byZone[zoneID]! {
                 // JSON states are a few times larger than frames: the byte budget counts what travels.
                 let size = wire == .binary ? local.frame.count : local.frame.count * 4
-                if batch.count == Self.maximumBatchOperations || bytes + size > Self.maximumBatchBytes { try flush() }
+                if batch.count == selectedBatchLimit || bytes + size > Self.maximumBatchBytes { try flush() }
                 batch.append(local)
                 bytes += size
             }

@@ -511,9 +511,9 @@ final class MatrixTable {
             let fed = Set((feed.zones.first?["records"]?.arrayValue ?? []).compactMap { $0["recordName"]?.stringValue })
             cell("chZ", member ? "OK+" : zoneGone, matrixCode(feed) == "OK" ? (fed.isSuperset(of: ["O-root", "O-rec"]) ? "OK+" : "OK-") : matrixCode(feed))
             let writeExpected = !member ? zoneGone : readWrite ? "OK" : "PERMISSION_FAILURE"
-            for (label, op, name) in [
-                ("crt-top", "create", "Z\(counter)"), ("crt-under", "create", "Z\(counter)u"), ("fUpd", "forceUpdate", "O-root"),
-                ("fDel", "forceDelete", "Z\(counter)d"),
+            // The operation each label sends is chosen by the switch below.
+            for (label, name) in [
+                ("crt-top", "Z\(counter)"), ("crt-under", "Z\(counter)u"), ("fUpd", "O-root"), ("fDel", "Z\(counter)d"),
             ] {
                 if label == "fDel" {
                     #expect(matrixCode(w.owner("records/modify", other, ["operations": .array([operation("create", name)])])) == "OK")

@@ -67,6 +67,8 @@ import Glibc
         #expect(header["machine"]?["nproc"]?.intValue != nil)
         let wires = try #require(header["parameters"]?["wires"]?.arrayValue).compactMap(\.stringValue)
         #expect(wires == ["binary", "json"]) // --wire both is the default
+        let modes = try #require(header["parameters"]?["push_modes"]?.arrayValue).compactMap(\.stringValue)
+        #expect(modes == ["rounds", "backlog"]) // --push-mode both is the default
 
         func measurements(_ scenario: String) -> [JSON] {
             lines.filter { $0["kind"]?.stringValue == "measurement" && $0["scenario"]?.stringValue == scenario }
@@ -76,12 +78,15 @@ import Glibc
             #expect(line["status"]?.stringValue == "ok", "\(line.serialized())")
         }
 
-        // Push: every wire and batch, rounds of `batch` records per client, each send one request.
+        // Push: every pacing, wire and batch. Rounds: `batch` records per client, each send one request;
+        // backlog: one send per client, its queue in requests of `batch` records.
         let pushes = measurements("push")
-        #expect(pushes.count == wires.count * batches.count)
-        for wire in wires {
-            for batch in batches {
-                let push = try #require(pushes.first { $0["wire"]?.stringValue == wire && $0["batch"] == .int(Int64(batch)) })
+        #expect(pushes.count == modes.count * wires.count * batches.count)
+        for (mode, wire, batch) in modes.flatMap({ mode in wires.flatMap { wire in batches.map { (mode, wire, $0) } } }) {
+            do {
+                let push = try #require(pushes.first {
+                    $0["mode"]?.stringValue == mode && $0["wire"]?.stringValue == wire && $0["batch"] == .int(Int64(batch))
+                })
                 let rounds = (recordsPerClient + batch - 1) / batch
                 #expect(int(push, "clients") == clients)
                 #expect(int(push, "rounds") == rounds)
@@ -89,8 +94,10 @@ import Glibc
                 #expect(int(push, "records_edited") == int(push, "records"))
                 #expect(int(push, "records_rejected") == 0)
                 #expect(int(push, "records_unacknowledged") == 0)
-                #expect(int(push, "send_calls") == clients * rounds)
+                #expect(int(push, "send_calls") == (mode == "rounds" ? clients * rounds : clients))
                 #expect(int(push, "requests") == clients * rounds + int(push, "throttled"))
+                #expect(push["latency_of"]?.stringValue == (mode == "rounds" ? "send call" : "request"))
+                #expect((push["server_cpu_s"]?.doubleValue ?? -1) >= 0 && (push["clients_cpu_s"]?.doubleValue ?? -1) >= 0)
                 let endpoints = push["endpoints"]?.objectValue ?? [:]
                 #expect(endpoints.values.reduce(0) { $0 + Int($1.intValue ?? 0) } == int(push, "requests"))
                 // The wire asked for is the wire used: the binary path's deltas/push, or records/modify.
@@ -111,7 +118,9 @@ import Glibc
         #expect(ceilings.count == batches.count)
         for batch in batches {
             let ceiling = try #require(ceilings.first { $0["batch"] == .int(Int64(batch)) })
-            let push = try #require(pushes.first { $0["wire"]?.stringValue == wires[0] && $0["batch"] == .int(Int64(batch)) })
+            let push = try #require(pushes.first {
+                $0["mode"]?.stringValue == modes[0] && $0["wire"]?.stringValue == wires[0] && $0["batch"] == .int(Int64(batch))
+            })
             #expect(int(ceiling, "rows_target") == max(ceilingRows, int(push, "records")))
             #expect(int(ceiling, "records") == int(ceiling, "rows_target"))
             #expect(int(ceiling, "frames_available") == int(push, "records"))
@@ -132,9 +141,10 @@ import Glibc
             #expect(pull["endpoints"]?[pages]?.intValue ?? 0 >= 1, "\(pull.serialized())")
         }
 
-        // Summaries: one per wire and batch, the ratio of the two rates printed beside it.
+        // Summaries: one per pacing, wire and batch, the ratio of the two rates printed beside it.
         let summaries = lines.filter { $0["kind"]?.stringValue == "summary" }
-        #expect(summaries.count == wires.count * batches.count)
+        #expect(summaries.count == modes.count * wires.count * batches.count)
+        #expect(Set(summaries.compactMap { $0["mode"]?.stringValue }) == Set(modes))
         for summary in summaries {
             let push = try #require(summary["push_records_per_s"]?.doubleValue)
             let storage = try #require(summary["ceiling_records_per_s"]?.doubleValue)
@@ -179,6 +189,7 @@ import Glibc
         (["sync", "--batches", "1,401"], "--batches"),
         (["sync", "--batches", "1,x"], "--batches"),
         (["sync", "--wire", "xml"], "--wire"),
+        (["sync", "--push-mode", "lockstep"], "--push-mode"),
         (["sync", "--records", "0"], "--records"),
         (["sync", "--ceiling-rows", "0"], "--ceiling-rows"),
         (["sync", "--pull-records", "-5"], "--pull-records"),

@@ -112,6 +112,26 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
 /// The client engine on the binary path: a device does not download its own writes, does download what the
 /// server merged differently, and converges with a device on the JSON path.
 @Suite struct SyncEngineDeltaTests {
+    /// `batchLimit` caps the records per push request (clamped to 1...400); every record is still sent.
+    @Test func batchLimitSplitsTheQueueIntoRequestsOfThatSize() throws {
+        let world = try SyncWorld()
+        let (laptop, lists, net) = try world.recordedDevice("laptop")
+        _ = try laptop.signUp(name: "alice", serverURL: "http://x")
+        #expect(laptop.batchLimit == 400)
+        laptop.batchLimit = 0
+        #expect(laptop.batchLimit == 1)
+        laptop.batchLimit = 10_000
+        #expect(laptop.batchLimit == 400)
+        laptop.batchLimit = 7
+        let list = try lists.create(title: "Batched")
+        for index in 0..<19 { _ = try lists.add("item \(index)", to: list) }
+        net.reset()
+        let report = try laptop.sync()
+        #expect(report.sent == 20 && report.queued == 0 && report.rejected.isEmpty, "\(report)")
+        let sizes = net.exchanges.filter { $0.operation == "deltas/push" }.map(\.pushed.count)
+        #expect(sizes == [7, 7, 6], "\(sizes)")
+    }
+
     @Test func aDeviceDoesNotDownloadItsOwnWritesButAnotherDeviceGetsThemAll() throws {
         let world = try SyncWorld()
         let (laptop, laptopLists, laptopNet) = try world.recordedDevice("laptop")
