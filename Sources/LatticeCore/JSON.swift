@@ -53,7 +53,7 @@ public enum JSON: Hashable, Sendable {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
-        case .int(let i): out.append(contentsOf: String(i).utf8)
+        case .int(let i): JSON.writeInteger(i, into: &out)
         case .double(let d):
             if d.isFinite {
                 if d == 0 && d.sign == .minus { out.append(contentsOf: "-0.0".utf8) }
@@ -72,18 +72,40 @@ public enum JSON: Hashable, Sendable {
             out.append(UInt8(ascii: "]"))
         case .object(let object):
             out.append(UInt8(ascii: "{"))
-            for (index, key) in object.keys.sorted(by: { compareBytes($0, $1) < 0 }).enumerated() {
+            for (index, member) in object.sorted(by: { compareBytes($0.key, $1.key) < 0 }).enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
-                JSON.writeString(key, into: &out)
+                JSON.writeString(member.key, into: &out)
                 out.append(UInt8(ascii: ":"))
-                object[key]!.write(into: &out)
+                member.value.write(into: &out)
             }
             out.append(UInt8(ascii: "}"))
         }
     }
 
+    /// Decimal digits straight into `out` (no String made).
+    static func writeInteger(_ value: Int64, into out: inout [UInt8]) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0) // room for 20 digits, most significant last
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            repeat {
+                buffer[count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                count += 1
+            } while magnitude > 0
+            for index in stride(from: count - 1, through: 0, by: -1) { out.append(buffer[index]) }
+        }
+    }
+
     static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
+        // Most strings need no escape: copied whole.
+        if s.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
+            out.append(contentsOf: s.utf8)
+            out.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in s.utf8 {
             switch byte {
             case UInt8(ascii: "\""): out.append(contentsOf: "\\\"".utf8)

@@ -28,6 +28,23 @@ struct JSONTests {
         #expect(throws: JSONError.self) { try JSON.parse("1e400") }
     }
 
+    @Test("integers of every length parse and print exactly (the short ones take a path without a String)")
+    func integersOfEveryLength() throws {
+        var values: [Int64] = [0, -1, 1, 9, -9, 10, .max, .min, .max - 1, .min + 1]
+        var power: Int64 = 1
+        for _ in 0..<18 {
+            power *= 10
+            values += [power, power - 1, -power, -(power - 1), power + 7]
+        }
+        for value in values {
+            #expect(JSON.int(value).serialized() == String(value))
+            #expect(try JSON.parse(String(value)) == .int(value))
+        }
+        #expect(try JSON.parse("-0") == .int(0))
+        #expect(throws: JSONError.self) { try JSON.parse("01") }
+        #expect(throws: JSONError.self) { try JSON.parse("-") }
+    }
+
     @Test("unicode escapes, surrogate pairs and raw UTF-8")
     func unicode() throws {
         #expect(try JSON.parse(#""caf\u00e9""#) == .string("café"))
