@@ -192,9 +192,11 @@ private struct JSONParser {
 
     mutating func object(depth: Int) throws(JSONError) -> JSON {
         index += 1
-        var object: [String: JSON] = [:]
+        // The members are collected first, so the dictionary is made once at its size (not grown and
+        // rehashed member by member).
+        var members: [(key: String, value: JSON, offset: Int)] = []
         skipWhitespace()
-        if index < bytes.count && bytes[index] == UInt8(ascii: "}") { index += 1; return .object(object) }
+        if index < bytes.count && bytes[index] == UInt8(ascii: "}") { index += 1; return .object([:]) }
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a string key") }
@@ -204,15 +206,18 @@ private struct JSONParser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
             skipWhitespace()
-            if object.updateValue(try value(depth: depth + 1), forKey: key) != nil {
-                throw JSONError(message: "duplicate key \"\(key)\"", offset: keyStart)
-            }
+            members.append((key, try value(depth: depth + 1), keyStart))
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input in an object") }
             if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-            if bytes[index] == UInt8(ascii: "}") { index += 1; return .object(object) }
+            if bytes[index] == UInt8(ascii: "}") { index += 1; break }
             throw error("expected ',' or '}'")
         }
+        var object = [String: JSON](minimumCapacity: members.count)
+        for member in members where object.updateValue(member.value, forKey: member.key) != nil {
+            throw JSONError(message: "duplicate key \"\(member.key)\"", offset: member.offset)
+        }
+        return .object(object)
     }
 
     mutating func array(depth: Int) throws(JSONError) -> JSON {
@@ -253,16 +258,21 @@ private struct JSONParser {
         index += 1
         // Most strings have no escape: validated straight from the input.
         let start = index
+        var highBits: UInt8 = 0
         while index < bytes.count {
             let c = bytes[index]
             if c == UInt8(ascii: "\"") {
                 let end = index
                 index += 1
-                guard let result = String(validating: bytes[start..<end], as: UTF8.self) else {
-                    throw error("invalid UTF-8 in a string")
+                let result = bytes.withUnsafeBufferPointer { buffer in
+                    let utf8 = UnsafeBufferPointer(rebasing: buffer[start..<end])
+                    // ASCII is valid UTF-8 as it stands; anything else is checked.
+                    return highBits < 0x80 ? String(decoding: utf8, as: UTF8.self) : String(validating: utf8, as: UTF8.self)
                 }
+                guard let result else { throw error("invalid UTF-8 in a string") }
                 return result
             }
+            highBits |= c
             if c < 0x20 || c == UInt8(ascii: "\\") { break }
             index += 1
         }
