@@ -122,26 +122,8 @@ struct SyncBenchOptions: Sendable {
             case "--records": options.records = try integer(name, try value(), in: 1...1_000_000)
             case "--pull-records": options.pullRecords = try integer(name, try value(), in: 0...10_000_000)
             case "--ceiling-rows": options.ceilingRows = try integer(name, try value(), in: 1...10_000_000)
-            case "--wire":
-                let text = try value()
-                switch text {
-                case "both": options.wires = SyncWire.allCases
-                default:
-                    guard let wire = SyncWire(rawValue: text) else {
-                        throw UsageError(message: "--wire must be binary, json or both, got '\(text)'")
-                    }
-                    options.wires = [wire]
-                }
-            case "--push-mode":
-                let text = try value()
-                switch text {
-                case "both": options.modes = PushMode.allCases
-                default:
-                    guard let mode = PushMode(rawValue: text) else {
-                        throw UsageError(message: "--push-mode must be rounds, backlog or both, got '\(text)'")
-                    }
-                    options.modes = [mode]
-                }
+            case "--wire": options.wires = try oneOrBoth(name, try value())
+            case "--push-mode": options.modes = try oneOrBoth(name, try value())
             case "--seconds": options.seconds = try seconds(name, try value(), maximum: 3600)
             case "--timeout": options.timeout = try seconds(name, try value(), maximum: 86_400)
             case "--database":
@@ -182,6 +164,17 @@ struct SyncBenchOptions: Sendable {
             throw UsageError(message: "\(name) must be a number of seconds above 0 and at most \(Int(maximum)), got '\(text)'")
         }
         return value
+    }
+
+    /// One of `Choice`'s raw values, or "both" for all of them (`--wire`, `--push-mode`).
+    private static func oneOrBoth<Choice: RawRepresentable & CaseIterable>(_ name: String, _ text: String)
+        throws(UsageError) -> [Choice] where Choice.RawValue == String {
+        if text == "both" { return Array(Choice.allCases) }
+        guard let choice = Choice(rawValue: text) else {
+            let names = Choice.allCases.map(\.rawValue)
+            throw UsageError(message: "\(name) must be \(names.joined(separator: ", ")) or both, got '\(text)'")
+        }
+        return [choice]
     }
 
     private static func batchList(_ text: String) throws(UsageError) -> [Int] {
