@@ -84,8 +84,9 @@ public struct SyncReport: Sendable {
 /// - A record the server refuses (PERMISSION_FAILURE for a read-only participant, ...) returns to the
 ///   server's state and is reported.
 ///
-/// `lock` (a recursive lock) guards every mutable member (`clock`, `handler`, `selectedWire`) and
-/// serializes the public operations; `store` is itself Sendable and the other members are constants.
+/// `lock` (a recursive lock) guards every mutable member (`clock`, `handler`, `selectedWire`,
+/// `selectedBatchLimit`) and serializes the public operations; `store` is itself Sendable and the other
+/// members are constants.
 public final class SyncEngine: @unchecked Sendable {
     public let home: String
     let store: LocalStore
