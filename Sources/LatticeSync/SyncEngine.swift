@@ -643,7 +643,10 @@ public final class SyncEngine: @unchecked Sendable {
                 if item["upToDate"] == .bool(true), let position = item["position"]?.intValue { upToDate.append(position) }
             }
         }
-        try store.transaction { tx in
+        // Safe to lose in a power failure (not in a crash of the process): a record still marked unsent
+        // is sent again and the server's join answers it as up to date; a forgotten position means
+        // downloading that record once more. So this commit does not wait for the disk.
+        try store.transaction(flushed: false) { tx in
             for local in accepted {
                 if wire == .json, let json = byName[local.name], json["crdt"] != nil {
                     // records/modify answers the joined state: take it in.

@@ -49,6 +49,29 @@ struct SQLiteTests {
         #expect(count == [[.integer(0)]])
     }
 
+    /// `flushed: false` commits one transaction with synchronous=NORMAL (its writes are kept), also when it
+    /// fails, and every other transaction stays at FULL.
+    @Test func anUnflushedWriteCommitsAtNormalAndLeavesTheConnectionAtFull() throws {
+        let path = temporaryPath()
+        let queue = try DatabaseQueue(path: path)
+        try queue.write { try $0.execute("CREATE TABLE t (x INTEGER PRIMARY KEY)") }
+        func synchronous(_ db: Connection) throws -> [[SQLiteValue]] { try db.prepare("PRAGMA synchronous").rows() }
+        let during = try queue.write(flushed: false) { db in
+            try db.prepare("INSERT INTO t VALUES (1)").run()
+            return try synchronous(db)
+        }
+        #expect(during == [[.integer(1)]]) // NORMAL
+        #expect(try queue.read { try synchronous($0) } == [[.integer(2)]]) // FULL again
+        #expect(throws: SQLiteError.self) {
+            try queue.write(flushed: false) { db in try db.prepare("INSERT INTO t VALUES (1)").run() }
+        }
+        #expect(try queue.read { try synchronous($0) } == [[.integer(2)]])
+        #expect(try queue.write { try synchronous($0) } == [[.integer(2)]])
+        queue.close()
+        let reopened = try DatabaseQueue(path: path)
+        #expect(try reopened.read { try $0.prepare("SELECT x FROM t").rows() } == [[.integer(1)]])
+    }
+
     @Test func migrationsRunOnceInOrderAndRefuseNewerSchemas() throws {
         let path = temporaryPath()
         let migrator = Migrator([

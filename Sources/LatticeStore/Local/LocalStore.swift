@@ -4,8 +4,11 @@ import Foundation
 ///
 /// It keeps the account, the sync state (change tokens), the zones the device knows and every record's
 /// CRDT state as a binary frame, with a dirty mark on records that hold edits the server has not
-/// acknowledged yet. All of it is written in transactions with `synchronous=FULL`, so a crash never loses a
-/// local edit and never records a fetch that did not happen.
+/// acknowledged yet. It is written in transactions with `synchronous=FULL`, so a crash (of the process or
+/// of the machine) never loses a local edit and never records a fetch that did not happen. The one
+/// exception is asked for by name (`transaction(flushed: false)`): the engine's note that the server
+/// acknowledged a send, which a power failure may undo (the record is then sent again and joined as
+/// before) but a crash of the process does not.
 public final class LocalStore: Sendable {
     private let queue: DatabaseQueue
 
@@ -24,10 +27,12 @@ public final class LocalStore: Sendable {
 
     public func close() { queue.close() }
 
-    /// Runs `body` in one transaction: all of it is written, or none.
-    public func transaction<T>(_ body: (LocalTransaction) throws -> T) throws -> T {
+    /// Runs `body` in one transaction: all of it is written, or none. `flushed: false` is for writes that are
+    /// safe to lose in a power failure (they survive a crash of the process): the commit does not wait
+    /// for the disk (`DatabaseQueue.write(flushed:)`).
+    public func transaction<T>(flushed: Bool = true, _ body: (LocalTransaction) throws -> T) throws -> T {
         do {
-            return try queue.write { connection in try body(LocalTransaction(db: connection)) }
+            return try queue.write(flushed: flushed) { connection in try body(LocalTransaction(db: connection)) }
         } catch let error as SQLiteError {
             throw error.isBusy ? StorageError.busy : StorageError.failure(error.description)
         }

@@ -187,10 +187,21 @@ final class DatabaseQueue: @unchecked Sendable {
     }
 
     /// Runs `body` in an immediate transaction; on error (or past `deadline`) nothing is written.
-    func write<T>(deadline: RequestDeadline? = nil, _ body: (Connection) throws -> T) throws -> T {
+    ///
+    /// `flushed: false` commits this one transaction with `synchronous=NORMAL`: in WAL mode it survives a
+    /// crash of the process, and a power failure may undo it (and only it and later ones like it: the next
+    /// `synchronous=FULL` commit syncs the log with everything before it). For writes that are safe to
+    /// lose, such as a client's note that the server has acknowledged a record (lost, the record is sent
+    /// again and joined as before). The connection is back to `synchronous=FULL` before the lock is let go.
+    func write<T>(deadline: RequestDeadline? = nil, flushed: Bool = true,
+                  _ body: (Connection) throws -> T) throws -> T {
         try DatabaseQueue.lock(lock, before: deadline)
         defer { lock.unlock() }
-        return try open().transaction(deadline: deadline, body)
+        let connection = try open()
+        guard !flushed else { return try connection.transaction(deadline: deadline, body) }
+        try connection.execute("PRAGMA synchronous=NORMAL")
+        defer { try? connection.execute("PRAGMA synchronous=FULL") }
+        return try connection.transaction(deadline: deadline, body)
     }
 
     /// Takes `lock`, waiting at most until `deadline`; SQLITE_INTERRUPT (the deadline) when it passes first.
