@@ -56,6 +56,11 @@ final class Connection {
         try executeUnchecked(sql)
     }
 
+    /// `synchronous=FULL` (true) or `NORMAL` (false), whatever the deadline.
+    func setFullSync(_ full: Bool) throws(SQLiteError) {
+        try executeUnchecked(full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL")
+    }
+
     /// `execute` without the deadline check: for BEGIN, COMMIT and ROLLBACK, which must run whatever the time.
     private func executeUnchecked(_ sql: String) throws(SQLiteError) {
         let code = sqlite3_exec(handle, sql, nil, nil, nil)
@@ -199,8 +204,11 @@ final class DatabaseQueue: @unchecked Sendable {
         defer { lock.unlock() }
         let connection = try open()
         guard !flushed else { return try connection.transaction(deadline: deadline, body) }
-        try connection.execute("PRAGMA synchronous=NORMAL")
-        defer { try? connection.execute("PRAGMA synchronous=FULL") }
+        try connection.setFullSync(false)
+        defer {
+            // A connection that cannot go back to FULL is not used again (never silently less durable).
+            if (try? connection.setFullSync(true)) == nil { self.connection = nil }
+        }
         return try connection.transaction(deadline: deadline, body)
     }
 
