@@ -387,7 +387,9 @@ enum SyncBench {
         var roundsDone = 0
         let began = monotonicNanoseconds()
         let deadline = began &+ UInt64(options.seconds * 1e9)
-        var serverCPU = 0, benchCPU = 0
+        // CPU ticks used during the timed sends; nil once a reading failed.
+        var serverCPU: Int? = 0, benchCPU: Int? = 0
+        let serverPIDs = servers.map(\.pid)
         while roundsDone < rounds && monotonicNanoseconds() < deadline {
             let first = roundsDone, last = mode == .backlog ? rounds : roundsDone + 1
             editSeconds += crew.run { index in
@@ -405,7 +407,7 @@ enum SyncBench {
                 }
             }
             if failure.message != nil { break }
-            let cpuBefore = (servers.reduce(0) { $0 + cpuTicks($1.pid) }, cpuTicks(getpid()))
+            let cpuBefore = (cpuTicks(serverPIDs), cpuTicks([getpid()]))
             sendSeconds += crew.run { index in
                 var report = SyncReport()
                 let sendBegan = monotonicNanoseconds()
@@ -421,8 +423,11 @@ enum SyncBench {
                     $0[index].sendLatencies.append(latency)
                 }
             }
-            serverCPU += servers.reduce(0) { $0 + cpuTicks($1.pid) } - cpuBefore.0
-            benchCPU += cpuTicks(getpid()) - cpuBefore.1
+            let cpuAfter = (cpuTicks(serverPIDs), cpuTicks([getpid()]))
+            if let total = serverCPU, let before = cpuBefore.0, let after = cpuAfter.0 { serverCPU = total + after - before }
+            else { serverCPU = nil }
+            if let total = benchCPU, let before = cpuBefore.1, let after = cpuAfter.1 { benchCPU = total + after - before }
+            else { benchCPU = nil }
             roundsDone = last
             if failure.message != nil { break }
         }
@@ -447,8 +452,8 @@ enum SyncBench {
         // CPU during the timed sends (clock ticks from /proc): the server processes, and this process (the
         // client engines; its other threads are idle then).
         let tick = Double(sysconf(Int32(_SC_CLK_TCK)))
-        line["server_cpu_s"] = rounded(Double(serverCPU) / tick, 3)
-        line["clients_cpu_s"] = rounded(Double(benchCPU) / tick, 3)
+        line["server_cpu_s"] = serverCPU.map { rounded(Double($0) / tick, 3) } ?? .null
+        line["clients_cpu_s"] = benchCPU.map { rounded(Double($0) / tick, 3) } ?? .null
         line["storage"] = .string(options.database == nil ? "sqlite" : "postgresql")
         line["nodes"] = .integer(options.nodes)
         line["rounds"] = .integer(roundsDone)
@@ -677,12 +682,16 @@ enum SyncBench {
     private static func mib(_ kib: Int) -> JSONValue { kib < 0 ? .null : rounded(Double(kib) / 1024, 1) }
 }
 
-/// User plus system CPU of a process in clock ticks (/proc/PID/stat fields 14 and 15), -1 if unreadable.
-func cpuTicks(_ pid: pid_t) -> Int {
-    guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-          let close = text.lastIndex(of: ")") else { return -1 }
-    // After the ")" closing the command name, field 3 (the state) is the first.
-    let fields = text[text.index(after: close)...].split(separator: " ")
-    guard fields.count > 12, let user = Int(fields[11]), let system = Int(fields[12]) else { return -1 }
-    return user + system
+/// User plus system CPU of processes in clock ticks (/proc/PID/stat fields 14 and 15), nil if one is unreadable.
+func cpuTicks(_ pids: [pid_t]) -> Int? {
+    var total = 0
+    for pid in pids {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = text.lastIndex(of: ")") else { return nil }
+        // After the ")" closing the command name, field 3 (the state) is the first.
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Int(fields[11]), let system = Int(fields[12]) else { return nil }
+        total += user + system
+    }
+    return total
 }
