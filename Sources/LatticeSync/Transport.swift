@@ -43,10 +43,12 @@ public protocol SyncTransport: Sendable {
     func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse
 }
 
-/// HTTP over URLSession (FoundationNetworking on Linux).
+/// HTTP to a server: `PlainHTTPClient` for `http://` URLs (unless the environment names a proxy),
+/// URLSession (FoundationNetworking on Linux) for `https://` and behind proxies.
 public final class HTTPTransport: SyncTransport {
     public let baseURL: URL
     private let session: URLSession
+    private let plain: PlainHTTPClient?
 
     /// - Throws: `TransportError` for a URL that is not `http(s)://host[:port]`.
     public init(serverURL: String) throws {
@@ -58,9 +60,11 @@ public final class HTTPTransport: SyncTransport {
         configuration.httpMaximumConnectionsPerHost = 4
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         session = URLSession(configuration: configuration)
+        plain = PlainHTTPClient.serves(url) ? try PlainHTTPClient(url: url) : nil
     }
 
     public func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+        if let plain { return try plain.send(request, timeout: timeout) }
         var trimmed = baseURL.absoluteString
         while trimmed.hasSuffix("/") { trimmed.removeLast() }
         let base = trimmed
