@@ -86,21 +86,18 @@ extension LatticeService {
         }
         // The drift bound applies to the whole delta: one timestamp too far ahead refuses it all.
         try observe(delta.maximumHLC, path: "delta")
-        let frames = prepared.frames, names = prepared.names
-        let writes = zip(frames, names).enumerated().map { index, pair in
-            let (incoming, name) = pair
-            return { (shares: Set<String>) throws -> PlannedWrite in
-                let parent: String?? = incoming.parentName.map { .some($0) } ?? nil
-                return try self.plan(name, kind: .forceUpdate, requestedParent: parent, changeTag: nil, zone: zone,
-                                      resolved: resolved, shareRecordNames: shares, context: context, tx: tx) { existing, live in
-                    // Found by `preparePush` (sharing and tag checks come first, as for any write).
-                    if let error = prepared.refused[index] { throw error }
-                    return try self.join(incoming, into: existing, live: live, kind: .forceUpdate, path: "record \(name)")
-                }
+        let frames = prepared.frames, names = prepared.names, refused = prepared.refused
+        let outcomes = try writeBatch(names: names, atomic: atomic, zone: zone, resolved: resolved, context: context, tx,
+                                      &touched, distinctNames: true) { index, shares in
+            let incoming = frames[index]
+            let parent: String?? = incoming.parentName.map { .some($0) } ?? nil
+            return try self.plan(names[index], kind: .forceUpdate, requestedParent: parent, changeTag: nil, zone: zone,
+                                 resolved: resolved, shareRecordNames: shares, context: context, tx: tx) { existing, live in
+                // Found by `preparePush` (sharing and tag checks come first, as for any write).
+                if let error = refused[index] { throw error }
+                return try self.join(incoming, into: existing, live: live, kind: .forceUpdate, path: "record \(names[index])")
             }
         }
-        let outcomes = try writeBatch(writes, names: names, atomic: atomic, zone: zone, resolved: resolved,
-                                      context: context, tx, &touched, distinctNames: true)
         var answer = PushAnswer(zoneID: resolved.zoneID, capacity: names.count)
         for (index, outcome) in outcomes.enumerated() {
             switch outcome {

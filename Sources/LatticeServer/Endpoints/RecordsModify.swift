@@ -77,16 +77,13 @@ extension LatticeService {
             throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
         }
         let names = operationsJSON.map { $0["record"]?["recordName"]?.stringValue ?? "" }
-        let writes = operationsJSON.enumerated().map { index, json in
-            { (shares: Set<String>) throws -> PlannedWrite in
-                if let error = refused[index] { throw error }
-                let operation = try self.parseOperation(json, path: "operations[\(index)]")
-                return try self.apply(operation, zone: zone, resolved: resolved, shareRecordNames: shares,
-                                      context: context, tx: tx)
-            }
+        let outcomes = try writeBatch(names: names, atomic: atomic, zone: zone, resolved: resolved,
+                                      context: context, tx, &touched) { index, shares in
+            if let error = refused[index] { throw error }
+            let operation = try self.parseOperation(operationsJSON[index], path: "operations[\(index)]")
+            return try self.apply(operation, zone: zone, resolved: resolved, shareRecordNames: shares,
+                                  context: context, tx: tx)
         }
-        let outcomes = try writeBatch(writes, names: names, atomic: atomic, zone: zone, resolved: resolved,
-                                      context: context, tx, &touched)
         return ModifyOutcome(zoneRowID: zone.rowID, names: names, outcomes: outcomes)
     }
 
@@ -120,35 +117,43 @@ extension LatticeService {
     /// the whole transaction back and answers every item (the failed ones with their error, the others
     /// ATOMIC_ERROR). Each write gets the zone's share record names. `distinctNames`: the caller knows no name
     /// repeats (a validated delta is in strict name order), so the batch is saved in one go without tracking names.
-    func writeBatch(_ writes: [(Set<String>) throws -> PlannedWrite], names: [String], atomic: Bool, zone: StoredZone,
-                    resolved: ResolvedZone, context: RequestContext, _ tx: any StorageTransaction,
-                    _ touched: inout Set<Int64>, distinctNames: Bool = false) throws -> [Result<AppliedWrite, APIError>] {
+    func writeBatch(names: [String], atomic: Bool, zone: StoredZone, resolved: ResolvedZone, context: RequestContext,
+                    _ tx: any StorageTransaction, _ touched: inout Set<Int64>, distinctNames: Bool = false,
+                    plan planWrite: (_ index: Int, _ shareRecordNames: Set<String>) throws -> PlannedWrite) throws
+        -> [Result<AppliedWrite, APIError>] {
         // The zone's share records, read once: a batch never creates or deletes shares mid-way.
         let shareRecordNames = Set(try tx.shares(zoneRowID: zone.rowID).map(\.recordName))
-        var slots: [Result<AppliedWrite, APIError>?] = Array(repeating: nil, count: writes.count)
+        var slots: [Result<AppliedWrite, APIError>?] = Array(repeating: nil, count: names.count)
         var changedNames: [String] = []
-        var pending: [(index: Int, plan: PlannedWrite)] = []
-        pending.reserveCapacity(writes.count)
-        changedNames.reserveCapacity(writes.count)
+        // The planned writes waiting to be saved, as three parallel arrays (handed to the store as they are).
+        var pendingIndexes: [Int] = [], pendingWrites: [RecordWrite] = [], pendingStored: [StoredRecord?] = []
+        var pendingAfter: [RecordFrame] = []
+        pendingIndexes.reserveCapacity(names.count)
+        pendingWrites.reserveCapacity(names.count)
+        pendingStored.reserveCapacity(names.count)
+        pendingAfter.reserveCapacity(names.count)
+        changedNames.reserveCapacity(names.count)
         var pendingNames: Set<String> = []
         var bytesUsed = try tx.database(id: zone.databaseID)?.bytesUsed ?? 0
         // Every plan reads its record first: one read for the batch on a backend with round trips.
         try tx.prefetchRecords(zoneRowID: zone.rowID, names: names)
         func flush() throws {
-            guard !pending.isEmpty else { return }
-            let saved = try tx.saveRecords(zoneRowID: zone.rowID, pending.map { $0.plan.write! },
-                                           previous: pending.map(\.plan.stored))
-            for (item, record) in zip(pending, saved) {
-                slots[item.index] = .success(AppliedWrite(stored: record, frame: item.plan.after))
+            guard !pendingIndexes.isEmpty else { return }
+            let saved = try tx.saveRecords(zoneRowID: zone.rowID, pendingWrites, previous: pendingStored)
+            for (position, record) in saved.enumerated() {
+                slots[pendingIndexes[position]] = .success(AppliedWrite(stored: record, frame: pendingAfter[position]))
                 changedNames.append(record.recordName)
             }
-            pending = []
+            pendingIndexes.removeAll(keepingCapacity: true)
+            pendingWrites.removeAll(keepingCapacity: true)
+            pendingStored.removeAll(keepingCapacity: true)
+            pendingAfter.removeAll(keepingCapacity: true)
             pendingNames = []
         }
-        for (index, write) in writes.enumerated() {
+        for index in names.indices {
             if !distinctNames, pendingNames.contains(names[index]) { try flush() }
             do {
-                let plan = try write(shareRecordNames)
+                let plan = try planWrite(index, shareRecordNames)
                 guard let record = plan.write else {
                     slots[index] = .success(AppliedWrite(stored: plan.stored!, frame: plan.after))
                     continue
@@ -159,7 +164,10 @@ extension LatticeService {
                                    + "\(configuration.quotaBytesPerDatabase)")
                 }
                 bytesUsed += growth
-                pending.append((index, plan))
+                pendingIndexes.append(index)
+                pendingWrites.append(record)
+                pendingStored.append(plan.stored)
+                pendingAfter.append(plan.after)
                 if !distinctNames { pendingNames.insert(plan.recordName) }
             } catch StorageError.deadlineExceeded {
                 throw StorageError.deadlineExceeded // the whole request stops: TRY_AGAIN_LATER, nothing written
