@@ -6,9 +6,9 @@ import LatticeStore
 /// id and body applies once and is answered again (`Lattice-Replayed: true`).
 ///
 /// A remembered operation keeps the request's hash, the status and a short answer:
-/// - `records/modify` answers of more than `wholeAnswerLimit / 2` bytes of records (`idempotentModify`,
-///   which renders them after the commit) and `deltas/push` answers over `wholeAnswerLimit` bytes keep only the zone row they wrote and the
-///   items that failed (with their error). A replay names the records from the retried body
+/// - `records/modify` answers of more than `wholeAnswerLimit / 2` bytes of records and `deltas/push`
+///   answers over `wholeAnswerLimit` bytes (both rendered after the commit, `idempotentBatch`) keep only
+///   the zone row they wrote and the items that failed (with their error). A replay names the records from the retried body
 ///   (the same bytes, by the hash) and renders each one's current state. That is correct for CRDT state:
 ///   the server's state of a record only grows past the first answer, so the current state contains what
 ///   the first answer said. A record since deleted shows its tombstone; a zone since deleted answers its
@@ -67,16 +67,34 @@ extension LatticeService {
     }
 
     /// `records/modify` under a client operation id, if the body has one, like `idempotent` with the
-    /// `.records` form, but its answer is rendered after the commit: the writer is held for the writes
-    /// only. What is remembered is the compact form, taken from the outcome (no rendered answer is parsed).
+    /// `.records` form, but a large answer is rendered after the commit (`idempotentBatch`).
     func idempotentModify(_ context: RequestContext,
                           _ body: (any StorageTransaction, inout Set<Int64>) throws -> ModifyOutcome) throws -> HTTPResponse {
-        enum Answer {
-            /// Rendered already: a replay, or a small answer.
-            case rendered(HTTPResponse)
-            case done(ModifyOutcome)
-        }
-        let answer: Answer
+        try idempotentBatch(context, form: .records, tag: .records, body,
+                            isSmall: { $0.frameBytes <= Self.wholeAnswerLimit / 2 }, render: renderModify)
+    }
+
+    /// `deltas/push` under a client operation id, if the body has one, like `idempotent` with the `.push`
+    /// form, but a large answer is rendered after the commit (`idempotentBatch`). The answer counts as large
+    /// when even its lower bound (`PushOutcome.minimumAnswerBytes`) is over `wholeAnswerLimit`: `shortAnswer`
+    /// would keep the compact form of such an answer too; any other is rendered in the transaction and
+    /// given to `shortAnswer`, so what is remembered is the same bytes as before.
+    func idempotentPush(_ context: RequestContext, _ prepared: PreparedPush,
+                        _ body: (any StorageTransaction, inout Set<Int64>) throws -> PushOutcome) throws -> HTTPResponse {
+        try idempotentBatch(context, form: .push(prepared), tag: .push, body,
+                            isSmall: { $0.minimumAnswerBytes <= Self.wholeAnswerLimit }, render: { $0.response() })
+    }
+
+    /// A batch write under a client operation id, if the body has one. The writer is held for the writes
+    /// only: what is remembered of a large answer is the compact form, taken from the outcome (no rendered
+    /// answer is parsed), and the answer is rendered after the commit. A small one (`isSmall`) is rendered
+    /// inside the transaction and remembered as `idempotent` would (whole, so a replay is the first answer
+    /// byte for byte).
+    private func idempotentBatch<Outcome: BatchOutcome>(
+        _ context: RequestContext, form: ReplayForm, tag: Tag,
+        _ body: (any StorageTransaction, inout Set<Int64>) throws -> Outcome,
+        isSmall: (Outcome) -> Bool, render: (Outcome) throws -> HTTPResponse) throws -> HTTPResponse {
+        let answer: BatchAnswer<Outcome>
         if context.body["clientOperationID"] == nil {
             answer = .done(try write(deadline: context.deadline) { tx, touched in try body(tx, &touched) })
         } else {
@@ -87,17 +105,15 @@ extension LatticeService {
                     guard earlier.requestHash == requestHash else {
                         throw APIError.badRequest("clientOperationID \(operationID) was already used for a different request")
                     }
-                    var response = try replayed(earlier, .records, context, tx)
+                    var response = try replayed(earlier, form, context, tx)
                     response.headers.append((name: "Lattice-Replayed", value: "true"))
                     return .rendered(response)
                 }
                 let outcome = try body(tx, &touched)
-                // A small answer is rendered here and remembered as `idempotent` would (whole, so a replay
-                // is the first answer byte for byte); only a large one is rendered after the commit.
-                if outcome.frameBytes <= Self.wholeAnswerLimit / 2 {
-                    let response = try renderModify(outcome)
+                if isSmall(outcome) {
+                    let response = try render(outcome)
                     try remember(ClientOperation(requestHash: requestHash, status: response.status,
-                                                 response: try shortAnswer(response, .records, context, tx)),
+                                                 response: try shortAnswer(response, form, context, tx)),
                                  operationID: operationID, context, tx)
                     return .rendered(response)
                 }
@@ -112,15 +128,22 @@ extension LatticeService {
                 let compact = JSON.object(["zone": .int(outcome.zoneRowID), "items": .int(Int64(outcome.names.count)),
                                            "failed": .array(failed)])
                 try remember(ClientOperation(requestHash: requestHash, status: 200,
-                                             response: [Tag.records.rawValue] + compact.serializedBytes()),
+                                             response: [tag.rawValue] + compact.serializedBytes()),
                              operationID: operationID, context, tx)
                 return .done(outcome)
             }
         }
         switch answer {
         case .rendered(let response): return response
-        case .done(let outcome): return try renderModify(outcome)
+        case .done(let outcome): return try render(outcome)
         }
+    }
+
+    /// What a batch write's transaction hands back: an answer rendered already (a replay, or a small
+    /// answer), or the outcome to render after the commit.
+    private enum BatchAnswer<Outcome> {
+        case rendered(HTTPResponse)
+        case done(Outcome)
     }
 
     /// The request's `clientOperationID`, checked.

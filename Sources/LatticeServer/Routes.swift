@@ -295,7 +295,7 @@ extension LatticeService {
         .database("deltas/push", body: .deltaPush, growth: .always) { service, context in
             guard let push = context.push else { throw APIError.badRequest("deltas/push takes a binary delta push") }
             let prepared = try service.preparePush(push)
-            return try service.idempotent(context, replay: .push(prepared)) {
+            return try service.idempotentPush(context, prepared) {
                 try service.pushDelta(context, prepared, atomic: push.atomic, $0, &$1)
             }
         },

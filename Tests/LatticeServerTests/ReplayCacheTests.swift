@@ -159,6 +159,31 @@ import Testing
         #expect(try Self.listsSeq(h) == 40)
     }
 
+    @Test func aLargePartlyFailedPushKeepsItsFailureAndReplaysTheFirstAnswer() throws {
+        let h = try ServiceHarness()
+        let (token, owner) = try h.signUp("ann")
+        try h.createZone("Lists", token: token)
+        var device = DeviceStates(zoneID: try ZoneID(zoneName: "Lists", ownerRecordName: owner), replica: 0xD2, clock: h.clock)
+        #expect(h.push(try DeltaBytes.push(device.zoneID, [try device.make("clash")]), token: token).status == 200)
+        // 30 new records and, in the middle (name order), "clash" again with another type: refused alone.
+        var records = try (0..<30).map { try device.make("item-\($0)", fields: ["n": .int64(Int64($0))]) }
+        records.append(try device.make("clash", type: "Note"))
+        records.sort { $0.id.recordName < $1.id.recordName }
+        let body = try DeltaBytes.push(device.zoneID, records, atomic: false, id: "push-partial")
+        let first = h.push(body, token: token)
+        #expect(first.status == 200 && first.response.body.count > ServiceHarness.wholeAnswerLimit, "\(first.json.serialized())")
+        let failed = first.records.filter { $0["serverErrorCode"] != nil }
+        #expect(failed.count == 1 && failed.first?["recordName"] == .string("clash"), "\(failed)")
+        #expect(first.records.count == 31)
+        // What is kept is the compact form (the zone row and the one failed item), not the answer.
+        let kept = try #require(try Self.remembered(h, "ann", "push-partial"))
+        #expect(kept.response.count < first.response.body.count / 4, "remembered \(kept.response.count) bytes")
+        let retry = h.push(body, token: token)
+        #expect(retry.response.header("Lattice-Replayed") == "true")
+        #expect(retry.json == first.json)
+        #expect(try Self.listsSeq(h) == 31)
+    }
+
     @Test func rememberedAnswersAreChargedToThePrivateQuota() throws {
         let h = try ServiceHarness()
         let (token, _) = try h.signUp("ann")

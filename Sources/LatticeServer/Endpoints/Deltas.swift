@@ -76,7 +76,7 @@ extension LatticeService {
     }
 
     func pushDelta(_ context: RequestContext, _ prepared: PreparedPush, atomic: Bool, _ tx: any StorageTransaction,
-                   _ touched: inout Set<Int64>) throws -> HTTPResponse {
+                   _ touched: inout Set<Int64>) throws -> PushOutcome {
         let delta = prepared.delta
         let zoneJSON = JSON.object(["zoneName": .string(delta.zoneID.zoneName),
                                     "ownerRecordName": .string(delta.zoneID.ownerRecordName)])
@@ -98,17 +98,7 @@ extension LatticeService {
                 return try self.join(incoming, into: existing, live: live, kind: .forceUpdate, path: "record \(names[index])")
             }
         }
-        var answer = PushAnswer(zoneID: resolved.zoneID, capacity: names.count)
-        for (index, outcome) in outcomes.enumerated() {
-            switch outcome {
-            case .success(let write):
-                answer.append(name: names[index], changeTag: write.stored.changeTag, position: write.stored.seq,
-                              upToDate: write.frame.bytes == frames[index].bytes)
-            case .failure(let error):
-                answer.append(failed: index, error.json(item: (key: "recordName", value: names[index])))
-            }
-        }
-        return answer.response()
+        return PushOutcome(zoneID: resolved.zoneID, zoneRowID: zone.rowID, prepared: prepared, outcomes: outcomes)
     }
 
     /// `deltas/pull {"zoneID", "syncToken"?, "resultsLimit"?, "known"?: [[from, to], ...]}`: one page of the
@@ -164,15 +154,44 @@ extension LatticeService {
     }
 }
 
+/// What a `deltas/push` did, item by item in the delta's order; its answer is rendered from it
+/// (`response()`), after the commit when it is large (`idempotentPush`).
+struct PushOutcome: BatchOutcome {
+    let zoneID: ZoneID
+    let zoneRowID: Int64
+    let prepared: LatticeService.PreparedPush
+    let outcomes: [Result<AppliedWrite, APIError>]
+
+    var names: [String] { prepared.names }
+
+    /// A lower bound of the answer's size: every item, saved or failed, holds its record name and more than
+    /// 65 bytes besides (`{"position":…,"recordChangeTag":"…","recordName":"…","upToDate":…}`; an error item
+    /// names its record, code and reason).
+    var minimumAnswerBytes: Int { prepared.names.reduce(0) { $0 + $1.utf8.count + 65 } }
+
+    /// The answer: per record, its change tag, zone position and `upToDate`, or its error.
+    func response() -> HTTPResponse {
+        var answer = PushAnswer(zoneID: zoneID, capacity: outcomes.count)
+        for (index, outcome) in outcomes.enumerated() {
+            switch outcome {
+            case .success(let write):
+                answer.append(name: prepared.names[index], changeTag: write.stored.changeTag, position: write.stored.seq,
+                              upToDate: write.frame.bytes == prepared.frames[index].bytes)
+            case .failure(let error):
+                answer.append(failed: error.json(item: (key: "recordName", value: prepared.names[index])))
+            }
+        }
+        return answer.response()
+    }
+}
+
 /// The JSON answer of `deltas/push`, written item by item into its bytes: the same bytes as
 /// `JSON.serializedBytes` writes for `{"records": [...], "zoneID": {...}}` (keys sorted), without building a
-/// dictionary per record. Failed items are kept as JSON too, for the replay copy (`failures`).
+/// dictionary per record.
 struct PushAnswer {
     private var bytes: [UInt8] = []
     private let zoneID: ZoneID
     private var count = 0
-    /// Failed items by index, as answered.
-    private(set) var failures: [(index: Int, item: JSON)] = []
 
     init(zoneID: ZoneID, capacity: Int) {
         self.zoneID = zoneID
@@ -198,10 +217,9 @@ struct PushAnswer {
     }
 
     /// A failed record's error item.
-    mutating func append(failed index: Int, _ item: JSON) {
+    mutating func append(failed item: JSON) {
         separate()
         bytes.append(contentsOf: item.serializedBytes())
-        failures.append((index, item))
     }
 
     /// The answer's bytes.

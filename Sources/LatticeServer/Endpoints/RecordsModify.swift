@@ -36,7 +36,16 @@ struct AppliedWrite {
 
 /// What `records/modify` did, before its answer is rendered: the zone, and per operation (in order) the
 /// record as written or the error.
-struct ModifyOutcome {
+/// A batch write's outcome, item by item in the request's order: what the replay cache keeps of a large
+/// answer (`idempotentBatch`).
+protocol BatchOutcome {
+    /// The zone row written.
+    var zoneRowID: Int64 { get }
+    var names: [String] { get }
+    var outcomes: [Result<AppliedWrite, APIError>] { get }
+}
+
+struct ModifyOutcome: BatchOutcome {
     let zoneRowID: Int64
     let names: [String]
     let outcomes: [Result<AppliedWrite, APIError>]
