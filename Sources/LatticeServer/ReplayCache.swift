@@ -8,10 +8,10 @@ import LatticeStore
 /// A remembered operation keeps the request's hash, the status and a short answer:
 /// - `records/modify` answers of more than `wholeAnswerLimit / 2` bytes of records and `deltas/push`
 ///   answers over `wholeAnswerLimit` bytes (both rendered after the commit, `idempotentBatch`) keep only
-///   the zone row they wrote and the items that failed (with their error). A replay names the records from the retried body
-///   (the same bytes, by the hash) and renders each one's current state. That is correct for CRDT state:
-///   the server's state of a record only grows past the first answer, so the current state contains what
-///   the first answer said. A record since deleted shows its tombstone; a zone since deleted answers its
+///   the zone row they wrote and the items that failed (with their error). A replay names the records
+///   from the retried body (the same bytes, by the hash) and renders each one's current state. That is
+///   correct for CRDT state: the server's state of a record only grows past the first answer, so the
+///   current state contains what the first answer said. A record since deleted shows its tombstone; a zone since deleted answers its
 ///   items ZONE_NOT_FOUND; in the shared database a record no longer shared with the caller answers
 ///   NOT_FOUND, and a caller who lost the zone gets the zone's error (nothing leaks past a revocation).
 ///   A CONFLICT item keeps its error but not its `serverRecord`; a replay shows the record's current state
@@ -36,6 +36,15 @@ extension LatticeService {
 
     private enum Tag: UInt8 {
         case whole = 0, records = 1, push = 2
+
+        /// The tag of a form's compact copy (`.whole` for a form kept whole).
+        init(_ form: ReplayForm) {
+            switch form {
+            case .whole: self = .whole
+            case .records: self = .records
+            case .push: self = .push
+            }
+        }
     }
 
     /// Runs a write under a client operation id, if the body has one: a retried request with the same id
@@ -70,7 +79,7 @@ extension LatticeService {
     /// `.records` form, but a large answer is rendered after the commit (`idempotentBatch`).
     func idempotentModify(_ context: RequestContext,
                           _ body: (any StorageTransaction, inout Set<Int64>) throws -> ModifyOutcome) throws -> HTTPResponse {
-        try idempotentBatch(context, form: .records, tag: .records, body,
+        try idempotentBatch(context, form: .records, body,
                             isSmall: { $0.frameBytes <= Self.wholeAnswerLimit / 2 }, render: renderModify)
     }
 
@@ -81,7 +90,7 @@ extension LatticeService {
     /// given to `shortAnswer`, so what is remembered is the same bytes as before.
     func idempotentPush(_ context: RequestContext, _ prepared: PreparedPush,
                         _ body: (any StorageTransaction, inout Set<Int64>) throws -> PushOutcome) throws -> HTTPResponse {
-        try idempotentBatch(context, form: .push(prepared), tag: .push, body,
+        try idempotentBatch(context, form: .push(prepared), body,
                             isSmall: { $0.minimumAnswerBytes <= Self.wholeAnswerLimit }, render: { $0.response() })
     }
 
@@ -91,7 +100,7 @@ extension LatticeService {
     /// inside the transaction and remembered as `idempotent` would (whole, so a replay is the first answer
     /// byte for byte).
     private func idempotentBatch<Outcome: BatchOutcome>(
-        _ context: RequestContext, form: ReplayForm, tag: Tag,
+        _ context: RequestContext, form: ReplayForm,
         _ body: (any StorageTransaction, inout Set<Int64>) throws -> Outcome,
         isSmall: (Outcome) -> Bool, render: (Outcome) throws -> HTTPResponse) throws -> HTTPResponse {
         let answer: BatchAnswer<Outcome>
@@ -128,7 +137,7 @@ extension LatticeService {
                 let compact = JSON.object(["zone": .int(outcome.zoneRowID), "items": .int(Int64(outcome.names.count)),
                                            "failed": .array(failed)])
                 try remember(ClientOperation(requestHash: requestHash, status: 200,
-                                             response: [tag.rawValue] + compact.serializedBytes()),
+                                             response: [Tag(form).rawValue] + compact.serializedBytes()),
                              operationID: operationID, context, tx)
                 return .done(outcome)
             }
@@ -182,12 +191,11 @@ extension LatticeService {
     private func shortAnswer(_ response: HTTPResponse, _ form: ReplayForm, _ context: RequestContext,
                              _ tx: any StorageTransaction) throws -> [UInt8] {
         let zoneJSON: JSON?
-        let tag: Tag
         let count: Int
         switch form {
         case .whole: return [Tag.whole.rawValue] + response.body
-        case .records: (zoneJSON, tag, count) = (context.body["zoneID"], .records, context.body["operations"]?.arrayValue?.count ?? 0)
-        case .push(let prepared): (zoneJSON, tag, count) = (Self.zoneJSON(of: prepared), .push, prepared.names.count)
+        case .records: (zoneJSON, count) = (context.body["zoneID"], context.body["operations"]?.arrayValue?.count ?? 0)
+        case .push(let prepared): (zoneJSON, count) = (Self.zoneJSON(of: prepared), prepared.names.count)
         }
         guard response.status == 200, response.body.count > Self.wholeAnswerLimit,
               let zone = try resolveZone(zoneJSON, context, tx, path: "zoneID").zone else {
@@ -211,7 +219,7 @@ extension LatticeService {
             }
         }
         let compact = JSON.object(["zone": .int(zone.rowID), "items": .int(Int64(count)), "failed": .array(failed)])
-        return [tag.rawValue] + compact.serializedBytes()
+        return [Tag(form).rawValue] + compact.serializedBytes()
     }
 
     private static let errorKey = Array("\"serverErrorCode\"".utf8)
