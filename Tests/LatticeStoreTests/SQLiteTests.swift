@@ -10,6 +10,28 @@ struct SQLiteTests {
         return directory.appendingPathComponent("test.sqlite").path
     }
 
+    /// The read-ahead of a batch tells names apart as SQLite does, byte by byte: "café" precomposed and
+    /// decomposed are equal Swift strings but two records.
+    @Test func aReadAheadKeepsApartNamesThatSwiftCallsEqual() throws {
+        let storage = try SQLiteStorage(path: temporaryPath())
+        defer { storage.close() }
+        let composed = "caf\u{E9}", decomposed = "cafe\u{301}"
+        #expect(composed == decomposed && Array(composed.utf8) != Array(decomposed.utf8))
+        try storage.write { tx throws in
+            let database = try tx.database(DatabaseKey(kind: .private, environment: "production", ownerID: 1))
+            let zone = try tx.createZone(databaseID: database.id, name: "Lists", ownerRecordName: "_a", nowMs: 1)
+            _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(recordName: decomposed, recordType: "Item", frame: [1],
+                                                                    deleted: false, parentName: nil, userRecordName: "_a",
+                                                                    nowMs: 2))
+            try tx.prefetchRecords(zoneRowID: zone.rowID, names: ["a", composed, decomposed, "d"])
+            #expect(try tx.record(zoneRowID: zone.rowID, name: decomposed)?.frame == [1])
+            #expect(try tx.record(zoneRowID: zone.rowID, name: composed) == nil)
+            try tx.prefetchRecords(zoneRowID: zone.rowID, names: ["a", composed])
+            #expect(try tx.record(zoneRowID: zone.rowID, name: composed) == nil)
+            #expect(try tx.record(zoneRowID: zone.rowID, name: decomposed)?.frame == [1])
+        }
+    }
+
     @Test func fileDatabasesUseWALWithFullSync() throws {
         let connection = try Connection(path: temporaryPath())
         #expect(try connection.journalMode == "wal")

@@ -1327,6 +1327,40 @@ struct StorageContractTests {
         }
     }
 
+    // MARK: Reading a batch ahead
+
+    @Test(arguments: StorageBackends.all)
+    func prefetchedRecordsAnswerAsLookupsDoUntilTheNextWrite(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            try storage.write { tx throws in
+                let zone = try makeZone(tx)
+                let other = try makeZone(tx, "Other")
+                let stored = ["a", "c", "m"] + (0..<40).map { "p\($0 + 100)" }
+                _ = try tx.saveRecords(zoneRowID: zone.rowID, stored.map { write($0, frame: Array($0.utf8)) },
+                                       previous: stored.map { _ in nil })
+                _ = try tx.saveRecord(zoneRowID: other.rowID, write("b", frame: [7]))
+                func answers(_ names: [String]) throws -> [[UInt8]?] {
+                    try names.map { try tx.record(zoneRowID: zone.rowID, name: $0)?.frame }
+                }
+                // A dense batch (its range holds two of its three names) and a sparse one (the range from
+                // "a" to "z" holds 43 rows for 4 names): the answers are those of plain lookups either way.
+                for batch in [["a", "b", "c"], ["a", "b", "c", "z"], ["p120", "p121", "zz"]] {
+                    let plain = try answers(batch + ["m", "p105"])
+                    try tx.prefetchRecords(zoneRowID: zone.rowID, names: batch)
+                    #expect(try answers(batch + ["m", "p105"]) == plain, "\(batch)")
+                    #expect(try tx.record(zoneRowID: other.rowID, name: "b")?.frame == [7], "another zone's b")
+                }
+                // A write after the read-ahead is seen by the next lookup.
+                try tx.prefetchRecords(zoneRowID: zone.rowID, names: ["a", "b", "c"])
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "b") == nil)
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("b", frame: [9]))
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "b")?.frame == [9])
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("a", frame: [8]))
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "a")?.frame == [8])
+            }
+        }
+    }
+
     // MARK: Closing
 
     @Test(arguments: StorageBackends.all)

@@ -142,6 +142,9 @@ final class Connection {
         }
     }
 
+    /// Rows changed by this connection's statements since it opened (`sqlite3_total_changes64`).
+    var totalChanges: Int64 { sqlite3_total_changes64(handle) }
+
     /// The rowid of the last insert on this connection.
     var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 

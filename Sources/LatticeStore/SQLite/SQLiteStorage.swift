@@ -279,6 +279,8 @@ struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
 
     let db: Connection
     let isReadOnly: Bool
+    /// The rows `prefetchRecords` read ahead, for this transaction only.
+    private let prefetched = PrefetchedRecords()
 
     init(_ connection: Connection, readOnly: Bool) {
         db = connection
@@ -565,8 +567,10 @@ struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
 
     private static let recordSQL = "SELECT \(recordColumns) FROM records WHERE zone_id = ? AND name = ?"
 
-    /// One primary-key lookup per planned record of a batch: bound value by value.
+    /// One primary-key lookup per planned record of a batch, bound value by value, unless `prefetchRecords`
+    /// read the row (or its absence) ahead and the connection has changed nothing since.
     func record(zoneRowID: Int64, name: String) throws -> StoredRecord? {
+        if let answer = prefetched.answer(zoneRowID: zoneRowID, name: name, changes: db.totalChanges) { return answer }
         do {
             let select = try db.cached(Self.recordSQL)
             try select.reset()
@@ -579,6 +583,45 @@ struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
         } catch {
             throw StorageError(error)
         }
+    }
+
+    private static let recordRangeSQL = "SELECT \(recordColumns) FROM records WHERE zone_id = ? AND name >= ? AND name <= ? "
+        + "ORDER BY name LIMIT ?"
+
+    /// Reads the rows of a batch's names in one range read of the primary key, from the smallest name to the
+    /// largest, when that range holds at most twice as many rows as there are names (it stops reading
+    /// there: a batch whose names are spread over a large zone keeps its lookups one by one). A batch of new
+    /// names after the zone's last one (a device's backlog) costs one probe instead of one per name.
+    func prefetchRecords(zoneRowID: Int64, names: [String]) throws {
+        prefetched.clear()
+        // Names compare as SQLite compares them, byte by byte (Swift's `<` on String follows canonical
+        // equivalence, which can order and even equate names that SQLite keeps apart).
+        let keys = names.map { Array($0.utf8) }
+        guard keys.count > 1, let first = keys.min(by: { $0.lexicographicallyPrecedes($1) }),
+              let last = keys.max(by: { $0.lexicographicallyPrecedes($1) }) else { return }
+        let limit = 2 * names.count
+        var rows: [[UInt8]: StoredRecord] = [:]
+        do {
+            let select = try db.cached(Self.recordRangeSQL)
+            try select.reset()
+            try select.bind(1, integer: zoneRowID)
+            try select.bind(2, text: String(decoding: first, as: UTF8.self))
+            try select.bind(3, text: String(decoding: last, as: UTF8.self))
+            try select.bind(4, integer: Int64(limit + 1))
+            var read = 0
+            while try select.step() {
+                read += 1
+                guard read <= limit else {
+                    try select.reset()
+                    return
+                }
+                let row = record(select.row(), zoneRowID: zoneRowID)
+                rows[Array(row.recordName.utf8)] = row
+            }
+        } catch {
+            throw StorageError(error)
+        }
+        prefetched.fill(zoneRowID: zoneRowID, names: Set(keys), rows: rows, changes: db.totalChanges)
     }
 
     func records(zoneRowID: Int64, recordType: String?) throws -> [StoredRecord] {
@@ -1062,5 +1105,38 @@ extension SQLiteValue {
         case .text(let value): self = .text(value)
         case .blob(let value): self = .blob(value)
         }
+    }
+}
+
+/// The rows of a batch read ahead by `SQLiteTransaction.prefetchRecords`: the answer of `record` for each
+/// name asked for (a row, or none), valid while the connection's count of changed rows
+/// (`sqlite3_total_changes64`) stays what it was when they were read, so any write in the transaction
+/// drops them. Names are keyed by their UTF-8 bytes, as SQLite tells them apart. One per transaction, used
+/// by its one thread.
+final class PrefetchedRecords {
+    private var zoneRowID: Int64 = -1
+    private var changes: Int64 = -1
+    private var names: Set<[UInt8]> = []
+    private var rows: [[UInt8]: StoredRecord] = [:]
+
+    func clear() {
+        zoneRowID = -1
+        names = []
+        rows = [:]
+    }
+
+    func fill(zoneRowID: Int64, names: Set<[UInt8]>, rows: [[UInt8]: StoredRecord], changes: Int64) {
+        self.zoneRowID = zoneRowID
+        self.names = names
+        self.rows = rows
+        self.changes = changes
+    }
+
+    /// `.some(row or nil)` when the answer for `name` was read ahead and is still valid; nil otherwise.
+    func answer(zoneRowID: Int64, name: String, changes: Int64) -> StoredRecord?? {
+        guard zoneRowID == self.zoneRowID, changes == self.changes else { return nil }
+        let key = Array(name.utf8)
+        guard names.contains(key) else { return nil }
+        return .some(rows[key])
     }
 }
