@@ -11,9 +11,10 @@ import LatticeStore
 ///   the zone row they wrote and the items that failed (with their error). A replay names the records
 ///   from the retried body (the same bytes, by the hash) and renders each one's current state. That is
 ///   correct for CRDT state: the server's state of a record only grows past the first answer, so the
-///   current state contains what the first answer said. A record since deleted shows its tombstone; a zone since deleted answers its
-///   items ZONE_NOT_FOUND; in the shared database a record no longer shared with the caller answers
-///   NOT_FOUND, and a caller who lost the zone gets the zone's error (nothing leaks past a revocation).
+///   current state contains what the first answer said. A record since deleted shows its tombstone; a
+///   zone since deleted answers its items ZONE_NOT_FOUND; in the shared database a record no longer
+///   shared with the caller answers NOT_FOUND, and a caller who lost the zone gets the zone's error
+///   (nothing leaks past a revocation).
 ///   A CONFLICT item keeps its error but not its `serverRecord`; a replay shows the record's current state
 ///   there.
 /// - Every other answer (and small ones) is kept whole: they are bounded by their own caps.
@@ -48,9 +49,9 @@ extension LatticeService {
     }
 
     /// Runs a write under a client operation id, if the body has one: a retried request with the same id
-    /// and body gets its answer again (rebuilt as the type comment says) instead of applying twice; the
-    /// same id with another body is BAD_REQUEST.
-    func idempotent(_ context: RequestContext, replay form: ReplayForm = .whole,
+    /// and body gets its answer again (remembered whole) instead of applying twice; the same id with another
+    /// body is BAD_REQUEST. Batch writes, whose answers can be large, go through `idempotentBatch`.
+    func idempotent(_ context: RequestContext,
                     _ body: (any StorageTransaction, inout Set<Int64>) throws -> HTTPResponse) throws -> HTTPResponse {
         guard context.body["clientOperationID"] != nil else {
             return try write(deadline: context.deadline) { tx, touched in try body(tx, &touched) }
@@ -63,13 +64,13 @@ extension LatticeService {
                 guard earlier.requestHash == requestHash else {
                     throw APIError.badRequest("clientOperationID \(operationID) was already used for a different request")
                 }
-                var response = try replayed(earlier, form, context, tx)
+                var response = try replayed(earlier, .whole, context, tx)
                 response.headers.append((name: "Lattice-Replayed", value: "true"))
                 return response
             }
             let response = try body(tx, &touched)
             let remembered = ClientOperation(requestHash: requestHash, status: response.status,
-                                             response: try shortAnswer(response, form, context, tx))
+                                             response: try shortAnswer(response, .whole, context, tx))
             try remember(remembered, operationID: operationID, context, tx)
             return response
         }

@@ -34,8 +34,6 @@ struct AppliedWrite {
     let frame: RecordFrame
 }
 
-/// What `records/modify` did, before its answer is rendered: the zone, and per operation (in order) the
-/// record as written or the error.
 /// A batch write's outcome, item by item in the request's order: what the replay cache keeps of a large
 /// answer (`idempotentBatch`).
 protocol BatchOutcome {
@@ -45,6 +43,8 @@ protocol BatchOutcome {
     var outcomes: [Result<AppliedWrite, APIError>] { get }
 }
 
+/// What `records/modify` did, before its answer is rendered: the zone, and per operation (in order) the
+/// record as written or the error.
 struct ModifyOutcome: BatchOutcome {
     let zoneRowID: Int64
     let names: [String]
