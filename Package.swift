@@ -69,7 +69,7 @@ let package = Package(
         ),
 
         .testTarget(name: "LatticeCoreTests", dependencies: ["LatticeCore"]),
-        .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore"]),
+        .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore", "LatticeCore"]),
         .testTarget(
             name: "LatticeServerTests",
             dependencies: ["LatticeServer", "LatticeStore", "LatticeSharing", "LatticeSync", "LatticeCore"]

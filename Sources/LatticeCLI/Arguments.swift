@@ -7,6 +7,9 @@ struct UsageError: Error, CustomStringConvertible {
 }
 
 /// Hand-written parsing: positionals, `--option VALUE` / `--option=VALUE` (repeatable), and `--flag`s.
+/// Options are long (`--name`) or `-h`; any other argument, one that begins with a single `-` included,
+/// is a positional: key ids, token ids and names may begin with `-` (base64url uses it). After `--` every
+/// argument is a positional, for a value that begins with `--`.
 struct ParsedArguments {
     var positionals: [String] = []
     var values: [String: [String]] = [:]
@@ -21,7 +24,7 @@ struct ParsedArguments {
         while index < arguments.count {
             let argument = arguments[index]
             index += 1
-            guard !optionsEnded, argument.hasPrefix("-"), argument != "-" else {
+            guard !optionsEnded, argument.hasPrefix("--") || argument == "-h" else {
                 positionals.append(argument)
                 continue
             }
@@ -33,7 +36,6 @@ struct ParsedArguments {
                 flags.insert("help")
                 continue
             }
-            guard argument.hasPrefix("--") else { throw UsageError("unknown option \(argument)") }
             var name = String(argument.dropFirst(2))
             var inlineValue: String?
             if let equals = name.firstIndex(of: "=") {
@@ -52,7 +54,7 @@ struct ParsedArguments {
                 guard inlineValue == nil else { throw UsageError("--\(name) takes no value") }
                 flags.insert(name)
             } else {
-                throw UsageError("unknown option --\(name)")
+                throw UsageError("unknown option --\(name) (a value that begins with -- goes after --)")
             }
         }
     }

@@ -12,7 +12,31 @@ public enum StorageRules {
     /// a deleted and recreated zone of the same name never matches. For example zone 7, position 40 is
     /// `"7-14"` (both in base 36).
     public static func changeTag(zoneRowID: Int64, seq: Int64) -> String {
-        String(zoneRowID, radix: 36) + "-" + String(seq, radix: 36)
+        // Row ids and positions are never negative; a negative one is spelled as `String(_:radix:)` does.
+        guard zoneRowID >= 0, seq >= 0 else { return String(zoneRowID, radix: 36) + "-" + String(seq, radix: 36) }
+        // Written digit by digit into the string's own storage: this runs once per record read or saved,
+        // and the generic `String(_:radix:)` cost a third of the time of binding a record's row.
+        func width(_ value: Int64) -> Int {
+            var count = 1, rest = value / 36
+            while rest > 0 { count += 1; rest /= 36 }
+            return count
+        }
+        let zoneWidth = width(zoneRowID), seqWidth = width(seq)
+        return String(unsafeUninitializedCapacity: zoneWidth + 1 + seqWidth) { buffer in
+            func write(_ value: Int64, endingAt end: Int) {
+                var rest = value, index = end
+                repeat {
+                    index -= 1
+                    let digit = UInt8(rest % 36)
+                    buffer[index] = digit < 10 ? UInt8(ascii: "0") + digit : UInt8(ascii: "a") + digit - 10
+                    rest /= 36
+                } while rest > 0
+            }
+            write(zoneRowID, endingAt: zoneWidth)
+            buffer[zoneWidth] = UInt8(ascii: "-")
+            write(seq, endingAt: zoneWidth + 1 + seqWidth)
+            return zoneWidth + 1 + seqWidth
+        }
     }
 
     /// When and by whom the record that `write` saves was created, given the row it replaces.

@@ -258,6 +258,29 @@ import Glibc
         }
     }
 
+    /// Key and token ids are base64url, so one in 64 begins with `-`: such an argument is the id, not an
+    /// unknown option, and after `--` even one that begins with `--` is.
+    @Test func anIdThatBeginsWithADashIsAnArgumentNotAnOption() throws {
+        let data = temporaryDirectory("lattice-cli-dash")
+        defer { try? FileManager.default.removeItem(atPath: data) }
+        _ = try Self.ok("admin", "add-user", "dana", "--data", data)
+        func run(_ arguments: [String]) throws -> Outcome {
+            let (process, output, errors) = try Self.start(arguments, home: nil)
+            process.waitUntilExit()
+            return Outcome(status: process.terminationStatus, stdout: output.finish(), stderr: errors.finish())
+        }
+        for arguments in [["admin", "retire-share-key", "-6Irlq", "--data", data],
+                          ["admin", "retire-share-key", "--data", data, "--", "--6Irlq"],
+                          ["admin", "revoke-token", "-x1", "--data", data]] {
+            let outcome = try run(arguments)
+            #expect(outcome.status == 1, "\(arguments): \(outcome)")
+            #expect(!outcome.stderr.contains("usage:") && outcome.stderr.contains(arguments.contains("--") ? "--6Irlq" : arguments[2]),
+                    "\(arguments): \(outcome)")
+        }
+        let unknown = try run(["admin", "retire-share-key", "--6Irlq", "--data", data])
+        #expect(unknown.status == 2 && unknown.stderr.contains("goes after --"), "\(unknown)")
+    }
+
     @Test func helpTextsNameEveryCommand() throws {
         let top = try Self.ok("--help").stdout
         let commands = [

@@ -130,8 +130,10 @@ extension LatticeService {
                     _ tx: any StorageTransaction, _ touched: inout Set<Int64>, distinctNames: Bool = false,
                     plan planWrite: (_ index: Int, _ shareRecordNames: Set<String>) throws -> PlannedWrite) throws
         -> [Result<AppliedWrite, APIError>] {
-        // The zone's share records, read once: a batch never creates or deletes shares mid-way.
-        let shareRecordNames = Set(try tx.shares(zoneRowID: zone.rowID).map(\.recordName))
+        // The zone's share records, read once: a batch never creates or deletes shares mid-way. A zone
+        // without shares gets none from the batch, so the share bookkeeping after the writes is skipped.
+        let shares = try tx.shares(zoneRowID: zone.rowID)
+        let shareRecordNames = Set(shares.map(\.recordName))
         var slots: [Result<AppliedWrite, APIError>?] = Array(repeating: nil, count: names.count)
         var changedNames: [String] = []
         // The planned writes waiting to be saved, as three parallel arrays (handed to the store as they are).
@@ -202,6 +204,7 @@ extension LatticeService {
         }
         if !changedNames.isEmpty {
             touched.insert(zone.databaseID)
+            guard !shares.isEmpty else { return outcomes }
             // The owner deleting a hierarchy root deletes its share, as in CloudKit.
             if !resolved.isShared {
                 let changed = Set(changedNames)
