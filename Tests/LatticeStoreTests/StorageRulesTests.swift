@@ -8,9 +8,10 @@ struct StorageRulesTests {
     /// at the edges of every digit count and for a seeded sample.
     @Test func aChangeTagSpellsBothNumbersInBase36() {
         var values: [Int64] = [0, 1, 9, 10, 35, 36, 1_295, 1_296, 46_655, 46_656, Int64.max - 1, Int64.max]
-        var power: Int64 = 36
-        while power < Int64.max / 36 {
+        var power: Int64 = 36 // 36^1 to 36^12, the last power below Int64.max
+        while true {
             values += [power - 1, power, power + 1]
+            guard power <= Int64.max / 36 else { break }
             power *= 36
         }
         let seed = UInt64(RequestDeadline.nowNanoseconds())
