@@ -248,9 +248,13 @@ extension VersionVector {
 extension Record {
     /// The record as a CloudKit Web Services record dictionary, with CRDT metadata under `crdt` keys
     /// (see Docs/Merge.md, "JSON form"). CloudKit clients can ignore every `crdt` key.
-    public var cloudKitJSON: JSON {
+    public var cloudKitJSON: JSON { cloudKitJSON(fields: nil) }
+
+    /// The record dictionary with only the fields named in `wanted` (all of them when nil): what
+    /// `desiredKeys` asks for. The fields left out are not rendered at all.
+    public func cloudKitJSON(fields wanted: Set<String>?) -> JSON {
         var fieldsJSON: [String: JSON] = [:]
-        for field in fields {
+        for field in fields where wanted?.contains(field.name) ?? true {
             switch field.state {
             case .register(let register):
                 var object: [String: JSON] = ["crdt": .object(["stamp": register.stamp.json])]

@@ -265,14 +265,20 @@ extension LatticeService {
             let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
             let names = (context.body["operations"]?.arrayValue ?? []).map { $0["record"]?["recordName"]?.stringValue ?? "" }
             guard names.count == count else { throw StorageError.failure("a remembered records/modify does not match its body") }
+            let desiredKeys = try parseDesiredKeys(context.body)
             let items: [JSON] = try names.enumerated().map { index, name in
-                let render = { (stored: StoredRecord) throws -> JSON in self.recordJSON(stored, try self.decode(stored), desiredKeys: nil) }
+                let render = { (stored: StoredRecord) throws -> JSON in
+                    self.recordJSON(stored, try self.decode(stored), desiredKeys: desiredKeys)
+                }
                 guard let failure = failures[index] else {
                     return try currentItem(name, resolved, zoneRowID: zoneRowID, tx, render: render)
                 }
                 guard case .object(var object) = failure, object["serverRecord"] == .bool(true) else { return failure }
                 // The record as it is now, where the first answer had it as it was then.
-                let current = try currentItem(name, resolved, zoneRowID: zoneRowID, tx, render: render)
+                // Whole, as a CONFLICT's serverRecord always is (desiredKeys shapes the saved records only).
+                let current = try currentItem(name, resolved, zoneRowID: zoneRowID, tx) { stored in
+                    self.recordJSON(stored, try self.decode(stored), desiredKeys: nil)
+                }
                 object["serverRecord"] = current["serverErrorCode"] == nil && current["deleted"] != .bool(true) ? current : nil
                 return .object(object)
             }

@@ -647,14 +647,7 @@ public final class SyncEngine: @unchecked Sendable {
         // is sent again and the server's join answers it as up to date; a forgotten position means
         // downloading that record once more. So this commit does not wait for the disk.
         try store.transaction(flushed: false) { tx in
-            for local in accepted {
-                if wire == .json, let json = byName[local.name], json["crdt"] != nil {
-                    // records/modify answers the joined state: take it in.
-                    try applyRemote(try RecordFrame(encoding: try Record(cloudKitJSON: json, zoneID: zoneID)),
-                                    name: local.name, zone: zone, tx)
-                }
-                try tx.markSent(zoneID: zone.id, name: local.name, generation: local.dirty)
-            }
+            for local in accepted { try tx.markSent(zoneID: zone.id, name: local.name, generation: local.dirty) }
             try rememberKnown(upToDate, zone: zone, tx)
         }
         for local in accepted { emit(.sentRecord(zone: zone.zoneName, recordName: local.name)) }
@@ -674,7 +667,9 @@ public final class SyncEngine: @unchecked Sendable {
         return items
     }
 
-    /// `records/modify` with each frame's CRDT state in JSON (`forceUpdate`: the server joins them).
+    /// `records/modify` with each frame's CRDT state in JSON (`forceUpdate`: the server joins them), asking
+    /// for no fields back (`desiredKeys: []`): as on the binary path, the device does not download its own
+    /// writes in the answer; what the server joined in from others comes with the next fetch.
     private func modifyFrames(_ frames: [RecordFrame], zoneID: ZoneID, zone: LocalZone, client: ServerClient,
                               account: Account) throws -> [JSON] {
         let operations = try frames.map { frame in
@@ -685,6 +680,7 @@ public final class SyncEngine: @unchecked Sendable {
             "atomic": .bool(false),
             "clientOperationID": .string(UUID().uuidString),
             "operations": .array(operations),
+            "desiredKeys": .array([]),
         ])
         return try client.call(zone.database, "records/modify", body, token: account.token, timeout: 60)["records"]?.arrayValue
             ?? []

@@ -49,6 +49,8 @@ struct ModifyOutcome: BatchOutcome {
     let zoneRowID: Int64
     let names: [String]
     let outcomes: [Result<AppliedWrite, APIError>]
+    /// The request's `desiredKeys`: the fields each answered record carries (nil: all).
+    let desiredKeys: Set<String>?
 
     /// Bytes of the records written (their stored frames).
     var frameBytes: Int {
@@ -81,6 +83,7 @@ extension LatticeService {
         let operationsJSON = try items(context.body, "operations", limit: configuration.maximumOperations)
         guard !operationsJSON.isEmpty else { throw APIError.badRequest("operations is empty") }
         let atomic = try atomicFlag(context.body["atomic"])
+        let desiredKeys = try parseDesiredKeys(context.body)
         let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID", creatingDefault: true)
         guard let zone = resolved.zone else {
             throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
@@ -93,20 +96,25 @@ extension LatticeService {
             return try self.apply(operation, zone: zone, resolved: resolved, shareRecordNames: shares,
                                   context: context, tx: tx)
         }
-        return ModifyOutcome(zoneRowID: zone.rowID, names: names, outcomes: outcomes)
+        return ModifyOutcome(zoneRowID: zone.rowID, names: names, outcomes: outcomes, desiredKeys: desiredKeys)
     }
 
-    /// The answer of `records/modify`: each item the record as written, or its error. Past
-    /// `maximumResponseBytes` of records (counted on their stored frames, so it is known before rendering),
-    /// a record is answered without its fields (`fieldsOmitted: true`; `records/lookup` has them): 400
-    /// small edits of large records cannot make an answer hundreds of times the size of the request.
+    /// The answer of `records/modify`: each item the record as written (with the fields `desiredKeys`
+    /// names, all by default), or its error. Past `maximumResponseBytes` of records (counted on their stored
+    /// frames, so it is known before rendering), a record is answered without its fields
+    /// (`fieldsOmitted: true`; `records/lookup` has them): 400 small edits of large records cannot make an
+    /// answer hundreds of times the size of the request. With `desiredKeys: []` no record carries fields,
+    /// and none is counted.
     func renderModify(_ outcome: ModifyOutcome) throws -> HTTPResponse {
         var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
+        let noFields = outcome.desiredKeys?.isEmpty == true
         let items: [JSON] = try zip(outcome.outcomes, outcome.names).map { result, name in
             switch result {
             case .success(let write):
-                guard budget.admit(bytes: write.frame.bytes.count) else { return Self.recordWithoutFields(write.stored) }
-                return recordJSON(write.stored, try decode(write.frame), desiredKeys: nil)
+                guard noFields || budget.admit(bytes: write.frame.bytes.count) else {
+                    return Self.recordWithoutFields(write.stored)
+                }
+                return recordJSON(write.stored, try decode(write.frame), desiredKeys: outcome.desiredKeys)
             case .failure(let error): return error.json(item: (key: "recordName", value: name))
             }
         }
@@ -591,15 +599,24 @@ extension LatticeService {
         ])
     }
 
+    /// A stored record as CloudKit's record dictionary, with only the fields named in `desiredKeys` (all when
+    /// nil); the other keys are always there.
     func recordJSON(_ stored: StoredRecord, _ record: Record, desiredKeys: Set<String>?) -> JSON {
-        guard case .object(var object) = record.cloudKitJSON else { return record.cloudKitJSON }
+        let rendered = record.cloudKitJSON(fields: desiredKeys)
+        guard case .object(var object) = rendered else { return rendered }
         object["recordChangeTag"] = .string(stored.changeTag)
         object["created"] = .object(["timestamp": .int(stored.createdMs), "userRecordName": .string(stored.createdBy)])
         object["modified"] = .object(["timestamp": .int(stored.modifiedMs), "userRecordName": .string(stored.modifiedBy)])
-        if let desiredKeys, case .object(let fields)? = object["fields"] {
-            object["fields"] = .object(fields.filter { desiredKeys.contains($0.key) })
-        }
         return .object(object)
+    }
+
+    /// A request's `desiredKeys`: the field names its answer's records carry (nil when absent: all of them).
+    func parseDesiredKeys(_ body: [String: JSON]) throws -> Set<String>? {
+        guard let json = body["desiredKeys"] else { return nil }
+        guard let array = json.arrayValue, array.allSatisfy({ $0.stringValue != nil }) else {
+            throw APIError.badRequest("desiredKeys must be an array of field names")
+        }
+        return Set(array.compactMap(\.stringValue))
     }
 }
 

@@ -42,14 +42,6 @@ extension LatticeService {
         }
     }
 
-    private func parseDesiredKeys(_ body: [String: JSON]) throws -> Set<String>? {
-        guard let json = body["desiredKeys"] else { return nil }
-        guard let array = json.arrayValue, array.allSatisfy({ $0.stringValue != nil }) else {
-            throw APIError.badRequest("desiredKeys must be an array of field names")
-        }
-        return Set(array.compactMap(\.stringValue))
-    }
-
     /// `records/query`: filters (ANDed), sort, `resultsLimit` and a continuation marker.
     ///
     /// The marker records the sort position of the last record returned, so the next page continues
