@@ -94,6 +94,20 @@ struct JSONTests {
         #expect(throws: JSONError.self) { try JSON.parse(String(repeating: "{\"a\":", count: 100) + "1" + String(repeating: "}", count: 100)) }
     }
 
+    @Test("every ASCII byte, in a short (inline) and a long (heap) string, is escaped exactly when it must be")
+    func stringEscapes() throws {
+        for byte in UInt8(0)..<0x80 {
+            let needsEscape = byte < 0x20 || byte == 0x7F || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\")
+            for padding in [0, 3, 40] {
+                let text = String(repeating: "a", count: padding) + String(UnicodeScalar(byte)) + "é"
+                let written = Array(JSON.string(text).serialized().utf8)
+                #expect(try JSON.parse(written) == .string(text), "byte \(byte), padding \(padding)")
+                // Unescaped, the text is copied as it is between the quotes; escaped, it grows.
+                #expect((written == [0x22] + Array(text.utf8) + [0x22]) == !needsEscape, "byte \(byte), padding \(padding)")
+            }
+        }
+    }
+
     @Test("serialization is compact, sorted by key bytes, and parses back")
     func serialization() throws {
         let value = JSON.object(["b": .array([.int(1), .double(2.5), .null]), "a": .string("q\"\\\n\u{1}\u{7F}é"),
