@@ -1,5 +1,6 @@
 import sqlite3, os, random, sys
-def run(schema, label, commits=100, zones=4, batch=200):
+def run(schema, label, commits=100, zones=4, batch=200, user='_'+'a'*32):
+    global USER; USER=user
     path=f'/tmp/wal/{label}.db'
     for s in ['', '-wal', '-shm']:
         try: os.remove(path+s)
@@ -23,7 +24,7 @@ def run(schema, label, commits=100, zones=4, batch=200):
             seqs[z]+=1
             name='c%d-%08d-%s' % (z, seqs[z], 'x'*12)
             db.execute('INSERT INTO records(zone_id,name,record_type,frame,deleted,seq,created_ms,created_by,modified_ms,modified_by) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(zone_id,name) DO UPDATE SET frame=excluded.frame',
-                (z+1, name, 'Item', rnd.randbytes(269), 0, seqs[z], 1, '_'+'a'*32, 1, '_'+'a'*32))
+                (z+1, name, 'Item', rnd.randbytes(269), 0, seqs[z], 1, USER, 1, USER))
         before=walframes()
         db.execute('COMMIT')
         after=walframes()
@@ -50,4 +51,4 @@ R='''CREATE TABLE records(zone_id INTEGER NOT NULL, name TEXT NOT NULL, record_t
 CREATE UNIQUE INDEX records_name ON records(zone_id, name);
 CREATE UNIQUE INDEX records_log ON records(zone_id, seq);
 CREATE INDEX records_type ON records(zone_id, record_type, name);'''
-run(H,'H',commits=int(sys.argv[1])); run(R,'R',commits=int(sys.argv[1]))
+run(H,'H',commits=int(sys.argv[1])); run(R,'R',commits=int(sys.argv[1])); run(R,'R-intusers',commits=int(sys.argv[1]),user=7); run(H,'H-intusers',commits=int(sys.argv[1]),user=7)
