@@ -806,7 +806,8 @@ extension BinaryReader {
                 _ = try stamp("field stamp")
                 _ = try scanValue()
             case 1:
-                let context = try scanVersionVector()
+                var contextAt = try scanVersionVector().lowerBound
+                let context = RawVector(buffer.baseAddress!, &contextAt) // validated just now
                 let entryCount = try count(minimumElementSize: 1 + 1 + 9, "set entry count")
                 var previous: (value: Int, dot: Stamp)? = nil
                 for _ in 0..<entryCount {
@@ -818,7 +819,7 @@ extension BinaryReader {
                         if order == 0 { order = previous.dot == dot ? 0 : (previous.dot < dot ? -1 : 1) }
                         if order >= 0 { throw fail(.malformed, "set (entries not in order)") }
                     }
-                    if !EncodedOrder.covers(buffer, context, dot) {
+                    if !context.covers(buffer.baseAddress!, dot) {
                         throw fail(.malformed, "set (dot outside its causal context)")
                     }
                     previous = (valueAt, dot)

@@ -216,19 +216,5 @@ enum EncodedOrder {
         guard let value = try? reader.value() else { preconditionFailure("unvalidated value bytes") }
         return value
     }
-
-    /// True when the encoded version vector at `vv` covers `stamp`.
-    @inline(__always)
-    static func covers(_ p: UnsafeRawBufferPointer, _ vv: Range<Int>, _ stamp: Stamp) -> Bool {
-        var c = ByteCursor(p, at: vv.lowerBound)
-        let count = c.varint()
-        for _ in 0..<count {
-            let replica = c.varint()
-            let hlc = c.u64()
-            if replica == stamp.replica.rawValue { return stamp.hlc.rawValue <= hlc }
-            if replica > stamp.replica.rawValue { return false }
-        }
-        return false
-    }
 }
 

@@ -390,7 +390,8 @@ enum FrameMerge {
 
     /// Writes the pointwise maximum of two encoded version vectors.
     @inline(__always)
-    private static func mergeContexts(_ p: UnsafeRawPointer, _ a: RawVector, _ q: UnsafeRawPointer, _ b: RawVector,
+    private static func mergeContexts(_ p: UnsafeRawPointer, _ a: borrowing RawVector, _ q: UnsafeRawPointer,
+                                      _ b: borrowing RawVector,
                                       into w: inout RawOut) {
         if Raw.equal(p + a.start, a.end &- a.start, q + b.start, b.end &- b.start) {
             w.copy(p, a.start, a.end)
@@ -418,8 +419,9 @@ enum FrameMerge {
     /// Writes the surviving OR-set entries: in both, or in one whose dot the other side never saw.
     /// `i` and `j` are the offsets of the two entry counts.
     @inline(__always)
-    private static func mergeEntries(_ p: UnsafeRawPointer, _ i: Int, _ contextA: RawVector,
-                                     _ q: UnsafeRawPointer, _ j: Int, _ contextB: RawVector, into w: inout RawOut) {
+    private static func mergeEntries(_ p: UnsafeRawPointer, _ i: Int, _ contextA: borrowing RawVector,
+                                     _ q: UnsafeRawPointer, _ j: Int, _ contextB: borrowing RawVector,
+                                     into w: inout RawOut) {
         let countAt = w.placeholder()
         var i = i, j = j
         var leftA = Int(truncatingIfNeeded: Raw.varint(p, &i)), leftB = Int(truncatingIfNeeded: Raw.varint(q, &j))
@@ -469,11 +471,20 @@ struct RawEntry {
     }
 }
 
-/// An encoded version vector of a validated frame; up to four entries are read once and kept inline,
-/// larger vectors are consulted in place.
-struct RawVector {
+/// An encoded version vector of a validated frame. Up to four entries are read once and kept inline;
+/// up to `scanLimit` are consulted in place (a scan of at most that many entries); a larger vector is
+/// decoded once into a sorted table on the heap and searched by bisection, so that `covers` costs
+/// O(log n) whatever the vector's size (a set of E entries against a context of R replicas is joined or
+/// validated in O((E + R) log R), never O(E * R)). Not copyable: the table is freed when the vector ends.
+struct RawVector: ~Copyable {
     var start: Int, end: Int, first: Int, count: Int
     private var slots: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
+    /// Replica then clock value for each entry, in the vector's order (ascending replica); only above
+    /// `scanLimit` entries.
+    private var table: UnsafeMutablePointer<UInt64>? = nil
+
+    /// The largest vector consulted by a scan in place.
+    static let scanLimit = 16
 
     /// Reads the vector at `i` and moves `i` past it.
     @inline(__always) init(_ p: UnsafeRawPointer, _ i: inout Int) {
@@ -489,14 +500,24 @@ struct RawVector {
                     i &+= 8
                 }
             }
-        } else {
+        } else if count <= Self.scanLimit {
             for _ in 0..<count {
                 _ = Raw.varint(p, &i)
                 i &+= 8
             }
+        } else {
+            let table = UnsafeMutablePointer<UInt64>.allocate(capacity: 2 &* count)
+            for index in 0..<count {
+                table[2 &* index] = Raw.varint(p, &i)
+                table[2 &* index &+ 1] = Raw.u64(p, i)
+                i &+= 8
+            }
+            self.table = table
         }
         end = i
     }
+
+    deinit { table?.deallocate() }
 
     /// True when the vector covers `stamp`. `p` is the frame the vector was read from.
     @inline(__always) func covers(_ p: UnsafeRawPointer, _ stamp: Stamp) -> Bool {
@@ -508,6 +529,16 @@ struct RawVector {
                 }
                 return false
             }
+        }
+        if let table {
+            var low = 0, high = count // the entry, if any, is in [low, high)
+            while low < high {
+                let middle = (low &+ high) >> 1
+                let r = table[2 &* middle]
+                if r == replica { return hlc <= table[2 &* middle &+ 1] }
+                if r < replica { low = middle &+ 1 } else { high = middle }
+            }
+            return false
         }
         var i = first
         for _ in 0..<count {

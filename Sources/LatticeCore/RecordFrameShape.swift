@@ -6,16 +6,25 @@ public struct RecordFrameShape: Hashable, Sendable {
     public let fieldCount: Int
     /// Elements (set entries) of its largest list field; 0 when it has none.
     public let largestListCount: Int
+    /// Replicas in the largest causal context of its list fields; 0 when it has none. A context costs a
+    /// join work as its entries do, so the server bounds both (JSON counts a context as an array too).
+    public let largestContextCount: Int
+
+    public init(fieldCount: Int, largestListCount: Int, largestContextCount: Int) {
+        self.fieldCount = fieldCount
+        self.largestListCount = largestListCount
+        self.largestContextCount = largestContextCount
+    }
 }
 
 extension RecordFrame {
-    /// Counts the fields and the largest list's entries by walking the frame's field headers (the frame was
+    /// Counts the fields, the largest list's entries and the largest context's replicas by walking the frame's field headers (the frame was
     /// validated when it was made, so the reads are unchecked).
     public var shape: RecordFrameShape {
         withFrame { frame in
             let header = FrameHeader(frame)
             var cursor = ByteCursor(frame, at: header.fieldsStart)
-            var largest = 0
+            var largest = 0, largestContext = 0
             for _ in 0..<header.fieldCount {
                 _ = cursor.string()
                 let kind = cursor.u8()
@@ -24,6 +33,7 @@ extension RecordFrame {
                 if kind == 1 { // set: context vector, then the entry count
                     var set = ByteCursor(frame, at: payload)
                     let replicas = set.varint()
+                    largestContext = max(largestContext, Int(replicas))
                     for _ in 0..<replicas {
                         _ = set.varint()
                         set.offset += 8
@@ -32,7 +42,8 @@ extension RecordFrame {
                 }
                 cursor.offset = payload + length
             }
-            return RecordFrameShape(fieldCount: header.fieldCount, largestListCount: largest)
+            return RecordFrameShape(fieldCount: header.fieldCount, largestListCount: largest,
+                                    largestContextCount: largestContext)
         }
     }
 }

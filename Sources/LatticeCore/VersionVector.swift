@@ -17,9 +17,16 @@ public struct VersionVector: Hashable, Sendable, CustomStringConvertible {
     public init() { entries = [] }
 
     /// Builds a vector from entries in any order; for a repeated replica the greatest value counts.
+    /// O(n log n): the entries are sorted once, not inserted one by one.
     public init<S: Sequence>(_ entries: S) where S.Element == Entry {
-        self.entries = []
-        for entry in entries { advance(entry.replica, to: entry.hlc) }
+        let sorted = entries.sorted { $0.replica != $1.replica ? $0.replica < $1.replica : $0.hlc < $1.hlc }
+        var kept: [Entry] = []
+        kept.reserveCapacity(sorted.count)
+        for entry in sorted where entry.hlc > .zero {
+            // Sorted by replica, then clock: the last of a replica's run is its greatest value.
+            if let last = kept.last, last.replica == entry.replica { kept[kept.count - 1] = entry } else { kept.append(entry) }
+        }
+        self.entries = kept
     }
 
     /// Entries already sorted by replica with no repeats (decoders check this).
@@ -27,31 +34,39 @@ public struct VersionVector: Hashable, Sendable, CustomStringConvertible {
 
     public var isEmpty: Bool { entries.isEmpty }
 
-    public subscript(replica: ReplicaID) -> HLC {
-        for entry in entries where entry.replica == replica { return entry.hlc }
-        return .zero
+    /// The index of `replica`'s entry, or where it would be inserted (binary search: O(log n)).
+    @inline(__always)
+    private func position(of replica: ReplicaID) -> (index: Int, found: Bool) {
+        var low = 0, high = entries.count
+        while low < high {
+            let middle = (low + high) >> 1
+            let current = entries[middle].replica
+            if current == replica { return (middle, true) }
+            if current < replica { low = middle + 1 } else { high = middle }
+        }
+        return (low, false)
     }
 
-    /// True when the operation stamped `stamp` is reflected.
+    public subscript(replica: ReplicaID) -> HLC {
+        let (index, found) = position(of: replica)
+        return found ? entries[index].hlc : .zero
+    }
+
+    /// True when the operation stamped `stamp` is reflected. O(log n).
     @inline(__always)
     public func covers(_ stamp: Stamp) -> Bool {
-        for entry in entries where entry.replica == stamp.replica { return stamp.hlc <= entry.hlc }
-        return false
+        let (index, found) = position(of: stamp.replica)
+        return found && stamp.hlc <= entries[index].hlc
     }
 
     /// Raises the entry for `replica` to at least `hlc`.
     public mutating func advance(_ replica: ReplicaID, to hlc: HLC) {
-        var index = 0
-        while index < entries.count {
-            let current = entries[index]
-            if current.replica == replica {
-                if hlc > current.hlc { entries[index].hlc = hlc }
-                return
-            }
-            if current.replica > replica { break }
-            index += 1
+        let (index, found) = position(of: replica)
+        if found {
+            if hlc > entries[index].hlc { entries[index].hlc = hlc }
+        } else if hlc > .zero {
+            entries.insert(Entry(replica: replica, hlc: hlc), at: index)
         }
-        if hlc > .zero { entries.insert(Entry(replica: replica, hlc: hlc), at: index) }
     }
 
     /// Records one operation.

@@ -604,9 +604,12 @@ struct Covering {
             return count > 1 && replica == r1 && hlc <= h1
         }
         return entries.withUnsafeBufferPointer { table in
-            for entry in table {
-                if entry.replica.rawValue == replica { return hlc <= entry.hlc.rawValue }
-                if entry.replica.rawValue > replica { return false }
+            var low = 0, high = table.count // bisection: O(log n) for any size of vector
+            while low < high {
+                let middle = (low &+ high) >> 1
+                let current = table[middle].replica.rawValue
+                if current == replica { return hlc <= table[middle].hlc.rawValue }
+                if current < replica { low = middle &+ 1 } else { high = middle }
             }
             return false
         }

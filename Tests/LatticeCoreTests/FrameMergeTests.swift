@@ -38,6 +38,67 @@ import Testing
         print("frame join coverage: \(coverage)")
     }
 
+    /// A record with one list field whose context names `replicas` (each at a random clock) and whose
+    /// entries are dots the context covers. Contexts here reach past the inline (4) and in-place scan (16)
+    /// sizes of the frame engine's `RawVector`, into its sorted table.
+    private static func wideListRecord(_ rng: inout SplitMix64, replicas pool: [UInt64]) -> Record {
+        let chosen = rng.shuffled(pool).prefix(rng.int(0 ... pool.count))
+        let context = VersionVector(chosen.map {
+            VersionVector.Entry(replica: ReplicaID($0), hlc: HLC(rawValue: (Fixtures.epoch << 16) + UInt64(rng.int(1 ... 40))))
+        })
+        var entries: [ORSet.Entry] = []
+        for entry in context.entries where rng.chance(40) {
+            let hlc = HLC(rawValue: (Fixtures.epoch << 16) + UInt64(rng.int(1 ... Int(entry.hlc.rawValue - (Fixtures.epoch << 16)))))
+            entries.append(ORSet.Entry(element: .int64(Int64(rng.int(0 ... 6))), dot: Stamp(hlc: hlc, replica: entry.replica)))
+        }
+        let field = Field(name: "items", state: .set(ORSet(entries: entries, context: context)))
+        return Record(id: Fixtures.recordID("wide"), recordType: "Item", generation: 1,
+                      created: Fixtures.stamp(Fixtures.epoch, replica: 1), deletion: nil, parent: nil, fields: [field])
+    }
+
+    @Test func byteJoinEqualsReferenceJoinWithWideContexts() throws {
+        var sizes: Set<String> = []
+        let checks = runCases("frame join = Record.merge, wide contexts", minimumChecks: 2_000) { rng in
+            // Replica ids from one pool, so the two contexts overlap in part; some need 9-10 byte varints.
+            let pool = (0 ..< rng.int(1 ... 60)).map { _ in rng.chance(30) ? rng.next() : UInt64(rng.int(1 ... 200)) }
+            let a = Self.wideListRecord(&rng, replicas: pool), b = Self.wideListRecord(&rng, replicas: pool)
+            for record in [a, b] {
+                guard case .set(let set)? = record.fields.first?.state else { continue }
+                sizes.insert(set.context.entries.count <= 4 ? "inline" : set.context.entries.count <= 16 ? "scan" : "table")
+                // Both checks accept the frame (every dot is covered, whatever the context's size).
+                _ = try RecordFrame(validating: try RecordFrame(encoding: record).bytes)
+            }
+            let expected = frame(a.merging(b))
+            try require(FrameMerge.merged(frame(a), frame(b)) == expected, "byte join differs from Record.merge for \(a) and \(b)")
+            return 1
+        }
+        #expect(checks >= 2_000)
+        #expect(sizes == ["inline", "scan", "table"], "context sizes reached: \(sizes)")
+    }
+
+    /// A dot just outside a wide context is refused by the quick check and the full check alike: the
+    /// table's bisection answers "not covered" for a replica between two of its entries, past its last
+    /// and before its first, and for a clock above the replica's entry.
+    @Test func aDotOutsideAWideContextIsRefused() throws {
+        let replicas = (1 ... 40).map { UInt64($0) * 10 }
+        let context = VersionVector(replicas.map { VersionVector.Entry(replica: ReplicaID($0), hlc: HLC(rawValue: 100)) })
+        for (replica, hlc) in [(15, 50), (5, 50), (999, 50), (200, 101)] as [(UInt64, UInt64)] {
+            let outside = ORSet.Entry(element: .int64(1), dot: Stamp(hlc: HLC(rawValue: hlc), replica: ReplicaID(replica)))
+            let inside = ORSet.Entry(element: .int64(2), dot: Stamp(hlc: HLC(rawValue: 100), replica: ReplicaID(400)))
+            let record = Record(id: Fixtures.recordID("wide"), recordType: "Item", generation: 1,
+                                created: Fixtures.stamp(Fixtures.epoch, replica: 1), deletion: nil, parent: nil,
+                                fields: [Field(name: "items", state: .set(ORSet(sortedEntries: [outside, inside], context: context)))])
+            var writer = BinaryWriter(capacity: 1024)
+            writer.header(kind: BinaryCodec.recordKind)
+            writer.zoneID(Fixtures.zone)
+            try writer.frame(record)
+            let bytes = writer.finish()
+            #expect(throws: CodecError.self, "dot \(replica)@\(hlc) outside the context was accepted") {
+                _ = try RecordFrame(validating: bytes)
+            }
+        }
+    }
+
     /// The zone cuts partial frames byte-wise; `Record.changes(since:)` states the same rule on values.
     @Test func byteChangesEqualReferenceChanges() {
         var coverage = Coverage()

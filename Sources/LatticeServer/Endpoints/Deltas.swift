@@ -68,6 +68,11 @@ extension LatticeService {
                 prepared.refused[index] = APIError(.limitExceeded, "record \(name) holds a list of "
                                                    + "\(shape.largestListCount) elements; the limit is "
                                                    + "\(configuration.maximumListElements)")
+            } else if shape.largestContextCount > configuration.maximumListElements {
+                // A causal context is an array on the JSON path too, bounded by the same limit.
+                prepared.refused[index] = APIError(.limitExceeded, "record \(name) holds a list whose causal "
+                                                   + "context names \(shape.largestContextCount) replicas; the "
+                                                   + "limit is \(configuration.maximumListElements)")
             } else if let violation = incoming.domainViolation {
                 prepared.refused[index] = APIError.badRequest("record \(name) field \(violation.field): \(violation.reason)")
             }

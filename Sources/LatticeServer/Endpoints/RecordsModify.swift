@@ -170,6 +170,9 @@ extension LatticeService {
             pendingNames = []
         }
         for index in names.indices {
+            // Each record's join is bounded by the caps (O((E + R) log R) in its entries and context), and the
+            // batch stops at the request's deadline between records: nothing is written when it does.
+            if let deadline = context.deadline, deadline.hasPassed { throw StorageError.deadlineExceeded }
             if !distinctNames, pendingNames.contains(names[index]) { try flush() }
             do {
                 let plan = try planWrite(index, shareRecordNames)
