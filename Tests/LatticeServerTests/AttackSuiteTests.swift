@@ -604,4 +604,81 @@ struct AttackSuiteTests {
             }
         }
     }
+
+    // MARK: The costliest joins (issue 29, first hole)
+
+    /// The attacker's zone `Contexts` with record `ctx` stored as the widest causal context the caps allow
+    /// (no entries, sent on the binary path), and the body that joins the most entries the caps allow into
+    /// it on the path asked for. Such a join once scanned the stored context per entry: 12-21 s of the
+    /// writer per request. The joined state is over the write limit, so each request is refused after its
+    /// join and the next one joins the same stored state again.
+    static func costliestJoin(_ context: Context, binary: Bool) throws -> (path: String, headers: [String: String], body: [UInt8]) {
+        let client = try LoopbackClient(port: context.port, source: context.sources(1)[0], timeoutSeconds: 60)
+        func call(_ path: String, _ body: [UInt8], contentType: String = "application/json") throws -> LoopbackClient.Response {
+            var headers = context.auth
+            headers["Content-Type"] = contentType
+            return try client.send(path: path, headers: headers, body: body)
+        }
+        let current = try call(context.path("users/current"), [])
+        guard let owner = try JSON.parse(current.body)["userRecordName"]?.stringValue else { throw HarnessError("users/current") }
+        let zoneName = binary ? "ContextsBinary" : "ContextsJSON"
+        _ = try call(context.path("zones/modify"), JSON.object(["operations": .array([.object([
+            "operationType": .string("create"), "zone": .object(["zoneID": .object(["zoneName": .string(zoneName)])])])])]).serializedBytes())
+        let zoneID = try ZoneID(zoneName: zoneName, ownerRecordName: owner)
+        let ms = UInt64(Date().timeIntervalSince1970 * 1000)
+        let replicas = CostliestRecords.largest(upTo: 50_000, zoneID: zoneID) { CostliestRecords.wideContext("ctx", replicas: $0, ms: ms) }
+        let stored = try RecordFrame(encoding: CostliestRecords.record(CostliestRecords.wideContext("ctx", replicas: replicas, ms: ms), zoneID: zoneID))
+        let push = SyncMessage.Push(clientOperationID: nil, atomic: true,
+                                    delta: BinaryCodec.encodeDelta(zoneID: zoneID, frames: [stored])).encoded()
+        let saved = try call(context.path("deltas/push"), push, contentType: SyncMessage.contentType)
+        guard saved.status == 200 else {
+            throw HarnessError("storing the wide context: \(saved.status) \(String(decoding: saved.body.prefix(300), as: UTF8.self))")
+        }
+        let entries: Int
+        let body: [UInt8]
+        if binary {
+            entries = CostliestRecords.largest(upTo: 50_000, zoneID: zoneID) { CostliestRecords.manyEntries("ctx", count: $0, ms: ms) }
+            let incoming = try RecordFrame(encoding: CostliestRecords.record(CostliestRecords.manyEntries("ctx", count: entries, ms: ms),
+                                                                             zoneID: zoneID))
+            body = SyncMessage.Push(clientOperationID: nil, atomic: true,
+                                    delta: BinaryCodec.encodeDelta(zoneID: zoneID, frames: [incoming])).encoded()
+        } else {
+            // The request body's cap (2 MiB) bounds a JSON state before the record cap does.
+            entries = CostliestRecords.largest(upTo: 50_000, jsonBytes: 2 * 1024 * 1024 - 512, zoneID: zoneID) {
+                CostliestRecords.manyEntries("ctx", count: $0, ms: ms)
+            }
+            body = JSON.object(["zoneID": .object(["zoneName": .string(zoneName)]), "operations": .array([.object([
+                "operationType": .string("forceUpdate"), "record": CostliestRecords.manyEntries("ctx", count: entries, ms: ms)])])])
+                .serializedBytes()
+        }
+        print("  costliest join (\(binary ? "binary" : "JSON")): stored context of \(replicas) replicas, \(entries) entries per request")
+        // One request timed alone: the server's time for the whole join (loopback adds well under a millisecond).
+        let began = attackClock()
+        let one = binary ? try call(context.path("deltas/push"), body, contentType: SyncMessage.contentType)
+            : try call(context.path("records/modify"), body)
+        print(String(format: "  costliest join (%@): one request answered %d in %.1f ms: %@", binary ? "binary" : "JSON", one.status,
+                     (attackClock() - began) * 1000, String(decoding: one.body.prefix(200), as: UTF8.self)))
+        var headers = context.auth
+        if binary { headers["Content-Type"] = SyncMessage.contentType }
+        return (context.path(binary ? "deltas/push" : "records/modify"), headers, body)
+    }
+
+    @Test func costliestJoinOnTheBinaryPath() throws {
+        try run("costliest join: widest context x most entries (deltas/push)", subnet: 20) { context in
+            let request = try Self.costliestJoin(context, binary: true)
+            context.startProbe()
+            flood(port: context.port, threads: 2, sources: context.sources(2), seconds: Self.floodSeconds, maximumRequests: 200,
+                  tally: context.tally) { _, _ in request }
+        }
+    }
+
+    @Test func costliestJoinOnTheJSONPath() throws {
+        try run("costliest join: widest context x most entries (records/modify)", subnet: 21) { context in
+            let request = try Self.costliestJoin(context, binary: false)
+            context.startProbe()
+            flood(port: context.port, threads: 2, sources: context.sources(2), seconds: Self.floodSeconds, maximumRequests: 200,
+                  tally: context.tally) { _, _ in request }
+        }
+    }
+
 }
