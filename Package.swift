@@ -3,6 +3,8 @@ import PackageDescription
 
 let package = Package(
     name: "Lattice",
+    // Mutex and Atomic (Synchronization) need these on Apple platforms; the server and the CLI run on Linux.
+    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "LatticeCore", targets: ["LatticeCore"]),
         .library(name: "LatticeServer", targets: ["LatticeServer"]),
@@ -42,8 +44,12 @@ let package = Package(
         // The CRDT record model. Foundation only (and the memory hints), no I/O.
         .target(name: "LatticeCore", dependencies: ["CMemoryHints"]),
 
-        // Storage: the only module that speaks SQL (SQLite embedded, PostgreSQL through libpq).
-        .target(name: "LatticeStore", dependencies: ["LatticeCore", "CSQLite", "CPostgres"]),
+        // SQLite connections, statements, migrations and their errors: the one wrapper of the C library, used
+        // by the server's storage and by the client's local replica.
+        .target(name: "LatticeSQLite", dependencies: ["CSQLite"]),
+
+        // Storage: the only server module that speaks SQL (SQLite embedded, PostgreSQL through libpq).
+        .target(name: "LatticeStore", dependencies: ["LatticeCore", "LatticeSQLite", "CSQLite", "CPostgres"]),
 
         // Secrets: bearer tokens now, share-signing keys next. The only module that touches secrets.
         .target(name: "LatticeSharing", dependencies: ["LatticeCore", "CLibCrypto"]),
@@ -55,12 +61,18 @@ let package = Package(
             dependencies: ["LatticeCore", "LatticeStore", "LatticeSharing", "CMicroHTTPD", "CHTTPShims"]
         ),
 
-        // The client engine (CKSyncEngine-like): local replica, pending changes, sync state, transport.
-        .target(name: "LatticeSync", dependencies: ["LatticeCore", "LatticeStore"]),
+        // The client library (CKSyncEngine-like): local replica (its own SQLite file), pending changes, sync
+        // state, transport. Links SQLite and Foundation only: never the server, libpq or libmicrohttpd
+        // (ClientLibraryDependencyTests fails if it does).
+        .target(name: "LatticeSync", dependencies: ["LatticeCore", "LatticeSQLite"]),
+
+        // Shared lists (the CLI's and the web client's model) on top of the client library.
+        .target(name: "LatticeLists", dependencies: ["LatticeCore", "LatticeSync"]),
 
         // `lattice admin` opens the share-signing key ring (LatticeSharing) directly.
         .executableTarget(
-            name: "LatticeCLI", dependencies: ["LatticeCore", "LatticeServer", "LatticeSharing", "LatticeSync"]
+            name: "LatticeCLI",
+            dependencies: ["LatticeCore", "LatticeServer", "LatticeSharing", "LatticeStore", "LatticeSync", "LatticeLists"]
         ),
         .executableTarget(
             name: "LatticeBench",
@@ -69,14 +81,15 @@ let package = Package(
         ),
 
         .testTarget(name: "LatticeCoreTests", dependencies: ["LatticeCore"]),
-        .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore", "LatticeCore"]),
+        .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore", "LatticeSQLite", "LatticeCore"]),
         .testTarget(
             name: "LatticeServerTests",
-            dependencies: ["LatticeServer", "LatticeStore", "LatticeSharing", "LatticeSync", "LatticeCore"]
+            dependencies: ["LatticeServer", "LatticeStore", "LatticeSQLite", "LatticeSharing", "LatticeSync", "LatticeLists",
+                           "LatticeCore"]
         ),
         .testTarget(
             name: "LatticeSyncTests",
-            dependencies: ["LatticeSync", "LatticeServer", "LatticeSharing", "LatticeStore", "LatticeCore"]
+            dependencies: ["LatticeSync", "LatticeLists", "LatticeServer", "LatticeSharing", "LatticeStore", "LatticeCore"]
         ),
         .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore", "CLibCrypto"]),
         .testTarget(

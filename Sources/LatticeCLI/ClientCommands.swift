@@ -1,4 +1,5 @@
 import Foundation
+import LatticeLists
 import LatticeSync
 
 // The client commands' help texts and their dispatch.

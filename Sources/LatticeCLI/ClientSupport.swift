@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeLists
 import LatticeSync
 #if canImport(Glibc)
 import Glibc

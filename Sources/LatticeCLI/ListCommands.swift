@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeLists
 import LatticeSync
 
 // lattice lists, lattice list <subcommand> and lattice explain.

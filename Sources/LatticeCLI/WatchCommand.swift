@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import LatticeCore
+import LatticeLists
 import LatticeSync
 import Synchronization
 #if canImport(Glibc)

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import LatticeSQLite
 
 /// The storage seam: everything the service keeps, behind one protocol, so a PostgreSQL backend can
 /// replace the embedded SQLite one without touching the HTTP layer. No SQL type or text crosses it, and
@@ -126,11 +127,7 @@ public struct RequestDeadline: Sendable, Hashable, Comparable {
     }
 
     /// The monotonic clock now, in nanoseconds.
-    public static func nowNanoseconds() -> UInt64 {
-        var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
-        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
-    }
+    public static func nowNanoseconds() -> UInt64 { monotonicNanoseconds() }
 
     public var hasPassed: Bool { RequestDeadline.nowNanoseconds() >= uptimeNanoseconds }
 

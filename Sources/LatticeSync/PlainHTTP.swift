@@ -1,4 +1,6 @@
-#if canImport(Glibc)
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
 import Glibc
 #endif
 import Foundation
@@ -148,6 +150,44 @@ struct Deadline {
     }
 }
 
+/// The socket calls whose spelling differs between Linux and Apple platforms.
+enum SocketCalls {
+    #if canImport(Darwin)
+    static let stream = SOCK_STREAM
+
+    /// A socket that never blocks, is closed on exec and raises no SIGPIPE (Darwin sets each apart).
+    static func nonBlockingSocket(_ family: Int32, _ type: Int32, _ proto: Int32) -> Int32 {
+        let fd = socket(family, type, proto)
+        guard fd >= 0 else { return fd }
+        var on: Int32 = 1
+        guard fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0, fcntl(fd, F_SETFD, FD_CLOEXEC) == 0,
+              setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &on, socklen_t(MemoryLayout<Int32>.size)) == 0 else {
+            let code = errno
+            close(fd)
+            errno = code
+            return -1
+        }
+        return fd
+    }
+
+    static func send(_ fd: Int32, _ bytes: UnsafeRawPointer, _ count: Int) -> Int {
+        Darwin.send(fd, bytes, count, 0) // SO_NOSIGPIPE is set on the socket
+    }
+    #else
+    static let stream = Int32(SOCK_STREAM.rawValue)
+
+    /// A socket that never blocks and is closed on exec, in one call.
+    static func nonBlockingSocket(_ family: Int32, _ type: Int32, _ proto: Int32) -> Int32 {
+        socket(family, type | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), proto)
+    }
+
+    /// `send` that raises no SIGPIPE when the peer has gone (MSG_NOSIGNAL).
+    static func send(_ fd: Int32, _ bytes: UnsafeRawPointer, _ count: Int) -> Int {
+        Glibc.send(fd, bytes, count, Int32(MSG_NOSIGNAL))
+    }
+    #endif
+}
+
 /// One TCP connection (non-blocking socket), closed when the last reference goes.
 final class PlainHTTPConnection: Sendable {
     let descriptor: Int32
@@ -156,7 +196,7 @@ final class PlainHTTPConnection: Sendable {
     init(host: String, port: UInt16, deadline: Deadline) throws(PlainHTTPFailure) {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_socktype = SocketCalls.stream
         hints.ai_flags = AI_NUMERICSERV
         var list: UnsafeMutablePointer<addrinfo>?
         let found = getaddrinfo(host, String(port), &hints, &list)
@@ -168,8 +208,8 @@ final class PlainHTTPConnection: Sendable {
         var entry: UnsafeMutablePointer<addrinfo>? = first
         while let address = entry {
             entry = address.pointee.ai_next
-            let fd = socket(address.pointee.ai_family, address.pointee.ai_socktype | Int32(SOCK_NONBLOCK.rawValue)
-                                | Int32(SOCK_CLOEXEC.rawValue), address.pointee.ai_protocol)
+            let fd = SocketCalls.nonBlockingSocket(address.pointee.ai_family, address.pointee.ai_socktype,
+                                                   address.pointee.ai_protocol)
             guard fd >= 0 else { reason = PlainHTTPConnection.describe("socket"); continue }
             if connect(fd, address.pointee.ai_addr, address.pointee.ai_addrlen) == 0
                 || (errno == EINPROGRESS && PlainHTTPConnection.finishConnect(fd, deadline: deadline, reason: &reason)) {
@@ -226,7 +266,7 @@ final class PlainHTTPConnection: Sendable {
         var offset = 0
         while offset < bytes.count {
             let sent = bytes.withUnsafeBytes { raw in
-                Glibc.send(descriptor, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                SocketCalls.send(descriptor, raw.baseAddress! + offset, raw.count - offset)
             }
             if sent >= 0 {
                 offset += sent

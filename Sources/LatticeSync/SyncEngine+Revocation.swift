@@ -1,6 +1,5 @@
 import Foundation
 import LatticeCore
-import LatticeStore
 
 /// A hierarchy share this device lost while other shares of the same zone stay: the participant was
 /// removed or left, the share was deleted, its `publicPermission` went back to none, or the owner deleted

@@ -1,6 +1,5 @@
 import Foundation
 import LatticeCore
-import LatticeStore
 
 /// The signed-in account of a home.
 public struct Account: Sendable, Hashable {
@@ -736,5 +735,16 @@ public enum SyncError: Error, CustomStringConvertible, Sendable {
         case .notFound(let name): return "\(name) does not exist"
         case .unexpectedAnswer(let what): return "the server's answer to \(what) was not understood"
         }
+    }
+}
+
+extension SyncEngine {
+    /// Remembers a user's name (learned from share metadata) for display.
+    public func rememberUserName(_ recordName: String, _ name: String) throws {
+        try store.transaction { try $0.setMetadata("user.\(recordName)", name) }
+    }
+
+    public func userName(_ recordName: String) throws -> String? {
+        try store.transaction { try $0.metadata("user.\(recordName)") }
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 @testable import LatticeStore
+import LatticeSQLite
 import Testing
 
 /// Routing, sign-up, authentication and the error taxonomy, in-process (Request -> Response).

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeLists
 @testable import LatticeSync
 import Testing
 #if canImport(Glibc)

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import LatticeSQLite
 @testable import LatticeStore
 
 @Suite("SQLite layer")

@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeStore
+import LatticeLists
 @testable import LatticeSync
 import Synchronization
 import Testing

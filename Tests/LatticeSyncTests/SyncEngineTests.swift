@@ -3,6 +3,7 @@ import LatticeCore
 import LatticeServer
 import LatticeSharing
 import LatticeStore
+import LatticeLists
 @testable import LatticeSync
 import Testing
 

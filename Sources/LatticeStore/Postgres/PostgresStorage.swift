@@ -1,4 +1,5 @@
 import Foundation
+import LatticeSQLite
 import Synchronization
 
 /// The shared backend: one PostgreSQL database that any number of `lattice serve` processes use at once.

@@ -1,4 +1,5 @@
 import CSQLite
+import LatticeSQLite
 
 extension SQLiteStorage {
     /// SQLite's `PRAGMA integrity_check` on the database file at `path`, through a connection of its own

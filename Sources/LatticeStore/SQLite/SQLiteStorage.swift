@@ -1,4 +1,5 @@
 import CSQLite
+import LatticeSQLite
 import Foundation
 import Synchronization
 
@@ -50,11 +51,13 @@ public final class SQLiteStorage: Storage, Sendable {
         return try mapErrors {
             switch lane {
             case .general:
-                return try readers.read(deadline: deadline) { connection in
-                    try connection.readTransaction(deadline: deadline) { try body(SQLiteTransaction($0, readOnly: true)) }
+                return try readers.read(deadline: deadline?.uptimeNanoseconds) { connection in
+                    try connection.readTransaction(deadline: deadline?.uptimeNanoseconds) {
+                        try body(SQLiteTransaction($0, readOnly: true))
+                    }
                 }
             case .authentication:
-                return try authenticationReader.readTransaction(deadline: deadline) {
+                return try authenticationReader.readTransaction(deadline: deadline?.uptimeNanoseconds) {
                     try body(SQLiteTransaction($0, readOnly: true))
                 }
             }
@@ -64,7 +67,9 @@ public final class SQLiteStorage: Storage, Sendable {
     public func write<T>(deadline: RequestDeadline?, _ body: (any StorageTransaction) throws -> T) throws -> T {
         try checkOpen()
         return try mapErrors {
-            try writer.write(deadline: deadline) { connection in try body(SQLiteTransaction(connection, readOnly: false)) }
+            try writer.write(deadline: deadline?.uptimeNanoseconds) { connection in
+                try body(SQLiteTransaction(connection, readOnly: false))
+            }
         }
     }
 
@@ -1062,23 +1067,6 @@ extension StorageError {
         } else {
             self = .failure(error.description)
         }
-    }
-}
-
-extension SQLiteValue {
-    var integer: Int64 {
-        if case .integer(let value) = self { return value }
-        return 0
-    }
-
-    var text: String? {
-        if case .text(let value) = self { return value }
-        return nil
-    }
-
-    var blob: [UInt8] {
-        if case .blob(let value) = self { return value }
-        return []
     }
 }
 

@@ -1,5 +1,7 @@
 import CSQLite
-#if canImport(Glibc)
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
 import Glibc
 #endif
 
@@ -7,25 +9,25 @@ import Glibc
 ///
 /// The description never includes bound values, so it is safe to log; SQL text stays out of HTTP
 /// responses (the server maps this error to `INTERNAL_ERROR`, a full disk to `TRY_AGAIN_LATER`).
-struct SQLiteError: Error, Hashable, Sendable, CustomStringConvertible {
+public struct SQLiteError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The primary result code (`SQLITE_BUSY`, `SQLITE_CONSTRAINT`, ...).
-    let code: Int32
+    public let code: Int32
     /// The extended result code (`SQLITE_CONSTRAINT_UNIQUE`, ...).
-    let extendedCode: Int32
+    public let extendedCode: Int32
     /// SQLite's own message.
-    let message: String
+    public let message: String
     /// What was being done, e.g. "prepare", "step", "open /data/lattice.sqlite".
-    let context: String
+    public let context: String
     /// The operating system's `errno` behind an I/O error (`sqlite3_system_errno`), 0 if none.
-    let systemErrno: Int32
+    public let systemErrno: Int32
 
-    var isBusy: Bool { code == SQLITE_BUSY || code == SQLITE_LOCKED }
-    var isConstraintViolation: Bool { code == SQLITE_CONSTRAINT }
+    public var isBusy: Bool { code == SQLITE_BUSY || code == SQLITE_LOCKED }
+    public var isConstraintViolation: Bool { code == SQLITE_CONSTRAINT }
     /// Interrupted: a statement ran into the request deadline (the progress handler), or a connection was
     /// not free before it.
-    var isInterrupt: Bool { code == SQLITE_INTERRUPT }
+    public var isInterrupt: Bool { code == SQLITE_INTERRUPT }
     /// A UNIQUE or PRIMARY KEY constraint failed: the row exists already.
-    var isUniqueViolation: Bool {
+    public var isUniqueViolation: Bool {
         // SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY are macros Swift cannot import.
         extendedCode == SQLITE_CONSTRAINT | (8 << 8) || extendedCode == SQLITE_CONSTRAINT | (6 << 8)
     }
@@ -36,7 +38,7 @@ struct SQLiteError: Error, Hashable, Sendable, CustomStringConvertible {
     /// other calls), so a failed write, truncate or shared-memory growth while this process runs under a
     /// file-size limit counts too: past the limit the kernel refuses with EFBIG (SIGXFSZ is ignored).
     /// Nothing of the failed transaction is kept, and writes succeed again once there is space.
-    var isDiskFull: Bool {
+    public var isDiskFull: Bool {
         if code == SQLITE_FULL { return true }
         guard code == SQLITE_IOERR else { return false }
         if [ENOSPC, EDQUOT, EFBIG].contains(systemErrno) { return true }
@@ -46,18 +48,22 @@ struct SQLiteError: Error, Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Whether this process runs under a finite `RLIMIT_FSIZE` (as `prlimit --fsize` sets).
-    static var processHasFileSizeLimit: Bool {
+    public static var processHasFileSizeLimit: Bool {
         var limit = rlimit()
+        #if canImport(Darwin)
+        guard getrlimit(RLIMIT_FSIZE, &limit) == 0 else { return false }
+        #else
         guard getrlimit(__rlimit_resource_t(RLIMIT_FSIZE.rawValue), &limit) == 0 else { return false }
+        #endif
         return limit.rlim_cur != rlim_t.max // RLIM_INFINITY
     }
 
-    var description: String {
+    public var description: String {
         let cause = systemErrno == 0 ? "" : " (errno \(systemErrno): \(String(cString: strerror(systemErrno))))"
         return "SQLite error \(code)/\(extendedCode) during \(context): \(message)\(cause)"
     }
 
-    init(code: Int32, connection: OpaquePointer?, context: String) {
+    public init(code: Int32, connection: OpaquePointer?, context: String) {
         self.code = code & 0xFF
         if let connection {
             extendedCode = sqlite3_extended_errcode(connection)

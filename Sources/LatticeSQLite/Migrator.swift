@@ -2,27 +2,27 @@
 ///
 /// Migration `i` (0-based) moves the schema from version `i` to `i + 1`; each runs in its own
 /// transaction together with the version bump, so a crash leaves the schema at a whole version.
-struct Migrator: Sendable {
-    struct Migration: Sendable {
-        let name: String
-        let sql: String
-        init(_ name: String, sql: String) {
+public struct Migrator: Sendable {
+    public struct Migration: Sendable {
+        public let name: String
+        public let sql: String
+        public init(_ name: String, sql: String) {
             self.name = name
             self.sql = sql
         }
     }
 
-    let migrations: [Migration]
+    public let migrations: [Migration]
 
-    init(_ migrations: [Migration]) { self.migrations = migrations }
+    public init(_ migrations: [Migration]) { self.migrations = migrations }
 
     /// The version a fully migrated database has.
-    var latestVersion: Int { migrations.count }
+    public var latestVersion: Int { migrations.count }
 
     /// Applies the migrations the database has not seen yet; returns how many ran.
     /// - Throws: `MigrationError.newerSchema` if the database is newer than this code knows.
     @discardableResult
-    func migrate(_ connection: Connection) throws -> Int {
+    public func migrate(_ connection: Connection) throws -> Int {
         let current = try connection.userVersion
         guard current <= latestVersion else {
             throw MigrationError.newerSchema(found: current, known: latestVersion)
@@ -37,10 +37,10 @@ struct Migrator: Sendable {
     }
 }
 
-enum MigrationError: Error, Hashable, Sendable, CustomStringConvertible {
+public enum MigrationError: Error, Hashable, Sendable, CustomStringConvertible {
     case newerSchema(found: Int, known: Int)
 
-    var description: String {
+    public var description: String {
         switch self {
         case let .newerSchema(found, known):
             return "the database schema is version \(found), newer than this build knows (\(known)); upgrade Lattice"

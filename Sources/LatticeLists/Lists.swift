@@ -1,6 +1,6 @@
 import Foundation
 import LatticeCore
-import LatticeStore
+import LatticeSync
 
 /// A list as the CLI shows it.
 public struct ListSummary: Sendable, Hashable {
@@ -247,16 +247,5 @@ public final class Lists: Sendable {
 extension String {
     fileprivate func leftPadded(to width: Int) -> String {
         count >= width ? self : String(repeating: "0", count: width - count) + self
-    }
-}
-
-extension SyncEngine {
-    /// Remembers a user's name (learned from share metadata) for display.
-    public func rememberUserName(_ recordName: String, _ name: String) throws {
-        try store.transaction { try $0.setMetadata("user.\(recordName)", name) }
-    }
-
-    public func userName(_ recordName: String) throws -> String? {
-        try store.transaction { try $0.metadata("user.\(recordName)") }
     }
 }

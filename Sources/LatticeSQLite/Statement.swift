@@ -1,7 +1,7 @@
 import CSQLite
 
 /// A value SQLite stores in a column or takes as a parameter.
-enum SQLiteValue: Hashable, Sendable {
+public enum SQLiteValue: Hashable, Sendable {
     case null
     case integer(Int64)
     case real(Double)
@@ -9,14 +9,34 @@ enum SQLiteValue: Hashable, Sendable {
     case blob([UInt8])
 }
 
+extension SQLiteValue {
+    /// The integer, or 0 for any other value.
+    public var integer: Int64 {
+        if case .integer(let value) = self { return value }
+        return 0
+    }
+
+    /// The text, or nil for any other value.
+    public var text: String? {
+        if case .text(let value) = self { return value }
+        return nil
+    }
+
+    /// The bytes, or none for any other value.
+    public var blob: [UInt8] {
+        if case .blob(let value) = self { return value }
+        return []
+    }
+}
+
 /// One prepared statement. Owns its `sqlite3_stmt` and finalizes it in `deinit`.
 ///
 /// Not thread-safe: statements belong to their `Connection`, which one executor owns at a time.
-final class Statement {
+public final class Statement {
     private let handle: OpaquePointer
     private unowned let connection: Connection
 
-    init(_ connection: Connection, sql: String) throws(SQLiteError) {
+    public init(_ connection: Connection, sql: String) throws(SQLiteError) {
         var statement: OpaquePointer?
         let code = sqlite3_prepare_v2(connection.handle, sql, -1, &statement, nil)
         guard code == SQLITE_OK, let statement else {
@@ -30,7 +50,7 @@ final class Statement {
 
     /// Binds parameters by position (1-based in SQL, 0-based here) after clearing earlier bindings.
     @discardableResult
-    func bind(_ values: [SQLiteValue]) throws(SQLiteError) -> Statement {
+    public func bind(_ values: [SQLiteValue]) throws(SQLiteError) -> Statement {
         try connection.checkDeadline() // every run starts here: nothing runs past the deadline
         sqlite3_reset(handle)
         sqlite3_clear_bindings(handle)
@@ -63,19 +83,19 @@ final class Statement {
 
     /// Starts a run bound parameter by parameter (`bind(_:integer:)` and friends, no `SQLiteValue` array):
     /// for the hot statements of a batch. Checks the deadline as `bind(_:)` does.
-    func reset() throws(SQLiteError) {
+    public func reset() throws(SQLiteError) {
         try connection.checkDeadline()
         sqlite3_reset(handle)
         sqlite3_clear_bindings(handle)
     }
 
     /// Binds an integer at `position` (1-based, as in SQL).
-    func bind(_ position: Int32, integer value: Int64) throws(SQLiteError) {
+    public func bind(_ position: Int32, integer value: Int64) throws(SQLiteError) {
         try check(sqlite3_bind_int64(handle, position, value))
     }
 
     /// Binds text at `position` by byte length (it may contain NUL); SQLite copies the bytes.
-    func bind(_ position: Int32, text value: String) throws(SQLiteError) {
+    public func bind(_ position: Int32, text value: String) throws(SQLiteError) {
         var value = value
         let code = value.withUTF8 { utf8 in
             sqlite3_bind_text(handle, position, UnsafeRawPointer(utf8.baseAddress ?? UnsafePointer(bitPattern: 1)!)
@@ -85,7 +105,7 @@ final class Statement {
     }
 
     /// Binds a blob at `position` (a zero-length one still as a blob); SQLite copies the bytes.
-    func bind(_ position: Int32, blob value: [UInt8]) throws(SQLiteError) {
+    public func bind(_ position: Int32, blob value: [UInt8]) throws(SQLiteError) {
         let code = value.withUnsafeBytes { raw in
             sqlite3_bind_blob(handle, position, raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(raw.count),
                               sqliteTransient)
@@ -94,13 +114,13 @@ final class Statement {
     }
 
     /// Binds NULL at `position`.
-    func bindNull(_ position: Int32) throws(SQLiteError) {
+    public func bindNull(_ position: Int32) throws(SQLiteError) {
         try check(sqlite3_bind_null(handle, position))
     }
 
     /// Steps a statement bound after `reset()` to its end; returns the number of rows changed.
     @discardableResult
-    func runBound() throws(SQLiteError) -> Int {
+    public func runBound() throws(SQLiteError) -> Int {
         while try step() {}
         sqlite3_reset(handle)
         return Int(sqlite3_changes(connection.handle))
@@ -112,7 +132,7 @@ final class Statement {
 
     /// Runs a statement that returns no rows; returns the number of rows changed.
     @discardableResult
-    func run(_ values: [SQLiteValue] = []) throws(SQLiteError) -> Int {
+    public func run(_ values: [SQLiteValue] = []) throws(SQLiteError) -> Int {
         try bind(values)
         while try step() {}
         sqlite3_reset(handle) // release the statement's hold on the database at once
@@ -120,7 +140,7 @@ final class Statement {
     }
 
     /// Every row, as arrays of values.
-    func rows(_ values: [SQLiteValue] = []) throws(SQLiteError) -> [[SQLiteValue]] {
+    public func rows(_ values: [SQLiteValue] = []) throws(SQLiteError) -> [[SQLiteValue]] {
         try bind(values)
         var rows: [[SQLiteValue]] = []
         while try step() { rows.append(row()) }
@@ -129,7 +149,7 @@ final class Statement {
     }
 
     /// Advances to the next row; false when done. `SQLITE_BUSY` is retried by the connection's busy timeout.
-    func step() throws(SQLiteError) -> Bool {
+    public func step() throws(SQLiteError) -> Bool {
         let code = sqlite3_step(handle)
         switch code {
         case SQLITE_ROW: return true
@@ -142,11 +162,11 @@ final class Statement {
     }
 
     /// The current row's values.
-    func row() -> [SQLiteValue] {
+    public func row() -> [SQLiteValue] {
         (0..<sqlite3_column_count(handle)).map(column)
     }
 
-    func column(_ index: Int32) -> SQLiteValue {
+    public func column(_ index: Int32) -> SQLiteValue {
         switch sqlite3_column_type(handle, index) {
         case SQLITE_INTEGER: return .integer(sqlite3_column_int64(handle, index))
         case SQLITE_FLOAT: return .real(sqlite3_column_double(handle, index))

@@ -7,8 +7,8 @@ import Foundation
 /// returns (a write is acknowledged only after that), with foreign keys on and a busy timeout so a
 /// brief lock is waited out rather than reported. Use it from one executor at a time; `DatabaseQueue`
 /// enforces that.
-final class Connection {
-    let handle: OpaquePointer
+public final class Connection {
+    public let handle: OpaquePointer
     private var statementCache: [String: Statement] = [:]
     /// `CLOCK_MONOTONIC` nanoseconds after which this connection's statements are interrupted (`.max`:
     /// never). Set for one use (`withDeadline`, `transaction`) by the one thread using the connection, and
@@ -16,11 +16,11 @@ final class Connection {
     private var deadlineNanoseconds: UInt64 = .max
     /// Set once a statement was interrupted for the deadline: every later statement of the same use is
     /// refused, so a body that swallowed the error cannot go on writing outside the rolled-back transaction.
-    private(set) var interrupted = false
+    public private(set) var interrupted = false
 
     /// Opens (creating if needed) the database at `path`; `":memory:"` opens a private in-memory one.
     /// A `readOnly` connection refuses every statement that would change the database (`query_only`).
-    init(path: String, busyTimeoutMilliseconds: Int32 = 5_000, readOnly: Bool = false) throws(SQLiteError) {
+    public init(path: String, busyTimeoutMilliseconds: Int32 = 5_000, readOnly: Bool = false) throws(SQLiteError) {
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let code = sqlite3_open_v2(path, &db, flags, nil)
@@ -51,13 +51,13 @@ final class Connection {
 
     /// Runs one or more statements that take no parameters (schema changes, pragmas, savepoints). Refused
     /// once the current use is past its deadline.
-    func execute(_ sql: String) throws(SQLiteError) {
+    public func execute(_ sql: String) throws(SQLiteError) {
         try checkDeadline()
         try executeUnchecked(sql)
     }
 
     /// `synchronous=FULL` (true) or `NORMAL` (false), whatever the deadline.
-    func setFullSync(_ full: Bool) throws(SQLiteError) {
+    public func setFullSync(_ full: Bool) throws(SQLiteError) {
         try executeUnchecked(full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL")
     }
 
@@ -70,9 +70,9 @@ final class Connection {
 
     // MARK: Deadlines
 
-    /// Runs `body` with statements interrupted past `deadline` (nil: none).
-    func withDeadline<T>(_ deadline: RequestDeadline?, _ body: () throws -> T) rethrows -> T {
-        deadlineNanoseconds = deadline?.uptimeNanoseconds ?? .max
+    /// Runs `body` with statements interrupted past `deadline` (`CLOCK_MONOTONIC` nanoseconds; nil: none).
+    public func withDeadline<T>(_ deadline: UInt64?, _ body: () throws -> T) rethrows -> T {
+        deadlineNanoseconds = deadline ?? .max
         interrupted = false
         defer {
             deadlineNanoseconds = .max
@@ -82,29 +82,29 @@ final class Connection {
     }
 
     /// Throws SQLITE_INTERRUPT when the current use is past its deadline or was interrupted already.
-    func checkDeadline() throws(SQLiteError) {
+    public func checkDeadline() throws(SQLiteError) {
         if interrupted || progressShouldInterrupt() {
             throw SQLiteError(code: SQLITE_INTERRUPT, connection: nil, context: "the request deadline")
         }
     }
 
     /// Notes when a step ended interrupted (the deadline, seen by the progress handler).
-    func noteResult(_ code: Int32) {
+    public func noteResult(_ code: Int32) {
         if code & 0xFF == SQLITE_INTERRUPT { interrupted = true }
     }
 
     fileprivate func progressShouldInterrupt() -> Bool {
         guard deadlineNanoseconds != .max else { return false }
-        if RequestDeadline.nowNanoseconds() >= deadlineNanoseconds { interrupted = true }
+        if monotonicNanoseconds() >= deadlineNanoseconds { interrupted = true }
         return interrupted
     }
 
-    func prepare(_ sql: String) throws(SQLiteError) -> Statement {
+    public func prepare(_ sql: String) throws(SQLiteError) -> Statement {
         try Statement(self, sql: sql)
     }
 
     /// A prepared statement kept for reuse on this connection: for the hot, fixed SQL of a storage backend.
-    func cached(_ sql: String) throws(SQLiteError) -> Statement {
+    public func cached(_ sql: String) throws(SQLiteError) -> Statement {
         if let statement = statementCache[sql] { return statement }
         let statement = try Statement(self, sql: sql)
         statementCache[sql] = statement
@@ -114,7 +114,7 @@ final class Connection {
     /// Runs `body` in an immediate transaction: committed if it returns, rolled back if it throws or a
     /// statement ran into `deadline`. A body that returned is committed even if the deadline passes during
     /// the commit; one whose statement was interrupted is rolled back even if it caught the error.
-    func transaction<T>(deadline: RequestDeadline? = nil, _ body: (Connection) throws -> T) throws -> T {
+    public func transaction<T>(deadline: UInt64? = nil, _ body: (Connection) throws -> T) throws -> T {
         try withDeadline(deadline) {
             try executeUnchecked("BEGIN IMMEDIATE")
             do {
@@ -134,7 +134,7 @@ final class Connection {
     }
 
     /// Runs `body` in a read transaction (a snapshot) with statements interrupted past `deadline`.
-    func readTransaction<T>(deadline: RequestDeadline?, _ body: (Connection) throws -> T) throws -> T {
+    public func readTransaction<T>(deadline: UInt64?, _ body: (Connection) throws -> T) throws -> T {
         try withDeadline(deadline) {
             try executeUnchecked("BEGIN")
             defer { if sqlite3_get_autocommit(handle) == 0 { try? executeUnchecked("COMMIT") } }
@@ -143,13 +143,13 @@ final class Connection {
     }
 
     /// Rows changed by this connection's statements since it opened (`sqlite3_total_changes64`).
-    var totalChanges: Int64 { sqlite3_total_changes64(handle) }
+    public var totalChanges: Int64 { sqlite3_total_changes64(handle) }
 
     /// The rowid of the last insert on this connection.
-    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 
     /// The schema version kept in `PRAGMA user_version`.
-    var userVersion: Int {
+    public var userVersion: Int {
         get throws(SQLiteError) {
             let rows = try prepare("PRAGMA user_version").rows()
             if case .integer(let version)? = rows.first?.first { return Int(version) }
@@ -158,7 +158,7 @@ final class Connection {
     }
 
     /// The journal mode in effect (`wal` for file databases).
-    var journalMode: String {
+    public var journalMode: String {
         get throws(SQLiteError) {
             let rows = try prepare("PRAGMA journal_mode").rows()
             if case .text(let mode)? = rows.first?.first { return mode }
@@ -172,23 +172,23 @@ final class Connection {
 /// `@unchecked Sendable` is sound because the connection is only reachable through `lock`. (A
 /// `Mutex<Connection?>` cannot say this to the compiler: the caller's closure gets the connection, so
 /// region checking treats it as escaping the lock.)
-final class DatabaseQueue: @unchecked Sendable {
+public final class DatabaseQueue: @unchecked Sendable {
     private let lock = NSLock()
     private var connection: Connection?
 
-    init(path: String, busyTimeoutMilliseconds: Int32 = 5_000, readOnly: Bool = false) throws(SQLiteError) {
+    public init(path: String, busyTimeoutMilliseconds: Int32 = 5_000, readOnly: Bool = false) throws(SQLiteError) {
         connection = try Connection(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds, readOnly: readOnly)
     }
 
     /// Runs `body` with the connection (no transaction).
-    func read<T>(_ body: (Connection) throws -> T) throws -> T {
+    public func read<T>(_ body: (Connection) throws -> T) throws -> T {
         lock.lock()
         defer { lock.unlock() }
         return try body(try open())
     }
 
     /// Runs `body` in a read transaction, waiting for the connection no longer than `deadline`.
-    func readTransaction<T>(deadline: RequestDeadline?, _ body: (Connection) throws -> T) throws -> T {
+    public func readTransaction<T>(deadline: UInt64?, _ body: (Connection) throws -> T) throws -> T {
         try DatabaseQueue.lock(lock, before: deadline)
         defer { lock.unlock() }
         return try open().readTransaction(deadline: deadline, body)
@@ -201,7 +201,7 @@ final class DatabaseQueue: @unchecked Sendable {
     /// `synchronous=FULL` commit syncs the log with everything before it). For writes that are safe to
     /// lose, such as a client's note that the server has acknowledged a record (lost, the record is sent
     /// again and joined as before). The connection is back to `synchronous=FULL` before the lock is let go.
-    func write<T>(deadline: RequestDeadline? = nil, flushed: Bool = true,
+    public func write<T>(deadline: UInt64? = nil, flushed: Bool = true,
                   _ body: (Connection) throws -> T) throws -> T {
         try DatabaseQueue.lock(lock, before: deadline)
         defer { lock.unlock() }
@@ -216,16 +216,16 @@ final class DatabaseQueue: @unchecked Sendable {
     }
 
     /// Takes `lock`, waiting at most until `deadline`; SQLITE_INTERRUPT (the deadline) when it passes first.
-    static func lock(_ lock: NSLock, before deadline: RequestDeadline?) throws(SQLiteError) {
+    public static func lock(_ lock: NSLock, before deadline: UInt64?) throws(SQLiteError) {
         guard let deadline else { return lock.lock() }
-        let seconds = Double(deadline.remainingMilliseconds) / 1000
+        let seconds = secondsUntil(deadline)
         guard lock.lock(before: Date(timeIntervalSinceNow: seconds)) else {
             throw SQLiteError(code: SQLITE_INTERRUPT, connection: nil, context: "waiting for the request deadline")
         }
     }
 
     /// Closes the connection after any use in progress; later uses throw `SQLITE_MISUSE`.
-    func close() {
+    public func close() {
         lock.lock()
         defer { lock.unlock() }
         connection = nil
@@ -242,15 +242,15 @@ final class DatabaseQueue: @unchecked Sendable {
 ///
 /// `@unchecked Sendable` is sound because `condition` guards `idle` and `closed`, and a lent connection is
 /// reachable only by the one caller that holds it until it is given back.
-final class ConnectionPool: @unchecked Sendable {
+public final class ConnectionPool: @unchecked Sendable {
     private let condition = NSCondition()
     private var idle: [Connection]
     /// Connections lent and not given back yet.
     private var lent = 0
     private var closed = false
-    let count: Int
+    public let count: Int
 
-    init(path: String, count: Int, busyTimeoutMilliseconds: Int32 = 5_000) throws(SQLiteError) {
+    public init(path: String, count: Int, busyTimeoutMilliseconds: Int32 = 5_000) throws(SQLiteError) {
         var connections: [Connection] = []
         for _ in 0..<count {
             connections.append(try Connection(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds, readOnly: true))
@@ -260,13 +260,13 @@ final class ConnectionPool: @unchecked Sendable {
     }
 
     /// Runs `body` with a connection of the pool, waiting for a free one no longer than `deadline`.
-    func read<T>(deadline: RequestDeadline?, _ body: (Connection) throws -> T) throws -> T {
+    public func read<T>(deadline: UInt64?, _ body: (Connection) throws -> T) throws -> T {
         let connection = try take(deadline)
         defer { giveBack(connection) }
         return try body(connection)
     }
 
-    private func take(_ deadline: RequestDeadline?) throws(SQLiteError) -> Connection {
+    private func take(_ deadline: UInt64?) throws(SQLiteError) -> Connection {
         condition.lock()
         defer { condition.unlock() }
         while true {
@@ -276,7 +276,7 @@ final class ConnectionPool: @unchecked Sendable {
                 return connection
             }
             if let deadline {
-                let seconds = Double(deadline.remainingMilliseconds) / 1000
+                let seconds = secondsUntil(deadline)
                 if seconds <= 0 || !condition.wait(until: Date(timeIntervalSinceNow: seconds)) {
                     if !closed, let connection = idle.popLast() {
                         lent += 1
@@ -299,11 +299,24 @@ final class ConnectionPool: @unchecked Sendable {
     }
 
     /// Waits until every connection is back, then closes them all; later uses throw `SQLITE_MISUSE`.
-    func close() {
+    public func close() {
         condition.lock()
         defer { condition.unlock() }
         closed = true
         idle = []
         while lent > 0 { condition.wait() }
     }
+}
+
+/// The monotonic clock (`CLOCK_MONOTONIC`) in nanoseconds: what deadlines here are measured on.
+public func monotonicNanoseconds() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
+}
+
+/// Seconds from now until `deadline` (monotonic nanoseconds); 0 or less once it has passed.
+func secondsUntil(_ deadline: UInt64) -> Double {
+    let now = monotonicNanoseconds()
+    return deadline > now ? Double(deadline - now) / 1e9 : 0
 }

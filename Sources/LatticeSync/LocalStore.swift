@@ -1,4 +1,5 @@
 import Foundation
+import LatticeSQLite
 
 /// The client's local replica on disk: one SQLite file in a home directory (one home is one device).
 ///
@@ -19,9 +20,9 @@ public final class LocalStore: Sendable {
             queue = try DatabaseQueue(path: path)
             _ = try queue.read { connection in try LocalStore.migrator.migrate(connection) }
         } catch let error as SQLiteError {
-            throw StorageError.failure("cannot open the local replica \(path): \(error.description)")
+            throw LocalStoreError("cannot open the local replica \(path): \(error.description)")
         } catch let error as MigrationError {
-            throw StorageError.failure("cannot open the local replica \(path): \(error.description)")
+            throw LocalStoreError("cannot open the local replica \(path): \(error.description)")
         }
     }
 
@@ -34,7 +35,8 @@ public final class LocalStore: Sendable {
         do {
             return try queue.write(flushed: flushed) { connection in try body(LocalTransaction(db: connection)) }
         } catch let error as SQLiteError {
-            throw error.isBusy ? StorageError.busy : StorageError.failure(error.description)
+            throw LocalStoreError(error.isBusy ? "the local replica is busy (another lattice process is using it)"
+                                  : error.description, isBusy: error.isBusy)
         }
     }
 
@@ -208,5 +210,17 @@ public struct LocalTransaction {
     /// Records with unsent edits, oldest edit first.
     public func dirtyRecords() throws -> [LocalRecord] {
         try rows("SELECT zone_id, name, frame, dirty FROM records WHERE dirty > 0 ORDER BY dirty").map(record)
+    }
+}
+
+/// A failure of the local replica file: it could not be opened or migrated, or a transaction failed
+/// (`isBusy`: another process held it past the busy timeout).
+public struct LocalStoreError: Error, CustomStringConvertible, Sendable {
+    public let description: String
+    public let isBusy: Bool
+
+    init(_ description: String, isBusy: Bool = false) {
+        self.description = description
+        self.isBusy = isBusy
     }
 }
