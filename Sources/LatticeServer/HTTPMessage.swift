@@ -82,6 +82,14 @@ public enum HTTPAdmission: Sendable {
 public enum HTTPRefusal: Sendable, Equatable {
     /// HTTP/1.1 without `Host`: 400.
     case missingHost
+    /// A body framing two parsers could read two ways (RFC 9112 §6.1, §6.3): `Content-Length` with
+    /// `Transfer-Encoding`, `Content-Length` values that differ or are not decimal numbers, or chunked that is
+    /// not the final coding or is applied twice: 400, and the connection is closed after the answer. The
+    /// reason says which.
+    case ambiguousFraming(String)
+    /// A `Transfer-Encoding` naming a coding other than chunked (the coding given): 501, and the connection
+    /// is closed after the answer.
+    case unsupportedTransferCoding(String)
     /// The server-wide budget for buffered request bodies is spent: 503, retry after the seconds given.
     case bodyBudgetExhausted(retryAfter: Int)
     /// The worker pool's queue is full: 503.
@@ -207,6 +215,11 @@ extension HTTPHandler {
         switch refusal {
         case .missingHost:
             APIError(.badRequest, "an HTTP/1.1 request must have a Host header").response
+        case .ambiguousFraming(let reason):
+            APIError(.badRequest, reason).response
+        case .unsupportedTransferCoding(let coding):
+            APIError(.notImplemented, "the transfer coding \(coding.prefix(40)) is not supported; "
+                     + "send the body with Content-Length or Transfer-Encoding: chunked").response
         case .bodyBudgetExhausted(let seconds):
             APIError(.tryAgainLater, "the server is receiving too many request bodies; retry shortly",
                      retryAfter: seconds).response
