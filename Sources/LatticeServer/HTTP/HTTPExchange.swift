@@ -329,7 +329,9 @@ final class HTTPExchange: Sendable {
         }
     }
 
+    /// Sends `response`, with the handler's `headersOnEveryAnswer` it lacks: every answer leaves through here.
     private func queue(_ response: HTTPResponse, in context: HTTPDaemonContext) -> Bool {
+        let response = response.adding(missing: context.handler.headersOnEveryAnswer)
         context.connections.move(connection, to: .busy)
         state.withLock { state in
             state.sentStatus = response.status
