@@ -194,8 +194,8 @@ import Testing
     static func expectSecurityHeaders(_ headers: [String: String], _ what: String,
                                       sourceLocation: SourceLocation = #_sourceLocation) {
         for (name, value) in LatticeService.securityHeaders {
-            #expect(headers[name.lowercased()] == value, "\(what): \(name) is \(headers[name.lowercased()] ?? "missing")",
-                    sourceLocation: sourceLocation)
+            let found = headers[name.lowercased()]
+            #expect(found == value, "\(what): \(name) is \(found ?? "missing")", sourceLocation: sourceLocation)
         }
     }
 

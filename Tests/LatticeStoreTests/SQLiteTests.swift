@@ -39,7 +39,8 @@ struct SQLiteTests {
         let path = temporaryPath()
         try SQLiteStorage(path: path).close()
         let connection = try Connection(path: path)
-        for sql in [SQLiteTransaction.countOfType, SQLiteTransaction.countOfAllTypes, SQLiteTransaction.countOfChildren] {
+        let counts = [SQLiteTransaction.countOfType, SQLiteTransaction.countOfAllTypes, SQLiteTransaction.countOfChildren]
+        for sql in counts {
             let arguments: [SQLiteValue] = sql.contains("record_type") || sql.contains("parent_name")
                 ? [.integer(1), .text("Item")] : [.integer(1)]
             let plan = try connection.prepare("EXPLAIN QUERY PLAN " + sql).rows(arguments)

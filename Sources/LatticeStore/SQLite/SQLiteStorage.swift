@@ -780,7 +780,8 @@ struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
     // INDEXED BY a count never touches a record's row (and fails loudly if the index could not serve it).
     static let countOfType = "SELECT COUNT(*) FROM records INDEXED BY records_live_type "
         + "WHERE zone_id = ? AND record_type = ? AND deleted = 0"
-    static let countOfAllTypes = "SELECT COUNT(*) FROM records INDEXED BY records_live_type WHERE zone_id = ? AND deleted = 0"
+    static let countOfAllTypes = "SELECT COUNT(*) FROM records INDEXED BY records_live_type "
+        + "WHERE zone_id = ? AND deleted = 0"
     static let countOfChildren = "SELECT COUNT(*) FROM records INDEXED BY records_live_parent "
         + "WHERE zone_id = ? AND parent_name = ? AND deleted = 0"
 
