@@ -36,4 +36,7 @@ public enum ServerErrorCode: String, Sendable, CaseIterable {
     /// A device code that expired, is unknown, or was already exchanged for a token: start again
     /// (RFC 8628's expired_token).
     case expiredToken = "EXPIRED_TOKEN"
+    /// A request framed with a transfer coding the server does not implement (anything but chunked), HTTP
+    /// 501; no CloudKit counterpart.
+    case notImplemented = "NOT_IMPLEMENTED"
 }

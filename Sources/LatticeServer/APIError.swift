@@ -23,6 +23,7 @@ extension ServerErrorCode {
         case .authorizationPending: return 400
         case .slowDown: return 429
         case .expiredToken: return 410
+        case .notImplemented: return 501
         }
     }
 }

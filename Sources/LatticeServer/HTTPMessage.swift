@@ -82,6 +82,14 @@ public enum HTTPAdmission: Sendable {
 public enum HTTPRefusal: Sendable, Equatable {
     /// HTTP/1.1 without `Host`: 400.
     case missingHost
+    /// A body framing two parsers could read two ways (RFC 9112 §6.1, §6.3): `Content-Length` with
+    /// `Transfer-Encoding`, `Content-Length` values that differ or are not decimal numbers, or chunked that is
+    /// not the final coding or is applied twice: 400, and the connection is closed after the answer. The
+    /// reason says which.
+    case ambiguousFraming(String)
+    /// A `Transfer-Encoding` naming a coding other than chunked (the coding given): 501, and the connection
+    /// is closed after the answer.
+    case unsupportedTransferCoding(String)
     /// The server-wide budget for buffered request bodies is spent: 503, retry after the seconds given.
     case bodyBudgetExhausted(retryAfter: Int)
     /// The worker pool's queue is full: 503.
@@ -160,6 +168,16 @@ public struct HTTPResponse: Sendable, Equatable {
         headers.first { $0.name.lowercased() == name.lowercased() }?.value
     }
 
+    /// This response with each of `extra` that it has no header of the same name for (case-insensitively)
+    /// added at the end; a header it has already stays as it is.
+    func adding(missing extra: [(name: String, value: String)]) -> HTTPResponse {
+        guard !extra.isEmpty else { return self }
+        var response = self
+        let present = Set(headers.map { $0.name.lowercased() })
+        response.headers += extra.filter { !present.contains($0.name.lowercased()) }
+        return response
+    }
+
     public static func == (a: HTTPResponse, b: HTTPResponse) -> Bool {
         a.status == b.status && a.body == b.body && a.headers.map(\.name) == b.headers.map(\.name)
             && a.headers.map(\.value) == b.headers.map(\.value)
@@ -198,6 +216,11 @@ public protocol HTTPHandler: Sendable {
 
     /// The path as the access log shows it: without secrets (say, a share token in the path). Default: as is.
     func pathForLog(_ path: String) -> String
+
+    /// Headers every answer carries, whatever made it (`handle`, `admit`, a refusal, the server's shutdown
+    /// answer): the adapter adds each one an answer lacks, by name, to every answer it sends, and so does
+    /// `respond(to:)`. Default: none.
+    var headersOnEveryAnswer: [(name: String, value: String)] { get }
 }
 
 extension HTTPHandler {
@@ -207,6 +230,11 @@ extension HTTPHandler {
         switch refusal {
         case .missingHost:
             APIError(.badRequest, "an HTTP/1.1 request must have a Host header").response
+        case .ambiguousFraming(let reason):
+            APIError(.badRequest, reason).response
+        case .unsupportedTransferCoding(let coding):
+            APIError(.notImplemented, "the transfer coding \(coding.prefix(40)) is not supported; "
+                     + "send the body with Content-Length or Transfer-Encoding: chunked").response
         case .bodyBudgetExhausted(let seconds):
             APIError(.tryAgainLater, "the server is receiving too many request bodies; retry shortly",
                      retryAfter: seconds).response
@@ -220,12 +248,14 @@ extension HTTPHandler {
 
     public func pathForLog(_ path: String) -> String { path }
 
+    public var headersOnEveryAnswer: [(name: String, value: String)] { [] }
+
     /// Handles a request and waits for its answer. For tests and for callers that are already off the
     /// adapter's threads.
     public func respond(to request: HTTPRequest) -> HTTPResponse {
         let box = ResponseBox()
         handle(request) { box.set($0) }
-        return box.wait()
+        return box.wait().adding(missing: headersOnEveryAnswer)
     }
 }
 

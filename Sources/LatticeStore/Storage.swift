@@ -268,6 +268,11 @@ public protocol StorageTransaction {
                              _ body: (StoredRecord) throws -> Bool) throws
     /// Names of the live records whose parent is `parentName`.
     func children(zoneRowID: Int64, parentName: String) throws -> [String]
+    /// How many records `records(zoneRowID:recordType:)` would give (live only, tombstones left out), counted
+    /// by the database without reading a record's data, so the cost does not grow with the records' size.
+    func recordCount(zoneRowID: Int64, recordType: String?) throws -> Int
+    /// How many names `children(zoneRowID:parentName:)` would give, counted by the database.
+    func childCount(zoneRowID: Int64, parentName: String) throws -> Int
 
     // MARK: Shares
     /// - Throws: `StorageError.duplicate` if the zone already has a live share record of that name, or

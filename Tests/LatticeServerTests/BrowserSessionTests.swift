@@ -244,6 +244,90 @@ import Testing
         }
     }
 
+    /// The transaction operations that load many records (their data, or every child's name): the share page,
+    /// which needs no token, must use none of them, only the counts.
+    static let wholeZoneReads: Set<String> = ["records", "forEachRecord", "recordChanges", "forEachRecordChange",
+                                              "children"]
+
+    /// Hole 2: `GET /share/{token}` as HTML counted a zone-wide share's items by loading every Item record with
+    /// its data (`records(zoneRowID:recordType:)`), and a hierarchy share's by loading every child's name, so an
+    /// unauthenticated page view cost memory in proportion to the zone (900 records of 1 MiB: 2.7 GiB). The
+    /// storage is wrapped in a `RecordingStorage`, which notes every transaction operation: the page's read
+    /// must call `recordCount` / `childCount` and none of `wholeZoneReads`. On the old code the note holds
+    /// `records` (zone-wide) and `children` (hierarchy), so the test fails there. The counts themselves must
+    /// stay what the old code showed: live records only (a deleted Item, a tombstone, is not counted), of
+    /// type Item only for a zone-wide share (a List or Note is not), and only the root's own children (not
+    /// grandchildren, not a child moved away).
+    @Test func theSharePageCountsItemsWithoutLoadingRecords() throws {
+        var recorder: RecordingStorage?
+        let h = try ServiceHarness(wrapStorage: { backend in
+            let recording = RecordingStorage(backend)
+            recorder = recording
+            return recording
+        })
+        let storage = try #require(recorder)
+        let (ann, _) = try h.signUp("ann")
+        let big = String(repeating: "x", count: 200_000)
+        func text(_ words: String) -> [String: JSON] { ["text": value(.string(words))] }
+        func child(of parent: String) -> [String: JSON] { ["parent": .object(["recordName": .string(parent)])] }
+
+        // A zone-wide share: 4 live Items (one large), a deleted Item, a List and a Note.
+        try h.createZone("Board", token: ann)
+        let board = h.modify("Board", [
+            operation("create", "i1", fields: text(big)),
+            operation("create", "i2", fields: text("two")),
+            operation("create", "i3", fields: text("three")),
+            operation("create", "i4", fields: text("four")),
+            operation("create", "gone", fields: text("gone")),
+            operation("create", "list", recordType: "List"),
+            operation("create", "note", recordType: "Note"),
+        ], token: ann)
+        #expect(board.status == 200 && board.records.allSatisfy { $0["serverErrorCode"] == nil },
+                "\(board.json.serialized())")
+        #expect(h.modify("Board", [operation("forceDelete", "gone", recordType: nil)], token: ann).status == 200)
+        let zoneWide = h.call("shares/create", .object(["zoneID": .object(["zoneName": .string("Board")]),
+                                                        "title": .string("Board"),
+                                                        "publicPermission": .string("readOnly")]), token: ann)
+        #expect(zoneWide.status == 200, "\(zoneWide.json.serialized())")
+
+        // A hierarchy share: the root has 3 live children (one large) and a deleted one; a grandchild, and a
+        // child moved to another parent, are not the root's children.
+        try h.createZone("Lists", token: ann)
+        let lists = h.modify("Lists", [
+            operation("create", "root", recordType: "List"),
+            operation("create", "other", recordType: "List"),
+            operation("create", "c1", fields: text(big), extra: child(of: "root")),
+            operation("create", "c2", fields: text("two"), extra: child(of: "root")),
+            operation("create", "c3", recordType: "Note", extra: child(of: "root")),
+            operation("create", "c4", extra: child(of: "root")),
+            operation("create", "grandchild", extra: child(of: "c2")),
+            operation("create", "moved", extra: child(of: "root")),
+        ], token: ann)
+        #expect(lists.status == 200 && lists.records.allSatisfy { $0["serverErrorCode"] == nil },
+                "\(lists.json.serialized())")
+        let edits = h.modify("Lists", [operation("forceDelete", "c4", recordType: nil),
+                                       operation("forceUpdate", "moved", extra: child(of: "other"))], token: ann)
+        #expect(edits.status == 200 && edits.records.allSatisfy { $0["serverErrorCode"] == nil },
+                "\(edits.json.serialized())")
+        let hierarchy = h.call("shares/create", .object(["zoneID": .object(["zoneName": .string("Lists")]),
+                                                         "rootRecordName": .string("root"), "title": .string("Root"),
+                                                         "publicPermission": .string("readOnly")]), token: ann)
+        #expect(hierarchy.status == 200, "\(hierarchy.json.serialized())")
+
+        for (zone, expected, counter) in [("Board", "4 items<", "recordCount"), ("Lists", "3 items<", "childCount")] {
+            let url = try #require(h.call("shares/url", .object(["zoneID": .object(["zoneName": .string(zone)])]),
+                                          token: ann)["url"]?.stringValue)
+            storage.reset()
+            let page = h.raw("GET", String(url.dropFirst(h.service.publicURL.count)), headers: ["Accept": "text/html"])
+            let html = String(decoding: page.response.body, as: UTF8.self)
+            #expect(page.status == 200, "\(zone): \(html)")
+            #expect(html.contains(expected), "\(zone): \(html)")
+            let operations = storage.operations
+            #expect(operations.contains(counter), "\(zone): \(operations)")
+            #expect(Self.wholeZoneReads.isDisjoint(with: operations), "\(zone): the page read records: \(operations)")
+        }
+    }
+
     @Test func invalidLinksGetOneFriendlyPage() throws {
         let w = try SharingFlowTests.World()
         #expect(w.share("shares/create", ["rootRecordName": .string("groceries"), "title": .string("Groceries"),

@@ -185,4 +185,78 @@ import Testing
         }
         #expect(try client.send(method: "POST", path: "/web/app.js").headers["allow"] == "GET, HEAD")
     }
+
+    /// Hole 6: the security headers (Docs/Web.md, "Security headers") are on every answer, not only on pages
+    /// and files found: a missing web file (404), a refused path (400), a wrong method (405), an unknown path,
+    /// an answer from the route table's admission, JSON answers. On the old code only found files and share
+    /// pages had them (`withPageHeaders` around those two handlers), so the 404 of a missing web file had
+    /// no Content-Security-Policy, and this test fails there.
+    static func expectSecurityHeaders(_ headers: [String: String], _ what: String,
+                                      sourceLocation: SourceLocation = #_sourceLocation) {
+        for (name, value) in LatticeService.securityHeaders {
+            let found = headers[name.lowercased()]
+            #expect(found == value, "\(what): \(name) is \(found ?? "missing")", sourceLocation: sourceLocation)
+        }
+    }
+
+    static let answersThatMustCarryTheHeaders: [(method: String, path: String, status: Int)] = [
+        ("GET", "/web/missing.js", 404),
+        ("GET", "/web/notes.md", 404),
+        ("GET", "/web/.hidden.html", 404),
+        ("GET", "/web/%2e%2e/outside/secret.html", 400),
+        ("POST", "/web/app.js", 405),
+        ("GET", "/web/app.js", 200),
+        ("GET", "/nope", 404),
+        ("DELETE", "/nope", 404),
+        ("POST", "/healthz", 405),
+        ("GET", "/healthz", 200),
+        ("GET", "/database/1/lattice/production/private/zones/list", 405),
+        ("POST", "/database/1/lattice/production/private/records/explode", 404),
+        ("POST", "/database/1/lattice/production/private/zones/list", 421),
+        ("GET", "/share/not-a-token", 200),
+    ]
+
+    @Test func everyAnswerCarriesTheSecurityHeadersInProcess() throws {
+        let fixture = try Fixture()
+        let h = try ServiceHarness { $0.webRoot = fixture.root }
+        for (method, path, status) in Self.answersThatMustCarryTheHeaders {
+            let reply = h.raw(method, path)
+            #expect(reply.status == status, "\(method) \(path)")
+            Self.expectSecurityHeaders(Dictionary(reply.response.headers.map { ($0.name.lowercased(), $0.value) },
+                                                  uniquingKeysWith: { first, _ in first }), "\(method) \(path)")
+        }
+        // A share page for a browser, valid or not.
+        let page = h.raw("GET", "/share/not-a-token", headers: ["Accept": "text/html"])
+        #expect(page.status == 404)
+        Self.expectSecurityHeaders(Dictionary(page.response.headers.map { ($0.name.lowercased(), $0.value) },
+                                              uniquingKeysWith: { first, _ in first }), "share page")
+    }
+
+    /// The same through the real adapter, which adds them to every answer it sends: the adapter's own
+    /// refusals (a missing Host, an ambiguous framing) included, each header once.
+    @Test func everyAnswerCarriesTheSecurityHeadersOverARealSocket() throws {
+        let fixture = try Fixture()
+        let h = try ServiceHarness { $0.webRoot = fixture.root }
+        let server = try HTTPServer(handler: h.service, configuration: HTTPServerConfiguration(port: 0))
+        defer { server.shutdown() }
+        for (method, path, status) in Self.answersThatMustCarryTheHeaders {
+            let reply = try RawHTTPClient(port: server.port).send(method: method, path: path)
+            #expect(reply.status == status, "\(method) \(path)")
+            Self.expectSecurityHeaders(reply.headers, "\(method) \(path)")
+        }
+        let etag = try RawHTTPClient(port: server.port).send(method: "GET", path: "/web/app.js").headers["etag"] ?? "-"
+        let notModified = try RawHTTPClient(port: server.port).send(method: "GET", path: "/web/app.js",
+                                                                    headers: ["If-None-Match": etag])
+        #expect(notModified.status == 304)
+        Self.expectSecurityHeaders(notModified.headers, "304")
+        for (name, request) in [("no Host", "GET /healthz HTTP/1.1\r\n\r\n"),
+                                ("ambiguous framing", "POST /auth/signup HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                                    + "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")] {
+            let client = try RawHTTPClient(port: server.port, timeoutSeconds: 5)
+            try client.write(Array(request.utf8))
+            let reply = try client.readResponse()
+            #expect(reply.status == 400, "\(name)")
+            Self.expectSecurityHeaders(reply.headers, name)
+        }
+    }
 }

@@ -33,6 +33,23 @@ struct SQLiteTests {
         }
     }
 
+    /// The counts of the share page are answered from a covering index alone (schema v7), never from the
+    /// records' rows: reading `deleted` from a row walks a large record's overflow pages. The plan of each
+    /// count statement, exactly as `SQLiteTransaction` runs it, must say COVERING INDEX.
+    @Test func countsAreAnsweredFromACoveringIndex() throws {
+        let path = temporaryPath()
+        try SQLiteStorage(path: path).close()
+        let connection = try Connection(path: path)
+        let counts = [SQLiteTransaction.countOfType, SQLiteTransaction.countOfAllTypes, SQLiteTransaction.countOfChildren]
+        for sql in counts {
+            let arguments: [SQLiteValue] = sql.contains("record_type") || sql.contains("parent_name")
+                ? [.integer(1), .text("Item")] : [.integer(1)]
+            let plan = try connection.prepare("EXPLAIN QUERY PLAN " + sql).rows(arguments)
+            let details = plan.compactMap { $0.last?.text }.joined(separator: "; ")
+            #expect(details.contains("USING COVERING INDEX records_live_"), "\(sql): \(details)")
+        }
+    }
+
     @Test func fileDatabasesUseWALWithFullSync() throws {
         let connection = try Connection(path: temporaryPath())
         #expect(try connection.journalMode == "wal")

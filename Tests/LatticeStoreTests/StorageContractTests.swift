@@ -759,6 +759,73 @@ struct StorageContractTests {
         }
     }
 
+    /// The counts stand for the reads (`recordCount` for `records`, `childCount` for `children`): live records
+    /// only, per type or all types, per parent, per zone; seen inside the write that made them; none once the
+    /// zone is deleted. Randomised: a seeded mix of types, parents, rewrites and tombstones.
+    @Test(arguments: StorageBackends.all)
+    func countsAgreeWithTheReadsTheyStandFor(_ backend: StorageBackend) throws {
+        let seed = UInt64.random(in: 1...UInt64.max)
+        print("StorageContractTests.countsAgreeWithTheReadsTheyStandFor seed: \(seed)")
+        var random = SplitMix64(seed: seed)
+        let types = ["Item", "List", "Note"]
+        let parents: [String?] = [nil, "p", "q", "r0"]
+        try withStorage(backend) { storage in
+            let (zone, other) = try storage.write { tx throws in (try makeZone(tx), try makeZone(tx, "Other")) }
+            func expectCountsMatchReads(_ tx: any StorageTransaction, _ zoneRowID: Int64, _ note: String) throws {
+                for type in (types as [String?]) + ["Nothing", nil] {
+                    #expect(try tx.recordCount(zoneRowID: zoneRowID, recordType: type)
+                                == tx.records(zoneRowID: zoneRowID, recordType: type).count,
+                            "seed \(seed), \(note), type \(type ?? "nil")")
+                }
+                for case let parent? in parents + ["nobody"] {
+                    #expect(try tx.childCount(zoneRowID: zoneRowID, parentName: parent)
+                                == tx.children(zoneRowID: zoneRowID, parentName: parent).count,
+                            "seed \(seed), \(note), parent \(parent)")
+                }
+            }
+            for batch in 0..<8 {
+                try storage.write { tx throws in
+                    for _ in 0..<Int(random.next() % 8 + 1) {
+                        let target = random.next() % 4 == 0 ? other : zone
+                        let name = "r\(random.next() % 12)"
+                        _ = try tx.saveRecord(zoneRowID: target.rowID,
+                                              write(name, type: types[Int(random.next() % 3)],
+                                                    frame: [UInt8](repeating: 7, count: Int(random.next() % 64)),
+                                                    deleted: random.next() % 4 == 0,
+                                                    parent: parents[Int(random.next() % 4)], at: Int64(batch)))
+                    }
+                    // Inside the write, before it commits.
+                    try expectCountsMatchReads(tx, zone.rowID, "batch \(batch), in the write")
+                }
+                try storage.read { tx throws in
+                    try expectCountsMatchReads(tx, zone.rowID, "batch \(batch)")
+                    try expectCountsMatchReads(tx, other.rowID, "batch \(batch), other zone")
+                }
+            }
+            // A tombstone is not counted, and a record back over its tombstone is counted once.
+            try storage.write { tx throws in
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("fixed", type: "Item", parent: "p"))
+                let before = (try tx.recordCount(zoneRowID: zone.rowID, recordType: "Item"),
+                              try tx.childCount(zoneRowID: zone.rowID, parentName: "p"))
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("fixed", type: "Item", deleted: true, parent: "p"))
+                #expect(try tx.recordCount(zoneRowID: zone.rowID, recordType: "Item") == before.0 - 1, "seed \(seed)")
+                #expect(try tx.childCount(zoneRowID: zone.rowID, parentName: "p") == before.1 - 1, "seed \(seed)")
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("fixed", type: "Item", parent: "p"))
+                #expect(try tx.recordCount(zoneRowID: zone.rowID, recordType: "Item") == before.0, "seed \(seed)")
+                #expect(try tx.childCount(zoneRowID: zone.rowID, parentName: "p") == before.1, "seed \(seed)")
+            }
+            // A deleted zone has no records left to count; the other zone keeps its own.
+            let otherCount = try storage.read { try $0.recordCount(zoneRowID: other.rowID, recordType: nil) }
+            try storage.write { tx throws in try tx.deleteZone(rowID: zone.rowID, nowMs: 9_000) }
+            try storage.read { tx throws in
+                #expect(try tx.recordCount(zoneRowID: zone.rowID, recordType: nil) == 0, "seed \(seed)")
+                #expect(try tx.recordCount(zoneRowID: zone.rowID, recordType: "Item") == 0, "seed \(seed)")
+                #expect(try tx.childCount(zoneRowID: zone.rowID, parentName: "p") == 0, "seed \(seed)")
+                #expect(try tx.recordCount(zoneRowID: other.rowID, recordType: nil) == otherCount, "seed \(seed)")
+            }
+        }
+    }
+
     // MARK: Shares
 
     @Test(arguments: StorageBackends.all)

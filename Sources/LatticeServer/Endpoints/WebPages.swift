@@ -4,34 +4,30 @@ import LatticeSharing
 import LatticeStore
 
 /// The pages a browser gets: `GET /share/{token}` as HTML, `GET /` (the web client, or its sign-in page)
-/// and the security headers every page and web file carries. See Docs/Web.md.
+/// and the security headers every answer carries. See Docs/Web.md.
 extension LatticeService {
-    /// The Content-Security-Policy of every page: scripts, styles, images and requests from this origin
+    /// The Content-Security-Policy of every answer: scripts, styles, images and requests from this origin
     /// only, no inline script or style, no eval, no framing, forms post here only.
     static let contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
         + "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
-    /// Adds the page security headers (replacing any of the same name).
-    static func withPageHeaders(_ response: HTTPResponse) -> HTTPResponse {
-        var response = response
-        let headers: [(name: String, value: String)] = [
-            (name: "Content-Security-Policy", value: contentSecurityPolicy),
-            (name: "X-Content-Type-Options", value: "nosniff"),
-            // Share pages hold a secret in their URL; the other pages gain nothing from a Referer either.
-            (name: "Referrer-Policy", value: "no-referrer"),
-            (name: "X-Frame-Options", value: "DENY"),
-            (name: "Cross-Origin-Opener-Policy", value: "same-origin"),
-        ]
-        let names = Set(headers.map { $0.name.lowercased() })
-        response.headers.removeAll { names.contains($0.name.lowercased()) }
-        response.headers += headers
-        return response
-    }
+    /// The security headers of every answer, pages, web files, JSON and errors alike (404s included), whatever
+    /// made it: the HTTP adapter adds them to each answer it sends (`HTTPHandler.headersOnEveryAnswer`).
+    static let securityHeaders: [(name: String, value: String)] = [
+        (name: "Content-Security-Policy", value: contentSecurityPolicy),
+        (name: "X-Content-Type-Options", value: "nosniff"),
+        // Share pages hold a secret in their URL; the other answers gain nothing from a Referer either.
+        (name: "Referrer-Policy", value: "no-referrer"),
+        (name: "X-Frame-Options", value: "DENY"),
+        (name: "Cross-Origin-Opener-Policy", value: "same-origin"),
+    ]
 
-    /// A web file under `webRoot`, with the page headers.
+    public var headersOnEveryAnswer: [(name: String, value: String)] { Self.securityHeaders }
+
+    /// A web file under `webRoot` (the security headers come with every answer).
     func webFile(_ path: String, _ request: HTTPRequest) throws -> HTTPResponse {
         guard let root = configuration.webRoot else { throw APIError(.notFound, "no web files here") }
-        return Self.withPageHeaders(try StaticFiles(root: root).response(path: path, headers: request.headers))
+        return try StaticFiles(root: root).response(path: path, headers: request.headers)
     }
 
     /// `GET /`: the web client for a signed-in browser, else the sign-in and sign-up page.
@@ -51,7 +47,7 @@ extension LatticeService {
     /// `GET /share/{token}`: an HTML page for a browser, else the JSON note for API clients.
     func shareLink(_ request: HTTPRequest, token: String) throws -> HTTPResponse {
         guard Self.wantsHTML(request) else { return shareLinkResponse() }
-        return Self.withPageHeaders(try sharePage(request, token: token))
+        return try sharePage(request, token: token)
     }
 
     /// What a share page shows, decided from the link, the share and the viewer.
@@ -81,11 +77,13 @@ extension LatticeService {
             if roster.publicPermission == .none, !isOwner, !invited {
                 return .notForYou(signedIn: viewer != nil)
             }
+            // Counted by the database: this page needs no token, so it must never read the records themselves
+            // (a zone of large records would be loaded whole for one number).
             let items: Int
             if let root = share.rootRecordName {
-                items = try tx.children(zoneRowID: zone.rowID, parentName: root).count
+                items = try tx.childCount(zoneRowID: zone.rowID, parentName: root)
             } else {
-                items = try tx.records(zoneRowID: zone.rowID, recordType: "Item").count
+                items = try tx.recordCount(zoneRowID: zone.rowID, recordType: "Item")
             }
             let owner = try tx.user(recordName: zone.ownerRecordName)?.name ?? "someone"
             let state: SharePageState.Viewer = viewer == nil ? .signedOut : isOwner ? .owner

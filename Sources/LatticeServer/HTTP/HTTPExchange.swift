@@ -47,6 +47,8 @@ final class HTTPExchange: Sendable {
         /// Whose share of the body budget `reservedBodyBytes` counts against (`admit`'s client).
         var budgetClient = ""
         var admission = HTTPAdmission.inline
+        /// The answer is a refusal of the request's framing: sent before the body, and the connection closes.
+        var closesConnection = false
         /// A forwarded client's in-flight slot this request holds.
         var forwardedSlot: String?
         /// What went out, for the access log.
@@ -105,8 +107,9 @@ final class HTTPExchange: Sendable {
             if let early = receiveHeaders(in: context, method: method, version: version) {
                 // Queued now, before the body, libmicrohttpd closes the connection (it will not read a
                 // body it was not asked for). A request without a body gets its answer on the next call
-                // instead, when the request is complete, so a kept-alive connection stays open.
-                if carriesNoBody {
+                // instead, when the request is complete, so a kept-alive connection stays open; a refused
+                // framing never waits (where its body ends is the very question).
+                if carriesNoBody && !state.withLock({ $0.closesConnection }) {
                     state.withLock { $0.phase = .receivingBody }
                     context.connections.move(connection, to: .receivingBody(bytes: 0), resetClock: true)
                     return true
@@ -141,12 +144,13 @@ final class HTTPExchange: Sendable {
         state.withLock { state in
             guard state.headers["transfer-encoding"] == nil else { return false }
             guard let length = state.headers["content-length"] else { return true }
-            return Int(length.trimmingSpaces) == 0
+            return RequestFraming.declaredLength(length) == 0
         }
     }
 
     /// Records method, headers and client address, and asks the handler to admit the request. Returns an
-    /// answer to send right away, without reading the body: a missing Host, the handler's refusal, the
+    /// answer to send right away, without reading the body: an ambiguous or unsupported framing (400 or 501,
+    /// and the connection closes: `RequestFraming`), a missing Host, the handler's refusal, the
     /// oversized-body answer when Content-Length is over the cap, the body budget being spent, or an
     /// answer set earlier (shutdown).
     private func receiveHeaders(in context: HTTPDaemonContext, method: UnsafePointer<CChar>?,
@@ -154,7 +158,7 @@ final class HTTPExchange: Sendable {
         let headers = requestHeaders(of: connection)
         let peer = peerAddress(of: connection)
         let (remoteAddress, forwarded) = context.resolver.client(peer: peer, headers: headers)
-        let declaredLength = headers["content-length"].flatMap { Int($0.trimmingSpaces) }
+        let declaredLength = RequestFraming.declaredLength(headers["content-length"])
         let methodName = method.map { String(cString: $0) } ?? ""
         let versionName = version.map { String(cString: $0) } ?? ""
 
@@ -167,6 +171,13 @@ final class HTTPExchange: Sendable {
             return state.response
         }
         if earlier != nil { return answer(with: nil) }
+        if let refusal = RequestFraming.refusal(headers) {
+            var response = context.handler.response(for: refusal)
+            response.headers.removeAll { $0.name.lowercased() == "connection" }
+            response.headers.append((name: "Connection", value: "close"))
+            state.withLock { $0.closesConnection = true }
+            return answer(with: response)
+        }
         if versionName == "HTTP/1.1" && headers["host"] == nil {
             return answer(with: context.handler.response(for: .missingHost))
         }
@@ -318,14 +329,17 @@ final class HTTPExchange: Sendable {
         }
     }
 
+    /// Sends `response`, with the handler's `headersOnEveryAnswer` it lacks: every answer leaves through here.
     private func queue(_ response: HTTPResponse, in context: HTTPDaemonContext) -> Bool {
+        let response = response.adding(missing: context.handler.headersOnEveryAnswer)
         context.connections.move(connection, to: .busy)
         state.withLock { state in
             state.sentStatus = response.status
             state.sentBytes = response.body.count
         }
         releaseBudget(in: context)
-        return queueResponse(response, on: connection, closeAfterwards: context.isDraining)
+        let closes = context.isDraining || state.withLock { $0.closesConnection }
+        return queueResponse(response, on: connection, closeAfterwards: closes)
     }
 
     private func releaseBudget(in context: HTTPDaemonContext) {
@@ -441,13 +455,4 @@ func peerAddress(of connection: OpaquePointer) -> String {
     var buffer = [CChar](repeating: 0, count: 64)
     guard lattice_mhd_client_address(connection, &buffer, buffer.count) == 1 else { return "" }
     return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-}
-
-extension String {
-    fileprivate var trimmingSpaces: Substring {
-        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
-        guard let first = firstIndex(where: { !isSpace($0) }) else { return "" }
-        let last = lastIndex(where: { !isSpace($0) })!
-        return self[first...last]
-    }
 }

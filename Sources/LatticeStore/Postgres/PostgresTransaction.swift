@@ -712,6 +712,20 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
                  [.integer(zoneRowID), .text(parentName)]).compactMap { $0[0].text }
     }
 
+    func recordCount(zoneRowID: Int64, recordType: String?) throws -> Int {
+        if let recordType {
+            return Int(try rows("SELECT COUNT(*) FROM records WHERE zone_id = $1 AND record_type = $2 AND deleted = 0",
+                                [.integer(zoneRowID), .text(recordType)]).first?[0].integer ?? 0)
+        }
+        return Int(try rows("SELECT COUNT(*) FROM records WHERE zone_id = $1 AND deleted = 0", [.integer(zoneRowID)])
+            .first?[0].integer ?? 0)
+    }
+
+    func childCount(zoneRowID: Int64, parentName: String) throws -> Int {
+        Int(try rows("SELECT COUNT(*) FROM records WHERE zone_id = $1 AND parent_name = $2 AND deleted = 0",
+                     [.integer(zoneRowID), .text(parentName)]).first?[0].integer ?? 0)
+    }
+
     // MARK: Shares
 
     func insertShare(_ new: NewShare) throws -> StoredShare {

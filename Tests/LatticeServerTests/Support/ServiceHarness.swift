@@ -33,10 +33,13 @@ final class ServiceHarness: @unchecked Sendable {
     let keyRing: ShareKeyRing
     let directory: String
 
-    init(configure: (inout ServiceConfiguration) -> Void = { _ in }) throws {
+    /// `wrapStorage` may put a storage of the test's in front of the backend (`RecordingStorage`, say).
+    init(configure: (inout ServiceConfiguration) -> Void = { _ in },
+         wrapStorage: (any Storage) -> any Storage = { $0 }) throws {
         directory = temporaryDirectory()
         clock = TestClock()
-        (storage, databaseURL) = try TestBackend.makeStorage(directory: directory)
+        let (backend, url) = try TestBackend.makeStorage(directory: directory)
+        (storage, databaseURL) = (wrapStorage(backend), url)
         var configuration = ServiceConfiguration()
         let clock = self.clock
         configuration.now = { clock.now }
