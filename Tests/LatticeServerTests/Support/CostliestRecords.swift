@@ -15,8 +15,10 @@ enum CostliestRecords {
 
     /// Replica ids from 2^63 up take the longest varint (10 bytes): the most bytes per context entry.
     static let firstWideReplica: UInt64 = 1 << 63
-    /// The one replica of the entries' dots (not in the wide context).
-    static let entriesReplica: UInt64 = 7
+    /// The one replica of the entries' dots: not in the wide context, and above every replica in it, so
+    /// that a context scanned in order from its start is read whole for each entry (a replica below them
+    /// all would stop such a scan at its first entry).
+    static let entriesReplica: UInt64 = .max
 
     /// A record of one `INT64_LIST` field with `context` and `entries` (value, dot).
     static func json(_ name: String, ms: UInt64, context: [Stamp], entries: [(Int64, Stamp)]) -> JSON {
