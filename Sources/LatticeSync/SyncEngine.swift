@@ -62,6 +62,9 @@ public struct SyncReport: Sendable {
     public var droppedEdits: [DroppedEdit] = []
     /// False when the server could not be reached: local edits stay queued.
     public var online = true
+    /// The server's "not now" (THROTTLED or TRY_AGAIN_LATER, with `retryAfter`) that stopped this sync:
+    /// what was not sent stays queued; `retryAdvice` says when to try again. Nil when it was not stopped.
+    public var notNow: ServerError?
     public var queued = 0
 
     /// An empty report, for callers of `fetch(_:)` and `send(_:)`.
@@ -313,7 +316,8 @@ public final class SyncEngine: @unchecked Sendable {
 
     // MARK: Sync
 
-    /// Sends pending changes, then fetches. Offline, it reports `online == false` and keeps everything queued.
+    /// Sends pending changes, then fetches. Offline, it reports `online == false` and keeps everything queued;
+    /// told "not now" by the server (`notNow`), it stops there and keeps what was not sent queued.
     @discardableResult
     public func sync() throws -> SyncReport {
         try lock.withLock {
@@ -325,6 +329,8 @@ public final class SyncEngine: @unchecked Sendable {
                 try fetch(&report)
             } catch is TransportError {
                 report.online = false
+            } catch let error as ServerError where error.isNotNow {
+                report.notNow = error // busy or throttled: nothing more now; the rest stays queued
             } catch let error as ServerError where error.serverErrorCode == .authenticationFailed {
                 emit(.accountChange(reason: error.reason))
                 throw error
