@@ -36,7 +36,8 @@ func runSignUp(_ arguments: [String]) throws {
     } catch let error as ServerError {
         // Said at once, with why (a taken name, closed registration, the sign-up limit) and, for a limit,
         // when to try again: the client does not wait out a long Retry-After.
-        throw CommandFailure("sign-up refused: \(error.reason) (\(error.code))" + (error.retryAdvice.map { "; " + $0 } ?? ""))
+        throw CommandFailure("sign-up refused: \(error.reason) (\(error.code))"
+                             + (error.retryAdvice.map { "; " + $0 } ?? ""))
     }
     if options.json {
         printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),

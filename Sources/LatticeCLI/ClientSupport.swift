@@ -361,7 +361,8 @@ func notNowLine(_ error: ServerError, queued: Int) -> String {
 func describeClientError(_ error: any Error) -> String {
     if let error = error as? ServerError {
         if error.isNotNow {
-            return "the server asked to wait: \(error.reason) (\(error.code))" + (error.retryAdvice.map { "; " + $0 } ?? "")
+            return "the server asked to wait: \(error.reason) (\(error.code))"
+                + (error.retryAdvice.map { "; " + $0 } ?? "")
         }
         switch error.serverErrorCode {
         case .authenticationFailed?:

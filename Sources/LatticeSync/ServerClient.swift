@@ -159,7 +159,9 @@ public struct ServerClient: Sendable {
                                     retryAfter: json["retryAfter"]?.doubleValue
                                         ?? response.headers["retry-after"].flatMap(Double.init))
             // "Not now" for longer than the quiet limit: said at once, with when to try again, not waited for.
-            guard error.isNotNow, attempt < maximumAttempts, (error.retryAfter ?? 0) <= longestQuietWait else { throw error }
+            guard error.isNotNow, attempt < maximumAttempts, (error.retryAfter ?? 0) <= longestQuietWait else {
+                throw error
+            }
             pause(max(error.retryAfter ?? 0, backoff(attempt)), "the server answered \(error.code): \(error.reason)")
         }
     }

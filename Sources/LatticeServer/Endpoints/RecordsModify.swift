@@ -253,7 +253,8 @@ extension LatticeService {
         let requestedParent: String?? = operation.record["parent"].map { $0 == .null ? nil : $0["recordName"]?.stringValue ?? "" }
         // create and forceReplace make a missing record, and so does a CRDT state sent with forceUpdate.
         let kind = operation.kind
-        let createsMissing = kind == .create || kind == .forceReplace || (kind == .forceUpdate && operation.record["crdt"] != nil)
+        let createsMissing = kind == .create || kind == .forceReplace
+            || (kind == .forceUpdate && operation.record["crdt"] != nil)
         return try plan(operation.recordName, kind: kind, createsMissing: createsMissing, requestedParent: requestedParent,
                          changeTag: operation.record["recordChangeTag"], zone: zone, resolved: resolved,
                          shareRecordNames: shareRecordNames, context: context, tx: tx) { existing, live in
@@ -280,9 +281,9 @@ extension LatticeService {
     /// stored frame (nil: nothing changes), then the placement checks and the write limit. `writeBatch`
     /// saves the result. `createsMissing`: the write makes the record when none is stored (else a missing
     /// record is NOT_FOUND).
-    func plan(_ recordName: String, kind: RecordOperation.Kind, createsMissing: Bool, requestedParent: String??, changeTag: JSON?,
-              zone: StoredZone, resolved: ResolvedZone, shareRecordNames: Set<String>, context: RequestContext,
-              tx: any StorageTransaction, _ change: (RecordFrame?, Bool) throws -> RecordFrame?) throws -> PlannedWrite {
+    func plan(_ recordName: String, kind: RecordOperation.Kind, createsMissing: Bool, requestedParent: String??,
+              changeTag: JSON?, zone: StoredZone, resolved: ResolvedZone, shareRecordNames: Set<String>,
+              context: RequestContext, tx: any StorageTransaction, _ change: (RecordFrame?, Bool) throws -> RecordFrame?) throws -> PlannedWrite {
         var stored = try tx.record(zoneRowID: zone.rowID, name: recordName)
         var existing = try stored.map(frame)
         var live = existing.map { !$0.isDeleted } ?? false

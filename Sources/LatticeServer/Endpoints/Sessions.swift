@@ -254,9 +254,8 @@ extension LatticeService {
         let current = try? browserSession(request.head)
         let now = configuration.now()
         let outcome: Result<BrowserSession, APIError> = try write { tx, _ in
-            guard let found = try tx.tokenOwner(hash: secret.storedHash), TokenKind(id: found.token.id) == .signInLink else {
-                return .failure(invalid)
-            }
+            guard let found = try tx.tokenOwner(hash: secret.storedHash),
+                  TokenKind(id: found.token.id) == .signInLink else { return .failure(invalid) }
             if let expires = found.token.expiresMs, expires <= now {
                 _ = try tx.deleteToken(id: found.token.id)
                 return .failure(invalid)
