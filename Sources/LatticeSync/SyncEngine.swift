@@ -48,6 +48,9 @@ public enum SyncEvent: Sendable {
     case shareLost(LostShare)
     /// An unsent edit was dropped: its record is out of reach (see SyncEngine+Revocation.swift).
     case editDropped(DroppedEdit)
+    /// The server said "not now" (THROTTLED, TRY_AGAIN_LATER) for longer than the client waits quietly:
+    /// the sync stopped, what was not sent stays queued; `retryAfter` is in seconds.
+    case serverAskedToWait(reason: String, retryAfter: Double?)
 }
 
 /// The outcome of a sync.
@@ -331,6 +334,7 @@ public final class SyncEngine: @unchecked Sendable {
                 report.online = false
             } catch let error as ServerError where error.isNotNow {
                 report.notNow = error // busy or throttled: nothing more now; the rest stays queued
+                emit(.serverAskedToWait(reason: error.reason, retryAfter: error.retryAfter))
             } catch let error as ServerError where error.serverErrorCode == .authenticationFailed {
                 emit(.accountChange(reason: error.reason))
                 throw error

@@ -107,6 +107,10 @@ import Testing
         #expect(pending > 0)
 
         transport.throttling.withLock { $0 = true }
+        let asked = Mutex<[Double?]>([])
+        engine.onEvent = { event in
+            if case .serverAskedToWait(_, let retryAfter) = event { asked.withLock { $0.append(retryAfter) } }
+        }
         let started = Date()
         let report = try engine.sync()
         let seconds = Date().timeIntervalSince(started)
@@ -117,6 +121,7 @@ import Testing
         let stillPending = try engine.pendingCount()
         #expect(report.sent == 0 && report.queued == pending && stillPending == pending)
         #expect(transport.pushes.withLock { $0 } == 1) // not retried
+        #expect(asked.withLock { $0 } == [900])
 
         // Later, the server takes it.
         transport.throttling.withLock { $0 = false }
