@@ -2,18 +2,20 @@
 // session's CSRF value in X-Lattice-CSRF on every request. No other origin is ever contacted.
 
 export class ApiError extends Error {
-  constructor(code, reason, status) {
+  constructor(code, reason, status, body = {}) {
     super(reason || code || `HTTP ${status}`);
     this.code = code || 'HTTP_' + status;
     this.reason = reason || `the server answered ${status}`;
     this.status = status;
+    /** The whole error object the server answered (a refused account switch names both accounts). */
+    this.body = body;
   }
 }
 
 async function answer(response) {
   let json = {};
   try { json = await response.json(); } catch (_) { json = {}; }
-  if (!response.ok) throw new ApiError(json.serverErrorCode, json.reason, response.status);
+  if (!response.ok) throw new ApiError(json.serverErrorCode, json.reason, response.status, json);
   return json;
 }
 
@@ -34,7 +36,14 @@ async function postWithoutSession(path, body) {
 }
 
 export function signUp(name) { return postWithoutSession('/auth/signup', { name, session: true }); }
-export function exchangeSignInLink(secret) { return postWithoutSession('/auth/link', { secret }); }
+/**
+ * Exchanges a one-time sign-in link for a session. A browser signed in to another account is refused
+ * (CONFLICT, naming `signedInAs` and `linkAccount`; the link stays unspent) unless `replaceSession` is
+ * true, which only the person's "Switch to …" choice sends (signinlink.js).
+ */
+export function exchangeSignInLink(secret, replaceSession = false) {
+  return postWithoutSession('/auth/link', replaceSession ? { secret, replaceSession: true } : { secret });
+}
 
 export class Api {
   constructor(session) {

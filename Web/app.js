@@ -1,7 +1,8 @@
 // The web client: the account's lists, kept current by changes/* feeds and a changes/wait long poll.
 // Writes send plain values and list add/remove operations (records/modify); the server stamps them.
 // Every piece of user text is put on screen with textContent, never as HTML.
-import { Api, ApiError, currentSession, exchangeSignInLink, hashValue, safeNext, takeNext, announceSignIn } from './api.js';
+import { Api, ApiError, currentSession, hashValue, safeNext, takeNext, announceSignIn } from './api.js';
+import { followSignInLink } from './signinlink.js';
 
 const LIST_ZONE = 'Lists';
 const state = {
@@ -630,9 +631,9 @@ async function leave(list) {
 
 async function start() {
   const secret = hashValue('signin');
-  if (secret) { // a sign-in link opened while signed in: switch to its account
+  if (secret) { // a sign-in link opened while signed in: another account's link asks the person first
     history.replaceState(null, '', '/');
-    try { await exchangeSignInLink(secret); announceSignIn(); } catch (error) { notice(error.reason, true); }
+    try { if (await followSignInLink(secret, document.body)) announceSignIn(); } catch (error) { notice(error.reason, true); }
   }
   // A share page to go back to: this address's `#next`, or one remembered when sign-in began (only ever
   // a relative /share/ path: safeNext).
@@ -657,9 +658,11 @@ async function start() {
   if (wanted && lists().some((l) => l.id === wanted)) open(wanted);
   window.addEventListener('hashchange', async () => {
     const secret = hashValue('signin');
-    if (secret) { // another account's sign-in link, opened in this tab
+    if (secret) { // a sign-in link opened in this tab: another account's asks the person first
       history.replaceState(null, '', '/');
-      try { await exchangeSignInLink(secret); announceSignIn(); location.reload(); } catch (error) { notice(error.reason, true); }
+      try {
+        if (await followSignInLink(secret, document.body)) { announceSignIn(); location.reload(); }
+      } catch (error) { notice(error.reason, true); }
       return;
     }
     const list = hashValue('list');

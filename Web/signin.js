@@ -1,4 +1,5 @@
-import { signUp, exchangeSignInLink, hashValue, rememberNext, takeNext, announceSignIn, onSignedIn } from './api.js';
+import { signUp, hashValue, rememberNext, takeNext, announceSignIn, onSignedIn } from './api.js';
+import { followSignInLink } from './signinlink.js';
 
 const status = document.getElementById('status');
 
@@ -21,7 +22,10 @@ function followHash() {
   if (secret) {
     history.replaceState(null, '', '/'); // the one-time secret leaves the address bar at once
     say('Signing in…');
-    exchangeSignInLink(secret).then(goOn, (error) => say(error.reason, true));
+    // Signed out, this is one exchange. If another tab signed this browser in meanwhile, the person is
+    // asked before the link replaces that session; staying goes home as the signed-in account.
+    followSignInLink(secret, document.getElementById('signin'))
+      .then((session) => (session ? goOn() : location.replace('/')), (error) => say(error.reason, true));
   }
 }
 

@@ -31,7 +31,15 @@ func runSignUp(_ arguments: [String]) throws {
     let server = try serverOption(options)
     let engine = try options.openEngine(creating: true)
     try checkSwitch(engine, server: server) { _ in nil }
-    let account = try engine.signUp(name: name, serverURL: server)
+    let account: Account
+    do {
+        account = try engine.signUp(name: name, serverURL: server)
+    } catch let error as ServerError {
+        // Said at once, with why (a taken name, closed registration, the sign-up limit) and, for a limit,
+        // when to try again: the client does not wait out a long Retry-After.
+        throw CommandFailure("sign-up refused: \(error.reason) (\(error.code))"
+                             + (error.retryAdvice.map { "; " + $0 } ?? ""))
+    }
     if options.json {
         printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),
                            "server": .string(account.serverURL), "token": .string(account.token)]))
@@ -147,8 +155,12 @@ func runSync(_ arguments: [String]) throws {
             }),
             "noLongerShared": .array(labels.noLongerShared(report)),
             "droppedEdits": .array(labels.droppedEdits(report)),
+            "notNow": report.notNow.map { error in
+                .object(["code": .string(error.code), "reason": .string(error.reason),
+                         "retryAfter": error.retryAfter.map { .int(Int64($0.rounded(.up))) } ?? .null])
+            } ?? .null,
         ]))
-    } else if report.online {
+    } else if report.online && report.notNow == nil {
         var line = "synced: sent \(report.sent) \(plural(report.sent, "change")), fetched \(report.fetched) "
             + plural(report.fetched, "record")
         if report.queued > 0 { line += "; \(report.queued) still pending" }
@@ -159,6 +171,7 @@ func runSync(_ arguments: [String]) throws {
         let server = engine.account?.serverURL ?? "the server"
         throw CommandFailure("cannot reach \(server): \(report.queued) \(plural(report.queued, "change")) stay queued")
     }
+    if let notNow = report.notNow { throw CommandFailure(notNowLine(notNow, queued: report.queued)) }
     try SyncOutcome(synced: true, pending: report.queued, refusals: refusals).finish()
 }
 

@@ -22,7 +22,8 @@ let signupUsage = """
 
     Creates the account NAME on the server and keeps its token in the home. The token is printed once:
     use it with lattice login --token, or sign another device in with a code (lattice login --server URL
-    there, lattice devices approve CODE here).
+    there, lattice devices approve CODE here). A refusal is said at once with why (a taken name, closed
+    registration, the sign-up limit for this address) and, for a limit, when to try again.
     --json: {"name","userRecordName","server","token"}
 
     \(clientOptionsHelp)
@@ -73,12 +74,13 @@ let syncUsage = """
     usage: lattice sync [--home DIR] [--json]
 
     Sends this device's queued changes and fetches everyone else's. Exit status 1 when the server cannot
-    be reached (the changes stay queued) or refused a change (this device's copy is restored). A list
+    be reached or asks to wait (THROTTLED, TRY_AGAIN_LATER: the changes stay queued, and it says when to
+    try again) or refused a change (this device's copy is restored). A list
     that is no longer shared with you (you were removed or left, the share was deleted) leaves this
     device with your unsent changes to it, which are dropped, not sent; the sync names both on stderr.
     --json: {"online","sent","fetched","pending","rejected":[{"id","zone","code","reason"}],
              "removedZones":[{"database","zone","owner"}], "noLongerShared":[{"id","title","owner","zone"}],
-             "droppedEdits":[{"id","zone","deletion","list"?}]}
+             "droppedEdits":[{"id","zone","deletion","list"?}], "notNow": null or {"code","reason","retryAfter"}}
 
     \(clientOptionsHelp)
     """

@@ -222,10 +222,12 @@ func syncAfterChange(_ engine: SyncEngine, _ lists: Lists, _ options: ClientOpti
     let labels = try RecordLabels(lists)
     let report = try engine.sync()
     outcome.pending = report.queued
-    outcome.synced = report.online
+    outcome.synced = report.online && report.notNow == nil
     if !report.online {
         notice("the server cannot be reached: queued (\(report.queued) \(plural(report.queued, "change")) pending); "
                + "run lattice sync when online", options)
+    } else if let notNow = report.notNow {
+        notice(notNowLine(notNow, queued: report.queued), options)
     }
     outcome.refusals = labels.refusals(report)
     for line in labels.removals(report) { writeStandardError(line + "\n") }
@@ -349,9 +351,20 @@ struct RecordLabels {
 
 func plural(_ count: Int, _ word: String) -> String { count == 1 ? word : word + "s" }
 
+/// What a sync stopped by the server's "not now" means for the person: the reason, what stays queued, when
+/// to try again.
+func notNowLine(_ error: ServerError, queued: Int) -> String {
+    "the server asked to wait (\(error.reason)): queued (\(queued) \(plural(queued, "change")) pending); "
+        + (error.retryAdvice.map { $0 + " with lattice sync" } ?? "run lattice sync later")
+}
+
 /// Server and connection errors in words for people.
 func describeClientError(_ error: any Error) -> String {
     if let error = error as? ServerError {
+        if error.isNotNow {
+            return "the server asked to wait: \(error.reason) (\(error.code))"
+                + (error.retryAdvice.map { "; " + $0 } ?? "")
+        }
         switch error.serverErrorCode {
         case .authenticationFailed?:
             return "the server no longer accepts this home's token (\(error.reason)); sign in again with lattice login"

@@ -199,7 +199,21 @@ func runWatch(_ arguments: [String]) throws {
                        + (online ? "" : " (offline for now: retrying)") + "; Ctrl-C stops\n")
     guard stop.endWork() else { return }
 
+    // The server's "not now" (THROTTLED, TRY_AGAIN_LATER): said on stderr, then waited out here, between
+    // requests (a stop signal still ends the process at once), not retried at once.
+    var pause: Double = 0
+    func notNow(_ error: ServerError) {
+        writeStandardError("the server asked to wait (\(error.reason)); "
+                           + (error.retryAdvice.map { $0.replacingOccurrences(of: "try again", with: "trying again") }
+                              ?? "trying again in 2 seconds") + "\n")
+        pause = max(2, error.retryAfter ?? 2)
+    }
+
     while true {
+        if pause > 0 {
+            Thread.sleep(forTimeInterval: pause)
+            pause = 0
+        }
         var changed = !online
         do {
             // One parked request on both databases; the server answers the moment either changes, and a
@@ -208,6 +222,9 @@ func runWatch(_ arguments: [String]) throws {
         } catch is TransportError {
             if online { writeStandardError("lost \(server); retrying\n") }
             online = false
+        } catch let error as ServerError where error.isNotNow {
+            notNow(error)
+            continue
         } catch let error as ServerError where error.serverErrorCode != .authenticationFailed {
             changed = true // e.g. an expired token: the sync below starts over
         }
@@ -223,6 +240,7 @@ func runWatch(_ arguments: [String]) throws {
                 print(options.json ? change.json.serialized() : change.line)
             }
             for line in labels.refusals(report) { writeStandardError(line + "\n") }
+            if let error = report.notNow { notNow(error) } // what was not sent stays queued
             snapshot = next
             if let target, next.lists[target.id] == nil {
                 _ = stop.endWork()

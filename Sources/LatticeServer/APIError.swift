@@ -37,6 +37,8 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
     public let retryAfter: Int?
     /// For CONFLICT: the server's current record.
     public let serverRecord: JSON?
+    /// Further members of the error's JSON object (`POST /auth/link`'s CONFLICT names the two accounts).
+    let fields: [String: JSON]
     /// Headers the whole-request response carries besides Content-Type, Cache-Control and Retry-After
     /// (`Allow` for METHOD_NOT_ALLOWED).
     let headers: [(name: String, value: String)]
@@ -46,12 +48,13 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
     }
 
     init(_ code: ServerErrorCode, _ reason: String, retryAfter: Int? = nil, serverRecord: JSON? = nil,
-         headers: [(name: String, value: String)]) {
+         headers: [(name: String, value: String)], fields: [String: JSON] = [:]) {
         self.code = code
         self.reason = reason
         self.retryAfter = retryAfter ?? ((code == .throttled || code == .tryAgainLater) ? 1 : nil)
         self.serverRecord = serverRecord
         self.headers = headers
+        self.fields = fields
     }
 
     public var description: String { "\(code.rawValue): \(reason)" }
@@ -60,7 +63,9 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
 
     /// The error's JSON, as a whole-request body or, with `itemKey`, as one item of a batch answer.
     func json(item: (key: String, value: String)? = nil) -> JSON {
-        var object: [String: JSON] = ["serverErrorCode": .string(code.rawValue), "reason": .string(reason)]
+        var object = fields
+        object["serverErrorCode"] = .string(code.rawValue)
+        object["reason"] = .string(reason)
         if let item { object[item.key] = .string(item.value) } else { object["uuid"] = .string(UUID().uuidString.lowercased()) }
         if let retryAfter { object["retryAfter"] = .int(Int64(retryAfter)) }
         if let serverRecord { object["serverRecord"] = serverRecord }

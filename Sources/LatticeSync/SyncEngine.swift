@@ -47,6 +47,9 @@ public enum SyncEvent: Sendable {
     case shareLost(LostShare)
     /// An unsent edit was dropped: its record is out of reach (see SyncEngine+Revocation.swift).
     case editDropped(DroppedEdit)
+    /// The server said "not now" (THROTTLED, TRY_AGAIN_LATER) for longer than the client waits quietly:
+    /// the sync stopped, what was not sent stays queued; `retryAfter` is in seconds.
+    case serverAskedToWait(reason: String, retryAfter: Double?)
 }
 
 /// The outcome of a sync.
@@ -61,6 +64,9 @@ public struct SyncReport: Sendable {
     public var droppedEdits: [DroppedEdit] = []
     /// False when the server could not be reached: local edits stay queued.
     public var online = true
+    /// The server's "not now" (THROTTLED or TRY_AGAIN_LATER, with `retryAfter`) that stopped this sync:
+    /// what was not sent stays queued; `retryAdvice` says when to try again. Nil when it was not stopped.
+    public var notNow: ServerError?
     public var queued = 0
 
     /// An empty report, for callers of `fetch(_:)` and `send(_:)`.
@@ -312,7 +318,8 @@ public final class SyncEngine: @unchecked Sendable {
 
     // MARK: Sync
 
-    /// Sends pending changes, then fetches. Offline, it reports `online == false` and keeps everything queued.
+    /// Sends pending changes, then fetches. Offline, it reports `online == false` and keeps everything queued;
+    /// told "not now" by the server (`notNow`), it stops there and keeps what was not sent queued.
     @discardableResult
     public func sync() throws -> SyncReport {
         try lock.withLock {
@@ -324,6 +331,9 @@ public final class SyncEngine: @unchecked Sendable {
                 try fetch(&report)
             } catch is TransportError {
                 report.online = false
+            } catch let error as ServerError where error.isNotNow {
+                report.notNow = error // busy or throttled: nothing more now; the rest stays queued
+                emit(.serverAskedToWait(reason: error.reason, retryAfter: error.retryAfter))
             } catch let error as ServerError where error.serverErrorCode == .authenticationFailed {
                 emit(.accountChange(reason: error.reason))
                 throw error

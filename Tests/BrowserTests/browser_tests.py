@@ -527,6 +527,8 @@ def main():
              "sign_in_comes_back_to_the_share_page"),
             ("accessibility: names, alt, 4.5:1 contrast, no sideways scrolling at 390x844", "accessibility_checked"),
             ("expired, tampered, used-up and made-up links show the friendly page", "invalid_links_show_the_friendly_page"),
+            ("another account's sign-in link asks first and switches only when confirmed (login CSRF)",
+             "another_accounts_sign_in_link_asks_first"),
         ]
         matches = lambda name: not chosen or any(text in name.lower() for text in chosen)
         last_chain = max([index for index, (name, _) in enumerate(chain) if matches(name)], default=-1)
@@ -1055,6 +1057,55 @@ def main():
                 print(f"  {line}")
             ab.quit()
             drivers.remove(ab)
+
+        def another_accounts_sign_in_link_asks_first():
+            # nora is signed in; a stranger (mallory) gets her to open mallory's sign-in link. Her browser
+            # must not switch (her next lists would land in mallory's account) until she says so.
+            mallory = CLI(os.path.join(directory, "mallory"))
+            mallory.run("signup", "mallory", "--server", server.url)
+            nb = browser()
+            drivers.append(nb)
+            nb.get(server.url + "/")
+            wait_for(nb, lambda d: d.find_element(By.ID, "signup-name"), "the sign-in page").send_keys("nora", Keys.ENTER)
+            wait_ready(nb, "nora")
+
+            def signed_in_as(d):
+                return d.execute_async_script("""
+                    const done = arguments[arguments.length - 1];
+                    fetch('/auth/session').then((r) => r.json()).then((j) => done(j.name || j.serverErrorCode), (e) => done('' + e));""")
+
+            def question(d):
+                found = d.find_elements(By.ID, "switch-account")
+                return found[0] if found and found[0].is_displayed() else None
+
+            link = mallory.run("login", "--web")
+            for how in ["opened in the signed-in tab (a fragment change)", "opened as a new page load"]:
+                if how.endswith("page load"):
+                    nb.get("about:blank")
+                nb.get(link)
+                asked = wait_for(nb, question, f"the link {how}: the page asks before switching")
+                check("mallory" in asked.text and "nora" in asked.text, f"the question names both accounts: {asked.text!r}")
+                check(nb.find_element(By.ID, "switch-account-confirm").text == "Switch to mallory", "the Switch button")
+                check(nb.find_element(By.ID, "switch-account-stay").text == "Stay as nora", "the Stay button")
+                check("signin" not in nb.current_url, f"the secret left the address bar: {nb.current_url}")
+                time.sleep(0.5)  # nothing switches while the question waits
+                check(signed_in_as(nb) == "nora", f"still nora on the server while asked: {signed_in_as(nb)}")
+                if how.startswith("opened in"):
+                    check_accessibility(nb, "the switch-account question")
+                    nb.find_element(By.ID, "switch-account-stay").click()
+                    wait_for(nb, lambda d: not question(d), "Stay closes the question")
+                    wait_ready(nb, "nora")
+                    check(signed_in_as(nb) == "nora", "Stay keeps nora signed in")
+                    nb.get(link + "&list=x")  # a fragment change again: the same unspent link asks again
+                    wait_for(nb, question, "the unspent link asks again")
+                    nb.find_element(By.ID, "switch-account-stay").click()
+                    wait_for(nb, lambda d: not question(d), "Stay again")
+                else:
+                    nb.find_element(By.ID, "switch-account-confirm").click()
+                    wait_ready(nb, "mallory")
+                    check(signed_in_as(nb) == "mallory", "Switch signs the browser in to mallory")
+            nb.quit()
+            drivers.remove(nb)
 
         for name, function in chain[:last_chain + 1]:
             test(name, locals()[function])

@@ -359,7 +359,14 @@ enum MatrixEndpoint: String, CaseIterable {
             if owner { return "OK" }
             if target == .outside { return "PERMISSION_FAILURE" } // no parent inside the share
             return row.readWrite ? "OK" : "PERMISSION_FAILURE"
-        case .update, .forceUpdate, .replace, .forceReplace, .delete, .forceDelete:
+        case .forceReplace:
+            // It makes a missing record, so a record outside the share is judged as a missing name: its
+            // parent (outside too) is not inside the share.
+            if !zoneVisible { return "ZONE_NOT_FOUND" }
+            if owner { return "OK" }
+            if target == .outside { return "PERMISSION_FAILURE" }
+            return row.readWrite ? "OK" : "PERMISSION_FAILURE"
+        case .update, .forceUpdate, .replace, .delete, .forceDelete:
             if !zoneVisible { return "ZONE_NOT_FOUND" }
             if owner { return "OK" }
             if target == .outside { return "NOT_FOUND" }

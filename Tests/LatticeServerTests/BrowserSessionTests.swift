@@ -164,6 +164,51 @@ import Testing
         #expect(Self.exchange(h, kept).status == 200)
     }
 
+    /// The exchange as a page sends it, with the browser's cookie (if any) and `replaceSession` (if given).
+    static func exchange(_ h: ServiceHarness, _ url: String, cookie: String?, replaceSession: JSON? = nil)
+        -> ServiceHarness.Reply {
+        var headers = page
+        headers["X-Lattice-CSRF"] = "new-session"
+        if let cookie { headers["Cookie"] = cookie }
+        var body: [String: JSON] = ["secret": .string(url.components(separatedBy: "#signin=").last ?? "")]
+        if let replaceSession { body["replaceSession"] = replaceSession }
+        return h.raw("POST", "/auth/link", body: JSON.object(body).serializedBytes(), headers: headers)
+    }
+
+    /// Login CSRF: another account's sign-in link never switches a signed-in browser silently. Without
+    /// `replaceSession: true` the answer is CONFLICT naming both accounts, no cookie is set, the browser's
+    /// session keeps working and the link is not spent; with it, the browser switches and the old session
+    /// is signed out on the server.
+    @Test func aSignInLinkDoesNotReplaceAnotherAccountsSessionUnlessAsked() throws {
+        let h = try ServiceHarness()
+        let victim = try Self.signUp(h, "bob")
+        let (mallory, _) = try h.signUp("mallory")
+        let url = try #require(h.call("tokens/signinLink", token: mallory)["url"]?.stringValue)
+
+        let silent = Self.exchange(h, url, cookie: victim.cookie)
+        #expect(silent.status == 409 && silent.code == "CONFLICT", "\(silent.json.serialized())")
+        #expect(silent["signedInAs"] == .string("bob") && silent["linkAccount"] == .string("mallory"))
+        #expect(silent.response.header("Set-Cookie") == nil)
+        #expect(Self.call(h, "users/current", victim, csrf: victim.csrf)["name"] == .string("bob"))
+        let explicitNo = Self.exchange(h, url, cookie: victim.cookie, replaceSession: .bool(false))
+        #expect(explicitNo.code == "CONFLICT")
+        #expect(Self.exchange(h, url, cookie: victim.cookie, replaceSession: .string("yes")).code == "BAD_REQUEST")
+
+        // The person chose to switch: the same link still works, and bob's session is signed out.
+        let switched = Self.exchange(h, url, cookie: victim.cookie, replaceSession: .bool(true))
+        #expect(switched.status == 200 && switched["name"] == .string("mallory"), "\(switched.json.serialized())")
+        let now = try Self.session(from: switched)
+        #expect(Self.call(h, "users/current", now, csrf: now.csrf)["name"] == .string("mallory"))
+        #expect(Self.call(h, "users/current", victim, csrf: victim.csrf).code == "AUTHENTICATION_FAILED")
+
+        // A link of the signed-in account itself, and any link in a browser whose cookie is stale, need no
+        // confirmation.
+        let own = try #require(h.call("tokens/signinLink", token: mallory)["url"]?.stringValue)
+        #expect(Self.exchange(h, own, cookie: now.cookie)["name"] == .string("mallory"))
+        let another = try #require(h.call("tokens/signinLink", token: mallory)["url"]?.stringValue)
+        #expect(Self.exchange(h, another, cookie: victim.cookie)["name"] == .string("mallory")) // bob's was revoked
+    }
+
     @Test func twoRacingExchangesOfOneLinkMakeOneSession() throws {
         let h = try ServiceHarness()
         let (ann, _) = try h.signUp("ann")

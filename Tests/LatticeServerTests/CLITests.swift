@@ -225,6 +225,27 @@ import Glibc
         #expect(deleted.status == 1 && deleted.stderr.contains(Self.deadLink), "\(deleted)")
     }
 
+    /// The server's "not now" is said at once: a second sign-up from one address, over `--signup-per-address
+    /// 1`, exits 1 within 2 s (the hour-long Retry-After is not waited out) with the reason and when to try
+    /// again.
+    @Test func aRefusedSignUpSaysWhyAndWhenAtOnce() throws {
+        let directory = temporaryDirectory("lattice-cli-signup")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let server = try CrashRecoveryTests.ServerUnderTest(data: directory + "/server", extra: ["--signup-per-address", "1"])
+        defer { server.kill(SIGTERM) }
+        let url = "http://127.0.0.1:\(server.port)"
+        try Self.ok("signup", "ann", "--server", url, home: directory + "/ann")
+
+        let started = Date()
+        let second = try Self.lattice("signup", "bob", "--server", url, home: directory + "/bob")
+        let seconds = Date().timeIntervalSince(started)
+        #expect(second.status == 1, "\(second)")
+        #expect(seconds < 2, "the refusal took \(seconds) s")
+        #expect(second.stderr.contains("sign-up refused: too many sign-ups from this address"), "\(second)")
+        #expect(second.stderr.contains("(THROTTLED); try again in 60 minutes"), "\(second)")
+        #expect(!second.stderr.contains("waiting"), "nothing was waited for: \(second)")
+    }
+
     @Test func usageErrorsExitTwoAndOtherErrorsExitOne() throws {
         let home = temporaryDirectory("lattice-cli-home")
         defer { try? FileManager.default.removeItem(atPath: home) }

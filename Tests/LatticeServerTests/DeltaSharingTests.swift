@@ -16,8 +16,9 @@ import Testing
             if row.isOwner { return self == .shareRecord ? "BAD_REQUEST" : "OK" }
             if !row.isActive { return "ZONE_NOT_FOUND" }
             switch self {
-            case .editOutside: return "NOT_FOUND"                   // outside the share: as if it did not exist
-            case .newOrphan, .moveOut, .deleteRoot, .shareRecord: return "PERMISSION_FAILURE"
+            // Outside the share: judged as a missing name, so a state with no parent inside the share (a new
+            // orphan's answer, not NOT_FOUND: a pushed state makes a missing record).
+            case .editOutside, .newOrphan, .moveOut, .deleteRoot, .shareRecord: return "PERMISSION_FAILURE"
             case .editInShare, .editRoot, .newChild, .deleteChild: return row.readWrite ? "OK" : "PERMISSION_FAILURE"
             }
         }
@@ -166,11 +167,11 @@ import Testing
         let names = ["L-child", "L-outside", "N-new"]
         let before = names.map { w.ownerView(zone, $0) }
         let atomic = try sendBinary(w, row, zone: zone, [inside, outside, child], atomic: true)
-        #expect(atomic.records.map(itemCode) == ["ATOMIC_ERROR", "NOT_FOUND", "ATOMIC_ERROR"], "\(atomic.json.serialized())")
+        #expect(atomic.records.map(itemCode) == ["ATOMIC_ERROR", "PERMISSION_FAILURE", "ATOMIC_ERROR"], "\(atomic.json.serialized())")
         #expect(names.map { w.ownerView(zone, $0) } == before)
         // Not atomic: the records inside are written, the one outside is not.
         let partial = try sendBinary(w, row, zone: zone, [inside, outside, child], atomic: false)
-        #expect(partial.records.map(itemCode) == ["OK", "NOT_FOUND", "OK"], "\(partial.json.serialized())")
+        #expect(partial.records.map(itemCode) == ["OK", "PERMISSION_FAILURE", "OK"], "\(partial.json.serialized())")
         #expect(w.ownerView(zone, "L-child")["fields"]?["n"]?["value"]?.intValue == 1)
         #expect(w.ownerView(zone, "L-outside") == before[1])
         #expect(w.ownerView(zone, "N-new")["parent"]?["recordName"]?.stringValue == "L-grand")

@@ -96,8 +96,9 @@ extension LatticeService {
                                       &touched, distinctNames: true) { index, shares in
             let incoming = frames[index]
             let parent: String?? = incoming.parentName.map { .some($0) } ?? nil
-            return try self.plan(names[index], kind: .forceUpdate, requestedParent: parent, changeTag: nil, zone: zone,
-                                 resolved: resolved, shareRecordNames: shares, context: context, tx: tx) { existing, live in
+            return try self.plan(names[index], kind: .forceUpdate, createsMissing: true, requestedParent: parent,
+                                 changeTag: nil, zone: zone, resolved: resolved, shareRecordNames: shares,
+                                 context: context, tx: tx) { existing, live in
                 // Found by `preparePush` (sharing and tag checks come first, as for any write).
                 if let error = refused[index] { throw error }
                 return try self.join(incoming, into: existing, live: live, kind: .forceUpdate, path: "record \(names[index])")

@@ -254,7 +254,11 @@ extension LatticeService {
                        tx: any StorageTransaction) throws -> PlannedWrite {
         // The size caps were checked before the transaction (`recordsModifyRefusals`).
         let requestedParent: String?? = operation.record["parent"].map { $0 == .null ? nil : $0["recordName"]?.stringValue ?? "" }
-        return try plan(operation.recordName, kind: operation.kind, requestedParent: requestedParent,
+        // create and forceReplace make a missing record, and so does a CRDT state sent with forceUpdate.
+        let kind = operation.kind
+        let createsMissing = kind == .create || kind == .forceReplace
+            || (kind == .forceUpdate && operation.record["crdt"] != nil)
+        return try plan(operation.recordName, kind: kind, createsMissing: createsMissing, requestedParent: requestedParent,
                          changeTag: operation.record["recordChangeTag"], zone: zone, resolved: resolved,
                          shareRecordNames: shareRecordNames, context: context, tx: tx) { existing, live in
             if operation.kind.isDelete {
@@ -278,22 +282,30 @@ extension LatticeService {
     /// The one write path for a record, whatever brought the change (plain values, a CRDT state in JSON, a
     /// binary delta): the sharing and change-tag checks, then `change` computes the new state from the
     /// stored frame (nil: nothing changes), then the placement checks and the write limit. `writeBatch`
-    /// saves the result.
-    func plan(_ recordName: String, kind: RecordOperation.Kind, requestedParent: String??, changeTag: JSON?,
-              zone: StoredZone, resolved: ResolvedZone, shareRecordNames: Set<String>, context: RequestContext,
-              tx: any StorageTransaction, _ change: (RecordFrame?, Bool) throws -> RecordFrame?) throws -> PlannedWrite {
-        let stored = try tx.record(zoneRowID: zone.rowID, name: recordName)
-        let existing = try stored.map(frame)
-        let live = existing.map { !$0.isDeleted } ?? false
+    /// saves the result. `createsMissing`: the write makes the record when none is stored (else a missing
+    /// record is NOT_FOUND).
+    func plan(_ recordName: String, kind: RecordOperation.Kind, createsMissing: Bool, requestedParent: String??,
+              changeTag: JSON?, zone: StoredZone, resolved: ResolvedZone, shareRecordNames: Set<String>,
+              context: RequestContext, tx: any StorageTransaction, _ change: (RecordFrame?, Bool) throws -> RecordFrame?) throws -> PlannedWrite {
+        var stored = try tx.record(zoneRowID: zone.rowID, name: recordName)
+        var existing = try stored.map(frame)
+        var live = existing.map { !$0.isDeleted } ?? false
 
         // Shares: a participant writes only inside what they accepted, with readWrite; the owner changes
-        // share records only through shares/*.
+        // share records only through shares/*. A live record outside every share the caller accepted (another
+        // share's record included) is judged exactly as a missing name would be: every check below runs as
+        // if nothing were stored, so each refusal is the missing name's. Only a write that a missing name
+        // would make is refused otherwise (`nameTakenOutsideShares`), as it would land outside the shares.
+        var outsideShares = false
         if resolved.isShared {
-            if !shareRecordNames.isEmpty, shareRecordNames.contains(recordName) {
+            if live, try grant(for: recordName, resolved, tx) == nil {
+                outsideShares = true
+                (stored, existing, live) = (nil, nil, false)
+            } else if !shareRecordNames.isEmpty, shareRecordNames.contains(recordName) {
                 throw APIError(.permissionFailure, "a share record is changed with shares/modify, by its owner or an administrator")
             }
-            try checkParticipantWrite(recordName, isDelete: kind.isDelete, live: live, requestedParent: requestedParent,
-                                      resolved, tx)
+            try checkParticipantWrite(recordName, isDelete: kind.isDelete, live: live, createsMissing: createsMissing,
+                                      requestedParent: requestedParent, resolved, tx)
         } else if context.kind == .private, !shareRecordNames.isEmpty, shareRecordNames.contains(recordName) {
             throw APIError.badRequest("record \(recordName) is a share; change it with shares/modify or shares/delete")
         }
@@ -337,9 +349,17 @@ extension LatticeService {
             throw APIError(.limitExceeded, "record \(recordName) would exceed the limit of "
                            + "\(Record.maximumEncodedSize) bytes per record")
         }
+        if outsideShares { throw Self.nameTakenOutsideShares(recordName) }
         return PlannedWrite(recordName: recordName, stored: stored, after: result, write: RecordWrite(
             recordName: recordName, recordType: result.recordType, frame: result.bytes, deleted: result.isDeleted,
             parentName: result.parentName, userRecordName: context.user.recordName, nowMs: configuration.now()))
+    }
+
+    /// A participant's write that would make a record whose name a record outside their shares holds: a
+    /// missing name would be written, this one cannot be (record names are unique in a zone). The one
+    /// answer that differs from a missing name's, and only where a missing name's is success.
+    static func nameTakenOutsideShares(_ recordName: String) -> APIError {
+        APIError(.permissionFailure, "record name \(recordName) cannot be used in this share; choose another name")
     }
 
     /// A CRDT state (a record dictionary with `crdt` metadata) as a frame, after the drift check.

@@ -229,26 +229,59 @@ extension LatticeService {
         return response
     }
 
-    /// `POST /auth/link {"secret": "lt_..."}`: exchanges a one-time sign-in link for a session. The link's
-    /// row is deleted in the same transaction the session is made in; of two racing exchanges only the
-    /// one whose delete found the row gets a session. Every failure is the same error.
+    /// `POST /auth/link {"secret": "lt_...", "replaceSession"?: true}`: exchanges a one-time sign-in link for
+    /// a session. The link's row is deleted in the same transaction the session is made in; of two racing
+    /// exchanges only the one whose delete found the row gets a session. Every failure is the same error.
+    ///
+    /// A browser already signed in to another account is not switched silently (login CSRF: a stranger's
+    /// link would make the person's next lists land in the stranger's account): without `replaceSession:
+    /// true`, which the page sends only after the person chose to switch, the answer is CONFLICT naming
+    /// both accounts (`signedInAs`, `linkAccount`), and the link is not spent. A switch signs the old
+    /// session out on the server.
     func exchangeSignInLink(_ request: HTTPRequest) throws -> HTTPResponse {
         try checkPreSessionRequest(request.head)
         let body = try parseBody(request)
         let invalid = APIError(.authenticationFailed, "this sign-in link is invalid, expired or already used; "
                                + "run lattice login --web again for a new one")
         guard let text = body["secret"]?.stringValue, let secret = BearerToken(text: text) else { throw invalid }
+        let replaceSession: Bool
+        switch body["replaceSession"] {
+        case nil, .null?: replaceSession = false
+        case .bool(let value)?: replaceSession = value
+        default: throw APIError.badRequest("replaceSession must be true or false")
+        }
+        // An unknown, revoked or expired cookie is no session to keep: the exchange replaces it.
+        let current = try? browserSession(request.head)
         let now = configuration.now()
         let outcome: Result<BrowserSession, APIError> = try write { tx, _ in
-            guard let found = try tx.tokenOwner(hash: secret.storedHash), TokenKind(id: found.token.id) == .signInLink,
-                  try tx.deleteToken(id: found.token.id) else { return .failure(invalid) }
-            if let expires = found.token.expiresMs, expires <= now { return .failure(invalid) } // deleted all the same
+            guard let found = try tx.tokenOwner(hash: secret.storedHash),
+                  TokenKind(id: found.token.id) == .signInLink else { return .failure(invalid) }
+            if let expires = found.token.expiresMs, expires <= now {
+                _ = try tx.deleteToken(id: found.token.id)
+                return .failure(invalid)
+            }
+            if let current, current.user.id != found.user.id, !replaceSession {
+                return .failure(Self.sessionSwitchRefused(signedInAs: current.user.name, linkAccount: found.user.name))
+            }
+            guard try tx.deleteToken(id: found.token.id) else { return .failure(invalid) }
+            if let current { _ = try tx.deleteToken(id: current.tokenID) } // the replaced session is signed out
             let (token, info) = try insertToken(.session, userID: found.user.id, lifetimeSeconds: Self.sessionLifetimeSeconds, tx)
             return .success(BrowserSession(user: found.user, tokenID: info.id, token: token, expiresMs: info.expiresMs))
         }
         let session = try outcome.get()
-        log("sign-in link used: user \(session.user.name)")
+        if let current, current.user.id != session.user.id {
+            log("sign-in link used: browser switched from user \(current.user.name) to \(session.user.name)")
+        } else {
+            log("sign-in link used: user \(session.user.name)")
+        }
         return sessionResponse(session, setCookie: true)
+    }
+
+    /// The answer to a sign-in link that would silently replace another account's session.
+    static func sessionSwitchRefused(signedInAs: String, linkAccount: String) -> APIError {
+        APIError(.conflict, "this browser is signed in as \(signedInAs) and the link signs in to \(linkAccount); "
+                 + "ask the person, then send replaceSession: true to switch (the link is not spent)",
+                 headers: [], fields: ["signedInAs": .string(signedInAs), "linkAccount": .string(linkAccount)])
     }
 
     /// `tokens/signinLink` (private database, bearer token only): a one-time link that signs a browser in

@@ -128,9 +128,11 @@ extension LatticeService {
     // MARK: Record writes in zones with shares
 
     /// Checks a participant's write to a shared zone. `requestedParent` is the parent the write sets:
-    /// nil when it does not touch the parent, `.some(nil)` when it clears it.
-    func checkParticipantWrite(_ recordName: String, isDelete: Bool, live: Bool, requestedParent: String??,
-                               _ resolved: ResolvedZone, _ tx: any StorageTransaction) throws {
+    /// nil when it does not touch the parent, `.some(nil)` when it clears it. `live` is false for a record
+    /// outside every share the caller accepted (`plan` judges it as a missing one): a write that needs the
+    /// record answers NOT_FOUND, one that would make it needs a parent inside a share and write access.
+    func checkParticipantWrite(_ recordName: String, isDelete: Bool, live: Bool, createsMissing: Bool,
+                               requestedParent: String??, _ resolved: ResolvedZone, _ tx: any StorageTransaction) throws {
         guard let zone = resolved.zone else { throw APIError(.zoneNotFound, "the zone does not exist") }
         let target: ShareGrant
         if live {
@@ -138,6 +140,8 @@ extension LatticeService {
                 throw APIError(.notFound, "record \(recordName) does not exist")
             }
             target = found
+        } else if !createsMissing {
+            throw APIError(.notFound, "record \(recordName) does not exist")
         } else if let grant = resolved.grants.first(where: { $0.share.rootRecordName == nil }) {
             target = grant // zone-wide: anything in the zone
         } else {

@@ -1,0 +1,132 @@
+import Foundation
+import LatticeCore
+import LatticeServer
+@testable import LatticeSync
+import Synchronization
+import Testing
+
+/// The server's "not now" (THROTTLED, TRY_AGAIN_LATER) is never waited out in silence: a long Retry-After
+/// is reported at once with when to try again, short pauses past 2 s in total are announced, and the sync
+/// engine keeps what it could not send queued.
+@Suite struct NotNowTests {
+    /// Answers with `answers` in turn (the last one again and again), recording how many calls came.
+    final class Scripted: SyncTransport, Sendable {
+        private let answers: [TransportResponse]
+        private let calls = Mutex(0)
+        init(_ answers: [TransportResponse]) { self.answers = answers }
+        var count: Int { calls.withLock { $0 } }
+        func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+            let index = calls.withLock { count -> Int in
+                count += 1
+                return count - 1
+            }
+            return answers[min(index, answers.count - 1)]
+        }
+    }
+
+    static func throttled(retryAfter: Int, reason: String = "slow down") -> TransportResponse {
+        let body = JSON.object(["serverErrorCode": .string("THROTTLED"), "reason": .string(reason),
+                                "retryAfter": .int(Int64(retryAfter))])
+        return TransportResponse(status: 429, headers: ["retry-after": String(retryAfter)], body: body.serializedBytes())
+    }
+
+    static let ok = TransportResponse(status: 200, headers: [:], body: Array(#"{"ok":true}"#.utf8))
+
+    final class Log: Sendable {
+        let sleeps = Mutex<[Double]>([])
+        let waits = Mutex<[String]>([])
+    }
+
+    @Test func aLongRetryAfterIsThrownAtOnceWithWhenToTryAgain() throws {
+        let transport = Scripted([Self.throttled(retryAfter: 840, reason: "too many sign-ups from this address")])
+        let log = Log()
+        var client = ServerClient(transport: transport)
+        client.sleep = { seconds in log.sleeps.withLock { $0.append(seconds) } }
+        client.onWait = { wait in log.waits.withLock { $0.append(wait.description) } }
+        do {
+            _ = try client.post("/auth/signup", .object(["name": .string("bob")]), token: nil)
+            Issue.record("the call succeeded")
+        } catch let error as ServerError {
+            #expect(error.serverErrorCode == .throttled && error.isNotNow)
+            #expect(error.retryAfter == 840)
+            #expect(error.retryAdvice == "try again in 14 minutes")
+        }
+        #expect(transport.count == 1)
+        #expect(log.sleeps.withLock { $0 }.isEmpty && log.waits.withLock { $0 }.isEmpty)
+    }
+
+    @Test func pausesPastTwoSecondsInTotalAreAnnounced() throws {
+        // Four short THROTTLED answers (Retry-After 2 s each), then success: 8 s of pauses in all; the first
+        // 2 s pass quietly, each later pause is announced first.
+        let transport = Scripted(Array(repeating: Self.throttled(retryAfter: 2), count: 4) + [Self.ok])
+        let log = Log()
+        var client = ServerClient(transport: transport)
+        client.sleep = { seconds in log.sleeps.withLock { $0.append(seconds) } }
+        client.onWait = { wait in log.waits.withLock { $0.append(wait.description) } }
+        let reply = try client.call("private", "zones/list", .object([:]), token: "t")
+        #expect(reply["ok"] == .bool(true))
+        #expect(log.sleeps.withLock { $0 }.count == 4)
+        let waits = log.waits.withLock { $0 }
+        #expect(waits.count == 3, "\(waits)")
+        #expect(waits.first?.hasPrefix("waiting 2.0 s before attempt 3 of 5 of zones/list: the server answered THROTTLED") == true,
+                "\(waits)")
+    }
+
+    @Test(arguments: [(0.4, "1 second"), (1, "1 second"), (40, "40 seconds"), (89, "89 seconds"), (90, "2 minutes"),
+                      (840, "14 minutes"), (3599, "60 minutes"), (3600, "60 minutes"), (5400, "2 hours")])
+    func retryAdviceInWords(_ seconds: Double, _ words: String) {
+        let error = ServerError(code: "THROTTLED", reason: "r", status: 429, retryAfter: seconds)
+        #expect(error.retryAdvice == "try again in " + words)
+    }
+
+    /// Answers the pushes (`deltas/push`, `records/modify`) with THROTTLED and a 15-minute Retry-After while
+    /// `throttling`; everything else goes to the server.
+    final class ThrottledPushes: SyncTransport, Sendable {
+        let inner: any SyncTransport
+        let throttling = Mutex(false)
+        let pushes = Mutex(0)
+        init(_ inner: any SyncTransport) { self.inner = inner }
+        func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+            if request.path.hasSuffix("/deltas/push") || request.path.hasSuffix("/records/modify") {
+                pushes.withLock { $0 += 1 }
+                if throttling.withLock({ $0 }) { return NotNowTests.throttled(retryAfter: 900) }
+            }
+            return try inner.send(request, timeout: timeout)
+        }
+    }
+
+    @Test func aLongRetryAfterOnAPushIsReportedAndTheChangeStaysQueued() throws {
+        let world = try SyncWorld()
+        let transport = ThrottledPushes(InProcessTransport(service: world.service, online: OnlineSwitch()))
+        let engine = try SyncEngine(home: world.directory + "/home-notnow", transport: transport)
+        let lists = Lists(engine: engine)
+        try engine.signUp(name: "alice", serverURL: "http://127.0.0.1:8080")
+        let list = try lists.create(title: "Groceries")
+        _ = try lists.add("Milk", to: list)
+        let pending = try engine.pendingCount()
+        #expect(pending > 0)
+
+        transport.throttling.withLock { $0 = true }
+        let asked = Mutex<[Double?]>([])
+        engine.onEvent = { event in
+            if case .serverAskedToWait(_, let retryAfter) = event { asked.withLock { $0.append(retryAfter) } }
+        }
+        let started = Date()
+        let report = try engine.sync()
+        let seconds = Date().timeIntervalSince(started)
+        #expect(seconds < 2, "the sync took \(seconds) s")
+        #expect(report.online)
+        #expect(report.notNow?.serverErrorCode == .throttled && report.notNow?.retryAfter == 900, "\(report)")
+        #expect(report.notNow?.retryAdvice == "try again in 15 minutes")
+        let stillPending = try engine.pendingCount()
+        #expect(report.sent == 0 && report.queued == pending && stillPending == pending)
+        #expect(transport.pushes.withLock { $0 } == 1) // not retried
+        #expect(asked.withLock { $0 } == [900])
+
+        // Later, the server takes it.
+        transport.throttling.withLock { $0 = false }
+        let later = try engine.sync()
+        #expect(later.notNow == nil && later.queued == 0, "\(later)")
+        #expect(try lists.items(of: list).map(\.text) == ["Milk"])
+    }
+}
