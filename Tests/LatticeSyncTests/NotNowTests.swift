@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 import LatticeServer
+import LatticeLists
 @testable import LatticeSync
 import Synchronization
 import Testing
