@@ -48,6 +48,10 @@ let package = Package(
         // by the server's storage and by the client's local replica.
         .target(name: "LatticeSQLite", dependencies: ["CSQLite"]),
 
+        // The wire contract: what client and server say to each other, with no transport (the service's
+        // errors now; typed requests and responses per operation next).
+        .target(name: "LatticeAPI", dependencies: ["LatticeCore"]),
+
         // Storage: the only server module that speaks SQL (SQLite embedded, PostgreSQL through libpq).
         .target(name: "LatticeStore", dependencies: ["LatticeCore", "LatticeSQLite", "CSQLite", "CPostgres"]),
 
@@ -58,7 +62,7 @@ let package = Package(
         // imports CMicroHTTPD.
         .target(
             name: "LatticeServer",
-            dependencies: ["LatticeCore", "LatticeStore", "LatticeSharing", "CMicroHTTPD", "CHTTPShims"]
+            dependencies: ["LatticeCore", "LatticeAPI", "LatticeStore", "LatticeSharing", "CMicroHTTPD", "CHTTPShims"]
         ),
 
         // The client library (CKSyncEngine-like): local replica (its own SQLite file), pending changes, sync
@@ -72,7 +76,8 @@ let package = Package(
         // `lattice admin` opens the share-signing key ring (LatticeSharing) directly.
         .executableTarget(
             name: "LatticeCLI",
-            dependencies: ["LatticeCore", "LatticeServer", "LatticeSharing", "LatticeStore", "LatticeSync", "LatticeLists"]
+            dependencies: ["LatticeCore", "LatticeAPI", "LatticeServer", "LatticeSharing", "LatticeStore", "LatticeSync",
+                           "LatticeLists"]
         ),
         .executableTarget(
             name: "LatticeBench",
@@ -84,12 +89,13 @@ let package = Package(
         .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore", "LatticeSQLite", "LatticeCore"]),
         .testTarget(
             name: "LatticeServerTests",
-            dependencies: ["LatticeServer", "LatticeStore", "LatticeSQLite", "LatticeSharing", "LatticeSync", "LatticeLists",
-                           "LatticeCore"]
+            dependencies: ["LatticeServer", "LatticeAPI", "LatticeStore", "LatticeSQLite", "LatticeSharing", "LatticeSync",
+                           "LatticeLists", "LatticeCore"]
         ),
         .testTarget(
             name: "LatticeSyncTests",
-            dependencies: ["LatticeSync", "LatticeLists", "LatticeServer", "LatticeSharing", "LatticeStore", "LatticeCore"]
+            dependencies: ["LatticeSync", "LatticeLists", "LatticeAPI", "LatticeServer", "LatticeSharing", "LatticeStore",
+                           "LatticeCore"]
         ),
         .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore", "CLibCrypto"]),
         .testTarget(

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 import LatticeServer
 
@@ -102,7 +103,7 @@ do {
     }
 } catch let error as UsageError {
     fail("\(command): \(error.description)\n\(commandUsages[command] ?? usage)", code: 2)
-} catch let error as APIError {
+} catch let error as ServiceError {
     fail("\(command): \(error.reason)", code: 1)
 } catch {
     fail("\(command): \(error)", code: 1)

@@ -1,6 +1,6 @@
 /// The error taxonomy of the HTTP API, mirroring CloudKit Web Services' `serverErrorCode` strings.
 ///
-/// The one list of codes: the server answers with them (LatticeServer's `APIError`, which also maps each
+/// The one list of codes: the server answers with them (LatticeAPI's `ServiceError`; LatticeServer maps each
 /// to its HTTP status) and the client engine and the CLI match on them, so neither side spells a code as
 /// a string literal. Docs/API.md explains when each is returned.
 public enum ServerErrorCode: String, Sendable, CaseIterable {

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import Synchronization
 
 /// One HTTP request as the service core sees it: already parsed, body fully received and within the cap.
@@ -229,19 +230,19 @@ extension HTTPHandler {
     public func response(for refusal: HTTPRefusal) -> HTTPResponse {
         switch refusal {
         case .missingHost:
-            APIError(.badRequest, "an HTTP/1.1 request must have a Host header").response
+            ServiceError(.badRequest, "an HTTP/1.1 request must have a Host header").response
         case .ambiguousFraming(let reason):
-            APIError(.badRequest, reason).response
+            ServiceError(.badRequest, reason).response
         case .unsupportedTransferCoding(let coding):
-            APIError(.notImplemented, "the transfer coding \(coding.prefix(40)) is not supported; "
+            ServiceError(.notImplemented, "the transfer coding \(coding.prefix(40)) is not supported; "
                      + "send the body with Content-Length or Transfer-Encoding: chunked").response
         case .bodyBudgetExhausted(let seconds):
-            APIError(.tryAgainLater, "the server is receiving too many request bodies; retry shortly",
+            ServiceError(.tryAgainLater, "the server is receiving too many request bodies; retry shortly",
                      retryAfter: seconds).response
         case .queueFull(let seconds):
-            APIError(.tryAgainLater, "the server is busy; retry shortly", retryAfter: seconds).response
+            ServiceError(.tryAgainLater, "the server is busy; retry shortly", retryAfter: seconds).response
         case .clientBusy(let seconds):
-            APIError(.throttled, "too many requests in flight from this client; retry after \(seconds) s",
+            ServiceError(.throttled, "too many requests in flight from this client; retry after \(seconds) s",
                      retryAfter: seconds).response
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 import LatticeSharing
 import LatticeStore
@@ -94,7 +95,7 @@ public final class LatticeService: HTTPHandler, Sendable {
     public var maximumBodySize: Int { configuration.maximumRequestBytes }
 
     public func responseForOversizedBody() -> HTTPResponse {
-        APIError(.limitExceeded, "the request body is over the limit of \(configuration.maximumRequestBytes) bytes").response
+        ServiceError(.limitExceeded, "the request body is over the limit of \(configuration.maximumRequestBytes) bytes").response
     }
 
     public func beginShutdown() {
@@ -197,7 +198,9 @@ public final class LatticeService: HTTPHandler, Sendable {
     public func handle(_ request: HTTPRequest, respond: @escaping HTTPResponder) {
         do {
             try route(request, respond: respond)
-        } catch let error as APIError {
+        } catch let error as ServiceError {
+            respond(error.response)
+        } catch let error as MethodNotAllowed {
             respond(error.response)
         } catch let failure as AtomicBatchFailure {
             respond(failure.response)
@@ -213,20 +216,20 @@ public final class LatticeService: HTTPHandler, Sendable {
             return (route, parameters)
         case .methodNotAllowed(let allowed, let route):
             let shown = route.hidesPath ? route.pattern.description : String(path.prefix(200))
-            throw APIError(.methodNotAllowed, "\(shown) answers \(allowed.joined(separator: ", ")), not \(method.prefix(20))",
-                           headers: [(name: "Allow", value: allowed.joined(separator: ", "))])
+            throw MethodNotAllowed(error: ServiceError(.methodNotAllowed, "\(shown) answers \(allowed.joined(separator: ", ")), "
+                                                       + "not \(method.prefix(20))"), allowed: allowed)
         case .notFound:
             let parts = path.split(separator: "/", omittingEmptySubsequences: false)
             if parts.count >= 7, parts[0].isEmpty, parts[1] == "database", parts[2] == "1" {
-                throw APIError(.notFound, "no such operation: \(parts[6...].joined(separator: "/").prefix(100))")
+                throw ServiceError(.notFound, "no such operation: \(parts[6...].joined(separator: "/").prefix(100))")
             }
-            throw APIError(.notFound, "no such endpoint: \(method.prefix(20)) \(path.prefix(200))")
+            throw ServiceError(.notFound, "no such endpoint: \(method.prefix(20)) \(path.prefix(200))")
         }
     }
 
     private func route(_ request: HTTPRequest, respond: @escaping HTTPResponder) throws {
         if shuttingDown.load(ordering: .sequentiallyConsistent) {
-            throw APIError(.tryAgainLater, "the server is shutting down")
+            throw ServiceError(.tryAgainLater, "the server is shutting down")
         }
         let (route, parameters) = try resolveRoute(method: request.method, path: request.path)
         let perform: @Sendable (LatticeService, RequestContext, HTTPAbandonment, @escaping HTTPResponder) throws -> Void
@@ -286,13 +289,13 @@ public final class LatticeService: HTTPHandler, Sendable {
     private func databaseTarget(_ parameters: RouteParameters) throws -> (DatabaseKind, String) {
         let container = parameters["container"] ?? "", environment = parameters["environment"] ?? ""
         guard container == configuration.container else {
-            throw APIError(.notFound, "unknown container \(container.prefix(100)); this server serves \(configuration.container)")
+            throw ServiceError(.notFound, "unknown container \(container.prefix(100)); this server serves \(configuration.container)")
         }
         guard environment == "development" || environment == "production" else {
-            throw APIError.badRequest("environment must be development or production")
+            throw ServiceError.badRequest("environment must be development or production")
         }
         guard let kind = DatabaseKind(rawValue: parameters["database"] ?? "") else {
-            throw APIError.badRequest("database must be private, public or shared")
+            throw ServiceError.badRequest("database must be private, public or shared")
         }
         return (kind, environment)
     }
@@ -314,8 +317,10 @@ public final class LatticeService: HTTPHandler, Sendable {
         let route: Route, parameters: RouteParameters
         do {
             (route, parameters) = try resolveRoute(method: head.method, path: head.path)
-        } catch let error as APIError where error.code == .notFound && !head.path.hasPrefix("/database/") {
+        } catch let error as ServiceError where error.code == .notFound && !head.path.hasPrefix("/database/") {
             return addressShare
+        } catch let error as MethodNotAllowed {
+            return .answer(error.response)
         } catch {
             return .answer(internalError(error).response)
         }
@@ -368,16 +373,16 @@ public final class LatticeService: HTTPHandler, Sendable {
         let header = request.header("authorization")
         let withSession = allowSession && header == nil && request.header("cookie")?.contains(Self.sessionCookie + "=") == true
         guard header != nil || withSession else {
-            throw APIError(.authenticationRequired, "sign in: send Authorization: Bearer <token> (POST /auth/signup makes one)")
+            throw ServiceError(.authenticationRequired, "sign in: send Authorization: Bearer <token> (POST /auth/signup makes one)")
         }
         do {
             if let header { return try checkToken(header, deadline: deadline) }
             guard let session = try browserSession(request, deadline: deadline) else {
-                throw APIError(.authenticationFailed, "the session cookie is malformed; sign in again")
+                throw ServiceError(.authenticationFailed, "the session cookie is malformed; sign in again")
             }
             try checkCSRF(request, session: session)
             return (session.user, session.tokenID)
-        } catch let error as APIError where error.code == .authenticationFailed {
+        } catch let error as ServiceError where error.code == .authenticationFailed {
             throw failedSignIn(error, address: request.remoteAddress)
         }
     }
@@ -385,12 +390,12 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// A failed sign-in from `address` (a bad token, session, sign-in link or device code) taken from the
     /// address's failure budget: `error` itself while the budget lasts, THROTTLED (with Retry-After) once
     /// it is used up, until it refills.
-    private func failedSignIn(_ error: APIError, address: String) -> APIError {
+    private func failedSignIn(_ error: ServiceError, address: String) -> ServiceError {
         guard let authenticationFailures else { return error }
         let key = "auth:" + ClientAddress.limitKey(address)
         guard let wait = authenticationFailures.take(key, nowMs: configuration.now()) else { return error }
         logRefusal(key, "authentication: \(address.isEmpty ? "-" : address) is throttled after repeated failed sign-ins")
-        return APIError(.throttled, "too many failed sign-ins from this address; retry after \(wait) s", retryAfter: wait)
+        return ServiceError(.throttled, "too many failed sign-ins from this address; retry after \(wait) s", retryAfter: wait)
     }
 
     /// A sign-in exchange without a bearer token (`/auth/link`, `/auth/session`, `/auth/signout`,
@@ -400,11 +405,11 @@ public final class LatticeService: HTTPHandler, Sendable {
     func countingFailedSignIns(from address: String, _ failures: Set<ServerErrorCode> = [.authenticationFailed],
                                _ body: () throws -> HTTPResponse) throws -> HTTPResponse {
         if let authenticationFailures, let wait = authenticationFailures.wait("auth:" + ClientAddress.limitKey(address), nowMs: configuration.now()) {
-            throw APIError(.throttled, "too many failed sign-ins from this address; retry after \(wait) s", retryAfter: wait)
+            throw ServiceError(.throttled, "too many failed sign-ins from this address; retry after \(wait) s", retryAfter: wait)
         }
         do {
             return try body()
-        } catch let error as APIError where failures.contains(error.code) {
+        } catch let error as ServiceError where failures.contains(error.code) {
             throw failedSignIn(error, address: address)
         }
     }
@@ -413,18 +418,18 @@ public final class LatticeService: HTTPHandler, Sendable {
     private func checkToken(_ header: String, deadline: RequestDeadline?) throws -> (user: UserAccount, tokenID: String) {
         let parts = header.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer", let token = BearerToken(text: String(parts[1])) else {
-            throw APIError(.authenticationFailed, "the Authorization header is not a Lattice bearer token")
+            throw ServiceError(.authenticationFailed, "the Authorization header is not a Lattice bearer token")
         }
         // The authentication lane: never queued behind a long read or a write.
         guard let found = try storage.read(deadline: deadline ?? freshDeadline(), lane: .authentication,
                                            { try $0.tokenOwner(hash: token.storedHash) }) else {
-            throw APIError(.authenticationFailed, "unknown or revoked token")
+            throw ServiceError(.authenticationFailed, "unknown or revoked token")
         }
         // Browser sessions and one-time sign-in links live in the same table but are not bearer tokens.
-        guard TokenKind(id: found.token.id).isBearer else { throw APIError(.authenticationFailed, "unknown or revoked token") }
+        guard TokenKind(id: found.token.id).isBearer else { throw ServiceError(.authenticationFailed, "unknown or revoked token") }
         if let expires = found.token.expiresMs, expires <= configuration.now() {
             let date = Date(timeIntervalSince1970: Double(expires) / 1000)
-            throw APIError(.authenticationFailed, "the token expired at \(ISO8601DateFormatter().string(from: date)); "
+            throw ServiceError(.authenticationFailed, "the token expired at \(ISO8601DateFormatter().string(from: date)); "
                            + "sign in again with a new token")
         }
         return (found.user, found.token.id)
@@ -432,7 +437,7 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     private func throttle(key: String) throws {
         guard let limiter, let wait = limiter.take(key, nowMs: configuration.now()) else { return }
-        throw APIError(.throttled, "too many requests; retry after \(wait) s", retryAfter: wait)
+        throw ServiceError(.throttled, "too many requests; retry after \(wait) s", retryAfter: wait)
     }
 
     /// Logs a refusal of kind `key`, at most once a minute per kind.
@@ -448,9 +453,9 @@ public final class LatticeService: HTTPHandler, Sendable {
         do {
             json = try JSON.parse(request.body)
         } catch {
-            throw APIError.badRequest("the body is not valid JSON: \(error.description)")
+            throw ServiceError.badRequest("the body is not valid JSON: \(error.description)")
         }
-        guard let object = json.objectValue else { throw APIError.badRequest("the body must be a JSON object") }
+        guard let object = json.objectValue else { throw ServiceError.badRequest("the body must be a JSON object") }
         return object
     }
 
@@ -459,27 +464,27 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// Maps a non-API error: a busy database is TRY_AGAIN_LATER, and so is a full disk (logged once a
     /// minute: the operator must free space); anything else is logged and reported as INTERNAL_ERROR with
     /// no detail.
-    func internalError(_ error: any Error) -> APIError {
-        if let error = error as? APIError { return error }
+    func internalError(_ error: any Error) -> ServiceError {
+        if let error = error as? ServiceError { return error }
         if case StorageError.busy = error {
-            return APIError(.tryAgainLater, "the database is busy or cannot be reached; retry shortly")
+            return ServiceError(.tryAgainLater, "the database is busy or cannot be reached; retry shortly")
         }
-        if case StorageError.closed = error { return APIError(.tryAgainLater, "the server is shutting down") }
+        if case StorageError.closed = error { return ServiceError(.tryAgainLater, "the server is shutting down") }
         if case StorageError.diskFull = error {
             // Logged at most once a minute: a full disk refuses every write, and the log may share the disk.
             let now = configuration.now(), last = diskFullLoggedMs.load(ordering: .relaxed)
             if now - last >= 60_000, diskFullLoggedMs.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged {
                 log("writes refused: the disk holding the data directory is full (or the file-size limit is reached)")
             }
-            return APIError(.tryAgainLater, "the server's disk is full; nothing was written; retry later", retryAfter: 30)
+            return ServiceError(.tryAgainLater, "the server's disk is full; nothing was written; retry later", retryAfter: 30)
         }
         if case StorageError.deadlineExceeded = error {
-            return APIError(.tryAgainLater, "the request ran past its deadline of \(configuration.requestDeadlineMilliseconds) ms "
+            return ServiceError(.tryAgainLater, "the request ran past its deadline of \(configuration.requestDeadlineMilliseconds) ms "
                             + "and was stopped (nothing was written); retry, or ask for less at once")
         }
         let reference = UUID().uuidString.lowercased()
         log("internal error \(reference): \(error)")
-        return APIError(.internalError, "internal error (reference \(reference))")
+        return ServiceError(.internalError, "internal error (reference \(reference))")
     }
 
     /// The configured request deadline from now: for the storage work of a request that has no
@@ -609,7 +614,7 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// shuts down.
     func healthResponse() -> HTTPResponse {
         if let problem = storageProblem.withLock({ $0 }) {
-            return APIError(.tryAgainLater, problem, retryAfter: 1).response
+            return ServiceError(.tryAgainLater, problem, retryAfter: 1).response
         }
         return .json(.object(["status": .string("ok")]))
     }

@@ -1,3 +1,4 @@
+import LatticeAPI
 import LatticeCore
 import LatticeSharing
 import LatticeStore
@@ -62,7 +63,7 @@ extension LatticeService {
             let userID = context.user.id
             if let earlier = try tx.clientOperation(userID: userID, operationID: operationID) {
                 guard earlier.requestHash == requestHash else {
-                    throw APIError.badRequest("clientOperationID \(operationID) was already used for a different request")
+                    throw ServiceError.badRequest("clientOperationID \(operationID) was already used for a different request")
                 }
                 var response = try replayed(earlier, .whole, context, tx)
                 response.headers.append((name: "Lattice-Replayed", value: "true"))
@@ -113,7 +114,7 @@ extension LatticeService {
             answer = try write(deadline: context.deadline) { tx, touched in
                 if let earlier = try tx.clientOperation(userID: context.user.id, operationID: operationID) {
                     guard earlier.requestHash == requestHash else {
-                        throw APIError.badRequest("clientOperationID \(operationID) was already used for a different request")
+                        throw ServiceError.badRequest("clientOperationID \(operationID) was already used for a different request")
                     }
                     var response = try replayed(earlier, form, context, tx)
                     response.headers.append((name: "Lattice-Replayed", value: "true"))
@@ -159,7 +160,7 @@ extension LatticeService {
     /// The request's `clientOperationID`, checked.
     private static func operationID(_ context: RequestContext) throws -> String {
         guard let operationID = context.body["clientOperationID"]?.stringValue, (1...128).contains(operationID.utf8.count) else {
-            throw APIError.badRequest("clientOperationID must be a string of 1 to 128 bytes")
+            throw ServiceError.badRequest("clientOperationID must be a string of 1 to 128 bytes")
         }
         return operationID
     }
@@ -177,7 +178,7 @@ extension LatticeService {
         let charged = try tx.database(DatabaseKey(kind: .private, environment: context.environment, ownerID: userID))
         let bytes = remembered.storedBytes(operationID: operationID)
         guard charged.bytesUsed + bytes <= configuration.quotaBytesPerDatabase else {
-            throw APIError(.quotaExceeded, "remembering clientOperationID \(operationID) (\(bytes) bytes) would put your "
+            throw ServiceError(.quotaExceeded, "remembering clientOperationID \(operationID) (\(bytes) bytes) would put your "
                            + "private database over its quota of \(configuration.quotaBytesPerDatabase) bytes")
         }
         // The cap: forget the oldest first, before this one is saved (so it is never the one forgotten).
@@ -304,11 +305,11 @@ extension LatticeService {
     private func currentItem(_ name: String, _ resolved: ResolvedZone, zoneRowID: Int64, _ tx: any StorageTransaction,
                              render: (StoredRecord) throws -> JSON) throws -> JSON {
         guard let zone = resolved.zone, zone.rowID == zoneRowID else {
-            return APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) was deleted after this operation was applied")
+            return ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) was deleted after this operation was applied")
                 .json(item: (key: "recordName", value: name))
         }
         if resolved.isShared, try grant(for: name, resolved, tx) == nil {
-            return APIError(.notFound, "record \(name) is no longer shared with you").json(item: (key: "recordName", value: name))
+            return ServiceError(.notFound, "record \(name) is no longer shared with you").json(item: (key: "recordName", value: name))
         }
         guard let stored = try tx.record(zoneRowID: zone.rowID, name: name) else {
             // Deleted since, and its tombstone purged.

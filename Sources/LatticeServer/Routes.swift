@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 
 /// The values a path's `{name}` segments matched, by name.
@@ -293,7 +294,7 @@ extension LatticeService {
             try service.write(deadline: context.deadline) { tx, touched in try service.acceptShares(context, tx, &touched) }
         },
         .database("deltas/push", body: .deltaPush, growth: .always) { service, context in
-            guard let push = context.push else { throw APIError.badRequest("deltas/push takes a binary delta push") }
+            guard let push = context.push else { throw ServiceError.badRequest("deltas/push takes a binary delta push") }
             let prepared = try service.preparePush(push)
             return try service.idempotentPush(context, prepared) {
                 try service.pushDelta(context, prepared, atomic: push.atomic, $0, &$1)
@@ -323,7 +324,7 @@ extension LatticeService {
 
     /// `GET /.well-known/jwks.json`: the share-link verification keys, cacheable for five minutes.
     func jwksResponse() throws -> HTTPResponse {
-        guard let keyRing else { throw APIError(.notFound, "this server does not sign share links") }
+        guard let keyRing else { throw ServiceError(.notFound, "this server does not sign share links") }
         var response = HTTPResponse.json(keyRing.jwks())
         response.headers.removeAll { $0.name == "Cache-Control" }
         response.headers.append((name: "Cache-Control", value: "public, max-age=300"))

@@ -1,6 +1,7 @@
 import Foundation
 #if canImport(Glibc)
 import Glibc
+import LatticeAPI
 #endif
 
 /// Serves the regular files under one directory for GET and HEAD: a responder of its own, which the route
@@ -58,7 +59,7 @@ public struct StaticFiles: Sendable {
         let before = try file.status()
         guard before.isRegularFile else { throw notFound }
         guard before.size <= maximumFileBytes else {
-            throw APIError(.notFound, "\(relative.prefix(200)) is over the \(maximumFileBytes)-byte limit for web files")
+            throw ServiceError(.notFound, "\(relative.prefix(200)) is over the \(maximumFileBytes)-byte limit for web files")
         }
         var answer = HTTPResponse(status: 200, headers: [
             (name: "Content-Type", value: contentType),
@@ -75,12 +76,12 @@ public struct StaticFiles: Sendable {
         // The ETag names these bytes: a file replaced in place while read is not answered half old, half new.
         let after = try file.status()
         guard answer.body.count == before.size, after.entityTag == before.entityTag else {
-            throw APIError(.tryAgainLater, "\(relative.prefix(200)) changed while it was read; retry")
+            throw ServiceError(.tryAgainLater, "\(relative.prefix(200)) changed while it was read; retry")
         }
         return answer
     }
 
-    private var notFound: APIError { APIError(.notFound, "no such file") }
+    private var notFound: ServiceError { ServiceError(.notFound, "no such file") }
 
     /// `If-None-Match`: `*`, or a list of entity tags compared weakly (RFC 9110 §13.1.2).
     static func matches(_ condition: String, _ tag: String) -> Bool {
@@ -99,26 +100,26 @@ public struct StaticFiles: Sendable {
                 continue
             }
             guard input.count >= 2, let high = hexValue(input.removeFirst()), let low = hexValue(input.removeFirst()) else {
-                throw APIError.badRequest("the path has a malformed percent escape")
+                throw ServiceError.badRequest("the path has a malformed percent escape")
             }
             bytes.append(high << 4 | low)
         }
         guard let text = String(validating: bytes, as: UTF8.self) else {
-            throw APIError.badRequest("the path is not UTF-8")
+            throw ServiceError.badRequest("the path is not UTF-8")
         }
         guard !bytes.contains(where: { $0 < 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "\\") }) else {
-            throw APIError.badRequest("the path holds a control character or a backslash")
+            throw ServiceError.badRequest("the path holds a control character or a backslash")
         }
         let segments = text.split(separator: "/", omittingEmptySubsequences: false)
         for (index, segment) in segments.enumerated() {
             if segment == "." || segment == ".." {
-                throw APIError.badRequest("the path has a . or .. segment")
+                throw ServiceError.badRequest("the path has a . or .. segment")
             }
             // An empty segment: `a//b`, or a leading `/`. The last may be empty (`dir/` asks for its index).
             if segment.isEmpty && !(index == segments.count - 1) {
-                throw APIError.badRequest("the path has an empty segment")
+                throw ServiceError.badRequest("the path has an empty segment")
             }
-            if segment.hasPrefix(".") { throw APIError(.notFound, "no such file") }
+            if segment.hasPrefix(".") { throw ServiceError(.notFound, "no such file") }
         }
         return text
     }
@@ -156,7 +157,7 @@ public struct StaticFiles: Sendable {
             let descriptor = retryingInterrupted { Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) }
             guard descriptor >= 0 else {
                 if errno == ENOENT || errno == ELOOP || errno == EACCES || errno == ENOTDIR {
-                    throw APIError(.notFound, "no such file")
+                    throw ServiceError(.notFound, "no such file")
                 }
                 throw StaticFileError(operation: "open", errno: errno)
             }

@@ -1,3 +1,4 @@
+import LatticeAPI
 import LatticeCore
 
 /// The opaque sync tokens of the change feeds.
@@ -29,8 +30,8 @@ struct SyncToken: Hashable, Sendable {
     }
 
     /// Parses a token of the expected log. - Throws: BAD_REQUEST for anything that is not one.
-    init(text: String, expected: Log) throws(APIError) {
-        let invalid = APIError.badRequest("syncToken is not a token this server issued for this feed")
+    init(text: String, expected: Log) throws(ServiceError) {
+        let invalid = ServiceError.badRequest("syncToken is not a token this server issued for this feed")
         guard text.utf8.count <= 200 else { throw invalid }
         guard let data = Base64URL.decode(text) else { throw invalid }
         let parts = String(decoding: data, as: UTF8.self).split(separator: ".", omittingEmptySubsequences: false)

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 @testable import LatticeServer
 @testable import LatticeStore
@@ -66,7 +67,7 @@ import Testing
         #expect(reply.status == 403 && reply.code == "ACCESS_DENIED")
         let account = try h.service.createAccount(name: "ann")
         #expect(h.call("users/current", token: account.token.text)["name"]?.stringValue == "ann")
-        #expect(throws: APIError.self) { try h.service.createAccount(name: "ann") }
+        #expect(throws: ServiceError.self) { try h.service.createAccount(name: "ann") }
     }
 
     @Test func authenticationFailures() throws {

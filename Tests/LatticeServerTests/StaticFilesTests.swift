@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 @testable import LatticeServer
 import LatticeStore
@@ -43,7 +44,7 @@ import Testing
         func get(_ path: String, headers: [String: String] = [:], limit: Int = 4096) -> HTTPResponse {
             do {
                 return try StaticFiles(root: root, maximumFileBytes: limit).response(path: path, headers: headers)
-            } catch let error as APIError {
+            } catch let error as ServiceError {
                 return error.response
             } catch {
                 return HTTPResponse(status: 599, body: Array("\(error)".utf8))
@@ -125,7 +126,7 @@ import Testing
             #expect(response.body != Array("secret".utf8), "\(path)")
         }
         #expect(fixture.get("big.txt", limit: 5000).status == 200, "the size bound is inclusive")
-        #expect(throws: APIError.self) { try StaticFiles(root: fixture.base + "/none").response(path: "index.html", headers: [:]) }
+        #expect(throws: ServiceError.self) { try StaticFiles(root: fixture.base + "/none").response(path: "index.html", headers: [:]) }
     }
 
     @Test func theBinaryFindsItsWebFilesInstalledOrInItsPackage() throws {

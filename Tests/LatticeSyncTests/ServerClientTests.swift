@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 @testable import LatticeServer
 import LatticeSync
@@ -32,7 +33,7 @@ import Testing
 
     @Test(arguments: ServerErrorCode.allCases)
     func everyServerAnswerParsesToItsCode(_ code: ServerErrorCode) throws {
-        let answer = APIError(code, "reason for \(code.rawValue)").response
+        let answer = ServiceError(code, "reason for \(code.rawValue)").response
         let headers = Dictionary(answer.headers.map { ($0.name.lowercased(), $0.value) }, uniquingKeysWith: { $1 })
         let error = try failure(TransportResponse(status: answer.status, headers: headers, body: answer.body))
         #expect(error.serverErrorCode == code)

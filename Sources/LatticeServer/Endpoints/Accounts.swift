@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 import LatticeSharing
 import LatticeStore
@@ -23,10 +24,10 @@ extension LatticeService {
     /// as the HTTP layer determined it). Sign-ups are limited per address and globally, in the database.
     func signUp(_ body: [String: JSON], address: String) throws -> HTTPResponse {
         guard configuration.registrationOpen else {
-            throw APIError(.accessDenied, "registration is closed on this server; the administrator adds users "
+            throw ServiceError(.accessDenied, "registration is closed on this server; the administrator adds users "
                            + "with lattice admin add-user")
         }
-        guard let name = body["name"]?.stringValue else { throw APIError.badRequest("expected {\"name\": \"...\"}") }
+        guard let name = body["name"]?.stringValue else { throw ServiceError.badRequest("expected {\"name\": \"...\"}") }
         let lifetime = try lifetimeSeconds(body["lifetimeSeconds"])
         try checkDiskBudget("sign-up")
         let account = try createAccount(name: name, lifetimeSeconds: lifetime, signUpAddress: address)
@@ -41,7 +42,7 @@ extension LatticeService {
     ///   - lifetimeSeconds: the token's requested lifetime (nil: the server's maximum, or none).
     ///   - signUpAddress: for `POST /auth/signup`, the client's address: the sign-up limits are checked and
     ///     the sign-up recorded in the same transaction. Nil for accounts the administrator makes.
-    /// - Throws: `APIError` BAD_REQUEST for an illegal name, EXISTS for a taken one, THROTTLED over a
+    /// - Throws: `ServiceError` BAD_REQUEST for an illegal name, EXISTS for a taken one, THROTTLED over a
     ///   sign-up limit.
     ///   - kind: the first token's kind: a bearer token, or a browser session (`Sessions.swift`).
     public func createAccount(name: String, lifetimeSeconds: Int64? = nil, signUpAddress: String? = nil) throws
@@ -68,7 +69,7 @@ extension LatticeService {
             if let signUpAddress { log("sign-up: user \(name) from \(signUpAddress.isEmpty ? "-" : signUpAddress)") }
             return NewAccount(user: user, token: token, tokenInfo: info)
         } catch StorageError.duplicate {
-            throw APIError(.exists, "the user name \(name) is taken")
+            throw ServiceError(.exists, "the user name \(name) is taken")
         }
     }
 
@@ -88,7 +89,7 @@ extension LatticeService {
             let wait = max(1, Int((Double(freeAtMs - nowMs) / 1000).rounded(.up)))
             logRefusal("signup " + (address ?? "*"), "sign-up refused: the limit \(what) of \(limit) per "
                        + "\(window / 1000) s is reached (address \(address ?? "any"))")
-            throw APIError(.throttled, "too many sign-ups \(what) (at most \(limit) per \(window / 1000) s); "
+            throw ServiceError(.throttled, "too many sign-ups \(what) (at most \(limit) per \(window / 1000) s); "
                            + "retry after \(wait) s", retryAfter: wait)
         }
         try check(configuration.signUpsPerAddress, address, "from this address")
@@ -106,7 +107,7 @@ extension LatticeService {
             // Token issues wait for each other here, so two nodes cannot both pass a count of cap - 1.
             try serialize("tokens", tx)
             guard try tx.tokens(userID: userID).count < configuration.maximumTokensPerUser else {
-                throw APIError(.limitExceeded, "a user has at most \(configuration.maximumTokensPerUser) tokens; "
+                throw ServiceError(.limitExceeded, "a user has at most \(configuration.maximumTokensPerUser) tokens; "
                                + "revoke some with tokens/revoke")
             }
             try tx.insertToken(NewToken(hash: token.storedHash, id: tokenID, userID: userID, createdMs: now,
@@ -131,7 +132,7 @@ extension LatticeService {
     func lifetimeSeconds(_ json: JSON?) throws -> Int64? {
         guard let json else { return nil }
         guard let value = json.intValue, (60...315_360_000).contains(value) else {
-            throw APIError.badRequest("lifetimeSeconds must be a whole number of seconds from 60 to 315360000 (ten years)")
+            throw ServiceError.badRequest("lifetimeSeconds must be a whole number of seconds from 60 to 315360000 (ten years)")
         }
         return value
     }
@@ -184,7 +185,7 @@ extension LatticeService {
         let current = try flag(context.body["current"], "current")
         let all = try flag(context.body["all"], "all")
         guard !named.isEmpty || current || all else {
-            throw APIError.badRequest("name tokens to revoke: {\"tokens\": [{\"tokenID\": ...}]}, {\"current\": true} "
+            throw ServiceError.badRequest("name tokens to revoke: {\"tokens\": [{\"tokenID\": ...}]}, {\"current\": true} "
                                       + "or {\"all\": true}")
         }
         let user = context.user
@@ -199,7 +200,7 @@ extension LatticeService {
             }
             var ids: [String] = []
             for (index, item) in named.enumerated() {
-                guard let id = item["tokenID"]?.stringValue else { throw APIError.badRequest("tokens[\(index)].tokenID is missing") }
+                guard let id = item["tokenID"]?.stringValue else { throw ServiceError.badRequest("tokens[\(index)].tokenID is missing") }
                 ids.append(id)
             }
             if current, let id = context.tokenID, !ids.contains(id) { ids.append(id) }
@@ -207,7 +208,7 @@ extension LatticeService {
                 if let token = try tx.token(id: id), token.userID == user.id, try tx.deleteToken(id: id) {
                     results.append(.object(["tokenID": .string(id), "revoked": .bool(true)]))
                 } else {
-                    results.append(APIError(.notFound, "you have no token \(id.prefix(64))").json(item: (key: "tokenID", value: id)))
+                    results.append(ServiceError(.notFound, "you have no token \(id.prefix(64))").json(item: (key: "tokenID", value: id)))
                 }
             }
             return results
@@ -217,12 +218,12 @@ extension LatticeService {
     }
 
     private func requirePrivate(_ context: RequestContext, _ operation: String) throws {
-        guard context.kind == .private else { throw APIError.badRequest("\(operation) is a private database operation") }
+        guard context.kind == .private else { throw ServiceError.badRequest("\(operation) is a private database operation") }
     }
 
     private func flag(_ json: JSON?, _ name: String) throws -> Bool {
         guard let json else { return false }
-        guard let value = json.boolValue else { throw APIError.badRequest("\(name) must be true or false") }
+        guard let value = json.boolValue else { throw ServiceError.badRequest("\(name) must be true or false") }
         return value
     }
 
@@ -232,12 +233,12 @@ extension LatticeService {
         try storage.write { tx in
             if let tokenID {
                 guard try tx.token(id: tokenID) != nil, try tx.deleteToken(id: tokenID) else {
-                    throw APIError(.notFound, "no token with id \(tokenID)")
+                    throw ServiceError(.notFound, "no token with id \(tokenID)")
                 }
                 return [tokenID]
             }
             guard let userName, let user = try tx.user(named: userName) else {
-                throw APIError(.notFound, "no user named \(userName ?? "")")
+                throw ServiceError(.notFound, "no user named \(userName ?? "")")
             }
             let ids = try tx.tokens(userID: user.id).map(\.id)
             _ = try tx.deleteTokens(userID: user.id)
@@ -248,7 +249,7 @@ extension LatticeService {
     /// A user's tokens, for `lattice admin tokens`.
     public func tokens(userName: String) throws -> [StoredToken] {
         try storage.read { tx in
-            guard let user = try tx.user(named: userName) else { throw APIError(.notFound, "no user named \(userName)") }
+            guard let user = try tx.user(named: userName) else { throw ServiceError(.notFound, "no user named \(userName)") }
             return try tx.tokens(userID: user.id)
         }
     }
@@ -275,26 +276,26 @@ extension LatticeService {
         } catch {
             logRefusal("disk budget measurement", "disk budget: the database's size cannot be measured (\(error)); "
                        + "refusing writes that add data until it can (first refused: \(what)); at most one such line a minute")
-            throw APIError(.tryAgainLater, "the server cannot measure its disk use now; nothing was written; retry later",
+            throw ServiceError(.tryAgainLater, "the server cannot measure its disk use now; nothing was written; retry later",
                            retryAfter: 1)
         }
         guard size >= budget else { return }
         logRefusal("disk budget", "disk budget: the database uses \(size) bytes of \(budget); refusing writes that add "
                    + "data (first refused: \(what)); at most one such line a minute")
-        throw APIError(.quotaExceeded, "the server is full: its database uses \(size) bytes of its \(budget)-byte disk "
+        throw ServiceError(.quotaExceeded, "the server is full: its database uses \(size) bytes of its \(budget)-byte disk "
                        + "budget; reads and deletions still work")
     }
 
     // MARK: Names
 
     /// User names: 1 to 64 ASCII letters, digits, `.`, `_` or `-`, starting with a letter or digit.
-    static func validateUserName(_ name: String) throws(APIError) {
+    static func validateUserName(_ name: String) throws(ServiceError) {
         let bytes = Array(name.utf8)
         func isAlphanumeric(_ c: UInt8) -> Bool { (c | 0x20) >= 97 && (c | 0x20) <= 122 || (c >= 48 && c <= 57) }
         guard (1...64).contains(bytes.count), isAlphanumeric(bytes[0]),
               bytes.allSatisfy({ isAlphanumeric($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") })
         else {
-            throw APIError.badRequest("a user name is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+            throw ServiceError.badRequest("a user name is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit")
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 import LatticeSharing
 import LatticeStore
@@ -7,11 +8,11 @@ extension LatticeService {
     /// `changes/database {"syncToken"?, "resultsLimit"?}`: the zones changed (or deleted) since the token.
     func databaseChanges(_ context: RequestContext) throws -> JSON {
         guard context.kind != .public else {
-            throw APIError.badRequest("the public database has no change feed (as in CloudKit)")
+            throw ServiceError.badRequest("the public database has no change feed (as in CloudKit)")
         }
         let limit = try resultsLimit(context.body["resultsLimit"])
         let token = try context.body["syncToken"].map { json in
-            guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
+            guard let text = json.stringValue else { throw ServiceError.badRequest("syncToken must be a string") }
             return try SyncToken(text: text, expected: .database)
         }
         if context.kind == .shared { return try sharedDatabaseChanges(context, token: token, limit: limit) }
@@ -46,11 +47,11 @@ extension LatticeService {
         guard let token else { return 0 }
         if token.owner == 0 && token.position == 0 { return 0 } // issued before the database existed
         guard token.owner == database.id else {
-            throw APIError(.changeTokenExpired, "the sync token belongs to another database; fetch again without one")
+            throw ServiceError(.changeTokenExpired, "the sync token belongs to another database; fetch again without one")
         }
-        guard token.position <= database.lastSeq else { throw APIError.badRequest("the sync token is from the future") }
+        guard token.position <= database.lastSeq else { throw ServiceError.badRequest("the sync token is from the future") }
         guard token.position >= database.purgedSeq else {
-            throw APIError(.changeTokenExpired, "the sync token is older than the tombstone horizon; fetch again without one")
+            throw ServiceError(.changeTokenExpired, "the sync token is older than the tombstone horizon; fetch again without one")
         }
         return token.position
     }
@@ -63,7 +64,7 @@ extension LatticeService {
     /// resumes exactly after its last record answered.
     func zoneChanges(_ context: RequestContext) throws -> JSON {
         guard context.kind != .public else {
-            throw APIError.badRequest("the public database has no change feed (as in CloudKit)")
+            throw ServiceError.badRequest("the public database has no change feed (as in CloudKit)")
         }
         let requests = try items(context.body, "zones", limit: configuration.maximumResultsLimit)
         try refuseDuplicateZones(requests.map { $0["zoneID"] }, context, path: { "zones[\($0)].zoneID" })
@@ -88,7 +89,7 @@ extension LatticeService {
                         return true
                     }
                     results.append(pageJSON(page, rendered: rendered))
-                } catch let error as APIError {
+                } catch let error as ServiceError {
                     var item = error.json(item: (key: "zoneName", value: zoneName))
                     if case .object(var object) = item, let zoneID {
                         object["zoneID"] = zoneID.cloudKitJSON
@@ -105,12 +106,12 @@ extension LatticeService {
         guard let token else { return 0 }
         if token.owner == 0 && token.position == 0 { return 0 } // issued before the zone was first written
         guard token.owner == zone.rowID else {
-            throw APIError(.changeTokenExpired, "the zone was deleted and recreated since this sync token; fetch it "
+            throw ServiceError(.changeTokenExpired, "the zone was deleted and recreated since this sync token; fetch it "
                            + "again without a token")
         }
-        guard token.position <= zone.lastSeq else { throw APIError.badRequest("the sync token is from the future") }
+        guard token.position <= zone.lastSeq else { throw ServiceError.badRequest("the sync token is from the future") }
         guard token.position >= zone.purgedSeq else {
-            throw APIError(.changeTokenExpired, "the sync token is older than the tombstone horizon; fetch the zone "
+            throw ServiceError(.changeTokenExpired, "the sync token is older than the tombstone horizon; fetch the zone "
                            + "again without a token")
         }
         return token.position
@@ -125,12 +126,12 @@ extension LatticeService {
     func waitForChanges(_ context: RequestContext, abandonment: HTTPAbandonment = HTTPAbandonment(),
                         respond: @escaping HTTPResponder) throws {
         guard context.kind != .public else {
-            throw APIError.badRequest("changes/wait watches the private or the shared database; the public one has no feed")
+            throw ServiceError.badRequest("changes/wait watches the private or the shared database; the public one has no feed")
         }
         var timeout = configuration.defaultWaitSeconds
         if let json = context.body["timeout"] {
             guard let seconds = json.intValue, seconds >= 0 else {
-                throw APIError.badRequest("timeout must be a non-negative number of seconds")
+                throw ServiceError.badRequest("timeout must be a non-negative number of seconds")
             }
             timeout = Int(min(seconds, Int64(configuration.maximumWaitSeconds)))
         }
@@ -139,19 +140,19 @@ extension LatticeService {
         var watched: [(kind: DatabaseKind, token: SyncToken?)] = []
         if let list = context.body["databases"] {
             guard context.body["syncToken"] == nil else {
-                throw APIError.badRequest("give syncToken or databases, not both")
+                throw ServiceError.badRequest("give syncToken or databases, not both")
             }
             guard let items = list.arrayValue, (1...2).contains(items.count) else {
-                throw APIError.badRequest("databases must list one or two of private and shared")
+                throw ServiceError.badRequest("databases must list one or two of private and shared")
             }
             for (index, item) in items.enumerated() {
                 guard let name = item["database"]?.stringValue, let kind = DatabaseKind(rawValue: name), kind != .public,
                       !watched.contains(where: { $0.kind == kind }) else {
-                    throw APIError.badRequest("databases[\(index)].database must be private or shared, each once")
+                    throw ServiceError.badRequest("databases[\(index)].database must be private or shared, each once")
                 }
                 let token = try item["syncToken"].map { json in
                     guard let text = json.stringValue else {
-                        throw APIError.badRequest("databases[\(index)].syncToken must be a string")
+                        throw ServiceError.badRequest("databases[\(index)].syncToken must be a string")
                     }
                     return try SyncToken(text: text, expected: .database)
                 }
@@ -159,7 +160,7 @@ extension LatticeService {
             }
         } else {
             let token = try context.body["syncToken"].map { json in
-                guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
+                guard let text = json.stringValue else { throw ServiceError.badRequest("syncToken must be a string") }
                 return try SyncToken(text: text, expected: .database)
             }
             watched.append((context.kind, token))
@@ -178,7 +179,7 @@ extension LatticeService {
             switch outcome {
             case .changed: respond(.json(.object(["changed": .bool(true)])))
             case .timedOut: respond(.json(.object(["changed": .bool(false)])))
-            case .shuttingDown: respond(APIError(.tryAgainLater, "the server is shutting down").response)
+            case .shuttingDown: respond(ServiceError(.tryAgainLater, "the server is shutting down").response)
             case .abandoned: respond(.json(.object(["changed": .bool(false)])))
             }
         }
@@ -191,9 +192,9 @@ extension LatticeService {
                                  fire: answer) {
         case .registered(let registered): waiter = registered
         case .overLimit:
-            throw APIError(.throttled, "this account already has \(limit) changes/wait requests parked; one "
+            throw ServiceError(.throttled, "this account already has \(limit) changes/wait requests parked; one "
                            + "request can watch both the private and the shared database", retryAfter: 1)
-        case .shuttingDown: throw APIError(.tryAgainLater, "the server is shutting down")
+        case .shuttingDown: throw ServiceError(.tryAgainLater, "the server is shutting down")
         }
         abandonment.onAbandon { [notifier] in notifier.finish(waiter, .abandoned) }
         // Registered first, then re-read: a commit that landed before the registration is seen here.
@@ -268,7 +269,7 @@ extension LatticeService {
                        admit: (StoredRecord) throws -> Bool) throws -> ZoneFeedPage {
         var token = ShareFeedToken.State()
         if let json = request["syncToken"] {
-            guard let text = json.stringValue else { throw APIError.badRequest("syncToken must be a string") }
+            guard let text = json.stringValue else { throw ServiceError.badRequest("syncToken must be a string") }
             token = try ShareFeedToken.parse(text)
         }
         var records: [StoredRecord] = []
@@ -280,7 +281,7 @@ extension LatticeService {
             let share = try tx.share(id: grant.share.id) ?? grant.share
             token.drains[share.id] = nil // regained: the share's feed starts over below
             let cursor = token.positions[share.id] ?? 0
-            guard cursor <= share.lastSeq else { throw APIError.badRequest("the sync token is from the future") }
+            guard cursor <= share.lastSeq else { throw ServiceError.badRequest("the sync token is from the future") }
             let room = limit - records.count - removed.count
             guard room > 0, !full else {
                 moreComing = moreComing || cursor < share.lastSeq
@@ -373,7 +374,7 @@ enum ShareFeedToken {
     }
 
     static func parse(_ text: String) throws -> State {
-        let invalid = APIError.badRequest("syncToken is not a token this server issued for this feed")
+        let invalid = ServiceError.badRequest("syncToken is not a token this server issued for this feed")
         guard text.utf8.count <= 4096 else { throw invalid }
         guard let data = Base64URL.decode(text) else { throw invalid }
         let body = String(decoding: data, as: UTF8.self)

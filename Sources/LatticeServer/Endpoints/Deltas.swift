@@ -1,3 +1,4 @@
+import LatticeAPI
 import LatticeCore
 import LatticeStore
 
@@ -9,12 +10,12 @@ extension LatticeService {
     static func pushEnvelope(_ request: HTTPRequest) throws -> SyncMessage.Push {
         let type = request.header("content-type") ?? ""
         guard Self.isDeltaMediaType(type) else {
-            throw APIError.badRequest("deltas/push takes Content-Type: \(SyncMessage.contentType)")
+            throw ServiceError.badRequest("deltas/push takes Content-Type: \(SyncMessage.contentType)")
         }
         do {
             return try SyncMessage.Push(decoding: request.body)
         } catch {
-            throw APIError.badRequest("the body is not a delta push: \(error.description)")
+            throw ServiceError.badRequest("the body is not a delta push: \(error.description)")
         }
     }
 
@@ -36,7 +37,7 @@ extension LatticeService {
         let frames: [RecordFrame]
         let names: [String]
         /// Frames over the size caps or holding a value outside its domain, by index: each answers its error.
-        var refused: [Int: APIError] = [:]
+        var refused: [Int: ServiceError] = [:]
     }
 
     func preparePush(_ push: SyncMessage.Push) throws -> PreparedPush {
@@ -44,11 +45,11 @@ extension LatticeService {
         do {
             delta = try EncodedDelta(validating: push.delta)
         } catch {
-            throw APIError.badRequest("the delta is not valid: \(SyncMessage.describe(error, in: push.delta))")
+            throw ServiceError.badRequest("the delta is not valid: \(SyncMessage.describe(error, in: push.delta))")
         }
-        guard delta.recordCount > 0 else { throw APIError.badRequest("the delta carries no records") }
+        guard delta.recordCount > 0 else { throw ServiceError.badRequest("the delta carries no records") }
         guard delta.recordCount <= configuration.maximumOperations else {
-            throw APIError(.limitExceeded, "a push carries at most \(configuration.maximumOperations) records, not "
+            throw ServiceError(.limitExceeded, "a push carries at most \(configuration.maximumOperations) records, not "
                            + "\(delta.recordCount)")
         }
         var prepared = PreparedPush(delta: delta, frames: delta.recordFrames(), names: delta.recordNames)
@@ -56,25 +57,25 @@ extension LatticeService {
         // size of the state, fields, elements per list, and the value domain.
         for (index, (incoming, name)) in zip(prepared.frames, prepared.names).enumerated() {
             if incoming.exceedsWriteLimit {
-                prepared.refused[index] = APIError(.limitExceeded, "record \(name) is \(incoming.encodedSize) bytes; "
+                prepared.refused[index] = ServiceError(.limitExceeded, "record \(name) is \(incoming.encodedSize) bytes; "
                                                    + "the limit is \(Record.maximumEncodedSize)")
                 continue
             }
             let shape = incoming.shape
             if shape.fieldCount > configuration.maximumFieldsPerRecord {
-                prepared.refused[index] = APIError(.limitExceeded, "record \(name) has \(shape.fieldCount) fields; the "
+                prepared.refused[index] = ServiceError(.limitExceeded, "record \(name) has \(shape.fieldCount) fields; the "
                                                    + "limit is \(configuration.maximumFieldsPerRecord)")
             } else if shape.largestListCount > configuration.maximumListElements {
-                prepared.refused[index] = APIError(.limitExceeded, "record \(name) holds a list of "
+                prepared.refused[index] = ServiceError(.limitExceeded, "record \(name) holds a list of "
                                                    + "\(shape.largestListCount) elements; the limit is "
                                                    + "\(configuration.maximumListElements)")
             } else if shape.largestContextCount > configuration.maximumListElements {
                 // A causal context is an array on the JSON path too, bounded by the same limit.
-                prepared.refused[index] = APIError(.limitExceeded, "record \(name) holds a list whose causal "
+                prepared.refused[index] = ServiceError(.limitExceeded, "record \(name) holds a list whose causal "
                                                    + "context names \(shape.largestContextCount) replicas; the "
                                                    + "limit is \(configuration.maximumListElements)")
             } else if let violation = incoming.domainViolation {
-                prepared.refused[index] = APIError.badRequest("record \(name) field \(violation.field): \(violation.reason)")
+                prepared.refused[index] = ServiceError.badRequest("record \(name) field \(violation.field): \(violation.reason)")
             }
         }
         return prepared
@@ -87,7 +88,7 @@ extension LatticeService {
                                     "ownerRecordName": .string(delta.zoneID.ownerRecordName)])
         let resolved = try resolveZone(zoneJSON, context, tx, path: "delta.zoneID", creatingDefault: true)
         guard let zone = resolved.zone else {
-            throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
+            throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
         }
         // The drift bound applies to the whole delta: one timestamp too far ahead refuses it all.
         try observe(delta.maximumHLC, path: "delta")
@@ -113,7 +114,7 @@ extension LatticeService {
     /// answer) are left out of the frames and only named (`skipped`); the token moves past them all the same.
     func pullDelta(_ context: RequestContext) throws -> HTTPResponse {
         guard context.kind != .public else {
-            throw APIError.badRequest("the public database has no change feed (as in CloudKit)")
+            throw ServiceError.badRequest("the public database has no change feed (as in CloudKit)")
         }
         let known = try knownRanges(context.body["known"])
         let zoneID = try parseZoneID(context.body["zoneID"], context, path: "zoneID")
@@ -146,13 +147,13 @@ extension LatticeService {
     private func knownRanges(_ json: JSON?) throws -> KnownPositions {
         guard let json else { return KnownPositions(ranges: []) }
         guard let array = json.arrayValue, array.count <= 1_000 else {
-            throw APIError.badRequest("known must be an array of at most 1000 [from, to] position ranges")
+            throw ServiceError.badRequest("known must be an array of at most 1000 [from, to] position ranges")
         }
         var ranges: [ClosedRange<Int64>] = []
         for (index, item) in array.enumerated() {
             guard let pair = item.arrayValue, pair.count == 2, let from = pair[0].intValue, let to = pair[1].intValue,
                   from >= 0, from <= to else {
-                throw APIError.badRequest("known[\(index)] must be [from, to] with 0 <= from <= to")
+                throw ServiceError.badRequest("known[\(index)] must be [from, to] with 0 <= from <= to")
             }
             ranges.append(from...to)
         }
@@ -166,7 +167,7 @@ struct PushOutcome: BatchOutcome {
     let zoneID: ZoneID
     let zoneRowID: Int64
     let prepared: LatticeService.PreparedPush
-    let outcomes: [Result<AppliedWrite, APIError>]
+    let outcomes: [Result<AppliedWrite, ServiceError>]
 
     var names: [String] { prepared.names }
 
@@ -294,7 +295,7 @@ extension LatticeService {
         let limit = try resultsLimit(request["resultsLimit"] ?? defaultLimit, maximum: maximumLimit)
         let hierarchy = resolved.grants.contains { $0.share.rootRecordName != nil }
         let token = try request["syncToken"].map { json -> SyncToken? in
-            guard let text = json.stringValue else { throw APIError.badRequest("\(path)syncToken must be a string") }
+            guard let text = json.stringValue else { throw ServiceError.badRequest("\(path)syncToken must be a string") }
             return hierarchy ? nil : try SyncToken(text: text, expected: .zone)
         } ?? nil
         guard let zone = resolved.zone else {
@@ -302,7 +303,7 @@ extension LatticeService {
                 return ZoneFeedPage(zoneID: resolved.zoneID, records: [], removed: [], lostShares: [],
                                     syncToken: SyncToken(log: .zone, owner: 0, position: 0).text, moreComing: false)
             }
-            throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
+            throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
         }
         if resolved.isShared, hierarchy {
             return try shareFeedPage(request, resolved, zone: zone, limit: limit, context: context, tx, admit: admit)

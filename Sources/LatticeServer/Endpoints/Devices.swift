@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 import LatticeSharing
 import LatticeStore
@@ -79,7 +80,7 @@ extension LatticeService {
         guard let json else { return fallback }
         guard let text = json.stringValue?.trimmingCharacters(in: .whitespaces), (1...64).contains(text.unicodeScalars.count),
               !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-            throw APIError.badRequest("deviceName must be 1 to 64 characters without control characters")
+            throw ServiceError.badRequest("deviceName must be 1 to 64 characters without control characters")
         }
         return text
     }
@@ -105,13 +106,13 @@ extension LatticeService {
                try tx.liveDeviceAuthorizations(address: address, nowMs: now) >= limit {
                 logRefusal("device start " + address, "device sign-in refused: \(address.isEmpty ? "-" : address) has "
                            + "\(limit) waiting already")
-                throw APIError(.throttled, "this address has \(limit) device sign-ins waiting already (each works for "
+                throw ServiceError(.throttled, "this address has \(limit) device sign-ins waiting already (each works for "
                                + "\(lifetime / 60) minutes); finish or let them expire, then retry", retryAfter: 60)
             }
             if let limit = configuration.deviceAuthorizationsGlobal,
                try tx.liveDeviceAuthorizations(address: nil, nowMs: now) >= limit {
                 logRefusal("device start *", "device sign-in refused: \(limit) are waiting on this server")
-                throw APIError(.throttled, "too many device sign-ins are waiting on this server; retry later", retryAfter: 60)
+                throw ServiceError(.throttled, "too many device sign-ins are waiting on this server; retry later", retryAfter: 60)
             }
             // A taken user code (one of 20^8 among at most a few thousand live ones) is drawn again.
             for _ in 0..<4 {
@@ -144,43 +145,43 @@ extension LatticeService {
     /// returns the outcome and the error is thrown after the commit.
     func pollDeviceAuthorization(_ request: HTTPRequest) throws -> HTTPResponse {
         let body = try parseBody(request)
-        let gone = APIError(.expiredToken, "this device code is unknown or expired; run lattice login --server again "
+        let gone = ServiceError(.expiredToken, "this device code is unknown or expired; run lattice login --server again "
                             + "for a new code")
         guard let deviceCode = Self.validDeviceCode(body["deviceCode"]?.stringValue) else {
             guard body["deviceCode"]?.stringValue != nil else {
-                throw APIError.badRequest("expected {\"deviceCode\": \"ld_...\"} from POST /auth/device/start")
+                throw ServiceError.badRequest("expected {\"deviceCode\": \"ld_...\"} from POST /auth/device/start")
             }
             throw gone
         }
         let hash = Self.deviceCodeHash(deviceCode)
         let now = configuration.now()
-        let outcome: Result<HTTPResponse, APIError> = try storage.write(deadline: freshDeadline()) { tx in
+        let outcome: Result<HTTPResponse, ServiceError> = try storage.write(deadline: freshDeadline()) { tx in
             guard let found = try tx.deviceAuthorization(deviceCodeHash: hash), found.isLive(atMs: now) else {
                 return .failure(gone)
             }
             if found.status == .issued {
-                return .failure(APIError(.expiredToken, "this device code was exchanged for a token already; it works once"))
+                return .failure(ServiceError(.expiredToken, "this device code was exchanged for a token already; it works once"))
             }
             if found.lastPollMs > 0, now - found.lastPollMs < found.intervalSeconds * 1000 - Self.pollToleranceMilliseconds {
                 let slower = min(found.intervalSeconds + Self.slowDownStepSeconds, Self.maximumPollIntervalSeconds)
                 try tx.recordDevicePoll(deviceCodeHash: hash, nowMs: now, intervalSeconds: slower)
-                return .failure(APIError(.slowDown, "polled sooner than every \(found.intervalSeconds) s; wait \(slower) s "
+                return .failure(ServiceError(.slowDown, "polled sooner than every \(found.intervalSeconds) s; wait \(slower) s "
                                          + "between polls from now on", retryAfter: Int(slower)))
             }
             try tx.recordDevicePoll(deviceCodeHash: hash, nowMs: now, intervalSeconds: found.intervalSeconds)
             switch found.status {
             case .pending:
-                return .failure(APIError(.authorizationPending, "waiting for a signed-in device to approve the code; "
+                return .failure(ServiceError(.authorizationPending, "waiting for a signed-in device to approve the code; "
                                          + "poll again in \(found.intervalSeconds) s", retryAfter: Int(found.intervalSeconds)))
             case .denied:
-                return .failure(APIError(.accessDenied, "the sign-in was denied on the signed-in device"))
+                return .failure(ServiceError(.accessDenied, "the sign-in was denied on the signed-in device"))
             case .issued:
                 return .failure(gone)
             case .approved:
                 // The conditional update: of racing polls (on any nodes) exactly one gets the row.
                 guard let claimed = try tx.claimDeviceAuthorization(deviceCodeHash: hash, nowMs: now),
                       let userID = claimed.userID, let user = try tx.user(id: userID) else {
-                    return .failure(APIError(.expiredToken, "this device code was exchanged for a token already; it works once"))
+                    return .failure(ServiceError(.expiredToken, "this device code was exchanged for a token already; it works once"))
                 }
                 let (token, info) = try issueDeviceToken(userID: userID, name: claimed.deviceName, nowMs: now, tx)
                 var object = tokenJSONFields(info)
@@ -202,7 +203,7 @@ extension LatticeService {
         -> (BearerToken, StoredToken) {
         try serialize("tokens", tx)
         guard try tx.tokens(userID: userID).count < configuration.maximumTokensPerUser else {
-            throw APIError(.limitExceeded, "the account has \(configuration.maximumTokensPerUser) tokens already; "
+            throw ServiceError(.limitExceeded, "the account has \(configuration.maximumTokensPerUser) tokens already; "
                            + "revoke some with lattice devices revoke ID, then sign this device in again")
         }
         let token = try BearerToken.generate()
@@ -220,16 +221,16 @@ extension LatticeService {
     func decideDeviceAuthorization(_ request: HTTPRequest, caller: AuthenticatedCaller) throws -> HTTPResponse {
         let body = try parseBody(request)
         guard let typed = body["userCode"]?.stringValue else {
-            throw APIError.badRequest("expected {\"userCode\": \"XXXX-XXXX\"}, the code the new device shows")
+            throw ServiceError.badRequest("expected {\"userCode\": \"XXXX-XXXX\"}, the code the new device shows")
         }
         guard let code = Self.normalizedUserCode(typed) else {
-            throw APIError.badRequest("a user code is 8 letters (such as BCDF-GHJK) of BCDFGHJKLMNPQRSTVWXZ")
+            throw ServiceError.badRequest("a user code is 8 letters (such as BCDF-GHJK) of BCDFGHJKLMNPQRSTVWXZ")
         }
         let deny: Bool
         switch body["deny"] {
         case nil: deny = false
         case .bool(let value)?: deny = value
-        default: throw APIError.badRequest("deny must be true or false")
+        default: throw ServiceError.badRequest("deny must be true or false")
         }
         let rename = try Self.deviceName(body["deviceName"], default: nil)
         let user = caller.user
@@ -238,7 +239,7 @@ extension LatticeService {
         let window = configuration.deviceApprovalFailureWindowMilliseconds
         let hash = Self.userCodeHash(code)
         let shown = Self.displayedUserCode(code)
-        let outcome: Result<(String, Int64), APIError> = try storage.write(deadline: freshDeadline()) { tx in
+        let outcome: Result<(String, Int64), ServiceError> = try storage.write(deadline: freshDeadline()) { tx in
             // Approvals on every node wait for each other here, so the failure counts cannot be overrun.
             try serialize("device-approvals", tx)
             try tx.forgetDeviceApprovalFailures(before: now - window + 1)
@@ -250,24 +251,24 @@ extension LatticeService {
                 let wait = max(1, Int((Double((failures.oldestMs ?? now) + window - now) / 1000).rounded(.up)))
                 logRefusal("device approve " + key, "device approval refused: \(limit) failed approvals \(what) "
                            + "(\(key)) in \(window / 1000) s")
-                return .failure(APIError(.throttled, "too many wrong device codes \(what) (at most \(limit) per "
+                return .failure(ServiceError(.throttled, "too many wrong device codes \(what) (at most \(limit) per "
                                          + "\(window / 1000) s); retry after \(wait) s", retryAfter: wait))
             }
             guard let found = try tx.deviceAuthorization(userCodeHash: hash), found.status == .pending,
                   found.isLive(atMs: now) else {
                 for (key, _, _) in keys { try tx.recordDeviceApprovalFailure(key: key, nowMs: now) }
-                return .failure(APIError(.notFound, "no device is waiting for the code \(shown) (it may be mistyped, "
+                return .failure(ServiceError(.notFound, "no device is waiting for the code \(shown) (it may be mistyped, "
                                          + "expired or used); start again on the new device if needed"))
             }
             if !deny {
                 guard try tx.tokens(userID: user.id).count < configuration.maximumTokensPerUser else {
-                    return .failure(APIError(.limitExceeded, "the account has \(configuration.maximumTokensPerUser) tokens "
+                    return .failure(ServiceError(.limitExceeded, "the account has \(configuration.maximumTokensPerUser) tokens "
                                              + "already; revoke some with lattice devices revoke ID first"))
                 }
             }
             guard try tx.decideDeviceAuthorization(userCodeHash: hash, approve: !deny, userID: user.id,
                                                    deviceName: rename, nowMs: now) else {
-                return .failure(APIError(.notFound, "no device is waiting for the code \(shown) any more"))
+                return .failure(ServiceError(.notFound, "no device is waiting for the code \(shown) any more"))
             }
             return .success((rename ?? found.deviceName, found.expiresMs))
         }

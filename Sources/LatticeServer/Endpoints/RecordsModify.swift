@@ -1,3 +1,4 @@
+import LatticeAPI
 import LatticeCore
 import LatticeStore
 
@@ -40,7 +41,7 @@ protocol BatchOutcome {
     /// The zone row written.
     var zoneRowID: Int64 { get }
     var names: [String] { get }
-    var outcomes: [Result<AppliedWrite, APIError>] { get }
+    var outcomes: [Result<AppliedWrite, ServiceError>] { get }
 }
 
 /// What `records/modify` did, before its answer is rendered: the zone, and per operation (in order) the
@@ -48,7 +49,7 @@ protocol BatchOutcome {
 struct ModifyOutcome: BatchOutcome {
     let zoneRowID: Int64
     let names: [String]
-    let outcomes: [Result<AppliedWrite, APIError>]
+    let outcomes: [Result<AppliedWrite, ServiceError>]
     /// The request's `desiredKeys`: the fields each answered record carries (nil: all).
     let desiredKeys: Set<String>?
 
@@ -71,7 +72,7 @@ extension LatticeService {
     /// `refused` holds the operations over the size caps, found by `recordsModifyRefusals` before the write
     /// transaction began; each answers its error as if it had failed there.
     func modifyRecords(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>,
-                       refused: [Int: APIError] = [:]) throws -> HTTPResponse {
+                       refused: [Int: ServiceError] = [:]) throws -> HTTPResponse {
         try renderModify(modifyRecordsOutcome(context, tx, &touched, refused: refused))
     }
 
@@ -79,14 +80,14 @@ extension LatticeService {
     /// record's JSON can cost more than writing it, and happens after the commit (`renderModify`), so the
     /// writer is not held for it.
     func modifyRecordsOutcome(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>,
-                              refused: [Int: APIError] = [:]) throws -> ModifyOutcome {
+                              refused: [Int: ServiceError] = [:]) throws -> ModifyOutcome {
         let operationsJSON = try items(context.body, "operations", limit: configuration.maximumOperations)
-        guard !operationsJSON.isEmpty else { throw APIError.badRequest("operations is empty") }
+        guard !operationsJSON.isEmpty else { throw ServiceError.badRequest("operations is empty") }
         let atomic = try atomicFlag(context.body["atomic"])
         let desiredKeys = try parseDesiredKeys(context.body)
         let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID", creatingDefault: true)
         guard let zone = resolved.zone else {
-            throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
+            throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
         }
         let names = operationsJSON.map { $0["record"]?["recordName"]?.stringValue ?? "" }
         let outcomes = try writeBatch(names: names, atomic: atomic, zone: zone, resolved: resolved,
@@ -123,7 +124,7 @@ extension LatticeService {
 
     func atomicFlag(_ value: JSON?) throws -> Bool {
         guard let value else { return true }
-        guard let flag = value.boolValue else { throw APIError.badRequest("atomic must be true or false") }
+        guard let flag = value.boolValue else { throw ServiceError.badRequest("atomic must be true or false") }
         return flag
     }
 
@@ -137,12 +138,12 @@ extension LatticeService {
     func writeBatch(names: [String], atomic: Bool, zone: StoredZone, resolved: ResolvedZone, context: RequestContext,
                     _ tx: any StorageTransaction, _ touched: inout Set<Int64>, distinctNames: Bool = false,
                     plan planWrite: (_ index: Int, _ shareRecordNames: Set<String>) throws -> PlannedWrite) throws
-        -> [Result<AppliedWrite, APIError>] {
+        -> [Result<AppliedWrite, ServiceError>] {
         // The zone's share records, read once: a batch never creates or deletes shares mid-way. A zone
         // without shares gets none from the batch, so the share bookkeeping after the writes is skipped.
         let shares = try tx.shares(zoneRowID: zone.rowID)
         let shareRecordNames = Set(shares.map(\.recordName))
-        var slots: [Result<AppliedWrite, APIError>?] = Array(repeating: nil, count: names.count)
+        var slots: [Result<AppliedWrite, ServiceError>?] = Array(repeating: nil, count: names.count)
         var changedNames: [String] = []
         // The planned writes waiting to be saved, as three parallel arrays (handed to the store as they are).
         var pendingIndexes: [Int] = [], pendingWrites: [RecordWrite] = [], pendingStored: [StoredRecord?] = []
@@ -182,7 +183,7 @@ extension LatticeService {
                 }
                 let growth = Int64(record.frame.count) - Int64(plan.stored?.frame.count ?? 0)
                 guard bytesUsed + growth <= configuration.quotaBytesPerDatabase else {
-                    throw APIError(.quotaExceeded, "the database would hold \(bytesUsed + growth) bytes; its quota is "
+                    throw ServiceError(.quotaExceeded, "the database would hold \(bytesUsed + growth) bytes; its quota is "
                                    + "\(configuration.quotaBytesPerDatabase)")
                 }
                 bytesUsed += growth
@@ -199,7 +200,7 @@ extension LatticeService {
         }
         let anyFailed = slots.contains { if case .failure? = $0 { return true } else { return false } }
         if !(atomic && anyFailed) { try flush() } // an atomic batch that failed writes nothing more
-        let outcomes = slots.map { $0 ?? .failure(APIError(.atomicError, "not saved: another operation in this atomic batch failed")) }
+        let outcomes = slots.map { $0 ?? .failure(ServiceError(.atomicError, "not saved: another operation in this atomic batch failed")) }
         let failed = outcomes.contains { if case .failure = $0 { return true } else { return false } }
         if atomic && failed {
             // Roll the whole transaction back: nothing of the batch is written.
@@ -207,7 +208,7 @@ extension LatticeService {
                 switch outcome {
                 case .failure(let error): return error.json(item: (key: "recordName", value: name))
                 case .success:
-                    return APIError(.atomicError, "not saved: another operation in this atomic batch failed")
+                    return ServiceError(.atomicError, "not saved: another operation in this atomic batch failed")
                         .json(item: (key: "recordName", value: name))
                 }
             }
@@ -233,17 +234,17 @@ extension LatticeService {
 
     private func parseOperation(_ json: JSON, path: String) throws -> RecordOperation {
         guard let typeName = json["operationType"]?.stringValue, let kind = RecordOperation.Kind(rawValue: typeName) else {
-            throw APIError.badRequest("\(path).operationType must be one of "
+            throw ServiceError.badRequest("\(path).operationType must be one of "
                                       + RecordOperation.Kind.allCases.map(\.rawValue).joined(separator: ", "))
         }
-        guard let record = json["record"]?.objectValue else { throw APIError.badRequest("\(path).record is missing") }
+        guard let record = json["record"]?.objectValue else { throw ServiceError.badRequest("\(path).record is missing") }
         guard let recordName = record["recordName"]?.stringValue else {
-            throw APIError.badRequest("\(path).record.recordName is missing")
+            throw ServiceError.badRequest("\(path).record.recordName is missing")
         }
         do {
             try Names.validate(recordName, kind: .recordName)
         } catch {
-            throw APIError.badRequest("\(path).record.recordName: \(error.description)")
+            throw ServiceError.badRequest("\(path).record.recordName: \(error.description)")
         }
         return RecordOperation(kind: kind, recordName: recordName, record: record, path: path + ".record")
     }
@@ -262,14 +263,14 @@ extension LatticeService {
                          changeTag: operation.record["recordChangeTag"], zone: zone, resolved: resolved,
                          shareRecordNames: shareRecordNames, context: context, tx: tx) { existing, live in
             if operation.kind.isDelete {
-                guard let existing, live else { throw APIError(.notFound, "record \(operation.recordName) does not exist") }
+                guard let existing, live else { throw ServiceError(.notFound, "record \(operation.recordName) does not exist") }
                 var edit = try RecordEdit(editing: existing)
                 edit.delete(at: tick())
                 return try edit.applied()
             }
             if operation.record["crdt"] != nil {
                 guard !operation.kind.isReplace else {
-                    throw APIError.badRequest("\(operation.path): replace takes plain values; send CRDT states with "
+                    throw ServiceError.badRequest("\(operation.path): replace takes plain values; send CRDT states with "
                                               + "create, update or forceUpdate")
                 }
                 let incoming = try incomingState(operation, zoneID: resolved.zoneID)
@@ -302,51 +303,51 @@ extension LatticeService {
                 outsideShares = true
                 (stored, existing, live) = (nil, nil, false)
             } else if !shareRecordNames.isEmpty, shareRecordNames.contains(recordName) {
-                throw APIError(.permissionFailure, "a share record is changed with shares/modify, by its owner or an administrator")
+                throw ServiceError(.permissionFailure, "a share record is changed with shares/modify, by its owner or an administrator")
             }
             try checkParticipantWrite(recordName, isDelete: kind.isDelete, live: live, createsMissing: createsMissing,
                                       requestedParent: requestedParent, resolved, tx)
         } else if context.kind == .private, !shareRecordNames.isEmpty, shareRecordNames.contains(recordName) {
-            throw APIError.badRequest("record \(recordName) is a share; change it with shares/modify or shares/delete")
+            throw ServiceError.badRequest("record \(recordName) is a share; change it with shares/modify or shares/delete")
         }
 
         if kind.checksChangeTag {
             guard let stored, let existing, live else {
-                throw APIError(.notFound, "record \(recordName) does not exist")
+                throw ServiceError(.notFound, "record \(recordName) does not exist")
             }
             guard let tag = changeTag?.stringValue else {
-                throw APIError.badRequest("recordChangeTag is required for \(kind.rawValue); "
+                throw ServiceError.badRequest("recordChangeTag is required for \(kind.rawValue); "
                                           + "use force\(kind.rawValue.prefix(1).uppercased())"
                                           + "\(kind.rawValue.dropFirst()) to skip the check")
             }
             guard tag == stored.changeTag else {
-                throw APIError(.conflict, "record \(recordName) changed on the server (tag \(stored.changeTag), "
+                throw ServiceError(.conflict, "record \(recordName) changed on the server (tag \(stored.changeTag), "
                                + "not \(tag))", serverRecord: recordJSON(stored, try decode(existing), desiredKeys: nil))
             }
         }
         if context.kind == .public, let stored, live, kind != .create, stored.createdBy != context.user.recordName {
-            throw APIError(.accessDenied, "only the creator of a public record may change or delete it")
+            throw ServiceError(.accessDenied, "only the creator of a public record may change or delete it")
         }
 
         let result: RecordFrame?
         do {
             result = try change(existing, live)
         } catch let error as RecordError where error.code == .tooLarge {
-            throw APIError(.limitExceeded, "record \(recordName) would exceed the limit of "
+            throw ServiceError(.limitExceeded, "record \(recordName) would exceed the limit of "
                            + "\(Record.maximumEncodedSize) bytes per record")
         }
-        guard let after = result ?? existing else { throw APIError(.internalError, "a write produced no record") }
+        guard let after = result ?? existing else { throw ServiceError(.internalError, "a write produced no record") }
         try checkParticipantPlacement(after, before: existing, live: live, resolved, tx)
         // A CRDT state can carry a deletion too: the root of a share is still the owner's to delete.
         if resolved.isShared, after.isDeleted, live, !kind.isDelete,
            try grant(for: recordName, resolved, tx)?.share.rootRecordName == recordName {
-            throw APIError(.permissionFailure, "only the owner deletes the root record of a share")
+            throw ServiceError(.permissionFailure, "only the owner deletes the root record of a share")
         }
         guard let result else {
             return PlannedWrite(recordName: recordName, stored: stored, after: after, write: nil) // nothing new
         }
         if result.exceedsWriteLimit {
-            throw APIError(.limitExceeded, "record \(recordName) would exceed the limit of "
+            throw ServiceError(.limitExceeded, "record \(recordName) would exceed the limit of "
                            + "\(Record.maximumEncodedSize) bytes per record")
         }
         if outsideShares { throw Self.nameTakenOutsideShares(recordName) }
@@ -358,8 +359,8 @@ extension LatticeService {
     /// A participant's write that would make a record whose name a record outside their shares holds: a
     /// missing name would be written, this one cannot be (record names are unique in a zone). The one
     /// answer that differs from a missing name's, and only where a missing name's is success.
-    static func nameTakenOutsideShares(_ recordName: String) -> APIError {
-        APIError(.permissionFailure, "record name \(recordName) cannot be used in this share; choose another name")
+    static func nameTakenOutsideShares(_ recordName: String) -> ServiceError {
+        ServiceError(.permissionFailure, "record name \(recordName) cannot be used in this share; choose another name")
     }
 
     /// A CRDT state (a record dictionary with `crdt` metadata) as a frame, after the drift check.
@@ -368,15 +369,15 @@ extension LatticeService {
         do {
             incoming = try Record(cloudKitJSON: .object(operation.record), zoneID: zoneID)
         } catch {
-            throw APIError.badRequest("\(operation.path).\(error.description)")
+            throw ServiceError.badRequest("\(operation.path).\(error.description)")
         }
         guard incoming.id.zoneID == zoneID else {
-            throw APIError.badRequest("\(operation.path).zoneID differs from the request's zone")
+            throw ServiceError.badRequest("\(operation.path).zoneID differs from the request's zone")
         }
         try observe(incoming.maximumHLC, path: operation.path)
         let frame = try RecordFrame(encoding: incoming)
         if let violation = frame.domainViolation {
-            throw APIError.badRequest("record \(operation.recordName) field \(violation.field): \(violation.reason)")
+            throw ServiceError.badRequest("record \(operation.recordName) field \(violation.field): \(violation.reason)")
         }
         return frame
     }
@@ -391,18 +392,18 @@ extension LatticeService {
                 return error
             }
         }
-        if let refused { throw APIError.badRequest("\(path): \(refused.description)") }
+        if let refused { throw ServiceError.badRequest("\(path): \(refused.description)") }
     }
 
     /// Joins an incoming CRDT state into the stored frame, on bytes. Nil when nothing changes.
     func join(_ incoming: RecordFrame, into existing: RecordFrame?, live: Bool, kind: RecordOperation.Kind,
               path: String) throws -> RecordFrame? {
         if kind == .create, live {
-            throw APIError(.exists, "record \(incoming.recordName) already exists")
+            throw ServiceError(.exists, "record \(incoming.recordName) already exists")
         }
         guard let result = RecordFrame.join(existing, incoming) else { return nil }
         if let existing, live, !result.isDeleted, result.recordType != existing.recordType {
-            throw APIError.badRequest("\(path).recordType: the record is a \(existing.recordType) on the server; "
+            throw ServiceError.badRequest("\(path).recordType: the record is a \(existing.recordType) on the server; "
                                       + "a record's type cannot change")
         }
         return result
@@ -412,14 +413,14 @@ extension LatticeService {
     /// operations (LIMIT_EXCEEDED for the whole request), and per operation fields per record and elements
     /// per array anywhere in it (LIMIT_EXCEEDED for that operation, answered by `modifyRecords`). One walk
     /// over the request, O(its size).
-    func recordsModifyRefusals(_ context: RequestContext) throws -> [Int: APIError] {
+    func recordsModifyRefusals(_ context: RequestContext) throws -> [Int: ServiceError] {
         let operations = try items(context.body, "operations", limit: configuration.maximumOperations)
-        var refused: [Int: APIError] = [:]
+        var refused: [Int: ServiceError] = [:]
         for (index, json) in operations.enumerated() {
             guard let record = json["record"]?.objectValue else { continue } // parseOperation names the problem
             do {
                 try checkSize(of: record, path: "operations[\(index)].record")
-            } catch let error as APIError {
+            } catch let error as ServiceError {
                 refused[index] = error
             }
         }
@@ -429,7 +430,7 @@ extension LatticeService {
     /// Bounds the work of one operation before any is done: fields per record and elements per array.
     private func checkSize(of record: [String: JSON], path: String) throws {
         if let fields = record["fields"]?.objectValue, fields.count > configuration.maximumFieldsPerRecord {
-            throw APIError(.limitExceeded, "\(path).fields has \(fields.count) fields; the limit is "
+            throw ServiceError(.limitExceeded, "\(path).fields has \(fields.count) fields; the limit is "
                            + "\(configuration.maximumFieldsPerRecord)")
         }
         // Every array anywhere in the record (list values, add/remove, CRDT entries and contexts).
@@ -438,7 +439,7 @@ extension LatticeService {
             switch json {
             case .array(let elements):
                 guard elements.count <= configuration.maximumListElements else {
-                    throw APIError(.limitExceeded, "\(path) holds a list of \(elements.count) elements; the "
+                    throw ServiceError(.limitExceeded, "\(path) holds a list of \(elements.count) elements; the "
                                    + "limit is \(configuration.maximumListElements)")
                 }
                 pending.append(contentsOf: elements.filter { $0.arrayValue != nil || $0.objectValue != nil })
@@ -460,27 +461,27 @@ extension LatticeService {
             var edit: RecordEdit
             // create makes a record; so does forceReplace when there is none.
             if operation.kind == .create || (operation.kind == .forceReplace && !live) {
-                if live { throw APIError(.exists, "record \(operation.recordName) already exists") }
-                guard let recordType else { throw APIError.badRequest("\(path).recordType is missing") }
+                if live { throw ServiceError(.exists, "record \(operation.recordName) already exists") }
+                guard let recordType else { throw ServiceError.badRequest("\(path).recordType is missing") }
                 do {
                     try Names.validate(recordType, kind: .recordType)
                 } catch {
-                    throw APIError.badRequest("\(path).recordType: \(error.description)")
+                    throw ServiceError.badRequest("\(path).recordType: \(error.description)")
                 }
                 edit = try RecordEdit(creating: RecordID(recordName: operation.recordName, zoneID: zoneID),
                                       recordType: recordType, over: existing, at: tick())
             } else {
                 guard let existing, live else {
-                    throw APIError(.notFound, "record \(operation.recordName) does not exist")
+                    throw ServiceError(.notFound, "record \(operation.recordName) does not exist")
                 }
                 if let recordType, recordType != existing.recordType {
-                    throw APIError.badRequest("\(path).recordType is \(existing.recordType) on the server; a record's "
+                    throw ServiceError.badRequest("\(path).recordType is \(existing.recordType) on the server; a record's "
                                               + "type cannot change")
                 }
                 edit = try RecordEdit(editing: existing)
             }
             let fields = operation.record["fields"]
-            guard fields == nil || fields?.objectValue != nil else { throw APIError.badRequest("\(path).fields must be an object") }
+            guard fields == nil || fields?.objectValue != nil else { throw ServiceError.badRequest("\(path).fields must be an object") }
             let edits = fields?.objectValue ?? [:]
             if operation.kind.isReplace {
                 // Replace: every field not given is cleared, and so is the parent.
@@ -497,28 +498,28 @@ extension LatticeService {
                 } else {
                     guard case .reference(let reference) = try ScalarValue(cloudKitJSON: parentJSON, type: .reference,
                                                                            path: path + ".parent") else {
-                        throw APIError.badRequest("\(path).parent must be a reference")
+                        throw ServiceError.badRequest("\(path).parent must be a reference")
                     }
                     if reference.zoneID != nil, reference.zoneID != zoneID {
-                        throw APIError.badRequest("\(path).parent must be in the same zone")
+                        throw ServiceError.badRequest("\(path).parent must be in the same zone")
                     }
                     if reference.action != .none {
-                        throw APIError.badRequest("\(path).parent must have action NONE, as in CloudKit")
+                        throw ServiceError.badRequest("\(path).parent must have action NONE, as in CloudKit")
                     }
                     try edit.setParent(Reference(recordName: reference.recordName), at: tick())
                 }
             }
             return try edit.applied()
-        } catch let error as APIError {
+        } catch let error as ServiceError {
             throw error
         } catch let error as RecordError where error.code == .tooLarge {
             throw error
         } catch let error as RecordError {
-            throw APIError.badRequest("\(path): \(error.description)")
+            throw ServiceError.badRequest("\(path): \(error.description)")
         } catch let error as RecordJSONError {
-            throw APIError.badRequest(error.description)
+            throw ServiceError.badRequest(error.description)
         } catch let error as NameError {
-            throw APIError.badRequest("\(path): \(error.description)")
+            throw ServiceError.badRequest("\(path): \(error.description)")
         }
     }
 
@@ -528,26 +529,26 @@ extension LatticeService {
     /// - `{"add": [...], "remove": [...], "type": "T_LIST"}` adds and removes list elements.
     private func applyFieldEdit(_ name: String, _ json: JSON, to edit: inout RecordEdit, path: String,
                                 recordName: String) throws {
-        guard let object = json.objectValue else { throw APIError.badRequest("\(path) must be an object") }
+        guard let object = json.objectValue else { throw ServiceError.badRequest("\(path) must be an object") }
         if object["add"] != nil || object["remove"] != nil {
-            guard object["value"] == nil else { throw APIError.badRequest("\(path): give value, or add/remove, not both") }
+            guard object["value"] == nil else { throw ServiceError.badRequest("\(path): give value, or add/remove, not both") }
             let type = try listElementType(object, path: path)
             try edit.remove(try listElements(object["remove"], type: type, path: path + ".remove"), from: name, at: tick())
             let added = try listElements(object["add"], type: type, path: path + ".add")
             if let violation = FieldValue.list(type, added).domainViolation {
-                throw APIError.badRequest("record \(recordName) field \(name) (\(path).add): \(violation)")
+                throw ServiceError.badRequest("record \(recordName) field \(name) (\(path).add): \(violation)")
             }
             try edit.add(added, to: name, at: tick())
             return
         }
-        guard let value = object["value"] else { throw APIError.badRequest("\(path).value is missing") }
+        guard let value = object["value"] else { throw ServiceError.badRequest("\(path).value is missing") }
         if value == .null {
             try edit.clear(name, at: tick())
             return
         }
         let parsed = try FieldValue(cloudKitJSON: json, path: path)
         if let violation = parsed.domainViolation {
-            throw APIError.badRequest("record \(recordName) field \(name) (\(path)): \(violation)")
+            throw ServiceError.badRequest("record \(recordName) field \(name) (\(path)): \(violation)")
         }
         switch parsed {
         case .scalar(let scalar):
@@ -560,7 +561,7 @@ extension LatticeService {
     private func listElementType(_ object: [String: JSON], path: String) throws -> ValueType {
         if let typeName = object["type"]?.stringValue {
             guard typeName.hasSuffix("_LIST"), let type = ValueType(cloudKitName: String(typeName.dropLast(5))) else {
-                throw APIError.badRequest("\(path).type must be a list type such as STRING_LIST")
+                throw ServiceError.badRequest("\(path).type must be a list type such as STRING_LIST")
             }
             return type
         }
@@ -569,13 +570,13 @@ extension LatticeService {
         case .string?, nil: return .string
         case .int?: return .int64
         case .double?: return .double
-        default: throw APIError.badRequest("\(path).type is needed for these elements")
+        default: throw ServiceError.badRequest("\(path).type is needed for these elements")
         }
     }
 
     private func listElements(_ json: JSON?, type: ValueType, path: String) throws -> [ScalarValue] {
         guard let json else { return [] }
-        guard let array = json.arrayValue else { throw APIError.badRequest("\(path) must be an array") }
+        guard let array = json.arrayValue else { throw ServiceError.badRequest("\(path) must be an array") }
         return try array.enumerated().map { index, element in
             try ScalarValue(cloudKitJSON: element, type: type, path: "\(path)[\(index)]")
         }
@@ -637,7 +638,7 @@ extension LatticeService {
     func parseDesiredKeys(_ body: [String: JSON]) throws -> Set<String>? {
         guard let json = body["desiredKeys"] else { return nil }
         guard let array = json.arrayValue, array.allSatisfy({ $0.stringValue != nil }) else {
-            throw APIError.badRequest("desiredKeys must be an array of field names")
+            throw ServiceError.badRequest("desiredKeys must be an array of field names")
         }
         return Set(array.compactMap(\.stringValue))
     }

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 import LatticeSharing
 import LatticeStore
@@ -24,17 +25,17 @@ extension LatticeService {
                 do {
                     try context.deadline.check()
                     guard item["recordName"]?.stringValue != nil else {
-                        throw APIError.badRequest("records[\(index)].recordName is missing")
+                        throw ServiceError.badRequest("records[\(index)].recordName is missing")
                     }
                     guard let zone = resolved.zone, let stored = try tx.record(zoneRowID: zone.rowID, name: name),
                           !stored.deleted, try !resolved.isShared || grant(for: name, resolved, tx) != nil else {
-                        throw APIError(.notFound, "record \(name) does not exist")
+                        throw ServiceError(.notFound, "record \(name) does not exist")
                     }
                     guard !budget.isFull else { throw budget.lookupRefusal(name) }
                     let json = recordJSON(stored, try decode(stored), desiredKeys: desiredKeys)
                     guard budget.admit(json) else { throw budget.lookupRefusal(name) }
                     results.append(json)
-                } catch let error as APIError {
+                } catch let error as ServiceError {
                     results.append(error.json(item: (key: "recordName", value: name)))
                 }
             }
@@ -47,18 +48,18 @@ extension LatticeService {
     /// The marker records the sort position of the last record returned, so the next page continues
     /// after it even if records were added or removed in between.
     func queryRecords(_ context: RequestContext) throws -> JSON {
-        guard let query = context.body["query"]?.objectValue else { throw APIError.badRequest("query is missing") }
+        guard let query = context.body["query"]?.objectValue else { throw ServiceError.badRequest("query is missing") }
         let recordType = query["recordType"]?.stringValue
-        if query["recordType"] != nil && recordType == nil { throw APIError.badRequest("query.recordType must be a string") }
+        if query["recordType"] != nil && recordType == nil { throw ServiceError.badRequest("query.recordType must be a string") }
         // Bounded before any work: filters, sort keys and the values of each filter.
         let filterJSON = try query["filterBy"].map { try parseArray($0, "query.filterBy") } ?? []
         guard filterJSON.count <= configuration.maximumQueryFilters else {
-            throw APIError(.limitExceeded, "query.filterBy has \(filterJSON.count) filters; the limit is "
+            throw ServiceError(.limitExceeded, "query.filterBy has \(filterJSON.count) filters; the limit is "
                            + "\(configuration.maximumQueryFilters) per query")
         }
         let sortJSON = try query["sortBy"].map { try parseArray($0, "query.sortBy") } ?? []
         guard sortJSON.count <= configuration.maximumQuerySortKeys else {
-            throw APIError(.limitExceeded, "query.sortBy has \(sortJSON.count) sort keys; the limit is "
+            throw ServiceError(.limitExceeded, "query.sortBy has \(sortJSON.count) sort keys; the limit is "
                            + "\(configuration.maximumQuerySortKeys) per query")
         }
         let filters = try filterJSON.enumerated().map {
@@ -72,10 +73,10 @@ extension LatticeService {
             .prefix(8)))
         var after: QueryPosition?
         if let markerJSON = context.body["continuationMarker"] {
-            guard let marker = markerJSON.stringValue else { throw APIError.badRequest("continuationMarker must be a string") }
+            guard let marker = markerJSON.stringValue else { throw ServiceError.badRequest("continuationMarker must be a string") }
             after = try QueryPosition(marker: marker, fingerprint: fingerprint)
             guard after?.keys.count == sorts.count else {
-                throw APIError.badRequest("continuationMarker does not belong to this query")
+                throw ServiceError.badRequest("continuationMarker does not belong to this query")
             }
         }
         return try storage.read(deadline: context.deadline) { tx in
@@ -136,7 +137,7 @@ extension LatticeService {
     }
 
     private func parseArray(_ json: JSON, _ path: String) throws -> [JSON] {
-        guard let array = json.arrayValue else { throw APIError.badRequest("\(path) must be an array") }
+        guard let array = json.arrayValue else { throw ServiceError.badRequest("\(path) must be an array") }
         return array
     }
 
@@ -145,7 +146,7 @@ extension LatticeService {
     func resultsLimit(_ json: JSON?, maximum: Int? = nil) throws -> Int {
         let maximum = maximum ?? configuration.maximumResultsLimit
         guard let json else { return maximum }
-        guard let value = json.intValue, value >= 1 else { throw APIError.badRequest("resultsLimit must be a positive integer") }
+        guard let value = json.intValue, value >= 1 else { throw ServiceError.badRequest("resultsLimit must be a positive integer") }
         return Int(min(value, Int64(maximum)))
     }
 }
@@ -170,27 +171,27 @@ struct QueryFilter {
     /// - Parameter maximumValues: the most elements a list value may have (LIMIT_EXCEEDED above it,
     ///   checked before they are parsed).
     init(json: JSON, path: String, maximumValues: Int = .max) throws {
-        guard let fieldName = json["fieldName"]?.stringValue else { throw APIError.badRequest("\(path).fieldName is missing") }
+        guard let fieldName = json["fieldName"]?.stringValue else { throw ServiceError.badRequest("\(path).fieldName is missing") }
         guard let name = json["comparator"]?.stringValue, let comparator = Comparator(rawValue: name) else {
-            throw APIError.badRequest("\(path).comparator must be one of "
+            throw ServiceError.badRequest("\(path).comparator must be one of "
                                       + Comparator.allCases.map(\.rawValue).joined(separator: ", "))
         }
-        guard let valueJSON = json["fieldValue"] else { throw APIError.badRequest("\(path).fieldValue is missing") }
+        guard let valueJSON = json["fieldValue"] else { throw ServiceError.badRequest("\(path).fieldValue is missing") }
         if let count = valueJSON["value"]?.arrayValue?.count, count > maximumValues {
-            throw APIError(.limitExceeded, "\(path).fieldValue holds \(count) values; the limit is \(maximumValues) per filter")
+            throw ServiceError(.limitExceeded, "\(path).fieldValue holds \(count) values; the limit is \(maximumValues) per filter")
         }
         do {
             value = try FieldValue(cloudKitJSON: valueJSON, path: path + ".fieldValue")
         } catch {
-            throw APIError.badRequest(error.description)
+            throw ServiceError.badRequest(error.description)
         }
         switch (comparator, value) {
         case (.in, .scalar), (.notIn, .scalar):
-            throw APIError.badRequest("\(path): \(comparator.rawValue) takes a list value")
+            throw ServiceError.badRequest("\(path): \(comparator.rawValue) takes a list value")
         case (.beginsWith, .scalar(let v)), (.notBeginsWith, .scalar(let v)):
-            guard case .string = v else { throw APIError.badRequest("\(path): \(comparator.rawValue) takes a STRING") }
+            guard case .string = v else { throw ServiceError.badRequest("\(path): \(comparator.rawValue) takes a STRING") }
         case (.beginsWith, .list), (.notBeginsWith, .list), (.listContains, .list), (.notListContains, .list):
-            throw APIError.badRequest("\(path): \(comparator.rawValue) takes a single value")
+            throw ServiceError.badRequest("\(path): \(comparator.rawValue) takes a single value")
         default:
             break
         }
@@ -240,9 +241,9 @@ struct QuerySort {
     let ascending: Bool
 
     init(json: JSON, path: String) throws {
-        guard let fieldName = json["fieldName"]?.stringValue else { throw APIError.badRequest("\(path).fieldName is missing") }
+        guard let fieldName = json["fieldName"]?.stringValue else { throw ServiceError.badRequest("\(path).fieldName is missing") }
         if let ascending = json["ascending"], ascending.boolValue == nil {
-            throw APIError.badRequest("\(path).ascending must be true or false")
+            throw ServiceError.badRequest("\(path).ascending must be true or false")
         }
         self.fieldName = fieldName
         ascending = json["ascending"]?.boolValue ?? true
@@ -296,7 +297,7 @@ struct QueryPosition {
     }
 
     init(marker: String, fingerprint: String) throws {
-        let invalid = APIError.badRequest("continuationMarker does not belong to this query")
+        let invalid = ServiceError.badRequest("continuationMarker does not belong to this query")
         guard marker.utf8.count <= 1 << 20, let data = Data(base64Encoded: marker),
               let json = try? JSON.parse([UInt8](data)), json["q"]?.stringValue == fingerprint,
               let name = json["n"]?.stringValue, let keys = json["k"]?.arrayValue else { throw invalid }
@@ -342,8 +343,8 @@ struct ResponseBudget {
     }
 
     /// The per-item error of a lookup whose answer is full.
-    func lookupRefusal(_ name: String) -> APIError {
-        APIError(.limitExceeded, "not answered: the answer reached its limit of \(limit) bytes before record "
+    func lookupRefusal(_ name: String) -> ServiceError {
+        ServiceError(.limitExceeded, "not answered: the answer reached its limit of \(limit) bytes before record "
                  + "\(name.prefix(300)); look it up in another request")
     }
 }
@@ -355,7 +356,7 @@ extension LatticeService {
         var seen: [String: String] = [:]
         for item in items {
             if let first = seen[item.key] {
-                throw APIError.badRequest("\(item.path) names \(what) \(item.label.prefix(300)) again (as \(first) "
+                throw ServiceError.badRequest("\(item.path) names \(what) \(item.label.prefix(300)) again (as \(first) "
                                           + "does); name each \(what) once")
             }
             seen[item.key] = item.path

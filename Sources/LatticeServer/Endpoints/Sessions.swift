@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 import LatticeSharing
 import LatticeStore
@@ -88,7 +89,7 @@ extension LatticeService {
     func browserSession(_ head: HTTPRequestHead, deadline: RequestDeadline? = nil) throws -> BrowserSession? {
         guard let token = Self.sessionToken(head) else {
             if head.header("cookie")?.contains(Self.sessionCookie + "=") == true {
-                throw APIError(.authenticationFailed, "the session cookie is malformed; sign in again")
+                throw ServiceError(.authenticationFailed, "the session cookie is malformed; sign in again")
             }
             return nil
         }
@@ -96,10 +97,10 @@ extension LatticeService {
         guard let found = try storage.read(deadline: deadline ?? freshDeadline(), lane: .authentication,
                                            { try $0.tokenOwner(hash: hash) }),
               TokenKind(id: found.token.id) == .session else {
-            throw APIError(.authenticationFailed, "the session is unknown or was signed out; sign in again")
+            throw ServiceError(.authenticationFailed, "the session is unknown or was signed out; sign in again")
         }
         if let expires = found.token.expiresMs, expires <= configuration.now() {
-            throw APIError(.authenticationFailed, "the session expired; sign in again")
+            throw ServiceError(.authenticationFailed, "the session expired; sign in again")
         }
         return BrowserSession(user: found.user, tokenID: found.token.id, token: token, expiresMs: found.token.expiresMs)
     }
@@ -110,7 +111,7 @@ extension LatticeService {
         try checkSameOrigin(head)
         guard let sent = head.header(Self.csrfHeader),
               Secrets.constantTimeEqual(Array(sent.utf8), Array(session.csrfValue.utf8)) else {
-            throw APIError(.accessDenied, "a request made with a session cookie needs the session's X-Lattice-CSRF value "
+            throw ServiceError(.accessDenied, "a request made with a session cookie needs the session's X-Lattice-CSRF value "
                            + "(GET /auth/session gives it)")
         }
     }
@@ -119,7 +120,7 @@ extension LatticeService {
     /// `same-origin`, or an `Origin` that is neither the public URL's nor the `Host` the request was sent to.
     func checkSameOrigin(_ head: HTTPRequestHead) throws {
         if let site = head.header("sec-fetch-site"), site != "same-origin" {
-            throw APIError(.accessDenied, "cross-site request refused (Sec-Fetch-Site: \(site.prefix(20)))")
+            throw ServiceError(.accessDenied, "cross-site request refused (Sec-Fetch-Site: \(site.prefix(20)))")
         }
         guard let origin = head.header("origin") else { return }
         var allowed: [String] = []
@@ -128,7 +129,7 @@ extension LatticeService {
         }
         if let host = head.header("host") { allowed += ["http://" + host, "https://" + host] }
         guard allowed.map({ $0.lowercased() }).contains(origin.lowercased()) else {
-            throw APIError(.accessDenied, "cross-site request refused (Origin \(origin.prefix(100)) is not this server)")
+            throw ServiceError(.accessDenied, "cross-site request refused (Origin \(origin.prefix(100)) is not this server)")
         }
     }
 
@@ -161,7 +162,7 @@ extension LatticeService {
             tokens = try tx.tokens(userID: userID)
         }
         guard tokens.count < configuration.maximumTokensPerUser else {
-            throw APIError(.limitExceeded, "a user has at most \(configuration.maximumTokensPerUser) tokens and sessions; "
+            throw ServiceError(.limitExceeded, "a user has at most \(configuration.maximumTokensPerUser) tokens and sessions; "
                            + "revoke some with tokens/revoke")
         }
         try tx.insertToken(NewToken(hash: token.storedHash, id: id, userID: userID, createdMs: now, expiresMs: expires))
@@ -186,10 +187,10 @@ extension LatticeService {
     func signUpWithSession(_ request: HTTPRequest, _ body: [String: JSON]) throws -> HTTPResponse {
         try checkPreSessionRequest(request.head)
         guard configuration.registrationOpen else {
-            throw APIError(.accessDenied, "registration is closed on this server; the administrator adds users "
+            throw ServiceError(.accessDenied, "registration is closed on this server; the administrator adds users "
                            + "with lattice admin add-user")
         }
-        guard let name = body["name"]?.stringValue else { throw APIError.badRequest("expected {\"name\": \"...\"}") }
+        guard let name = body["name"]?.stringValue else { throw ServiceError.badRequest("expected {\"name\": \"...\"}") }
         try checkDiskBudget("sign-up")
         let account = try createAccount(name: name, lifetimeSeconds: Self.sessionLifetimeSeconds,
                                         signUpAddress: request.remoteAddress, kind: .session)
@@ -203,7 +204,7 @@ extension LatticeService {
     private func checkPreSessionRequest(_ head: HTTPRequestHead) throws {
         try checkSameOrigin(head)
         guard let value = head.header(Self.csrfHeader), !value.isEmpty else {
-            throw APIError(.accessDenied, "send X-Lattice-CSRF (any value) with a request that makes a browser session")
+            throw ServiceError(.accessDenied, "send X-Lattice-CSRF (any value) with a request that makes a browser session")
         }
     }
 
@@ -212,7 +213,7 @@ extension LatticeService {
     /// `GET /auth/session`: the signed-in browser's account and CSRF value.
     func currentSession(_ request: HTTPRequest) throws -> HTTPResponse {
         guard let session = try browserSession(request.head) else {
-            throw APIError(.authenticationRequired, "not signed in: no session cookie")
+            throw ServiceError(.authenticationRequired, "not signed in: no session cookie")
         }
         return sessionResponse(session, setCookie: false)
     }
@@ -220,7 +221,7 @@ extension LatticeService {
     /// `POST /auth/signout`: revokes the session on the server and clears the cookie.
     func signOut(_ request: HTTPRequest) throws -> HTTPResponse {
         guard let session = try browserSession(request.head) else {
-            throw APIError(.authenticationRequired, "not signed in: no session cookie")
+            throw ServiceError(.authenticationRequired, "not signed in: no session cookie")
         }
         try checkCSRF(request.head, session: session)
         let revoked = try write { tx, _ in try tx.deleteToken(id: session.tokenID) }
@@ -241,19 +242,19 @@ extension LatticeService {
     func exchangeSignInLink(_ request: HTTPRequest) throws -> HTTPResponse {
         try checkPreSessionRequest(request.head)
         let body = try parseBody(request)
-        let invalid = APIError(.authenticationFailed, "this sign-in link is invalid, expired or already used; "
+        let invalid = ServiceError(.authenticationFailed, "this sign-in link is invalid, expired or already used; "
                                + "run lattice login --web again for a new one")
         guard let text = body["secret"]?.stringValue, let secret = BearerToken(text: text) else { throw invalid }
         let replaceSession: Bool
         switch body["replaceSession"] {
         case nil, .null?: replaceSession = false
         case .bool(let value)?: replaceSession = value
-        default: throw APIError.badRequest("replaceSession must be true or false")
+        default: throw ServiceError.badRequest("replaceSession must be true or false")
         }
         // An unknown, revoked or expired cookie is no session to keep: the exchange replaces it.
         let current = try? browserSession(request.head)
         let now = configuration.now()
-        let outcome: Result<BrowserSession, APIError> = try write { tx, _ in
+        let outcome: Result<BrowserSession, ServiceError> = try write { tx, _ in
             guard let found = try tx.tokenOwner(hash: secret.storedHash),
                   TokenKind(id: found.token.id) == .signInLink else { return .failure(invalid) }
             if let expires = found.token.expiresMs, expires <= now {
@@ -278,17 +279,17 @@ extension LatticeService {
     }
 
     /// The answer to a sign-in link that would silently replace another account's session.
-    static func sessionSwitchRefused(signedInAs: String, linkAccount: String) -> APIError {
-        APIError(.conflict, "this browser is signed in as \(signedInAs) and the link signs in to \(linkAccount); "
-                 + "ask the person, then send replaceSession: true to switch (the link is not spent)",
-                 headers: [], fields: ["signedInAs": .string(signedInAs), "linkAccount": .string(linkAccount)])
+    static func sessionSwitchRefused(signedInAs: String, linkAccount: String) -> ServiceError {
+        ServiceError(.conflict, "this browser is signed in as \(signedInAs) and the link signs in to \(linkAccount); "
+                     + "ask the person, then send replaceSession: true to switch (the link is not spent)",
+                     fields: ["signedInAs": .string(signedInAs), "linkAccount": .string(linkAccount)])
     }
 
     /// `tokens/signinLink` (private database, bearer token only): a one-time link that signs a browser in
     /// to the caller's account. It works once, for ten minutes; the secret is in the URL's fragment, so it
     /// is never sent to a server in a request line, a log or a Referer.
     func createSignInLink(_ context: RequestContext) throws -> JSON {
-        guard context.kind == .private else { throw APIError.badRequest("tokens/signinLink is a private database operation") }
+        guard context.kind == .private else { throw ServiceError.badRequest("tokens/signinLink is a private database operation") }
         try checkDiskBudget("tokens/signinLink")
         let (token, info) = try write { tx, _ in
             try insertToken(.signInLink, userID: context.user.id, lifetimeSeconds: Self.signInLinkLifetimeSeconds, tx)

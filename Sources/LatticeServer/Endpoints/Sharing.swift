@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 import LatticeSharing
 import LatticeStore
@@ -71,7 +72,7 @@ extension LatticeService {
     /// Resolves a zone of the shared database: another user's zone in which the caller has accepted at
     /// least one live share. Anything else is ZONE_NOT_FOUND, so nothing leaks about zones one cannot see.
     func resolveSharedZone(_ zoneID: ZoneID, _ context: RequestContext, _ tx: any StorageTransaction) throws -> ResolvedZone {
-        let notFound = APIError(.zoneNotFound, "no accepted share has zone \(zoneID.zoneName) of \(zoneID.ownerRecordName)")
+        let notFound = ServiceError(.zoneNotFound, "no accepted share has zone \(zoneID.zoneName) of \(zoneID.ownerRecordName)")
         guard zoneID.ownerRecordName != context.user.recordName, let owner = try tx.user(recordName: zoneID.ownerRecordName)
         else { throw notFound }
         let database = try tx.database(DatabaseKey(kind: .private, environment: context.environment, ownerID: owner.id))
@@ -133,32 +134,32 @@ extension LatticeService {
     /// record answers NOT_FOUND, one that would make it needs a parent inside a share and write access.
     func checkParticipantWrite(_ recordName: String, isDelete: Bool, live: Bool, createsMissing: Bool,
                                requestedParent: String??, _ resolved: ResolvedZone, _ tx: any StorageTransaction) throws {
-        guard let zone = resolved.zone else { throw APIError(.zoneNotFound, "the zone does not exist") }
+        guard let zone = resolved.zone else { throw ServiceError(.zoneNotFound, "the zone does not exist") }
         let target: ShareGrant
         if live {
             guard let found = try grant(for: recordName, resolved, tx) else {
-                throw APIError(.notFound, "record \(recordName) does not exist")
+                throw ServiceError(.notFound, "record \(recordName) does not exist")
             }
             target = found
         } else if !createsMissing {
-            throw APIError(.notFound, "record \(recordName) does not exist")
+            throw ServiceError(.notFound, "record \(recordName) does not exist")
         } else if let grant = resolved.grants.first(where: { $0.share.rootRecordName == nil }) {
             target = grant // zone-wide: anything in the zone
         } else {
             guard case .some(.some(let parent)) = requestedParent, let found = try grant(for: parent, resolved, tx) else {
-                throw APIError(.permissionFailure, "a record created in a shared hierarchy needs a parent inside the share")
+                throw ServiceError(.permissionFailure, "a record created in a shared hierarchy needs a parent inside the share")
             }
             target = found
         }
         guard target.permission == .readWrite else {
-            throw APIError(.permissionFailure, "you have read-only access to this share")
+            throw ServiceError(.permissionFailure, "you have read-only access to this share")
         }
         if isDelete, recordName == target.share.rootRecordName {
-            throw APIError(.permissionFailure, "only the owner deletes the root record of a share")
+            throw ServiceError(.permissionFailure, "only the owner deletes the root record of a share")
         }
         if target.share.rootRecordName != nil, case .some(let parent) = requestedParent, live {
             guard let parent, try isMember(parent, of: target.share, zone: zone, tx) else {
-                throw APIError(.permissionFailure, "a participant cannot move a record out of the shared hierarchy")
+                throw ServiceError(.permissionFailure, "a participant cannot move a record out of the shared hierarchy")
             }
         }
     }
@@ -177,11 +178,11 @@ extension LatticeService {
         guard !live || oldParent != newParent else { return }
         let current = live ? try grant(for: name, resolved, tx) : nil
         if let current, current.share.rootRecordName == name {
-            throw APIError(.permissionFailure, "only the owner moves the root record of a share")
+            throw ServiceError(.permissionFailure, "only the owner moves the root record of a share")
         }
         guard let newParent, let target = try grant(for: newParent, resolved, tx),
               current == nil || target.share.id == current!.share.id else {
-            throw APIError(.permissionFailure, "a participant cannot move a record out of the shared hierarchy")
+            throw ServiceError(.permissionFailure, "a participant cannot move a record out of the shared hierarchy")
         }
     }
 
@@ -219,7 +220,7 @@ extension LatticeService {
         for inner in hierarchies {
             for outer in hierarchies where outer.id != inner.id {
                 if try isMember(inner.rootRecordName!, of: outer, zone: zone, tx) {
-                    throw APIError(.alreadyShared, "record \(inner.rootRecordName!) is the root of a share and cannot be "
+                    throw ServiceError(.alreadyShared, "record \(inner.rootRecordName!) is the root of a share and cannot be "
                                    + "placed under \(outer.rootRecordName!), which is in another share")
                 }
             }
@@ -245,7 +246,7 @@ extension LatticeService {
 
     private func shareRecordName(_ body: [String: JSON]) throws -> String? {
         guard let json = body["shareRecordName"] else { return nil }
-        guard let name = json.stringValue else { throw APIError.badRequest("shareRecordName must be a string") }
+        guard let name = json.stringValue else { throw ServiceError.badRequest("shareRecordName must be a string") }
         return name
     }
 
@@ -253,17 +254,17 @@ extension LatticeService {
     private func targetShare(_ context: RequestContext, _ tx: any StorageTransaction, creatingDefault: Bool = false) throws
         -> (resolved: ResolvedZone, share: StoredShare, roster: ShareRoster) {
         let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
-        guard let zone = resolved.zone else { throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist") }
+        guard let zone = resolved.zone else { throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist") }
         let wanted = try shareRecordName(context.body)
         let candidates = context.kind == .shared ? resolved.grants.map(\.share) : try tx.shares(zoneRowID: zone.rowID)
         let matches = candidates.filter { wanted == nil || $0.recordName == wanted }
-        guard let share = matches.first else { throw APIError(.notFound, "no such share in zone \(zone.name)") }
-        guard matches.count == 1 else { throw APIError.badRequest("the zone has several shares; name one with shareRecordName") }
+        guard let share = matches.first else { throw ServiceError(.notFound, "no such share in zone \(zone.name)") }
+        guard matches.count == 1 else { throw ServiceError.badRequest("the zone has several shares; name one with shareRecordName") }
         // The share's own row, read again before its roster: in a write on a multi-writer backend this locks
         // it, so an invitation here and an accept through a link (which locks the row first) cannot both
         // pass the participant cap.
         guard let locked = try tx.share(id: share.id), !locked.deleted else {
-            throw APIError(.notFound, "no such share in zone \(zone.name)")
+            throw ServiceError(.notFound, "no such share in zone \(zone.name)")
         }
         return (resolved, locked, try roster(locked, tx))
     }
@@ -272,25 +273,25 @@ extension LatticeService {
     /// owner): a hierarchy share rooted at a record, or a zone-wide share when no root is given.
     func createShare(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
         -> HTTPResponse {
-        guard context.kind == .private else { throw APIError.badRequest("shares are created in the owner's private database") }
+        guard context.kind == .private else { throw ServiceError.badRequest("shares are created in the owner's private database") }
         let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
         guard resolved.zoneID.zoneName != Names.systemZoneName else {
-            throw APIError.badRequest("the default zone cannot be shared (as in CloudKit); use a custom zone")
+            throw ServiceError.badRequest("the default zone cannot be shared (as in CloudKit); use a custom zone")
         }
         guard let zone = resolved.zone else {
-            throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
+            throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
         }
         var root: String?
         if let json = context.body["rootRecordName"] {
-            guard let name = json.stringValue else { throw APIError.badRequest("rootRecordName must be a string") }
+            guard let name = json.stringValue else { throw ServiceError.badRequest("rootRecordName must be a string") }
             guard let stored = try tx.record(zoneRowID: zone.rowID, name: name), !stored.deleted else {
-                throw APIError(.notFound, "record \(name) does not exist")
+                throw ServiceError(.notFound, "record \(name) does not exist")
             }
             root = name
         }
         let title = try context.body["title"].map { json -> String in
             guard let text = json.stringValue, text.utf8.count <= 1024 else {
-                throw APIError.badRequest("title must be a string of at most 1024 bytes")
+                throw ServiceError.badRequest("title must be a string of at most 1024 bytes")
             }
             return text
         } ?? ""
@@ -299,16 +300,16 @@ extension LatticeService {
         let existing = try tx.shares(zoneRowID: zone.rowID)
         if let root {
             if existing.contains(where: { $0.rootRecordName == nil }) {
-                throw APIError(.alreadyShared, "zone \(zone.name) has a zone-wide share")
+                throw ServiceError(.alreadyShared, "zone \(zone.name) has a zone-wide share")
             }
             for other in existing {
                 guard let otherRoot = other.rootRecordName else { continue }
                 if try isMember(root, of: other, zone: zone, tx) || isMember(otherRoot, of: sharePlaceholder(root, zone), zone: zone, tx) {
-                    throw APIError(.alreadyShared, "record \(root) or a record under it already belongs to a share")
+                    throw ServiceError(.alreadyShared, "record \(root) or a record under it already belongs to a share")
                 }
             }
         } else if !existing.isEmpty {
-            throw APIError(.alreadyShared, "zone \(zone.name) already holds shares; a zone-wide share needs a zone without them")
+            throw ServiceError(.alreadyShared, "zone \(zone.name) already holds shares; a zone-wide share needs a zone without them")
         }
         let publicID = "sh_" + Secrets.hex(try Secrets.randomBytes(12))
         let recordName = root == nil ? Self.zoneShareRecordName : "Share-" + publicID.dropFirst(3)
@@ -318,7 +319,7 @@ extension LatticeService {
                                                 rootRecordName: root, ownerID: context.user.id, title: title,
                                                 publicPermission: publicPermission.rawValue, nowMs: configuration.now()))
         } catch StorageError.duplicate {
-            throw APIError(.alreadyShared, "zone \(zone.name) already has that share")
+            throw ServiceError(.alreadyShared, "zone \(zone.name) already has that share")
         }
         let roster = ShareRoster(publicPermission: publicPermission, participants: [
             ShareParticipant(userID: context.user.id, role: .owner, permission: .readWrite, status: .accepted),
@@ -359,11 +360,11 @@ extension LatticeService {
         let before = roster
         let actor = context.user.id
         guard roster.canManage(actor) else {
-            throw APIError(.permissionFailure, "only the owner or an administrator changes a share")
+            throw ServiceError(.permissionFailure, "only the owner or an administrator changes a share")
         }
         if let json = context.body["title"] {
             guard let title = json.stringValue, title.utf8.count <= 1024 else {
-                throw APIError.badRequest("title must be a string of at most 1024 bytes")
+                throw ServiceError.badRequest("title must be a string of at most 1024 bytes")
             }
             share.title = title
         }
@@ -377,26 +378,26 @@ extension LatticeService {
                 switch item["operation"]?.stringValue {
                 case "invite":
                     guard let permission = try permissionValue(item["permission"], path: path + ".permission", allowNone: false)
-                    else { throw APIError.badRequest("\(path).permission is required") }
+                    else { throw ServiceError.badRequest("\(path).permission is required") }
                     var role = ShareRole.privateUser
                     if let roleName = item["role"]?.stringValue {
                         guard let parsed = ShareRole(rawValue: roleName), parsed == .privateUser || parsed == .administrator else {
-                            throw APIError.badRequest("\(path).role must be privateUser or administrator")
+                            throw ServiceError.badRequest("\(path).role must be privateUser or administrator")
                         }
                         role = parsed
                     }
                     if role == .administrator, roster.participant(actor)?.role != .owner {
-                        throw APIError(.permissionFailure, "only the owner makes administrators")
+                        throw ServiceError(.permissionFailure, "only the owner makes administrators")
                     }
                     try roster.invite(user.id, permission: permission, role: role, by: actor)
                 case "setPermission":
                     guard let permission = try permissionValue(item["permission"], path: path + ".permission", allowNone: false)
-                    else { throw APIError.badRequest("\(path).permission is required") }
+                    else { throw ServiceError.badRequest("\(path).permission is required") }
                     try roster.setPermission(of: user.id, to: permission, by: actor)
                 case "remove":
                     try roster.remove(user.id, by: actor)
                 default:
-                    throw APIError.badRequest("\(path).operation must be invite, setPermission or remove")
+                    throw ServiceError.badRequest("\(path).operation must be invite, setPermission or remove")
                 }
             }
         } catch let error as ShareRuleError {
@@ -410,7 +411,7 @@ extension LatticeService {
     /// `shares/leave {"zoneID", "shareRecordName"?}` (shared database): the caller leaves the share.
     func leaveShare(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
         -> HTTPResponse {
-        guard context.kind == .shared else { throw APIError.badRequest("leave a share through the shared database") }
+        guard context.kind == .shared else { throw ServiceError.badRequest("leave a share through the shared database") }
         var (resolved, share, roster) = try targetShare(context, tx)
         let before = roster
         do throws(ShareRuleError) {
@@ -429,7 +430,7 @@ extension LatticeService {
         -> HTTPResponse {
         let (resolved, share, roster) = try targetShare(context, tx)
         guard context.kind == .private else {
-            throw APIError(.permissionFailure, "only the owner deletes a share; participants leave with shares/leave")
+            throw ServiceError(.permissionFailure, "only the owner deletes a share; participants leave with shares/leave")
         }
         try removeShare(share, roster, zone: resolved.zone!, context: context, tx, &touched)
         return .json(.object(["deleted": .bool(true), "shareRecordName": .string(share.recordName)]))
@@ -459,13 +460,13 @@ extension LatticeService {
     /// `shares/url {"zoneID", "shareRecordName"?, "permission"?, "expiresInSeconds"?, "maxUses"?, "rotate"?}`:
     /// a signed share URL. `rotate` moves the share's URL epoch first, so every older URL stops working.
     func shareURL(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws -> HTTPResponse {
-        guard let keyRing else { throw APIError(.internalError, "share links are not configured on this server") }
+        guard let keyRing else { throw ServiceError(.internalError, "share links are not configured on this server") }
         var (resolved, share, roster) = try targetShare(context, tx)
         guard roster.canManage(context.user.id) else {
-            throw APIError(.permissionFailure, "only the owner or an administrator makes share URLs")
+            throw ServiceError(.permissionFailure, "only the owner or an administrator makes share URLs")
         }
         if let rotate = context.body["rotate"] {
-            guard let flag = rotate.boolValue else { throw APIError.badRequest("rotate must be true or false") }
+            guard let flag = rotate.boolValue else { throw ServiceError.badRequest("rotate must be true or false") }
             if flag {
                 share.urlEpoch += 1
                 try tx.updateShare(share)
@@ -477,14 +478,14 @@ extension LatticeService {
         var expires: Int64?
         if let json = context.body["expiresInSeconds"] {
             guard let seconds = json.intValue, seconds >= 1, seconds <= 10 * 365 * 86_400 else {
-                throw APIError.badRequest("expiresInSeconds must be from 1 to 10 years in seconds")
+                throw ServiceError.badRequest("expiresInSeconds must be from 1 to 10 years in seconds")
             }
             expires = now + seconds
         }
         var maximumUses: Int?
         if let json = context.body["maxUses"] {
             guard let uses = json.intValue, uses >= 1, uses <= 1_000_000 else {
-                throw APIError.badRequest("maxUses must be a positive integer")
+                throw ServiceError.badRequest("maxUses must be a positive integer")
             }
             maximumUses = Int(uses)
         }
@@ -520,13 +521,13 @@ extension LatticeService {
 
     /// The error item of a link: `value` is always empty, never the token (a secret), and the item's place
     /// in `results` says which link failed.
-    private func linkError(_ error: APIError) -> JSON {
+    private func linkError(_ error: ServiceError) -> JSON {
         error.json(item: (key: "value", value: ""))
     }
 
     /// Verifies a link and finds its live share. Every failure is the same error.
     func verifiedLink(_ token: String, _ tx: any StorageTransaction) throws -> (ShareClaims, StoredShare) {
-        let invalid = APIError(.accessDenied, ShareTokenError.invalid.description)
+        let invalid = ServiceError(.accessDenied, ShareTokenError.invalid.description)
         guard let keyRing, let claims = try? keyRing.verify(token, nowSeconds: configuration.now() / 1000) else {
             throw invalid
         }
@@ -561,17 +562,17 @@ extension LatticeService {
         return try storage.read(deadline: context.deadline) { tx in
             .object(["results": .array(try links.map { link in
                 do {
-                    guard let token = linkToken(link) else { throw APIError.badRequest("expected {\"value\": token}") }
+                    guard let token = linkToken(link) else { throw ServiceError.badRequest("expected {\"value\": token}") }
                     let (claims, share) = try verifiedLink(token, tx)
                     if let maximum = claims.maximumUses, try tx.linkUses(tokenID: claims.tokenID) >= maximum,
                        try roster(share, tx).access(of: context.user.id) == .none {
-                        throw APIError(.accessDenied, ShareTokenError.invalid.description)
+                        throw ServiceError(.accessDenied, ShareTokenError.invalid.description)
                     }
                     let roster = try roster(share, tx)
                     let linkPermission = SharePermission(rawValue: claims.permission) ?? .readOnly
                     return try shareMetadata(share, roster, claims: claims, user: context.user.id,
                                              wouldBe: roster.wouldAccept(context.user.id, linkPermission: linkPermission), tx)
-                } catch let error as APIError {
+                } catch let error as ServiceError {
                     return linkError(error)
                 }
             })])
@@ -587,17 +588,17 @@ extension LatticeService {
         for link in links {
             do {
                 let result = try tx.savepoint { () throws -> JSON in
-                    guard let token = linkToken(link) else { throw APIError.badRequest("expected {\"value\": token}") }
+                    guard let token = linkToken(link) else { throw ServiceError.badRequest("expected {\"value\": token}") }
                     try lockLinkTarget(token, tx)
                     var (claims, share) = try verifiedLink(token, tx)
                     var roster = try roster(share, tx)
                     let before = roster
                     guard share.ownerID != context.user.id else {
-                        throw APIError.badRequest("this is your own share; it is in your private database")
+                        throw ServiceError.badRequest("this is your own share; it is in your private database")
                     }
                     let alreadyIn = roster.access(of: context.user.id) != .none
                     if !alreadyIn, let maximum = claims.maximumUses, try tx.linkUses(tokenID: claims.tokenID) >= maximum {
-                        throw APIError(.accessDenied, ShareTokenError.invalid.description)
+                        throw ServiceError(.accessDenied, ShareTokenError.invalid.description)
                     }
                     let linkPermission = SharePermission(rawValue: claims.permission) ?? .readOnly
                     let participant: ShareParticipant
@@ -617,7 +618,7 @@ extension LatticeService {
                     return try shareMetadata(share, roster, claims: claims, user: context.user.id, wouldBe: participant, tx)
                 }
                 results.append(result)
-            } catch let error as APIError {
+            } catch let error as ServiceError {
                 results.append(linkError(error))
             }
         }
@@ -628,7 +629,7 @@ extension LatticeService {
 
     private func shareMetadata(_ share: StoredShare, _ roster: ShareRoster, claims: ShareClaims, user: Int64,
                                wouldBe: ShareParticipant?, _ tx: any StorageTransaction) throws -> JSON {
-        guard let zone = try tx.zone(rowID: share.zoneRowID) else { throw APIError(.accessDenied, ShareTokenError.invalid.description) }
+        guard let zone = try tx.zone(rowID: share.zoneRowID) else { throw ServiceError(.accessDenied, ShareTokenError.invalid.description) }
         let owner = try tx.user(recordName: zone.ownerRecordName)
         var object: [String: JSON] = [
             "shareRecordName": .string(share.recordName),
@@ -711,29 +712,29 @@ extension LatticeService {
         guard let json else { return nil }
         guard let text = json.stringValue, let permission = SharePermission(rawValue: text),
               allowNone || permission != .none else {
-            throw APIError.badRequest("\(path) must be " + (allowNone ? "none, readOnly or readWrite" : "readOnly or readWrite"))
+            throw ServiceError.badRequest("\(path) must be " + (allowNone ? "none, readOnly or readWrite" : "readOnly or readWrite"))
         }
         return permission
     }
 
     private func participantUser(_ item: JSON, path: String, _ tx: any StorageTransaction) throws -> UserAccount {
         if let name = item["userName"]?.stringValue {
-            guard let user = try tx.user(named: name) else { throw APIError(.notFound, "no user named \(name)") }
+            guard let user = try tx.user(named: name) else { throw ServiceError(.notFound, "no user named \(name)") }
             return user
         }
         if let recordName = item["userRecordName"]?.stringValue {
-            guard let user = try tx.user(recordName: recordName) else { throw APIError(.notFound, "no user \(recordName)") }
+            guard let user = try tx.user(recordName: recordName) else { throw ServiceError(.notFound, "no user \(recordName)") }
             return user
         }
-        throw APIError.badRequest("\(path) needs userName or userRecordName")
+        throw ServiceError.badRequest("\(path) needs userName or userRecordName")
     }
 
-    func apiError(_ error: ShareRuleError) -> APIError {
+    func apiError(_ error: ShareRuleError) -> ServiceError {
         switch error.code {
-        case .tooManyParticipants: return APIError(.tooManyParticipants, error.description)
-        case .permissionFailure: return APIError(.permissionFailure, error.description)
-        case .badRequest: return APIError.badRequest(error.description)
-        case .notFound: return APIError(.notFound, error.description)
+        case .tooManyParticipants: return ServiceError(.tooManyParticipants, error.description)
+        case .permissionFailure: return ServiceError(.permissionFailure, error.description)
+        case .badRequest: return ServiceError.badRequest(error.description)
+        case .notFound: return ServiceError(.notFound, error.description)
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 import LatticeSharing
 import LatticeStore
@@ -26,7 +27,7 @@ extension LatticeService {
 
     /// A web file under `webRoot` (the security headers come with every answer).
     func webFile(_ path: String, _ request: HTTPRequest) throws -> HTTPResponse {
-        guard let root = configuration.webRoot else { throw APIError(.notFound, "no web files here") }
+        guard let root = configuration.webRoot else { throw ServiceError(.notFound, "no web files here") }
         return try StaticFiles(root: root).response(path: path, headers: request.headers)
     }
 

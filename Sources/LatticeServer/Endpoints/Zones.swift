@@ -1,3 +1,4 @@
+import LatticeAPI
 import LatticeCore
 import LatticeStore
 
@@ -35,14 +36,14 @@ extension LatticeService {
     /// given as CloudKit's placeholder, the owner is the caller (`_defaultOwner` in the public database).
     /// - Throws: BAD_REQUEST naming the path for anything else, a wrongly typed member included.
     func parseZoneID(_ json: JSON?, _ context: RequestContext, path: String) throws -> ZoneID {
-        guard let json else { throw APIError.badRequest("\(path) is missing") }
-        guard var object = json.objectValue else { throw APIError.badRequest("\(path) must be {\"zoneName\": ...}") }
+        guard let json else { throw ServiceError.badRequest("\(path) is missing") }
+        guard var object = json.objectValue else { throw ServiceError.badRequest("\(path) must be {\"zoneName\": ...}") }
         let owner = context.kind == .public ? Self.publicOwner : context.user.recordName
         if object["ownerRecordName"]?.stringValue == Self.currentUserPlaceholder { object["ownerRecordName"] = nil }
         do {
             return try ZoneID(cloudKitJSON: .object(object), defaultOwner: owner, path: path)
         } catch {
-            throw APIError.badRequest(error.description)
+            throw ServiceError.badRequest(error.description)
         }
     }
 
@@ -53,11 +54,11 @@ extension LatticeService {
         switch context.kind {
         case .private:
             guard zoneID.ownerRecordName == owner else {
-                throw APIError(.accessDenied, "zone \(zoneID.zoneName) belongs to another user's private database")
+                throw ServiceError(.accessDenied, "zone \(zoneID.zoneName) belongs to another user's private database")
             }
         case .public:
             guard zoneID.ownerRecordName == owner, zoneID.zoneName == Names.systemZoneName else {
-                throw APIError(.zoneNotFound, "the public database has only \(Names.systemZoneName) (owner \(Self.publicOwner))")
+                throw ServiceError(.zoneNotFound, "the public database has only \(Names.systemZoneName) (owner \(Self.publicOwner))")
             }
         case .shared:
             return try resolveSharedZone(zoneID, context, tx)
@@ -74,7 +75,7 @@ extension LatticeService {
     /// A zone that does not exist is ZONE_NOT_FOUND, except `_defaultZone`, which always exists.
     func requireZone(_ resolved: ResolvedZone) throws {
         if resolved.zone == nil && resolved.zoneID.zoneName != Names.systemZoneName {
-            throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
+            throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
         }
     }
 
@@ -128,9 +129,9 @@ extension LatticeService {
                     } else if resolved.zoneID.zoneName == Names.systemZoneName {
                         results.append(impliedZoneJSON(resolved.zoneID))
                     } else {
-                        throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
+                        throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
                     }
-                } catch let error as APIError {
+                } catch let error as ServiceError {
                     results.append(error.json(item: (key: "zoneName", value: item["zoneID"]?["zoneName"]?.stringValue
                                                      ?? item["zoneName"]?.stringValue ?? "")))
                 }
@@ -146,7 +147,7 @@ extension LatticeService {
     func modifyZones(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
         -> HTTPResponse {
         guard context.kind == .private else {
-            throw APIError.badRequest("zones can only be created and deleted in the private database")
+            throw ServiceError.badRequest("zones can only be created and deleted in the private database")
         }
         let operations = try items(context.body, "operations", limit: configuration.maximumOperations)
         var results: [JSON] = []
@@ -157,7 +158,7 @@ extension LatticeService {
                 let result = try tx.savepoint { () throws -> JSON in
                     let resolved = try resolveZone(zoneJSON, context, tx, path: path + ".zone.zoneID")
                     guard resolved.zoneID.zoneName != Names.systemZoneName else {
-                        throw APIError.badRequest("\(Names.systemZoneName) always exists and cannot be created or deleted")
+                        throw ServiceError.badRequest("\(Names.systemZoneName) always exists and cannot be created or deleted")
                     }
                     switch operation["operationType"]?.stringValue {
                     case "create":
@@ -169,7 +170,7 @@ extension LatticeService {
                         return self.zoneJSON(zone)
                     case "delete":
                         guard let zone = resolved.zone else {
-                            throw APIError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
+                            throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
                         }
                         // Its shares go with it: participants lose access and see the zone deleted.
                         for share in try tx.shares(zoneRowID: zone.rowID) {
@@ -179,11 +180,11 @@ extension LatticeService {
                         touched.insert(zone.databaseID)
                         return .object(["zoneID": resolved.zoneID.cloudKitJSON, "deleted": .bool(true)])
                     default:
-                        throw APIError.badRequest("\(path).operationType must be create or delete")
+                        throw ServiceError.badRequest("\(path).operationType must be create or delete")
                     }
                 }
                 results.append(result)
-            } catch let error as APIError {
+            } catch let error as ServiceError {
                 results.append(error.json(item: (key: "zoneName", value: zoneJSON?["zoneName"]?.stringValue ?? "")))
             }
         }
@@ -207,12 +208,12 @@ extension LatticeService {
     func items(_ body: [String: JSON], _ key: String, limit: Int, optional: Bool = false, allowStrings: Bool = false)
         throws -> [JSON] {
         if optional && body[key] == nil { return [] }
-        guard let array = body[key]?.arrayValue else { throw APIError.badRequest("expected \"\(key)\": [...]") }
+        guard let array = body[key]?.arrayValue else { throw ServiceError.badRequest("expected \"\(key)\": [...]") }
         guard array.count <= limit else {
-            throw APIError(.limitExceeded, "\(array.count) items in \(key); the limit is \(limit) per request")
+            throw ServiceError(.limitExceeded, "\(array.count) items in \(key); the limit is \(limit) per request")
         }
         for (index, item) in array.enumerated() where item.objectValue == nil && !(allowStrings && item.stringValue != nil) {
-            throw APIError.badRequest("\(key)[\(index)] must be an object")
+            throw ServiceError.badRequest("\(key)[\(index)] must be an object")
         }
         return array
     }
