@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import LatticeCore
 import Synchronization
 import Testing
 @testable import LatticeStore
