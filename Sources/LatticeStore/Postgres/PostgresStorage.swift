@@ -537,7 +537,7 @@ struct PostgresMigrator: Sendable {
 ///   the pool stay up is noticed by the watcher within its interval.
 ///
 /// `@unchecked Sendable` is sound because `lock` guards `claims` (and the connections in it, which are used
-/// only under the lock), and `stopped` is atomic.
+/// only under the lock), `stopped` and `watching` are atomic, and the other members are immutable `let`s.
 final class PostgresClaims: @unchecked Sendable {
     enum State {
         case held(PostgresConnection)
