@@ -58,9 +58,10 @@ let package = Package(
         // The client engine (CKSyncEngine-like): local replica, pending changes, sync state, transport.
         .target(name: "LatticeSync", dependencies: ["LatticeCore", "LatticeStore"]),
 
-        // `lattice admin` opens the share-signing key ring (LatticeSharing) directly.
+        // `lattice admin` opens the share-signing key ring (LatticeSharing) and the storage (LatticeStore) directly.
         .executableTarget(
-            name: "LatticeCLI", dependencies: ["LatticeCore", "LatticeServer", "LatticeSharing", "LatticeSync"]
+            name: "LatticeCLI",
+            dependencies: ["LatticeCore", "LatticeServer", "LatticeSharing", "LatticeStore", "LatticeSync"]
         ),
         .executableTarget(
             name: "LatticeBench",
