@@ -69,15 +69,23 @@ let package = Package(
             path: "Benchmarks/LatticeBench"
         ),
 
+        // Test support shared by the test targets (throwaway PostgreSQL databases). In no product: the shipped
+        // libraries and executables do not contain it.
+        .target(
+            name: "LatticeTestSupport", dependencies: ["LatticeStore", "CPostgres"], path: "Tests/LatticeTestSupport"
+        ),
+
         .testTarget(name: "LatticeCoreTests", dependencies: ["LatticeCore"]),
-        .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore", "LatticeCore"]),
+        .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore", "LatticeCore", "LatticeTestSupport"]),
         .testTarget(
             name: "LatticeServerTests",
-            dependencies: ["LatticeServer", "LatticeStore", "LatticeSharing", "LatticeSync", "LatticeCore"]
+            dependencies: ["LatticeServer", "LatticeStore", "LatticeSharing", "LatticeSync", "LatticeCore",
+                           "LatticeTestSupport"]
         ),
         .testTarget(
             name: "LatticeSyncTests",
-            dependencies: ["LatticeSync", "LatticeServer", "LatticeSharing", "LatticeStore", "LatticeCore"]
+            dependencies: ["LatticeSync", "LatticeServer", "LatticeSharing", "LatticeStore", "LatticeCore",
+                           "LatticeTestSupport"]
         ),
         .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore", "CLibCrypto"]),
         .testTarget(

@@ -276,6 +276,10 @@ public final class PostgresStorage: Storage, Sendable {
     /// The schema version this build creates (the same numbering as SQLite's).
     public static var schemaVersion: Int { migrator.latestVersion }
 
+    /// A stable fingerprint of the migrations' SQL, for the test support's pre-migrated template databases.
+    /// `package`: for this package's targets, not part of the public API.
+    package static var schemaFingerprint: String { migrator.fingerprint }
+
     static let migrator = PostgresMigrator([
         PostgresMigrator.Migration("v1: users, tokens, databases, zones, records, client operations", sql: """
             CREATE TABLE metadata(key text COLLATE "C" PRIMARY KEY, value text COLLATE "C" NOT NULL);

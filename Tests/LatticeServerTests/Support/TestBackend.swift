@@ -2,6 +2,7 @@
 // Tests/LatticeServerTests/Support/TestBackend.swift, so it uses nothing else of either target.
 import Foundation
 import LatticeStore
+import LatticeTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
