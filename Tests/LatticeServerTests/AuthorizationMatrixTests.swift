@@ -472,7 +472,7 @@ final class MatrixTable {
     }
 }
 
-@Suite(.serialized) struct AuthorizationMatrixTests {
+@Suite(.serialized, .tags(.postgres)) struct AuthorizationMatrixTests {
     @Test func everyEndpointEveryCallerEveryTarget() throws {
         let table = MatrixTable()
         defer { print(table.render()) }

@@ -5,7 +5,7 @@ import Synchronization
 import Testing
 
 /// Sharing end to end in-process: create, invite, URL, resolve, accept, access, moves, revocation, limits.
-@Suite struct SharingFlowTests {
+@Suite(.tags(.postgres)) struct SharingFlowTests {
     struct World {
         let h: ServiceHarness
         let ann: String, annName: String

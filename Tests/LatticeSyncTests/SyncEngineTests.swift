@@ -101,7 +101,7 @@ final class ServerClock: Sendable {
     func advance(_ milliseconds: Int64) { offset.withLock { $0 += milliseconds } }
 }
 
-@Suite struct SyncEngineTests {
+@Suite(.tags(.postgres)) struct SyncEngineTests {
     @Test func twoUsersShareAListEditOfflineAndConverge() throws {
         let world = try SyncWorld()
         let (alice, aliceLists, aliceNet) = try world.device("alice")
