@@ -65,12 +65,14 @@ let package = Package(
         ),
         .executableTarget(
             name: "LatticeBench",
-            dependencies: ["LatticeCore", "LatticeServer", "LatticeStore", "LatticeSync", "CLibCrypto", "CSQLite", "CPostgres"],
+            dependencies: [
+                "LatticeCore", "LatticeServer", "LatticeStore", "LatticeSync", "CLibCrypto", "CSQLite", "CPostgres",
+            ],
             path: "Benchmarks/LatticeBench"
         ),
 
-        // Test support shared by the test targets (throwaway PostgreSQL databases). In no product: the shipped
-        // libraries and executables do not contain it.
+        // Test support shared by the test targets: the backend switch (LATTICE_TEST_BACKEND) and throwaway
+        // PostgreSQL databases and clusters. In no product: the shipped libraries and executables do not contain it.
         .target(
             name: "LatticeTestSupport", dependencies: ["LatticeStore", "CPostgres"], path: "Tests/LatticeTestSupport"
         ),

@@ -4,6 +4,7 @@ import LatticeServer
 import LatticeSharing
 import LatticeStore
 @testable import LatticeSync
+import LatticeTestSupport
 import Synchronization
 import Testing
 
