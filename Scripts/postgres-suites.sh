@@ -46,7 +46,10 @@ if [ -z "$suites" ]; then
     exit 1
 fi
 
-listing=$(swift test list --skip-build 2>/dev/null)
+if ! listing=$(swift test list --skip-build 2>/dev/null); then
+    echo "postgres-suites.sh: 'swift test list --skip-build' failed (build the tests first)" >&2
+    exit 1
+fi
 filter=""
 total=0
 count=0
