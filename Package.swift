@@ -73,7 +73,7 @@ let package = Package(
         // Shared lists (the CLI's and the web client's model) on top of the client library.
         .target(name: "LatticeLists", dependencies: ["LatticeCore", "LatticeSync"]),
 
-        // `lattice admin` opens the share-signing key ring (LatticeSharing) directly.
+        // `lattice admin` opens the share-signing key ring (LatticeSharing) and the storage (LatticeStore) directly.
         .executableTarget(
             name: "LatticeCLI",
             dependencies: ["LatticeCore", "LatticeAPI", "LatticeServer", "LatticeSharing", "LatticeStore", "LatticeSync",
@@ -81,21 +81,29 @@ let package = Package(
         ),
         .executableTarget(
             name: "LatticeBench",
-            dependencies: ["LatticeCore", "LatticeServer", "LatticeStore", "LatticeSync", "CLibCrypto", "CSQLite", "CPostgres"],
+            dependencies: [
+                "LatticeCore", "LatticeServer", "LatticeStore", "LatticeSync", "CLibCrypto", "CSQLite", "CPostgres",
+            ],
             path: "Benchmarks/LatticeBench"
         ),
 
+        // Test support shared by the test targets: the backend switch (LATTICE_TEST_BACKEND) and throwaway
+        // PostgreSQL databases and clusters. In no product: the shipped libraries and executables do not contain it.
+        .target(
+            name: "LatticeTestSupport", dependencies: ["LatticeStore", "CPostgres"], path: "Tests/LatticeTestSupport"
+        ),
+
         .testTarget(name: "LatticeCoreTests", dependencies: ["LatticeCore"]),
-        .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore", "LatticeSQLite", "LatticeCore"]),
+        .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore", "LatticeSQLite", "LatticeCore", "LatticeTestSupport"]),
         .testTarget(
             name: "LatticeServerTests",
             dependencies: ["LatticeServer", "LatticeAPI", "LatticeStore", "LatticeSQLite", "LatticeSharing", "LatticeSync",
-                           "LatticeLists", "LatticeCore"]
+                           "LatticeLists", "LatticeCore", "LatticeTestSupport"]
         ),
         .testTarget(
             name: "LatticeSyncTests",
             dependencies: ["LatticeSync", "LatticeLists", "LatticeAPI", "LatticeServer", "LatticeSharing", "LatticeStore",
-                           "LatticeCore"]
+                           "LatticeCore", "LatticeTestSupport"]
         ),
         .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore", "CLibCrypto"]),
         .testTarget(

@@ -272,7 +272,7 @@ enum SoakBench {
     // MARK: One client
 
     private static func runClient(port: UInt16, token: String, seed: UInt64, end: UInt64, stats: SoakStats) {
-        var random = SoakRandom(seed: seed)
+        var random = SplitMix64(seed: seed)
         let connection = SoakConnection(port: port, timeoutSeconds: 30)
         let base = "/database/1/lattice/production/private/"
         let zone: JSON = .object(["zoneName": .string(zoneName)])

@@ -169,7 +169,7 @@ public final class Connection {
 
 /// A connection confined behind a lock: every use goes through `read` or `write`, one at a time.
 ///
-/// `@unchecked Sendable` is sound because the connection is only reachable through `lock`. (A
+/// `@unchecked Sendable` is sound because `lock` guards `connection`, its only member besides the lock. (A
 /// `Mutex<Connection?>` cannot say this to the compiler: the caller's closure gets the connection, so
 /// region checking treats it as escaping the lock.)
 public final class DatabaseQueue: @unchecked Sendable {
@@ -240,8 +240,9 @@ public final class DatabaseQueue: @unchecked Sendable {
 /// A fixed set of read-only connections to one database, lent one at a time: several readers run at once
 /// (WAL gives each its own snapshot), and a reader waits only when all are lent, at most until its deadline.
 ///
-/// `@unchecked Sendable` is sound because `condition` guards `idle` and `closed`, and a lent connection is
-/// reachable only by the one caller that holds it until it is given back.
+/// `@unchecked Sendable` is sound because `condition` guards `idle`, `lent` and `closed` (`count` is an
+/// immutable `let`), and a lent connection is reachable only by the one caller that holds it until it is given
+/// back.
 public final class ConnectionPool: @unchecked Sendable {
     private let condition = NSCondition()
     private var idle: [Connection]

@@ -261,6 +261,10 @@ extension HTTPHandler {
 }
 
 /// A one-shot slot a responder fills and a caller waits on.
+///
+/// `@unchecked Sendable`: `condition` guards `response`, the only mutable member (every read and write of it,
+/// `isSet` included, holds the condition's lock). A condition, not a `Mutex`, because callers block until the
+/// slot is filled.
 final class ResponseBox: @unchecked Sendable {
     private let condition = NSCondition()
     private var response: HTTPResponse?

@@ -181,7 +181,10 @@ public final class OpenedDeployment: Sendable {
 /// Everything `lattice serve` runs: the storage (a data directory's SQLite, or a PostgreSQL database shared
 /// with other nodes), the service, the HTTP server, the hourly purge of expired tombstones and, on a
 /// database, a probe of the database for `/healthz`.
-/// `@unchecked Sendable`: every stored property is immutable, and a dispatch timer may be cancelled from any thread.
+///
+/// `@unchecked Sendable` with no lock, as there is nothing to guard: every stored property is an immutable `let`.
+/// `@unchecked` only because `timers` (`any DispatchSourceTimer`) is not Sendable to the compiler, while a
+/// dispatch source may be cancelled from any thread.
 public final class ServerProcess: @unchecked Sendable {
     public struct Options: Sendable {
         public var storage: StorageLocation

@@ -14,8 +14,9 @@ import LatticeCore
 /// verifier.verify(signature: signature, message: Array("hello".utf8))  // true
 /// ```
 public final class Ed25519Key: @unchecked Sendable {
-    // @unchecked: the EVP_PKEY is never mutated after init; OpenSSL allows concurrent signing and
-    // verifying with one key as long as each operation has its own EVP_MD_CTX, which it does here.
+    // @unchecked only because `pkey` is an OpaquePointer: there is no lock and nothing to guard, as every
+    // member is an immutable `let` and the EVP_PKEY is never mutated after init; OpenSSL allows concurrent
+    // signing and verifying with one key as long as each operation has its own EVP_MD_CTX, which it does here.
     private let pkey: OpaquePointer
 
     /// The 32-byte public key (JWK `x`).

@@ -98,6 +98,9 @@ public final class HTTPTransport: SyncTransport {
 }
 
 /// A one-shot slot for a URLSession completion, waited on by the caller's thread.
+///
+/// `@unchecked Sendable`: `condition` guards `result`, the only mutable member. (A condition, not a `Mutex`,
+/// because the caller blocks until the completion fills the slot.)
 private final class ExchangeBox: @unchecked Sendable {
     private let condition = NSCondition()
     private var result: Result<TransportResponse, TransportError>?

@@ -2,13 +2,14 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeStore
+import LatticeTestSupport
 import Synchronization
 import Testing
 
 /// Issue 13 point 4: sign-up limits (per address and global, in the database), failed-token throttling per
 /// address, the server-wide disk budget (measured at most once a second), and a purge that never holds the
 /// writer for a whole backlog. Every test runs on either backend (`LATTICE_TEST_BACKEND`).
-@Suite struct AbuseLimitTests {
+@Suite(.tags(.postgres)) struct AbuseLimitTests {
     /// A request to `service` as if from `address`.
     static func send(_ service: LatticeService, _ path: String, _ body: JSON = .object([:]), token: String? = nil,
                      from address: String) -> ServiceHarness.Reply {

@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeSharing
+import Synchronization
 import Testing
 
 // The sharing authorization matrix: every endpoint that touches records or shares, called by every kind of
@@ -29,26 +30,35 @@ struct MatrixAccount: Sendable {
 ///   participants in one share);
 /// - `Other`: not shared (`O-root` > `O-rec`).
 /// Plus a stranger and `guests` spare accounts.
-final class MatrixWorld: @unchecked Sendable {
+final class MatrixWorld: Sendable {
     static let lists = "Lists", pub = "Pub", other = "Other"
     static let roleAccounts = ["admin-ro", "admin-rw", "priv-ro", "priv-rw", "pub-ro", "pub-rw", "removed-ro", "removed-rw",
                                "pending-ro", "pending-rw", "stranger"]
 
     let h: ServiceHarness
     let ann: MatrixAccount
-    private(set) var accounts: [String: MatrixAccount] = [:]
-    private(set) var listsLink = ""
-    private(set) var pubLinkReadOnly = ""
-    private(set) var pubLinkReadWrite = ""
+    let accounts: [String: MatrixAccount]
+    /// The share links made while seeding (set once, in `init`).
+    private struct Links {
+        var lists = ""
+        var pubReadOnly = ""
+        var pubReadWrite = ""
+    }
+    private let links = Mutex(Links())
+    var listsLink: String { links.withLock { $0.lists } }
+    var pubLinkReadOnly: String { links.withLock { $0.pubReadOnly } }
+    var pubLinkReadWrite: String { links.withLock { $0.pubReadWrite } }
 
     init(guests: Int = 0, configure: (inout ServiceConfiguration) -> Void = { _ in }) throws {
         h = try ServiceHarness(configure: configure)
         let signedUp = try h.signUp("ann")
         ann = MatrixAccount(name: "ann", token: signedUp.token, recordName: signedUp.recordName)
+        var accounts: [String: MatrixAccount] = [:]
         for name in Self.roleAccounts + (0..<guests).map({ "guest\($0)" }) {
             let account = try h.signUp(name)
             accounts[name] = MatrixAccount(name: name, token: account.token, recordName: account.recordName)
         }
+        self.accounts = accounts
         for zone in [Self.lists, Self.pub, Self.other] { try h.createZone(zone, token: ann.token) }
         for (zone, p) in [(Self.lists, "L"), (Self.pub, "P")] {
             try expectOK(h.modify(zone, [
@@ -72,7 +82,8 @@ final class MatrixWorld: @unchecked Sendable {
             invite("removed-ro", "readOnly"), invite("removed-rw", "readWrite"),
             invite("pending-ro", "readOnly"), invite("pending-rw", "readWrite"),
         ])]), "invite")
-        listsLink = try link(Self.lists, permission: "readWrite")
+        let listsLink = try link(Self.lists, permission: "readWrite")
+        links.withLock { $0.lists = listsLink }
         for name in ["admin-ro", "admin-rw", "priv-ro", "priv-rw", "removed-ro", "removed-rw"] {
             try expectAccepted(accept(listsLink, as: name), name)
         }
@@ -84,8 +95,12 @@ final class MatrixWorld: @unchecked Sendable {
         // Pub: public participants.
         try expectOK(owner("shares/create", Self.pub, ["rootRecordName": .string("P-root"), "title": .string("Pub"),
                                                         "publicPermission": .string("readWrite")]), "create Pub share")
-        pubLinkReadOnly = try link(Self.pub, permission: "readOnly")
-        pubLinkReadWrite = try link(Self.pub, permission: "readWrite")
+        let pubLinkReadOnly = try link(Self.pub, permission: "readOnly")
+        let pubLinkReadWrite = try link(Self.pub, permission: "readWrite")
+        links.withLock {
+            $0.pubReadOnly = pubLinkReadOnly
+            $0.pubReadWrite = pubLinkReadWrite
+        }
         try expectAccepted(accept(pubLinkReadOnly, as: "pub-ro"), "pub-ro")
         try expectAccepted(accept(pubLinkReadWrite, as: "pub-rw"), "pub-rw")
     }
@@ -464,7 +479,7 @@ final class MatrixTable {
     }
 }
 
-@Suite(.serialized) struct AuthorizationMatrixTests {
+@Suite(.serialized, .tags(.postgres)) struct AuthorizationMatrixTests {
     @Test func everyEndpointEveryCallerEveryTarget() throws {
         let table = MatrixTable()
         defer { print(table.render()) }

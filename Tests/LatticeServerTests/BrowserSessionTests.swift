@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeSharing
+import Synchronization
 import Testing
 
 /// Issue 15: browser sessions (cookie + CSRF), one-time sign-in links and the HTML share page, in-process.
@@ -224,12 +225,10 @@ import Testing
         }
     }
 
-    final class Statuses: @unchecked Sendable {
-        // `lock` guards `values`.
-        private let lock = NSLock()
-        private var values: [Int] = []
-        func add(_ value: Int) { lock.lock(); values.append(value); lock.unlock() }
-        var sorted: [Int] { lock.lock(); defer { lock.unlock() }; return values.sorted() }
+    final class Statuses: Sendable {
+        private let values = Mutex<[Int]>([])
+        func add(_ value: Int) { values.withLock { $0.append(value) } }
+        var sorted: [Int] { values.withLock { $0.sorted() } }
     }
 
     @Test func theHomePageIsTheClientWithASessionAndTheSignInPageWithout() throws {

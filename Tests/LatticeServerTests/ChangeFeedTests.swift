@@ -4,7 +4,7 @@ import LatticeCore
 import Testing
 
 /// `changes/database`, `changes/zone`, the tombstone horizon and the `changes/wait` long poll.
-@Suite struct ChangeFeedTests {
+@Suite(.tags(.postgres)) struct ChangeFeedTests {
     private func zoneFeed(_ h: ServiceHarness, _ token: String, zone: String = "Lists", syncToken: String? = nil,
                           limit: Int? = nil) -> JSON {
         var request: [String: JSON] = ["zoneID": .object(["zoneName": .string(zone)])]

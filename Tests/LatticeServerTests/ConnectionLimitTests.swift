@@ -436,8 +436,11 @@ private func eventually(within seconds: Double = 10, _ condition: () -> Bool) ->
     return true
 }
 
-/// A client handed to one other thread, which alone uses it from then on (`@unchecked Sendable` for that
-/// reason: no two threads touch `value` at once).
+/// A client handed to one other thread, which alone uses it from then on.
+///
+/// `@unchecked Sendable` with no lock: the one member, `value`, is an immutable `let`, but `Value` (a
+/// `RawHTTPClient`) is not Sendable; each use here hands it to one `Background` thread and the creating thread
+/// never touches that client again, so no two threads use `value` at once.
 private final class HandOff<Value>: @unchecked Sendable {
     let value: Value
     init(_ value: Value) { self.value = value }

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeTestSupport
 import Synchronization
 import Testing
 #if canImport(Glibc)
@@ -8,7 +9,7 @@ import Glibc
 
 /// `lattice serve` as a real process: killed with SIGKILL during a stream of atomic batches, restarted, and
 /// checked. Also its graceful stop on SIGTERM.
-@Suite(.serialized) struct CrashRecoveryTests {
+@Suite(.serialized, .tags(.postgres)) struct CrashRecoveryTests {
     /// The `lattice` executable next to the test bundle (`swift build --build-tests` builds both), or
     /// `$LATTICE_BIN`.
     static var latticeBinary: String {

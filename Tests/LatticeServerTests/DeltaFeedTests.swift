@@ -6,7 +6,7 @@ import Testing
 /// The binary path and the change logs: a push moves the logs `changes/zone` and `changes/database` read,
 /// `deltas/pull` pages them exactly as `changes/zone` does (tokens, expiry, missing zones), `known` positions
 /// leave a device's own writes out, and binary and JSON writes of the same states store the same bytes.
-@Suite struct DeltaFeedTests {
+@Suite(.tags(.postgres)) struct DeltaFeedTests {
     typealias World = DeltaPushTests.World
 
     private func codes(_ reply: ServiceHarness.Reply) -> [String] { reply.records.map(itemCode) }

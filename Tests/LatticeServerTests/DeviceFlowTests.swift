@@ -3,6 +3,7 @@ import LatticeCore
 @testable import LatticeServer
 import LatticeSharing
 import LatticeStore
+import LatticeTestSupport
 import Synchronization
 import Testing
 #if canImport(Glibc)

@@ -9,7 +9,7 @@ import Glibc
 
 /// Issue 6's end-to-end scenarios: a real `lattice serve` process on 127.0.0.1 and several homes driven
 /// through the sync library over real HTTP.
-@Suite(.serialized) struct EndToEndSyncTests {
+@Suite(.serialized, .tags(.postgres)) struct EndToEndSyncTests {
     /// A server process and devices (homes) pointed at it.
     final class Cluster {
         let data = temporaryDirectory("lattice-e2e")

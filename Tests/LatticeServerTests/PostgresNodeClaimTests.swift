@@ -1,6 +1,7 @@
 import Foundation
 @testable import LatticeServer
 @testable import LatticeStore
+import LatticeTestSupport
 import Testing
 
 /// A node's claim (PostgresClaims) when its session is lost: with a PostgreSQL restart, and with the claim's

@@ -3,6 +3,7 @@ import LatticeCore
 @testable import LatticeServer
 import LatticeSharing
 import LatticeStore
+import LatticeTestSupport
 import Synchronization
 import Testing
 
@@ -12,14 +13,15 @@ import Testing
 @Suite(.serialized) struct PostgresNodesTests {
     static let publicURL = "https://lattice.test"
 
-    final class Cluster: @unchecked Sendable {
+    final class Cluster: Sendable {
         let database: PostgresTestDatabase
-        var nodes: [OpenedDeployment] = []
+        /// The nodes opened so far, closed with the cluster.
+        private let nodes = Mutex<[OpenedDeployment]>([])
 
         init() throws { database = try PostgresTestDatabase.create() }
 
         deinit {
-            nodes.forEach { $0.close() }
+            nodes.withLock { $0.forEach { $0.close() } }
             database.drop()
         }
 
@@ -33,7 +35,7 @@ import Testing
             configuration.signUpsGlobal = nil
             let node = try OpenedDeployment.open(location, configuration: configuration, purpose: .serving,
                                                  publicURL: publicURL, log: { _ in })
-            nodes.append(node)
+            nodes.withLock { $0.append(node) }
             return node
         }
     }

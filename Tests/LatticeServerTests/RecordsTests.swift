@@ -4,7 +4,7 @@ import LatticeCore
 import Testing
 
 /// Zones and `records/*` operations, their limits and their atomicity, in-process.
-@Suite struct RecordsTests {
+@Suite(.tags(.postgres)) struct RecordsTests {
     private func setUp(_ configure: (inout ServiceConfiguration) -> Void = { _ in }) throws -> (ServiceHarness, String) {
         let h = try ServiceHarness(configure: configure)
         let (token, _) = try h.signUp("ann")

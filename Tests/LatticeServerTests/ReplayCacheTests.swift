@@ -6,7 +6,7 @@ import Testing
 
 /// Issue 13 point 4: the replay cache keeps a short answer, counts against the quota and keeps at most
 /// `maximumClientOperationsPerUser` operations per user; retries still apply once.
-@Suite struct ReplayCacheTests {
+@Suite(.tags(.postgres)) struct ReplayCacheTests {
     static let zone: JSON = .object(["zoneName": .string("Lists")])
 
     /// `records/modify` creating `count` records of about `size` bytes each, under `id`.

@@ -7,7 +7,7 @@ import Testing
 /// Issue 13, bounded work per request: every cap refused with its code before any work and with nothing
 /// written, duplicates refused, answers cut at the response byte cap and resumed with nothing skipped or
 /// repeated, the request deadline (TRY_AGAIN_LATER, nothing half-written), and value ranges on input.
-@Suite struct RequestBoundsTests {
+@Suite(.tags(.postgres)) struct RequestBoundsTests {
     private let zone: JSON = .object(["zoneName": .string("Z")])
 
     private func query(_ h: ServiceHarness, token: String, filters: [JSON] = [], sorts: [JSON] = [],

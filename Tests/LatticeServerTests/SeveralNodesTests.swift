@@ -47,7 +47,7 @@ final class ObservedStorage: Storage, Sendable {
 
 /// Two services (nodes "a" and "b") over one storage: what one commits, the other hears of only through
 /// the storage's announcements, as with two processes on one PostgreSQL.
-final class TwoNodes: @unchecked Sendable {
+final class TwoNodes: Sendable {
     let directory = temporaryDirectory("lattice-nodes")
     let sqlite: SQLiteStorage
     let storage: ObservedStorage

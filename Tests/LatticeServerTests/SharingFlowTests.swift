@@ -1,10 +1,11 @@
 import Foundation
 import LatticeCore
 @testable import LatticeServer
+import Synchronization
 import Testing
 
 /// Sharing end to end in-process: create, invite, URL, resolve, accept, access, moves, revocation, limits.
-@Suite struct SharingFlowTests {
+@Suite(.tags(.postgres)) struct SharingFlowTests {
     struct World {
         let h: ServiceHarness
         let ann: String, annName: String
@@ -230,9 +231,8 @@ import Testing
 }
 
 /// A tiny thread-safe list for concurrent test outcomes.
-final class OutcomeLog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var items: [String] = []
-    func append(_ item: String) { lock.lock(); items.append(item); lock.unlock() }
-    var values: [String] { lock.lock(); defer { lock.unlock() }; return items }
+final class OutcomeLog: Sendable {
+    private let items = Mutex<[String]>([])
+    func append(_ item: String) { items.withLock { $0.append(item) } }
+    var values: [String] { items.withLock { $0 } }
 }

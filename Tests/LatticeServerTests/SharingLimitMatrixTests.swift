@@ -2,17 +2,17 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeSharing
+import Synchronization
 import Testing
 
 /// At most 100 participants, the owner included: the 101st is TOO_MANY_PARTICIPANTS and changes nothing,
 /// sequentially and under concurrent adds starting from 95.
 extension AuthorizationMatrixTests {
     /// Thread-safe outcomes of concurrent requests.
-    final class MatrixOutcomes: @unchecked Sendable {
-        private let lock = NSLock()
-        private var items: [(String, String)] = []
-        func append(_ who: String, _ code: String) { lock.lock(); items.append((who, code)); lock.unlock() }
-        var values: [(String, String)] { lock.lock(); defer { lock.unlock() }; return items }
+    final class MatrixOutcomes: Sendable {
+        private let items = Mutex<[(String, String)]>([])
+        func append(_ who: String, _ code: String) { items.withLock { $0.append((who, code)) } }
+        var values: [(String, String)] { items.withLock { $0 } }
     }
 
     /// Runs `body` on `count` threads released together; retries an answer of TRY_AGAIN_LATER, as a client would.

@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 import LatticeStore
+import LatticeTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc

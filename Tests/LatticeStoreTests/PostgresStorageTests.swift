@@ -1,8 +1,10 @@
 import Dispatch
 import Foundation
+import LatticeCore
 import Synchronization
 import Testing
 @testable import LatticeStore
+import LatticeTestSupport
 
 /// The PostgreSQL backend's own behaviour, beyond the contract: binding, SQLSTATE mapping, retries, deadlines,
 /// lost connections, several processes' worth of storages on one database, and commit order under concurrent

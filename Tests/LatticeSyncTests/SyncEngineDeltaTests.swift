@@ -112,7 +112,7 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
 
 /// The client engine on the binary path: a device does not download its own writes, does download what the
 /// server merged differently, and converges with a device on the JSON path.
-@Suite struct SyncEngineDeltaTests {
+@Suite(.tags(.postgres)) struct SyncEngineDeltaTests {
     /// `batchLimit` caps the records per push request (clamped to 1...400); every record is still sent.
     @Test func batchLimitSplitsTheQueueIntoRequestsOfThatSize() throws {
         let world = try SyncWorld()

@@ -5,6 +5,8 @@ import LatticeSharing
 import LatticeStore
 import LatticeLists
 @testable import LatticeSync
+import LatticeTestSupport
+import Synchronization
 import Testing
 
 /// Calls the service in-process: the engine's transport without sockets.
@@ -36,27 +38,31 @@ struct InProcessTransport: SyncTransport {
     }
 }
 
-final class OnlineSwitch: @unchecked Sendable {
-    private let lock = NSLock()
-    private var on = true
-    private var remainingCalls: Int?
-    private var modifies: [(operations: Int, bytes: Int)] = []
-    func record(operations: Int, bytes: Int) { lock.lock(); modifies.append((operations, bytes)); lock.unlock() }
-    var modifyRequests: [(operations: Int, bytes: Int)] { lock.lock(); defer { lock.unlock() }; return modifies }
-    var isOn: Bool { lock.lock(); defer { lock.unlock() }; return on }
-    func set(_ value: Bool) { lock.lock(); on = value; lock.unlock() }
+final class OnlineSwitch: Sendable {
+    private struct State {
+        var on = true
+        var remainingCalls: Int?
+        var modifies: [(operations: Int, bytes: Int)] = []
+    }
+
+    private let state = Mutex(State())
+    func record(operations: Int, bytes: Int) { state.withLock { $0.modifies.append((operations, bytes)) } }
+    var modifyRequests: [(operations: Int, bytes: Int)] { state.withLock { $0.modifies } }
+    var isOn: Bool { state.withLock { $0.on } }
+    func set(_ value: Bool) { state.withLock { $0.on = value } }
     /// After `count` more calls the connection drops (a crash in the middle of a sync); nil for never.
-    func dropAfter(_ count: Int?) { lock.lock(); remainingCalls = count; lock.unlock() }
+    func dropAfter(_ count: Int?) { state.withLock { $0.remainingCalls = count } }
     func allowCall() -> Bool {
-        lock.lock(); defer { lock.unlock() }
-        guard let remaining = remainingCalls else { return true }
-        remainingCalls = remaining - 1
-        return remaining > 0
+        state.withLock { state in
+            guard let remaining = state.remainingCalls else { return true }
+            state.remainingCalls = remaining - 1
+            return remaining > 0
+        }
     }
 }
 
 /// A server and devices (homes) talking to it in-process.
-final class SyncWorld: @unchecked Sendable {
+final class SyncWorld: Sendable {
     let directory: String
     let storage: any Storage
     /// The PostgreSQL database under `LATTICE_TEST_BACKEND=postgres` (see TestBackend; closing the storage drops it).
@@ -91,14 +97,13 @@ final class SyncWorld: @unchecked Sendable {
 }
 
 /// The server's wall clock, moved by hand (the devices keep the real one).
-final class ServerClock: @unchecked Sendable {
-    private let lock = NSLock()
-    private var offset: Int64 = 0
-    var now: Int64 { lock.lock(); defer { lock.unlock() }; return Int64(Date().timeIntervalSince1970 * 1000) + offset }
-    func advance(_ milliseconds: Int64) { lock.lock(); offset += milliseconds; lock.unlock() }
+final class ServerClock: Sendable {
+    private let offset = Mutex<Int64>(0)
+    var now: Int64 { offset.withLock { Int64(Date().timeIntervalSince1970 * 1000) + $0 } }
+    func advance(_ milliseconds: Int64) { offset.withLock { $0 += milliseconds } }
 }
 
-@Suite struct SyncEngineTests {
+@Suite(.tags(.postgres)) struct SyncEngineTests {
     @Test func twoUsersShareAListEditOfflineAndConverge() throws {
         let world = try SyncWorld()
         let (alice, aliceLists, aliceNet) = try world.device("alice")
@@ -261,10 +266,14 @@ final class ServerClock: @unchecked Sendable {
     }
 
     @Test func retriesHonourRetryAfterWithBackoff() throws {
-        final class Flaky: SyncTransport, @unchecked Sendable {
-            var calls = 0
+        final class Flaky: SyncTransport {
+            private let count = Mutex(0)
+            var calls: Int { count.withLock { $0 } }
             func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
-                calls += 1
+                let calls = count.withLock { count in
+                    count += 1
+                    return count
+                }
                 if calls == 1 {
                     return TransportResponse(status: 503, headers: ["retry-after": "2"],
                                              body: Array(#"{"serverErrorCode":"TRY_AGAIN_LATER","reason":"busy","retryAfter":2}"#.utf8))
@@ -289,9 +298,8 @@ final class ServerClock: @unchecked Sendable {
     }
 }
 
-final class SleepLog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var items: [Double] = []
-    func add(_ value: Double) { lock.lock(); items.append(value); lock.unlock() }
-    var values: [Double] { lock.lock(); defer { lock.unlock() }; return items }
+final class SleepLog: Sendable {
+    private let items = Mutex<[Double]>([])
+    func add(_ value: Double) { items.withLock { $0.append(value) } }
+    var values: [Double] { items.withLock { $0 } }
 }

@@ -12,7 +12,7 @@ import Foundation
 /// arrives with one short request (a probe, another user's small write) finds a thread at once; the busy
 /// clients share the other threads.
 ///
-/// `@unchecked Sendable`: `condition` guards every mutable member (`state`).
+/// `@unchecked Sendable`: `condition` guards `state`, the only mutable member (`limits` is an immutable `let`).
 final class HTTPWorkerPool: @unchecked Sendable {
     struct Limits: Sendable {
         var threads: Int

@@ -6,8 +6,9 @@ import Synchronization
 /// and `resynchronize` is called after each (re)connection: notifications sent while no connection listened
 /// are lost, so whoever relies on them must re-check everything.
 ///
-/// `@unchecked Sendable` is sound because `stopped` is atomic and the thread alone uses the connection.
-final class PostgresListener: @unchecked Sendable {
+/// Sendable as it stands: every member is an immutable `let` of a Sendable type (`stopped` is atomic), and
+/// the connection is a local of the listener's thread.
+final class PostgresListener: Sendable {
     private let conninfo: String
     private let channel: String
     private let notify: @Sendable (String) -> Void

@@ -4,8 +4,9 @@ import Foundation
 /// alone until it gives it back. Connections are opened on first need; one found lost is dropped, and the
 /// next use opens a new one.
 ///
-/// `@unchecked Sendable` is sound because `condition` guards `idle`, `open` and `closed`, and a lent
-/// connection is reachable only by the one caller that holds it until it is given back.
+/// `@unchecked Sendable` is sound because `condition` guards `idle`, `open` and `closed` (the other members
+/// are immutable `let`s), and a lent connection is reachable only by the one caller that holds it until it is
+/// given back.
 final class PostgresPool: @unchecked Sendable {
     private let condition = NSCondition()
     private var idle: [PostgresConnection] = []

@@ -277,6 +277,10 @@ public final class PostgresStorage: Storage, Sendable {
     /// The schema version this build creates (the same numbering as SQLite's).
     public static var schemaVersion: Int { migrator.latestVersion }
 
+    /// A stable fingerprint of the migrations' SQL, for the test support's pre-migrated template databases.
+    /// `package`: for this package's targets, not part of the public API.
+    package static var schemaFingerprint: String { migrator.fingerprint }
+
     static let migrator = PostgresMigrator([
         PostgresMigrator.Migration("v1: users, tokens, databases, zones, records, client operations", sql: """
             CREATE TABLE metadata(key text COLLATE "C" PRIMARY KEY, value text COLLATE "C" NOT NULL);
@@ -538,7 +542,7 @@ struct PostgresMigrator: Sendable {
 ///   the pool stay up is noticed by the watcher within its interval.
 ///
 /// `@unchecked Sendable` is sound because `lock` guards `claims` (and the connections in it, which are used
-/// only under the lock), and `stopped` is atomic.
+/// only under the lock), `stopped` and `watching` are atomic, and the other members are immutable `let`s.
 final class PostgresClaims: @unchecked Sendable {
     enum State {
         case held(PostgresConnection)

@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 import LatticeStore
+import LatticeTestSupport
 import Synchronization
 import Testing
 #if canImport(Glibc)

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeTestSupport
 import Synchronization
 #if canImport(Glibc)
 import Glibc

@@ -3,6 +3,7 @@ import LatticeCore
 @testable import LatticeServer
 import LatticeSharing
 import LatticeStore
+import LatticeTestSupport
 import Synchronization
 
 /// A wall clock tests move by hand.
@@ -24,7 +25,7 @@ func temporaryDirectory(_ label: String = "lattice-server") -> String {
 
 /// A service on a fresh SQLite file (or, with `LATTICE_TEST_BACKEND=postgres`, a fresh PostgreSQL database:
 /// see `TestBackend`) with a hand-moved clock, and helpers to call it as JSON.
-final class ServiceHarness: @unchecked Sendable {
+final class ServiceHarness: Sendable {
     let clock: TestClock
     let storage: any Storage
     /// The PostgreSQL database the storage is on (closing the storage drops it); nil on SQLite.

@@ -1,5 +1,3 @@
-// One file in two test targets: Tests/LatticeSyncTests/Support/TestBackend.swift is a symbolic link to
-// Tests/LatticeServerTests/Support/TestBackend.swift, so it uses nothing else of either target.
 import Foundation
 import LatticeStore
 #if canImport(Glibc)
@@ -10,11 +8,11 @@ import Glibc
 /// `ServiceHarness`, every `lattice serve` a test starts (`CrashRecoveryTests.ServerUnderTest`) and every
 /// `lattice admin` it runs on a fresh database of the cluster `LATTICE_TEST_POSTGRES_URL` names; unset or
 /// `sqlite`, they use SQLite files as before. Scripts/test.sh runs the correctness suites both ways.
-enum TestBackend: String, Sendable {
+public enum TestBackend: String, Sendable {
     case sqlite
     case postgres
 
-    static let current: TestBackend = {
+    public static let current: TestBackend = {
         switch ProcessInfo.processInfo.environment["LATTICE_TEST_BACKEND"] ?? "sqlite" {
         case "postgres", "postgresql": .postgres
         default: .sqlite
@@ -23,7 +21,7 @@ enum TestBackend: String, Sendable {
 
     /// A fresh storage for an in-process service: a SQLite file in `directory`, or a new, migrated
     /// PostgreSQL database (`PostgresTestDatabase`) that closing the storage drops; the second value is its URL.
-    static func makeStorage(directory: String) throws -> (any Storage, String?) {
+    public static func makeStorage(directory: String) throws -> (any Storage, String?) {
         switch current {
         case .sqlite:
             return (try SQLiteStorage(path: directory + "/" + SQLiteStorage.fileName), nil)
@@ -40,10 +38,10 @@ enum TestBackend: String, Sendable {
 
     /// The public URL every `lattice serve` on PostgreSQL gets (`--public-url` is required there, and a
     /// database keeps the one it first served).
-    static let publicURL = "http://lattice.test"
+    public static let publicURL = "http://lattice.test"
 
     /// `lattice serve`'s storage options for `data`: `storageArguments`, and on PostgreSQL `--public-url`.
-    static func serveArguments(data: String) throws -> [String] {
+    public static func serveArguments(data: String) throws -> [String] {
         try storageArguments(data: data) + (current == .postgres ? ["--public-url", publicURL] : [])
     }
 
@@ -51,7 +49,7 @@ enum TestBackend: String, Sendable {
     /// on SQLite; on PostgreSQL `--database` with a database made for `data` on first use, and the same
     /// one after (a restarted server finds what its predecessor wrote). The URL is kept in a file beside
     /// the data directory, which the test removes with it.
-    static func storageArguments(data: String) throws -> [String] {
+    public static func storageArguments(data: String) throws -> [String] {
         switch current {
         case .sqlite:
             return ["--data", data]
@@ -62,20 +60,20 @@ enum TestBackend: String, Sendable {
 }
 
 /// A failed test set-up step (a database that could not be made, a script that failed).
-struct TestBackendError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+public struct TestBackendError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// Fresh PostgreSQL databases for tests, on the throwaway cluster Scripts/test.sh starts
 /// (Scripts/postgres-test-cluster.sh), reached through `psql`.
-enum TestPostgres {
+public enum TestPostgres {
     /// `LATTICE_TEST_POSTGRES_URL`, the cluster's `lattice` database (a role that may create databases).
-    static var clusterURL: String? {
+    public static var clusterURL: String? {
         ProcessInfo.processInfo.environment["LATTICE_TEST_POSTGRES_URL"].flatMap { $0.isEmpty ? nil : $0 }
     }
 
-    static func requireClusterURL() throws -> String {
+    public static func requireClusterURL() throws -> String {
         guard let url = clusterURL else {
             throw TestBackendError("LATTICE_TEST_POSTGRES_URL is not set: run the tests with Scripts/test.sh, or start a "
                 + "cluster with Scripts/postgres-test-cluster.sh start DIR and export the URL it prints")
@@ -84,10 +82,12 @@ enum TestPostgres {
     }
 
     /// The PostgreSQL client and server programs: `$PG_BIN`, else Debian's postgresql-15.
-    static var binDirectory: String { ProcessInfo.processInfo.environment["PG_BIN"] ?? "/usr/lib/postgresql/15/bin" }
+    public static var binDirectory: String {
+        ProcessInfo.processInfo.environment["PG_BIN"] ?? "/usr/lib/postgresql/15/bin"
+    }
 
     /// `url` with its database name replaced (URL form `postgresql://.../NAME?...`, or keyword form).
-    static func url(_ url: String, database: String) -> String {
+    public static func url(_ url: String, database: String) -> String {
         if url.hasPrefix("postgres://") || url.hasPrefix("postgresql://"), var components = URLComponents(string: url) {
             components.percentEncodedPath = "/" + database
             if let rebuilt = components.string { return rebuilt }
@@ -98,7 +98,7 @@ enum TestPostgres {
     /// Runs `sql` with psql against `url`; returns the unaligned, tuples-only output. Throws with psql's
     /// error text on failure.
     @discardableResult
-    static func psql(_ url: String, _ sql: String) throws -> String {
+    public static func psql(_ url: String, _ sql: String) throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binDirectory + "/psql")
         process.arguments = ["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql]
@@ -118,7 +118,7 @@ enum TestPostgres {
     }
 
     /// Creates an empty database on the cluster and returns its URL. `label` becomes part of its name.
-    static func createDatabase(_ label: String, cluster: String? = nil) throws -> String {
+    public static func createDatabase(_ label: String, cluster: String? = nil) throws -> String {
         let cluster = try cluster ?? requireClusterURL()
         let cleaned = label.lowercased().map { $0.isLetter || $0.isNumber ? $0 : "_" }.prefix(20)
         let name = "t_" + String(cleaned) + "_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(12)
@@ -127,12 +127,12 @@ enum TestPostgres {
     }
 
     /// Drops the database `url` names, closing its remaining sessions first.
-    static func dropDatabase(_ url: String, cluster: String? = nil) {
+    public static func dropDatabase(_ url: String, cluster: String? = nil) {
         guard let cluster = cluster ?? clusterURL, let name = databaseName(url), name.hasPrefix("t_") else { return }
         _ = try? psql(cluster, "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
     }
 
-    static func databaseName(_ url: String) -> String? {
+    public static func databaseName(_ url: String) -> String? {
         if let components = URLComponents(string: url), url.contains("://") {
             let path = components.path.drop { $0 == "/" }
             return path.isEmpty ? nil : String(path)
@@ -142,7 +142,7 @@ enum TestPostgres {
 
     /// The database a data directory stands for on PostgreSQL: made on first use, its URL kept in
     /// `DATA.postgres-url` (beside the directory: `lattice serve` wants the directory itself to be its own).
-    static func databaseURL(forDataDirectory data: String) throws -> String {
+    public static func databaseURL(forDataDirectory data: String) throws -> String {
         let file = (data.hasSuffix("/") ? String(data.dropLast()) : data) + ".postgres-url"
         return try lock.withLock {
             if let existing = try? String(contentsOfFile: file, encoding: .utf8), !existing.isEmpty { return existing }
@@ -157,14 +157,15 @@ enum TestPostgres {
 
 /// A PostgreSQL cluster of a test's own (for stopping and starting it under load), made and removed with
 /// Scripts/postgres-test-cluster.sh. `stop()` and `start()` run pg_ctl as the cluster's owner.
-final class OwnPostgresCluster {
-    let directory: String
-    let url: String
+public final class OwnPostgresCluster {
+    public let directory: String
+    public let url: String
 
-    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Scripts/postgres-test-cluster.sh").path
+    /// Scripts/postgres-test-cluster.sh, found from this file (Tests/LatticeTestSupport/TestBackend.swift).
+    private static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("Scripts/postgres-test-cluster.sh").path
 
-    init() throws {
+    public init() throws {
         // Short: the unix socket's path must fit in 107 bytes.
         directory = "/tmp/lattice-pg-" + UUID().uuidString.prefix(8).lowercased()
         url = try Self.run(["start", directory])
@@ -173,9 +174,9 @@ final class OwnPostgresCluster {
     deinit { _ = try? Self.run(["stop", directory]) }
 
     /// pg_ctl stop -m fast: sessions are cut, nothing committed is lost.
-    func stop() throws { try pgctl(["-m", "fast", "-w", "stop"]) }
+    public func stop() throws { try pgctl(["-m", "fast", "-w", "stop"]) }
 
-    func start() throws { try pgctl(["-w", "-t", "60", "-l", directory + "/server.log", "start"]) }
+    public func start() throws { try pgctl(["-w", "-t", "60", "-l", directory + "/server.log", "start"]) }
 
     private func pgctl(_ arguments: [String]) throws {
         let command = [TestPostgres.binDirectory + "/pg_ctl", "-D", directory + "/data"] + arguments

@@ -1,1 +1,0 @@
-../../LatticeServerTests/Support/TestBackend.swift
