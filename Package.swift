@@ -52,6 +52,9 @@ let package = Package(
         // errors now; typed requests and responses per operation next).
         .target(name: "LatticeAPI", dependencies: ["LatticeCore"]),
 
+        // Typed operations between HTTP and storage: the rules of each area, with no HTTP module beneath it.
+        .target(name: "LatticeOperations", dependencies: ["LatticeCore", "LatticeAPI", "LatticeStore", "LatticeSharing"]),
+
         // Storage: the only server module that speaks SQL (SQLite embedded, PostgreSQL through libpq).
         .target(name: "LatticeStore", dependencies: ["LatticeCore", "LatticeSQLite", "CSQLite", "CPostgres"]),
 
@@ -62,12 +65,13 @@ let package = Package(
         // imports CMicroHTTPD.
         .target(
             name: "LatticeServer",
-            dependencies: ["LatticeCore", "LatticeAPI", "LatticeStore", "LatticeSharing", "CMicroHTTPD", "CHTTPShims"]
+            dependencies: ["LatticeCore", "LatticeAPI", "LatticeOperations", "LatticeStore", "LatticeSharing", "CMicroHTTPD",
+                           "CHTTPShims"]
         ),
 
         // The client library (CKSyncEngine-like): local replica (its own SQLite file), pending changes, sync
         // state, transport. Links SQLite and Foundation only: never the server, libpq or libmicrohttpd
-        // (ClientLibraryDependencyTests fails if it does).
+        // (ModuleDependencyTests fails if it does).
         .target(name: "LatticeSync", dependencies: ["LatticeCore", "LatticeSQLite"]),
 
         // Shared lists (the CLI's and the web client's model) on top of the client library.
@@ -76,13 +80,14 @@ let package = Package(
         // `lattice admin` opens the share-signing key ring (LatticeSharing) and the storage (LatticeStore) directly.
         .executableTarget(
             name: "LatticeCLI",
-            dependencies: ["LatticeCore", "LatticeAPI", "LatticeServer", "LatticeSharing", "LatticeStore", "LatticeSync",
-                           "LatticeLists"]
+            dependencies: ["LatticeCore", "LatticeAPI", "LatticeOperations", "LatticeServer", "LatticeSharing", "LatticeStore",
+                           "LatticeSync", "LatticeLists"]
         ),
         .executableTarget(
             name: "LatticeBench",
             dependencies: [
-                "LatticeCore", "LatticeServer", "LatticeStore", "LatticeSync", "CLibCrypto", "CSQLite", "CPostgres",
+                "LatticeCore", "LatticeOperations", "LatticeServer", "LatticeStore", "LatticeSync", "CLibCrypto", "CSQLite",
+                "CPostgres",
             ],
             path: "Benchmarks/LatticeBench"
         ),
@@ -97,13 +102,13 @@ let package = Package(
         .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore", "LatticeSQLite", "LatticeCore", "LatticeTestSupport"]),
         .testTarget(
             name: "LatticeServerTests",
-            dependencies: ["LatticeServer", "LatticeAPI", "LatticeStore", "LatticeSQLite", "LatticeSharing", "LatticeSync",
-                           "LatticeLists", "LatticeCore", "LatticeTestSupport"]
+            dependencies: ["LatticeServer", "LatticeAPI", "LatticeOperations", "LatticeStore", "LatticeSQLite", "LatticeSharing",
+                           "LatticeSync", "LatticeLists", "LatticeCore", "LatticeTestSupport"]
         ),
         .testTarget(
             name: "LatticeSyncTests",
-            dependencies: ["LatticeSync", "LatticeLists", "LatticeAPI", "LatticeServer", "LatticeSharing", "LatticeStore",
-                           "LatticeCore", "LatticeTestSupport"]
+            dependencies: ["LatticeSync", "LatticeLists", "LatticeAPI", "LatticeOperations", "LatticeServer", "LatticeSharing",
+                           "LatticeStore", "LatticeCore", "LatticeTestSupport"]
         ),
         .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore", "CLibCrypto"]),
         .testTarget(

@@ -3,6 +3,7 @@
 
 import Foundation
 import LatticeCore
+import LatticeOperations
 import LatticeServer
 import LatticeStore
 import Synchronization

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import LatticeOperations
 import LatticeServer
 
 let serveUsage = """

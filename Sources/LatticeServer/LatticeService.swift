@@ -1,6 +1,7 @@
 import Foundation
 import LatticeAPI
 import LatticeCore
+import LatticeOperations
 import LatticeSharing
 import LatticeStore
 import Synchronization
@@ -10,26 +11,23 @@ import Synchronization
 ///
 /// Merge rules come from LatticeCore and SQL stays in LatticeStore; this type maps requests to them.
 public final class LatticeService: HTTPHandler, Sendable {
-    public let configuration: ServiceConfiguration
-    public let replicaID: ReplicaID
-    let storage: any Storage
+    /// The operations' shared state: storage, configuration, the node's identity and clock, share keys, and
+    /// the one write.
+    package let core: OperationsCore
+    public var configuration: ServiceConfiguration { core.configuration }
+    public var replicaID: ReplicaID { core.replicaID }
+    var storage: any Storage { core.storage }
     /// Signs and verifies share URLs; nil on a server without share links (some tests).
-    let keyRing: ShareKeyRing?
-    let clock: Mutex<HybridLogicalClock>
-    /// The reservation ahead of `clock` kept in the node's row (StorageNodes.swift).
-    let clockLease: NodeClockLease
-    let notifier = ChangeNotifier()
+    var keyRing: ShareKeyRing? { core.keyRing }
+    let notifier: ChangeNotifier
     private let limiter: RateLimiter?
     /// Failed authentications per client address (in memory, per process).
     private let authenticationFailures: RateLimiter?
     /// Keeps refusals that an attacker can repeat from flooding the log: one line per kind a minute.
     private let refusalLog = RateLimiter(.init(requestsPerSecond: 1.0 / 60, burst: 1))
     private let shuttingDown = Atomic<Bool>(false)
-    /// When the full disk was last logged (once a minute), for this service alone.
-    private let diskFullLoggedMs = Atomic<Int64>(Int64.min / 2)
     /// The database's size as last measured for the disk budget (`checkDiskBudget`).
     let diskUsage = DiskUsageReading()
-    private let currentPublicURL: Mutex<String>
     /// Set by `probeStorage`: nil while healthy, else why `/healthz` answers 503 (the database cannot be
     /// reached, or another process took this node's name).
     private let storageProblem = Mutex<String?>(nil)
@@ -41,53 +39,23 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     /// The URL clients reach the server at (share URLs and their `iss`): the configured one, or the one
     /// the process learned after binding its port.
-    public var publicURL: String { currentPublicURL.withLock { $0 } }
+    public var publicURL: String { core.publicURL }
 
     /// Sets the public URL once the listening port is known (`lattice serve --port 0` without --public-url).
-    public func setPublicURL(_ url: String) { currentPublicURL.withLock { $0 = url } }
-    let log: @Sendable (String) -> Void
+    public func setPublicURL(_ url: String) { core.setPublicURL(url) }
+    var log: @Sendable (String) -> Void { core.log }
 
     /// - Parameter log: where internal errors are written (never to clients).
     public init(storage: any Storage, configuration: ServiceConfiguration = ServiceConfiguration(),
                 keyRing: ShareKeyRing? = nil,
                 log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(("lattice: " + $0 + "\n").utf8)) }) throws {
-        self.storage = storage
-        self.configuration = configuration
-        self.keyRing = keyRing
-        currentPublicURL = Mutex(configuration.publicURL)
-        self.log = log
+        let notifier = ChangeNotifier()
+        self.notifier = notifier
+        core = try OperationsCore(storage: storage, configuration: configuration, keyRing: keyRing, log: log) { positions in
+            for (id, position) in positions { notifier.notify(databaseID: id, position: position) }
+        }
         limiter = configuration.rateLimit.map(RateLimiter.init)
         authenticationFailures = configuration.failedAuthenticationLimit.map(RateLimiter.init)
-        // The node's replica id stamps plain writes; it is made once per node and kept in the database,
-        // unique among the nodes (a taken one is drawn again).
-        let nodeName = configuration.nodeName
-        let now = configuration.now
-        let (replica, latest): (ReplicaID, UInt64) = try storage.write { tx in
-            if let node = try tx.node(named: nodeName) {
-                guard let replica = ReplicaID(hex: node.replicaID) else {
-                    throw StorageError.failure("node \(nodeName) has a malformed replica id \(node.replicaID)")
-                }
-                return (replica, UInt64(max(0, node.clockLatest)))
-            }
-            var random = SystemRandomNumberGenerator()
-            for _ in 0..<8 {
-                let replica = ReplicaID(random.next() | 1)
-                do {
-                    try tx.savepoint {
-                        try tx.insertNode(StoredNode(name: nodeName, replicaID: replica.description, clockLatest: 0,
-                                                     createdMs: now()))
-                    }
-                    return (replica, 0)
-                } catch StorageError.duplicate {
-                    continue
-                }
-            }
-            throw StorageError.failure("cannot register node \(nodeName): no free replica id in 8 draws")
-        }
-        replicaID = replica
-        clockLease = NodeClockLease(persisted: Int64(clamping: latest))
-        clock = Mutex(HybridLogicalClock(replica: replica, maximumDriftMilliseconds: configuration.maximumClockDriftMilliseconds,
-                                         latest: HLC(rawValue: latest), time: { UInt64(max(0, now())) }))
         // Other nodes' commits wake this node's long polls (a single-process backend delivers nothing).
         try storage.observeChanges { [weak self] change in self?.enqueueObservedChange(change) }
     }
@@ -104,91 +72,15 @@ public final class LatticeService: HTTPHandler, Sendable {
     }
 
     /// Removes tombstones, deleted zones and remembered operation ids past their horizons (and expired
-    /// device sign-ins and old failed approvals); an empty report when another node is purging now
-    /// (`purgeUnlessRunningElsewhere`).
+    /// device sign-ins and old failed approvals): `Maintenance.purgeExpired`.
     @discardableResult
-    public func purgeExpired() throws -> PurgeReport {
-        try purgeUnlessRunningElsewhere() ?? PurgeReport()
-    }
+    public func purgeExpired() throws -> PurgeReport { try Maintenance(core).purgeExpired() }
 
-    /// Rows one batch of the purge removes at most: each batch is a write transaction of its own.
-    public static let purgeBatchRows = 1_000
-    /// The deadline of one batch's write transaction (its wait for the writer included).
-    public static let purgeBatchDeadlineMilliseconds: Int64 = 2_000
-    /// How long one purge run goes on starting batches; what is left then waits for the next run.
-    public static let purgeRunBudgetMilliseconds: Int64 = 20_000
-    /// The pause between two batches, so that requests waiting for the writer get it in between.
-    static let purgePauseMilliseconds = 5
-    /// Batches in a row that may remove nothing (all that is left is under rows requests held, on
-    /// PostgreSQL) before the run stops; after such a batch the pause is `purgeIdlePauseMilliseconds`.
-    static let purgeIdleBatches = 10
-    static let purgeIdlePauseMilliseconds = 100
-
-    /// The purge, in batches (`purgeBatchRows` rows each, `StorageTransaction.purge`), each one write with a
-    /// deadline (`purgeBatchDeadlineMilliseconds`), so that a large backlog never holds SQLite's one writer
-    /// for long: requests' writes get in between two batches. The run ends when a batch finds nothing more,
-    /// or, with rows left (the report's `complete` is false, and the log says why), once it has run for
-    /// `budgetMilliseconds`, a batch failed, or another node took the lock. The horizons are fixed when the
-    /// run starts.
-    ///
-    /// One node at a time: every batch first takes the exclusive lock "purge" without waiting
-    /// (`tryExclusiveLock`: SQLite's one writer; on PostgreSQL a transaction advisory lock, held until that
-    /// batch commits). Nil (nothing done) when another node holds it at the first batch; a node that loses it
-    /// at a later batch stops and leaves the rest to the node that holds it. So no two batches of the purge
-    /// ever run at once, and two nodes' runs may at most take turns between batches (harmless: a batch
-    /// removes only rows that are still expired).
-    public func purgeUnlessRunningElsewhere(batchRows: Int = LatticeService.purgeBatchRows,
-                                            budgetMilliseconds: Int64 = LatticeService.purgeRunBudgetMilliseconds)
+    /// One purge run unless another node is purging now: `Maintenance.purgeUnlessRunningElsewhere`.
+    public func purgeUnlessRunningElsewhere(batchRows: Int = Maintenance.purgeBatchRows,
+                                            budgetMilliseconds: Int64 = Maintenance.purgeRunBudgetMilliseconds)
         throws -> PurgeReport? {
-        let now = configuration.now()
-        let horizon = now - configuration.tombstoneHorizonMilliseconds
-        let operationsBefore = now - configuration.clientOperationHorizonMilliseconds
-        let approvalFailuresBefore = now - configuration.deviceApprovalFailureWindowMilliseconds + 1
-        let limit = max(1, batchRows)
-        let budget = RequestDeadline.after(milliseconds: budgetMilliseconds)
-        var total = PurgeReport(complete: false)
-        var idle = 0
-        func stop(_ reason: String) -> PurgeReport {
-            log("purge: \(reason) after \(total.batches) batches (\(total.tombstones) tombstones, \(total.zones) zones, "
-                + "\(total.clientOperations) remembered operations removed); the rest waits for the next run")
-            return total
-        }
-        while true {
-            let first = total.batches == 0
-            let batch: PurgeReport?
-            do {
-                batch = try storage.write(deadline: .after(milliseconds: Self.purgeBatchDeadlineMilliseconds)) { tx in
-                    guard try tx.tryExclusiveLock("purge") else { return nil }
-                    if first {
-                        // Device sign-ins past their lifetime, and failed approvals past their window (Devices.swift):
-                        // few (their creation is rate-limited), so they go with the first batch.
-                        _ = try tx.forgetDeviceAuthorizations(expiredAt: now)
-                        try tx.forgetDeviceApprovalFailures(before: approvalFailuresBefore)
-                    }
-                    return try tx.purge(before: horizon, operationsBeforeMs: operationsBefore, limit: limit)
-                }
-            } catch {
-                if first { throw error }
-                return stop("batch \(total.batches + 1) failed (\(error)), stopped")
-            }
-            guard let batch else {
-                return first ? nil : stop("another node took the purge lock, stopped")
-            }
-            total.tombstones += batch.tombstones
-            total.zones += batch.zones
-            total.clientOperations += batch.clientOperations
-            total.batches += 1
-            if batch.complete {
-                total.complete = true
-                return total
-            }
-            idle = batch.removed == 0 ? idle + 1 : 0
-            if idle >= Self.purgeIdleBatches {
-                return stop("\(idle) batches in a row found only rows held by requests, stopped")
-            }
-            if budget.hasPassed { return stop("the run's budget of \(budgetMilliseconds) ms passed") }
-            usleep(UInt32((idle > 0 ? Self.purgeIdlePauseMilliseconds : Self.purgePauseMilliseconds) * 1_000))
-        }
+        try Maintenance(core).purgeUnlessRunningElsewhere(batchRows: batchRows, budgetMilliseconds: budgetMilliseconds)
     }
 
     // MARK: Routing
@@ -459,75 +351,20 @@ public final class LatticeService: HTTPHandler, Sendable {
         return object
     }
 
-    /// When a full disk was last logged (milliseconds, the configuration's clock).
+    /// Maps a non-API error (`OperationsCore.serviceError(for:)`): busy, full disk and deadline are
+    /// TRY_AGAIN_LATER; anything else is logged and reported as INTERNAL_ERROR with no detail.
+    func internalError(_ error: any Error) -> ServiceError { core.serviceError(for: error) }
 
-    /// Maps a non-API error: a busy database is TRY_AGAIN_LATER, and so is a full disk (logged once a
-    /// minute: the operator must free space); anything else is logged and reported as INTERNAL_ERROR with
-    /// no detail.
-    func internalError(_ error: any Error) -> ServiceError {
-        if let error = error as? ServiceError { return error }
-        if case StorageError.busy = error {
-            return ServiceError(.tryAgainLater, "the database is busy or cannot be reached; retry shortly")
-        }
-        if case StorageError.closed = error { return ServiceError(.tryAgainLater, "the server is shutting down") }
-        if case StorageError.diskFull = error {
-            // Logged at most once a minute: a full disk refuses every write, and the log may share the disk.
-            let now = configuration.now(), last = diskFullLoggedMs.load(ordering: .relaxed)
-            if now - last >= 60_000, diskFullLoggedMs.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged {
-                log("writes refused: the disk holding the data directory is full (or the file-size limit is reached)")
-            }
-            return ServiceError(.tryAgainLater, "the server's disk is full; nothing was written; retry later", retryAfter: 30)
-        }
-        if case StorageError.deadlineExceeded = error {
-            return ServiceError(.tryAgainLater, "the request ran past its deadline of \(configuration.requestDeadlineMilliseconds) ms "
-                            + "and was stopped (nothing was written); retry, or ask for less at once")
-        }
-        let reference = UUID().uuidString.lowercased()
-        log("internal error \(reference): \(error)")
-        return ServiceError(.internalError, "internal error (reference \(reference))")
-    }
+    /// The configured request deadline from now.
+    func freshDeadline() -> RequestDeadline { core.freshDeadline() }
 
-    /// The configured request deadline from now: for the storage work of a request that has no
-    /// `RequestContext` (sign-up, sessions, device sign-in, share pages, token checks before the body), so
-    /// no request's storage work is unbounded.
-    func freshDeadline() -> RequestDeadline {
-        .after(milliseconds: configuration.requestDeadlineMilliseconds)
-    }
-
-    /// A write transaction. `touched` collects the databases whose logs it moved: their positions are read
-    /// inside the transaction (the rows are locked by the writer already), the other nodes are told inside
-    /// it (`announceChanges`: delivered only if it commits), and after the commit this node's long polls on
-    /// them are woken with the committed positions. A backend may run `body` again (a retried conflict):
-    /// each run starts with nothing touched.
-    /// Without a `deadline` it gets one of the configured length from now (`freshDeadline`).
+    /// The one write transaction of every change (`OperationsCore.write`).
     func write<T>(deadline: RequestDeadline? = nil, _ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
-        let (result, positions, reserved) = try storage.write(deadline: deadline ?? freshDeadline()) { tx -> (T, [(Int64, Int64)], Int64?) in
-            var touched = Set<Int64>()
-            let result = try body(tx, &touched)
-            // Keep the clock's high-water mark ahead of the writes it stamped (NodeClockLease): after a
-            // restart the clock never goes back, even if the wall clock did. Most transactions are covered
-            // by the committed reservation and leave the node's row alone.
-            let latest = Int64(clamping: clock.withLock { $0.latest.rawValue })
-            let reserved = clockLease.markToPersist(latest: latest, nowMs: configuration.now())
-            if let reserved { try tx.raiseNodeClock(name: configuration.nodeName, to: reserved) }
-            guard !touched.isEmpty else { return (result, [], reserved) }
-            let ids = touched.sorted()
-            let positions = try ids.compactMap { id in try tx.database(id: id).map { (id, $0.lastSeq) } }
-            try tx.announceChanges(databaseIDs: ids)
-            return (result, positions, reserved)
-        }
-        if let reserved { clockLease.committed(reserved) }
-        for (id, position) in positions { notifier.notify(databaseID: id, position: position) }
-        return result
+        try core.write(deadline: deadline, body)
     }
 
-    /// Makes the rest of this write transaction wait for any other one that serialized on `name`, on every
-    /// node: it writes the metadata row `lock:NAME`, whose row lock a multi-writer backend holds to commit
-    /// (SQLite's one writer serializes anyway). For check-then-act rules that have no row of their own
-    /// to lock (the sign-up limits, the tokens-per-user cap).
-    func serialize(_ name: String, _ tx: any StorageTransaction) throws {
-        try tx.setMetadata("lock:" + name, "")
-    }
+    /// Serializes the rest of the write on `name` across nodes (`OperationsCore.serialize`).
+    func serialize(_ name: String, _ tx: any StorageTransaction) throws { try core.serialize(name, tx) }
 
     // MARK: Other nodes' commits
 

@@ -1,3 +1,4 @@
+import LatticeOperations
 import Synchronization
 
 /// Token buckets per caller: `burst` requests at once, refilled at `requestsPerSecond`.

@@ -1,6 +1,7 @@
 import Foundation
 import LatticeAPI
 import LatticeCore
+import LatticeOperations
 
 /// The values a path's `{name}` segments matched, by name.
 typealias RouteParameters = [String: String]

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import LatticeOperations
 import LatticeSharing
 import LatticeStore
 #if canImport(Glibc)

@@ -2,6 +2,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 import LatticeAPI
+import LatticeOperations
 #endif
 
 /// Serves the regular files under one directory for GET and HEAD: a responder of its own, which the route

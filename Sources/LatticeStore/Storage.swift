@@ -682,7 +682,7 @@ public struct SignUpWindow: Sendable, Hashable {
 }
 
 /// What a purge removed: one batch (`StorageTransaction.purge`), or a whole run summed over its batches
-/// (`LatticeService.purgeUnlessRunningElsewhere`).
+/// (`Maintenance.purgeUnlessRunningElsewhere`).
 public struct PurgeReport: Sendable, Hashable {
     public var tombstones: Int
     public var zones: Int

@@ -1,6 +1,7 @@
 import Foundation
 import LatticeAPI
 import LatticeCore
+import LatticeOperations
 @testable import LatticeServer
 @testable import LatticeStore
 import LatticeSQLite

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeOperations
 @testable import LatticeServer
 import LatticeSharing
 import LatticeStore
@@ -400,13 +401,13 @@ enum ClockLeaseCheck {
             try write(first, "r\(index)", token: token)
         }
         #expect(try mark() == reserved, "\(label): the row moved inside its reservation")
-        #expect(Int64(first.clock.withLock { $0.latest.rawValue }) <= reserved, "\(label)")
+        #expect(Int64(first.core.clock.withLock { $0.latest.rawValue }) <= reserved, "\(label)")
         // Past the reservation, a write moves it on.
         wall.add(lease, ordering: .sequentiallyConsistent)
         try write(first, "r21", token: token)
         let moved = try mark()
         #expect(moved > reserved, "\(label)")
-        let stamped = first.clock.withLock { $0.latest.rawValue }
+        let stamped = first.core.clock.withLock { $0.latest.rawValue }
         #expect(Int64(stamped) <= moved, "\(label)")
 
         // Killed (nothing more is written), restarted with the wall clock a minute behind.
@@ -417,8 +418,8 @@ enum ClockLeaseCheck {
         #expect(next.hlc.rawValue > stamped, "\(label): the restarted clock went back: \(next.hlc.rawValue) <= \(stamped)")
         // Its writes still commit and stamp above the old ones.
         try write(second, "r0", token: token)
-        #expect(second.clock.withLock { $0.latest.rawValue } > stamped, "\(label)")
-        #expect(try mark() >= Int64(second.clock.withLock { $0.latest.rawValue }), "\(label)")
+        #expect(second.core.clock.withLock { $0.latest.rawValue } > stamped, "\(label)")
+        #expect(try mark() >= Int64(second.core.clock.withLock { $0.latest.rawValue }), "\(label)")
     }
 }
 

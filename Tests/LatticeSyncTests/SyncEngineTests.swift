@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeOperations
 import LatticeServer
 import LatticeSharing
 import LatticeStore

@@ -382,18 +382,8 @@ extension LatticeService {
         return frame
     }
 
-    /// Checks a remote clock value against the drift bound (and moves the server's clock past it).
-    func observe(_ hlc: HLC, path: String) throws {
-        let refused = clock.withLock { clock -> ClockError? in
-            do throws(ClockError) {
-                try clock.observe(hlc)
-                return nil
-            } catch {
-                return error
-            }
-        }
-        if let refused { throw ServiceError.badRequest("\(path): \(refused.description)") }
-    }
+    /// Checks a remote clock value against the drift bound (`OperationsCore.observe`).
+    func observe(_ hlc: HLC, path: String) throws { try core.observe(hlc, path: path) }
 
     /// Joins an incoming CRDT state into the stored frame, on bytes. Nil when nothing changes.
     func join(_ incoming: RecordFrame, into existing: RecordFrame?, live: Bool, kind: RecordOperation.Kind,
@@ -583,9 +573,7 @@ extension LatticeService {
     }
 
     /// A fresh stamp from the server's clock.
-    func tick() -> Stamp {
-        clock.withLock { $0.now() }
-    }
+    func tick() -> Stamp { core.tick() }
 
     /// A stored row's frame, checked (a damaged row is an internal error, never an unchecked read).
     func frame(_ stored: StoredRecord) throws -> RecordFrame {

@@ -2,11 +2,13 @@ import Foundation
 import LatticeCore
 import Testing
 
-/// The client library links only what a device needs: `LatticeSync` (and the lists model on it) must not
-/// depend, directly or through another target, on the server, its storage, libpq, libmicrohttpd or the
-/// secrets module. Read from the package itself (`swift package describe --type json`), so a new
-/// dependency in Package.swift fails here.
-@Suite struct ClientLibraryDependencyTests {
+/// The modules' one-way dependencies, read from the package itself (`swift package describe --type json`),
+/// so a new dependency in Package.swift fails here:
+/// - the client library links only what a device needs: `LatticeSync` (and the lists model on it) depends,
+///   directly or through another target, on nothing of the server, its storage, libpq, libmicrohttpd or the
+///   secrets module;
+/// - the operations (`LatticeOperations`) depend on no HTTP module, so HTTP cannot leak into the rules.
+@Suite struct ModuleDependencyTests {
     static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().path
 
@@ -59,6 +61,16 @@ import Testing
             #expect(dependencies.isSubset(of: ["LatticeCore", "CMemoryHints", "LatticeSQLite", "CSQLite", "LatticeSync"]),
                     "\(library) has a dependency beyond the client's: \(dependencies.sorted())")
         }
+    }
+
+    @Test func theOperationsDependOnNoHTTPModule() throws {
+        let graph = try Self.targetGraph()
+        let dependencies = Self.closure(of: "LatticeOperations", in: graph)
+        print("LatticeOperations depends on: \(dependencies.sorted().joined(separator: ", "))")
+        #expect(graph["LatticeOperations"] != nil, "LatticeOperations is not a target of the package")
+        #expect(dependencies.isDisjoint(with: ["LatticeServer", "CMicroHTTPD", "CHTTPShims"]),
+                "LatticeOperations depends on \(dependencies.intersection(["LatticeServer", "CMicroHTTPD", "CHTTPShims"]).sorted())")
+        #expect(dependencies.contains("LatticeStore") && dependencies.contains("LatticeAPI"))
     }
 
     /// The check itself sees a dependency two steps away.

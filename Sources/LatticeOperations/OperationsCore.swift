@@ -1,0 +1,177 @@
+import Foundation
+import LatticeAPI
+import LatticeCore
+import LatticeSharing
+import LatticeStore
+import Synchronization
+
+/// What the operations of every area share: the storage, the configuration, this node's identity and
+/// hybrid logical clock, the share-signing keys, and the one write every change goes through. It knows
+/// nothing of HTTP: the server holds one, runs operations on it and renders what they return.
+///
+/// ```swift
+/// let core = try OperationsCore(storage: storage, configuration: configuration, keyRing: keys,
+///                               log: { print($0) }, committed: { positions in wakeLongPolls(positions) })
+/// let stamp = core.tick()
+/// ```
+public final class OperationsCore: Sendable {
+    public let storage: any Storage
+    public let configuration: ServiceConfiguration
+    /// Signs and verifies share URLs; nil on a server without share links (some tests).
+    public let keyRing: ShareKeyRing?
+    /// This node's replica id: it stamps plain writes. Made once per node and kept in the database.
+    public let replicaID: ReplicaID
+    /// The node's clock (injected time: `configuration.now`).
+    package let clock: Mutex<HybridLogicalClock>
+    /// The reservation ahead of `clock` kept in the node's row (StorageNodes.swift).
+    package let clockLease: NodeClockLease
+    /// Where internal errors are written (never to clients).
+    package let log: @Sendable (String) -> Void
+    /// Told, after a write commits, each database it changed with that database's last position.
+    private let committed: @Sendable ([(databaseID: Int64, position: Int64)]) -> Void
+    /// When a full disk was last logged (milliseconds, the configuration's clock): once a minute.
+    private let diskFullLoggedMs = Atomic<Int64>(Int64.min / 2)
+    private let currentPublicURL: Mutex<String>
+
+    /// Registers this node (`configuration.nodeName`) in the storage, or finds it, and starts its clock
+    /// past the last value it persisted.
+    public init(storage: any Storage, configuration: ServiceConfiguration, keyRing: ShareKeyRing?,
+                log: @escaping @Sendable (String) -> Void,
+                committed: @escaping @Sendable ([(databaseID: Int64, position: Int64)]) -> Void) throws {
+        self.storage = storage
+        self.configuration = configuration
+        self.keyRing = keyRing
+        self.log = log
+        self.committed = committed
+        currentPublicURL = Mutex(configuration.publicURL)
+        // The node's replica id is unique among the nodes (a taken one is drawn again).
+        let nodeName = configuration.nodeName
+        let now = configuration.now
+        let (replica, latest): (ReplicaID, UInt64) = try storage.write { tx in
+            if let node = try tx.node(named: nodeName) {
+                guard let replica = ReplicaID(hex: node.replicaID) else {
+                    throw StorageError.failure("node \(nodeName) has a malformed replica id \(node.replicaID)")
+                }
+                return (replica, UInt64(max(0, node.clockLatest)))
+            }
+            var random = SystemRandomNumberGenerator()
+            for _ in 0..<8 {
+                let replica = ReplicaID(random.next() | 1)
+                do {
+                    try tx.savepoint {
+                        try tx.insertNode(StoredNode(name: nodeName, replicaID: replica.description, clockLatest: 0,
+                                                     createdMs: now()))
+                    }
+                    return (replica, 0)
+                } catch StorageError.duplicate {
+                    continue
+                }
+            }
+            throw StorageError.failure("cannot register node \(nodeName): no free replica id in 8 draws")
+        }
+        replicaID = replica
+        clockLease = NodeClockLease(persisted: Int64(clamping: latest))
+        clock = Mutex(HybridLogicalClock(replica: replica, maximumDriftMilliseconds: configuration.maximumClockDriftMilliseconds,
+                                         latest: HLC(rawValue: latest), time: { UInt64(max(0, now())) }))
+    }
+
+    /// The URL clients reach the server at (share URLs and their `iss`): the configured one, or the one
+    /// the process learned after binding its port.
+    public var publicURL: String { currentPublicURL.withLock { $0 } }
+
+    /// Sets the public URL once the listening port is known (`lattice serve --port 0` without --public-url).
+    public func setPublicURL(_ url: String) { currentPublicURL.withLock { $0 = url } }
+
+    // MARK: The clock
+
+    /// A fresh stamp from the node's clock.
+    package func tick() -> Stamp {
+        clock.withLock { $0.now() }
+    }
+
+    /// Checks a remote clock value against the drift bound (and moves the node's clock past it).
+    /// - Throws: BAD_REQUEST naming `path` when the value is too far ahead.
+    package func observe(_ hlc: HLC, path: String) throws {
+        let refused = clock.withLock { clock -> ClockError? in
+            do throws(ClockError) {
+                try clock.observe(hlc)
+                return nil
+            } catch {
+                return error
+            }
+        }
+        if let refused { throw ServiceError.badRequest("\(path): \(refused.description)") }
+    }
+
+    // MARK: Writing
+
+    /// The configured request deadline from now: for the storage work of a request that has no
+    /// deadline of its own.
+    package func freshDeadline() -> RequestDeadline {
+        .after(milliseconds: configuration.requestDeadlineMilliseconds)
+    }
+
+    /// The one write transaction of every change: `body` gets the transaction and the set of databases it
+    /// touched (every write of a record, zone or share inserts its database's id); after the commit the
+    /// databases touched are announced to other nodes and this node's long polls on them are woken with
+    /// the committed positions (`committed`). A backend may run `body` again (a retried conflict): each run
+    /// starts with nothing touched. Without a `deadline` it gets one of the configured length from now.
+    package func write<T>(deadline: RequestDeadline? = nil,
+                          _ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
+        let (result, positions, reserved) = try storage.write(deadline: deadline ?? freshDeadline()) { tx
+            -> (T, [(databaseID: Int64, position: Int64)], Int64?) in
+            var touched = Set<Int64>()
+            let result = try body(tx, &touched)
+            // Keep the clock's high-water mark ahead of the writes it stamped (NodeClockLease): after a
+            // restart the clock never goes back, even if the wall clock did. Most transactions are covered
+            // by the committed reservation and leave the node's row alone.
+            let latest = Int64(clamping: clock.withLock { $0.latest.rawValue })
+            let reserved = clockLease.markToPersist(latest: latest, nowMs: configuration.now())
+            if let reserved { try tx.raiseNodeClock(name: configuration.nodeName, to: reserved) }
+            guard !touched.isEmpty else { return (result, [], reserved) }
+            let ids = touched.sorted()
+            let positions = try ids.compactMap { id in try tx.database(id: id).map { (databaseID: id, position: $0.lastSeq) } }
+            try tx.announceChanges(databaseIDs: ids)
+            return (result, positions, reserved)
+        }
+        if let reserved { clockLease.committed(reserved) }
+        if !positions.isEmpty { committed(positions) }
+        return result
+    }
+
+    /// Makes the rest of this write transaction wait for any other one that serialized on `name`, on every
+    /// node: it writes the metadata row `lock:NAME`, whose row lock a multi-writer backend holds to commit
+    /// (SQLite's one writer serializes anyway). For check-then-act rules that have no row of their own
+    /// to lock (the sign-up limits, the tokens-per-user cap).
+    package func serialize(_ name: String, _ tx: any StorageTransaction) throws {
+        try tx.setMetadata("lock:" + name, "")
+    }
+
+    // MARK: Errors
+
+    /// Maps an error that is not a `ServiceError`: a busy database is TRY_AGAIN_LATER, and so is a full
+    /// disk (logged once a minute: the operator must free space) and a request past its deadline; anything
+    /// else is logged with a reference and reported as INTERNAL_ERROR with no detail.
+    package func serviceError(for error: any Error) -> ServiceError {
+        if let error = error as? ServiceError { return error }
+        if case StorageError.busy = error {
+            return ServiceError(.tryAgainLater, "the database is busy or cannot be reached; retry shortly")
+        }
+        if case StorageError.closed = error { return ServiceError(.tryAgainLater, "the server is shutting down") }
+        if case StorageError.diskFull = error {
+            // Logged at most once a minute: a full disk refuses every write, and the log may share the disk.
+            let now = configuration.now(), last = diskFullLoggedMs.load(ordering: .relaxed)
+            if now - last >= 60_000, diskFullLoggedMs.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged {
+                log("writes refused: the disk holding the data directory is full (or the file-size limit is reached)")
+            }
+            return ServiceError(.tryAgainLater, "the server's disk is full; nothing was written; retry later", retryAfter: 30)
+        }
+        if case StorageError.deadlineExceeded = error {
+            return ServiceError(.tryAgainLater, "the request ran past its deadline of \(configuration.requestDeadlineMilliseconds) ms "
+                                + "and was stopped (nothing was written); retry, or ask for less at once")
+        }
+        let reference = UUID().uuidString.lowercased()
+        log("internal error \(reference): \(error)")
+        return ServiceError(.internalError, "internal error (reference \(reference))")
+    }
+}
