@@ -69,7 +69,7 @@ struct SyncBenchOptions: Sendable {
           ceiling  the frames the clients pushed, written straight into SQLite (WAL, synchronous=FULL,
                    B rows per transaction, a primary key and a second unique index), no service;
                    the frames are written again (under other keys) until --ceiling-rows rows
-          pull     a fresh device (new home, logIn with the token of an account holding
+          pull     a fresh device (new home, signed in with the token of an account holding
                    --pull-records records) runs one sync; records/s and seconds
         and one summary line per wire, batch size and pacing with ratio_service_to_ceiling.
 
@@ -335,7 +335,8 @@ enum SyncBench {
             let server = servers[index % servers.count]
             let transport = try CountingTransport(serverURL: server.url)
             let engine = try SyncEngine(home: root + "/client-\(index)", transport: transport)
-            try engine.signUp(name: "bench-client-\(index)", serverURL: server.url)
+            let accounts = try AccountClient(serverURL: server.url, transport: transport)
+            try engine.signIn(accounts.signUp(name: "bench-client-\(index)"))
             let zone = try engine.privateZone(zoneName)
             try makeItem(engine, "warm-up", in: zone, number: 0, tag: 0)
             let report = try engine.sync()
@@ -543,11 +544,13 @@ enum SyncBench {
         -> (String, [String: JSONValue]) {
         let transport = try CountingTransport(serverURL: server.url)
         let owner = try SyncEngine(home: root + "/pull-owner", transport: transport)
-        let account = try owner.signUp(name: "bench-pull", serverURL: server.url)
+        let accounts = try AccountClient(serverURL: server.url, transport: transport)
+        let account = try accounts.signUp(name: "bench-pull")
+        try owner.signIn(account)
         let zone: JSON = .object(["zoneName": .string(pullZoneName)])
-        let created = try owner.call("private", "zones/modify", .object(["operations": .array([
+        let created = try accounts.call("private", "zones/modify", .object(["operations": .array([
             .object(["operationType": .string("create"), "zone": .object(["zoneID": zone])]),
-        ])]))
+        ])]), as: account)
         if let code = created["zones"]?.arrayValue?.first?["serverErrorCode"]?.stringValue {
             throw SystemError.message("pull setup: zones/modify answered \(code)")
         }
@@ -572,7 +575,8 @@ enum SyncBench {
                     ]),
                 ])])
             }
-            let reply = try owner.call("private", "records/modify", .object(["zoneID": zone, "operations": .array(operations)]))
+            let reply = try accounts.call("private", "records/modify",
+                                          .object(["zoneID": zone, "operations": .array(operations)]), as: account)
             let items = reply["records"]?.arrayValue ?? []
             guard items.count == operations.count, items.allSatisfy({ $0["serverErrorCode"] == nil }) else {
                 let first = items.first { $0["serverErrorCode"] != nil }?.serialized() ?? "\(items.count) items"
@@ -597,7 +601,7 @@ enum SyncBench {
         let transport = try CountingTransport(serverURL: server.url)
         let device = try SyncEngine(home: root + "/pull-device-\(wire.rawValue)", transport: transport)
         device.wire = wire
-        try device.logIn(serverURL: server.url, token: token)
+        try device.signIn(AccountClient(serverURL: server.url, transport: transport).signIn(token: token))
         _ = transport.take()
         let peakScope = server.resetPeakRSS() ? "measurement" : "process"
         let began = monotonicNanoseconds()

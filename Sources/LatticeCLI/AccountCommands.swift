@@ -33,13 +33,14 @@ func runSignUp(_ arguments: [String]) throws {
     try checkSwitch(engine, server: server) { _ in nil }
     let account: Account
     do {
-        account = try engine.signUp(name: name, serverURL: server)
+        account = try AccountClient(serverURL: server).signUp(name: name)
     } catch let error as ServerError {
         // Said at once, with why (a taken name, closed registration, the sign-up limit) and, for a limit,
         // when to try again: the client does not wait out a long Retry-After.
         throw CommandFailure("sign-up refused: \(error.reason) (\(error.code))"
                              + (error.retryAdvice.map { "; " + $0 } ?? ""))
     }
+    try engine.signIn(account)
     if options.json {
         printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),
                            "server": .string(account.serverURL), "token": .string(account.token)]))
@@ -69,7 +70,8 @@ func runLogIn(_ arguments: [String]) throws {
         let client = ServerClient(transport: try HTTPTransport(serverURL: server))
         return try client.call("private", "users/current", .object([:]), token: token)["userRecordName"]?.stringValue
     }
-    let account = try engine.logIn(serverURL: server, token: token)
+    let account = try AccountClient(serverURL: server).signIn(token: token)
+    try engine.signIn(account)
     let outcome = options.noSync ? SyncOutcome() : try syncAfterChange(engine, Lists(engine: engine), options)
     if options.json {
         printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),
@@ -93,15 +95,17 @@ func runLogOut(_ arguments: [String]) throws {
                              + "run lattice sync first, or lattice logout --force to drop them")
     }
     let local = options.parsed.flag("local")
+    // Revoked on the server first: when the server cannot be reached, nothing is forgotten here.
     let revoked: Bool
     do {
-        revoked = try engine.logOut(local: local)
+        revoked = local ? false : try AccountClient(serverURL: account.serverURL).revokeToken(of: account)
     } catch let error as TransportError {
         throw CommandFailure("cannot reach \(account.serverURL) (\(error.description)): the token was not revoked and "
                              + "this home stays signed in; run lattice logout again when the server is reachable, or "
                              + "lattice logout --local to forget the token here only (it then stays valid until "
                              + "revoked, for example with lattice admin revoke-token)")
     }
+    try engine.signOut()
     let state = local ? "kept on the server (not revoked)" : revoked ? "revoked" : "already revoked or expired"
     if options.json {
         printJSON(.object(["name": .string(account.name), "server": .string(account.serverURL),
@@ -184,7 +188,7 @@ private func runWebLogIn(_ options: ClientOptions) throws {
     }
     let engine = try options.openEngine()
     guard let account = engine.account else { throw CommandFailure(SyncError.notSignedIn.description) }
-    let reply = try engine.call("private", "tokens/signinLink", .object([:]))
+    let reply = try callServer(engine, "private", "tokens/signinLink", .object([:]))
     guard let url = reply["url"]?.stringValue else { throw CommandFailure("the server sent no sign-in link") }
     if options.json {
         var object: [String: JSON] = ["url": .string(url), "name": .string(account.name)]

@@ -97,6 +97,12 @@ struct ClientOptions {
     }
 }
 
+/// A raw call with the home's account for an operation that is online only (sharing, tokens, devices).
+func callServer(_ engine: SyncEngine, _ database: String, _ operation: String, _ body: JSON) throws -> JSON {
+    guard let account = engine.account else { throw SyncError.notSignedIn }
+    return try AccountClient(serverURL: account.serverURL).call(database, operation, body, as: account)
+}
+
 /// "fetched N records" on one rewritten stderr line while a sync fetches.
 final class FetchProgressLine {
     private var shown = false

@@ -87,7 +87,8 @@ func runDeviceLogIn(_ options: ClientOptions, server: String) throws {
         try? client.revokeToken(token)
         throw error
     }
-    let account = try engine.logIn(serverURL: server, token: token)
+    let account = try AccountClient(serverURL: server).signIn(token: token)
+    try engine.signIn(account)
     let outcome = options.noSync ? SyncOutcome() : try syncAfterChange(engine, Lists(engine: engine), options)
     if options.json {
         printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),
@@ -142,7 +143,7 @@ func runDevices(_ arguments: [String]) throws {
         }
     case "revoke":
         let wanted = operand ?? ""
-        let tokens = try engine.call("private", "tokens/list", .object([:]))["tokens"]?.arrayValue ?? []
+        let tokens = try callServer(engine, "private", "tokens/list", .object([:]))["tokens"]?.arrayValue ?? []
         let ids = tokens.compactMap { $0["tokenID"]?.stringValue }
         let matches = ids.contains(wanted) ? [wanted] : ids.filter { $0.hasPrefix(wanted) }
         guard matches.count == 1, let id = matches.first else {
@@ -150,7 +151,8 @@ func runDevices(_ arguments: [String]) throws {
                                  : "\(wanted) names \(matches.count) tokens: \(matches.joined(separator: ", "))")
         }
         let isThisDevice = tokens.first { $0["tokenID"]?.stringValue == id }?["current"] == .bool(true)
-        let reply = try engine.call("private", "tokens/revoke", .object(["tokens": .array([.object(["tokenID": .string(id)])])]))
+        let reply = try callServer(engine, "private", "tokens/revoke",
+                                   .object(["tokens": .array([.object(["tokenID": .string(id)])])]))
         guard reply["tokens"]?.arrayValue?.first?["revoked"] == .bool(true) else {
             throw CommandFailure("the server did not revoke \(id): "
                                  + (reply["tokens"]?.arrayValue?.first?["reason"]?.stringValue ?? "no reason given"))
@@ -164,7 +166,7 @@ func runDevices(_ arguments: [String]) throws {
 }
 
 private func listDevices(_ engine: SyncEngine, _ options: ClientOptions) throws {
-    let tokens = try engine.call("private", "tokens/list", .object([:]))["tokens"]?.arrayValue ?? []
+    let tokens = try callServer(engine, "private", "tokens/list", .object([:]))["tokens"]?.arrayValue ?? []
     func time(_ json: JSON?) -> String {
         guard let ms = json?["timestamp"]?.intValue else { return "never" }
         let formatter = ISO8601DateFormatter()

@@ -172,7 +172,7 @@ func runShare(_ arguments: [String]) throws {
         }
         body["zoneID"] = .object(["zoneName": .string(zoneName)])
         try syncOrFail(engine) // the list (and a zone made offline) must be on the server first
-        let share = try engine.call("private", "shares/create", .object(body))
+        let share = try callServer(engine, "private", "shares/create", .object(body))
         let outcome = try refresh(engine, lists, options)
         let recordName = share["shareRecordName"]?.stringValue ?? ""
         var ids: [String: JSON] = ["id": .string(recordName), "publicPermission": .string(publicPermission)]
@@ -199,7 +199,7 @@ func runShare(_ arguments: [String]) throws {
         }
         let (engine, lists) = try options.openLists()
         let target = try shareTarget(viaZone ? [] : [values[0]], options, engine, lists)
-        _ = try engine.call(target.database, "shares/modify",
+        _ = try callServer(engine, target.database, "shares/modify",
                             target.body(["participants": .array([.object(participant)])]))
         let outcome = try refresh(engine, lists, options)
         let link = target.list.map { "lattice share url \($0.id)" } ?? "lattice share url --zone \(target.zoneName)"
@@ -215,7 +215,7 @@ func runShare(_ arguments: [String]) throws {
         }
         let (engine, lists) = try options.openLists()
         let target = try shareTarget(viaZone ? [] : [values[0]], options, engine, lists)
-        _ = try engine.call(target.database, "shares/modify", target.body(["participants": .array([.object([
+        _ = try callServer(engine, target.database, "shares/modify", target.body(["participants": .array([.object([
             "operation": .string("setPermission"), "userName": .string(values[1]), "permission": .string(permission),
         ])])]))
         let outcome = try refresh(engine, lists, options)
@@ -226,7 +226,7 @@ func runShare(_ arguments: [String]) throws {
         let values = try take("LIST", "USER")
         let (engine, lists) = try options.openLists()
         let target = try shareTarget(viaZone ? [] : [values[0]], options, engine, lists)
-        _ = try engine.call(target.database, "shares/modify", target.body(["participants": .array([.object([
+        _ = try callServer(engine, target.database, "shares/modify", target.body(["participants": .array([.object([
             "operation": .string("remove"), "userName": .string(values[1]),
         ])])]))
         let outcome = try refresh(engine, lists, options)
@@ -237,7 +237,7 @@ func runShare(_ arguments: [String]) throws {
         let values = try take("LIST")
         let (engine, lists) = try options.openLists()
         let target = try shareTarget(viaZone ? [] : [values[0]], options, engine, lists)
-        let share = try engine.call(target.database, "shares/lookup", target.body())
+        let share = try callServer(engine, target.database, "shares/lookup", target.body())
         let participants = share["participants"]?.arrayValue ?? []
         if options.json {
             return printJSON(.object([
@@ -279,7 +279,7 @@ func runShare(_ arguments: [String]) throws {
         if options.parsed.flag("rotate") { body["rotate"] = .bool(true) }
         let (engine, lists) = try options.openLists()
         let target = try shareTarget(viaZone ? [] : [values[0]], options, engine, lists)
-        let reply = try engine.call(target.database, "shares/url", target.body(body))
+        let reply = try callServer(engine, target.database, "shares/url", target.body(body))
         guard let url = reply["url"]?.stringValue else { throw CommandFailure("the server sent no URL") }
         if options.json { return printJSON(.object(["url": .string(url)])) }
         print(url)
@@ -301,7 +301,7 @@ func runShare(_ arguments: [String]) throws {
         guard target.database == "private" else {
             throw CommandFailure("only the owner deletes the share of \(target.label); lattice share leave leaves it")
         }
-        _ = try engine.call("private", "shares/delete", target.body())
+        _ = try callServer(engine, "private", "shares/delete", target.body())
         let outcome = try refresh(engine, lists, options)
         try report(options, outcome, target.idJSON, "\(target.label) is no longer shared")
 
@@ -313,7 +313,7 @@ func runShare(_ arguments: [String]) throws {
             throw CommandFailure("\"\(list.title)\" is yours; lattice share delete stops sharing it")
         }
         let target = try shareTarget([list.id], options, engine, lists)
-        _ = try engine.call("shared", "shares/leave", target.body())
+        _ = try callServer(engine, "shared", "shares/leave", target.body())
         let outcome = try refresh(engine, lists, options)
         try report(options, outcome, ["id": .string(list.id)], "left \"\(list.title)\" of \(ownerLabel(list))")
     }
@@ -332,7 +332,7 @@ func runAccept(_ arguments: [String]) throws {
     let (engine, lists) = try options.openLists()
     let account = engine.account!
     let link = JSON.object(["shortGUIDs": .array([.object(["value": .string(url)])])])
-    let metadata = try shareMetadata(engine.call("shared", "records/resolve", link), url: url, account: account)
+    let metadata = try shareMetadata(callServer(engine, "shared", "records/resolve", link), url: url, account: account)
 
     let title = metadata["title"]?.stringValue ?? ""
     let ownerName = metadata["ownerIdentity"]?["name"]?.stringValue ?? ""
@@ -361,7 +361,7 @@ func runAccept(_ arguments: [String]) throws {
         let answer = readLine()?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
         guard answer == "y" || answer == "yes" else { throw CommandFailure("not joined") }
     }
-    let accepted = try shareMetadata(engine.call("shared", "records/accept", link), url: url, account: account)
+    let accepted = try shareMetadata(callServer(engine, "shared", "records/accept", link), url: url, account: account)
     let granted = accepted["participantPermission"]?.stringValue ?? permission
     try engine.rememberUserName(ownerRecordName, ownerName)
 

@@ -25,6 +25,24 @@ public struct Account: Sendable, Hashable {
         self.userRecordName = userRecordName
         self.name = name
     }
+
+    /// The same user on the same server (the token may differ).
+    func isSameAccount(as other: Account) -> Bool {
+        userRecordName == other.userRecordName && serverURL == other.serverURL
+    }
+}
+
+/// How the account of a home changed, as `SyncEvent.accountChange` tells it.
+public enum AccountChange: Sendable, Hashable {
+    /// An account was installed in a home that had none.
+    case signIn(Account)
+    /// Another account took the home over; the old account's data left the device.
+    case switchAccounts(from: Account, to: Account)
+    /// The account was forgotten, with its data.
+    case signOut(Account)
+    /// The server no longer accepts the token (signed out elsewhere, revoked, expired); the account stays
+    /// installed until `signOut()`.
+    case tokenRejected(reason: String)
 }
 
 /// What the engine tells its caller, one at a time (as CKSyncEngine's events).
@@ -37,8 +55,9 @@ public enum SyncEvent: Sendable {
     case sentRecord(zone: String, recordName: String)
     /// The server refused a record's changes; the local copy went back to the server's state.
     case failedRecord(zone: String, recordName: String, code: String, reason: String)
-    /// The token stopped working (signed out elsewhere, or revoked).
-    case accountChange(reason: String)
+    /// The home's account changed, or the server stopped accepting its token (as CKSyncEngine's
+    /// `accountChange`).
+    case accountChange(AccountChange)
     /// A zone went away: deleted by its owner, or a share that was revoked, left or deleted.
     case zoneRemoved(database: String, zone: String, owner: String)
     /// Progress of a long fetch: records applied so far.
@@ -97,7 +116,8 @@ public final class SyncEngine: @unchecked Sendable {
     let store: LocalStore
     private let lock = NSRecursiveLock()
     private var clock: HybridLogicalClock
-    private let transportOverride: (any SyncTransport)?
+    /// The transport of every call (tests inject one); nil: HTTP to the account's server.
+    let transportOverride: (any SyncTransport)?
     private var handler: (SyncEvent) -> Void = { _ in }
     private var selectedWire: SyncWire = .binary
     private var selectedBatchLimit = SyncEngine.maximumBatchOperations
@@ -160,9 +180,9 @@ public final class SyncEngine: @unchecked Sendable {
 
     // MARK: Account
 
+    /// The account installed in this home (`signIn(_:)`), nil when no one is signed in.
     public var account: Account? {
-        (try? store.transaction { tx in try tx.metadata("account") }).flatMap { $0 }
-            .flatMap { try? JSON.parse($0) }.flatMap(Account.init(json:))
+        (try? store.transaction { tx in try Self.storedAccount(tx) }).flatMap { $0 }
     }
 
     func client(for account: Account) throws -> ServerClient {
@@ -174,75 +194,54 @@ public final class SyncEngine: @unchecked Sendable {
         return account
     }
 
-    /// Creates an account on the server and keeps its token in this home.
-    @discardableResult
-    public func signUp(name: String, serverURL: String) throws -> Account {
-        let client = ServerClient(transport: try transportOverride ?? HTTPTransport(serverURL: serverURL))
-        let reply = try client.post("/auth/signup", .object(["name": .string(name)]), token: nil)
-        guard let token = reply["token"]?.stringValue, let record = reply["userRecordName"]?.stringValue else {
-            throw SyncError.unexpectedAnswer("signup")
-        }
-        let account = Account(serverURL: serverURL, token: token, userRecordName: record, name: name)
-        try saveAccount(account)
-        return account
-    }
-
-    /// Signs in with an existing token (checked with `users/current`).
-    @discardableResult
-    public func logIn(serverURL: String, token: String) throws -> Account {
-        let client = ServerClient(transport: try transportOverride ?? HTTPTransport(serverURL: serverURL))
-        let reply = try client.call("private", "users/current", .object([:]), token: token)
-        guard let record = reply["userRecordName"]?.stringValue else { throw SyncError.unexpectedAnswer("users/current") }
-        let account = Account(serverURL: serverURL, token: token, userRecordName: record,
-                              name: reply["name"]?.stringValue ?? "")
-        try saveAccount(account)
-        return account
-    }
-
-    private func saveAccount(_ account: Account) throws {
-        try store.transaction { tx in
-            if let previous = try tx.metadata("account").flatMap({ try? JSON.parse($0) }).flatMap(Account.init(json:)),
-               previous.userRecordName != account.userRecordName || previous.serverURL != account.serverURL {
-                // Another account: this home's data was the old account's.
-                for zone in try tx.zones() { try tx.deleteZone(zone.id) }
-                try tx.setMetadata("dbtoken.private", nil)
-                try tx.setMetadata("dbtoken.shared", nil)
-            }
-            try tx.setMetadata("account", account.json.serialized())
-        }
-    }
-
-    /// Signs this home out: revokes its token on the server (`tokens/revoke` with `current`), then forgets
-    /// the account and its synced data here. With `local`, only the second (the token stays valid on the
-    /// server until revoked otherwise).
-    /// - Returns: whether the server revoked the token now (false when it no longer accepted it, or `local`).
-    /// - Throws: `TransportError` when the server cannot be reached (nothing is forgotten), or the
-    ///   server's refusal other than AUTHENTICATION_FAILED.
-    @discardableResult
-    public func logOut(local: Bool = false) throws -> Bool {
-        let account = try requireAccount()
-        var revoked = false
-        if !local {
-            do {
-                try client(for: account).revokeToken(account.token)
-                revoked = true
-            } catch let error as ServerError where error.serverErrorCode == .authenticationFailed {
-                revoked = false // already revoked or expired: nothing left to revoke
+    /// Installs `account` in this home (one from `AccountClient.signUp(name:)` or `signIn(token:)`); no
+    /// network. Another account (another user, or another server) takes the home over: the old account's
+    /// synced data and unsent edits are dropped here first. The same account again keeps everything (a new
+    /// token replaces the old one). Tells `onEvent` with `accountChange` when the account changed.
+    public func signIn(_ account: Account) throws {
+        let previous = try lock.withLock {
+            try store.transaction { tx -> Account? in
+                let previous = try Self.storedAccount(tx)
+                if let previous, !previous.isSameAccount(as: account) {
+                    try Self.forgetSyncedData(tx) // this home's data was the old account's
+                }
+                try tx.setMetadata("account", account.json.serialized())
+                return previous
             }
         }
-        try store.transaction { tx in
-            for zone in try tx.zones() { try tx.deleteZone(zone.id) }
-            try tx.setMetadata("dbtoken.private", nil)
-            try tx.setMetadata("dbtoken.shared", nil)
-            try tx.setMetadata("account", nil)
+        switch previous {
+        case nil: emit(.accountChange(.signIn(account)))
+        case let previous? where !previous.isSameAccount(as: account):
+            emit(.accountChange(.switchAccounts(from: previous, to: account)))
+        default: break
         }
-        return revoked
     }
 
-    /// A raw API call with this home's account, for operations that are online only (sharing).
-    public func call(_ database: String, _ operation: String, _ body: JSON) throws -> JSON {
-        let account = try requireAccount()
-        return try client(for: account).call(database, operation, body, token: account.token)
+    /// Forgets this home's account, its synced data and its unsent edits; no network. To sign out for
+    /// good, revoke the token first (`AccountClient.revokeToken(of:)`) and call this only once that
+    /// succeeded: a token that was not revoked stays valid on the server. Does nothing when no one is
+    /// signed in; tells `onEvent` with `accountChange` otherwise.
+    public func signOut() throws {
+        let previous = try lock.withLock {
+            try store.transaction { tx -> Account? in
+                let previous = try Self.storedAccount(tx)
+                try Self.forgetSyncedData(tx)
+                try tx.setMetadata("account", nil)
+                return previous
+            }
+        }
+        if let previous { emit(.accountChange(.signOut(previous))) }
+    }
+
+    private static func storedAccount(_ tx: LocalTransaction) throws -> Account? {
+        try tx.metadata("account").flatMap { try? JSON.parse($0) }.flatMap(Account.init(json:))
+    }
+
+    /// Every zone and record (unsent edits too) and the database change tokens.
+    private static func forgetSyncedData(_ tx: LocalTransaction) throws {
+        for zone in try tx.zones() { try tx.deleteZone(zone.id) }
+        try tx.setMetadata("dbtoken.private", nil)
+        try tx.setMetadata("dbtoken.shared", nil)
     }
 
     // MARK: Local state
@@ -335,7 +334,7 @@ public final class SyncEngine: @unchecked Sendable {
                 report.notNow = error // busy or throttled: nothing more now; the rest stays queued
                 emit(.serverAskedToWait(reason: error.reason, retryAfter: error.retryAfter))
             } catch let error as ServerError where error.serverErrorCode == .authenticationFailed {
-                emit(.accountChange(reason: error.reason))
+                emit(.accountChange(.tokenRejected(reason: error.reason)))
                 throw error
             }
             report.queued = try pendingCount()
@@ -738,12 +737,15 @@ public enum SyncError: Error, CustomStringConvertible, Sendable {
     case notSignedIn
     case notFound(String)
     case unexpectedAnswer(String)
+    /// An account was given to a client of another server (its token is never sent elsewhere).
+    case otherServer(String)
 
     public var description: String {
         switch self {
         case .notSignedIn: return "not signed in: run lattice signup NAME --server URL, or lattice login"
         case .notFound(let name): return "\(name) does not exist"
         case .unexpectedAnswer(let what): return "the server's answer to \(what) was not understood"
+        case .otherServer(let url): return "the account is of another server (\(url))"
         }
     }
 }

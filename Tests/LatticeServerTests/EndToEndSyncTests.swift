@@ -41,9 +41,9 @@ import Glibc
         /// A share URL for a list (hierarchy share created on first use).
         func shareURL(_ list: ListSummary, publicPermission: String, extra: [String: JSON] = [:]) throws -> String {
             let zone: JSON = .object(["zoneName": .string(list.zone.zoneName)])
-            let existing = try? engine.call("private", "shares/lookup", .object(["zoneID": zone]))
+            let existing = try? engine.callServer("private", "shares/lookup", .object(["zoneID": zone]))
             if existing?["shareRecordName"] == nil {
-                let created = try engine.call("private", "shares/create", .object([
+                let created = try engine.callServer("private", "shares/create", .object([
                     "zoneID": zone, "rootRecordName": .string(list.id), "title": .string(list.title),
                     "publicPermission": .string(publicPermission),
                 ]))
@@ -51,15 +51,15 @@ import Glibc
             }
             var body: [String: JSON] = ["zoneID": zone]
             for (key, value) in extra { body[key] = value }
-            guard let url = try engine.call("private", "shares/url", .object(body))["url"]?.stringValue else {
+            guard let url = try engine.callServer("private", "shares/url", .object(body))["url"]?.stringValue else {
                 throw HarnessError("no url")
             }
             return url
         }
 
         func accept(_ url: String) throws -> JSON {
-            try engine.call("shared", "records/accept", .object(["shortGUIDs": .array([.object(["value": .string(url)])])]))[
-                "results"]?.arrayValue?.first ?? .null
+            let link = JSON.object(["shortGUIDs": .array([.object(["value": .string(url)])])])
+            return try engine.callServer("shared", "records/accept", link)["results"]?.arrayValue?.first ?? .null
         }
     }
 
@@ -70,8 +70,8 @@ import Glibc
         let cluster = try Cluster()
         let alice = try cluster.device("alice")
         let bob = try cluster.device("bob")
-        try alice.engine.signUp(name: "alice", serverURL: cluster.url)
-        try bob.engine.signUp(name: "bob", serverURL: cluster.url)
+        try alice.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
+        try bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
 
         let list = try alice.lists.create(title: "Trip")
         let tent = try alice.lists.add("Tent", tags: ["gear"], to: list)
@@ -111,9 +111,9 @@ import Glibc
         let laptop = try cluster.device("alice-laptop")
         let phone = try cluster.device("alice-phone")
         let bob = try cluster.device("bob")
-        let alice = try laptop.engine.signUp(name: "alice", serverURL: cluster.url)
-        try phone.engine.logIn(serverURL: cluster.url, token: alice.token)
-        try bob.engine.signUp(name: "bob", serverURL: cluster.url)
+        let alice = try laptop.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
+        try phone.engine.signIn(serverURL: cluster.url, token: alice.token)
+        try bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
         let list = try laptop.lists.create(title: "Shared")
         try laptop.engine.sync()
         _ = try bob.accept(try laptop.shareURL(list, publicPermission: "readWrite"))
@@ -153,16 +153,16 @@ import Glibc
         let cluster = try Cluster()
         let alice = try cluster.device("alice")
         let bob = try cluster.device("bob")
-        try alice.engine.signUp(name: "alice", serverURL: cluster.url)
-        let bobAccount = try bob.engine.signUp(name: "bob", serverURL: cluster.url)
+        try alice.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
+        let bobAccount = try bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
         let list = try alice.lists.create(title: "Chores")
         _ = try alice.lists.add("Dishes", to: list)
         try alice.engine.sync()
         // A private share: bob is invited read-only and accepts the URL.
-        _ = try alice.engine.call("private", "shares/create", .object([
+        _ = try alice.engine.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(list.zone.zoneName)]), "rootRecordName": .string(list.id),
         ]))
-        _ = try alice.engine.call("private", "shares/modify", .object([
+        _ = try alice.engine.callServer("private", "shares/modify", .object([
             "zoneID": .object(["zoneName": .string(list.zone.zoneName)]),
             "participants": .array([.object(["operation": .string("invite"), "userName": .string("bob"),
                                              "permission": .string("readOnly")])]),
@@ -181,7 +181,7 @@ import Glibc
         #expect(try bob.items("Chores").map(\.text) == ["Dishes"])
 
         // Removal revokes: bob's next sync reports it and the list leaves his lists.
-        _ = try alice.engine.call("private", "shares/modify", .object([
+        _ = try alice.engine.callServer("private", "shares/modify", .object([
             "zoneID": .object(["zoneName": .string(list.zone.zoneName)]),
             "participants": .array([.object(["operation": .string("remove"), "userRecordName": .string(bobAccount.userRecordName)])]),
         ]))
@@ -194,8 +194,8 @@ import Glibc
         let cluster = try Cluster()
         let alice = try cluster.device("alice")
         let bob = try cluster.device("bob")
-        try alice.engine.signUp(name: "alice", serverURL: cluster.url)
-        try bob.engine.signUp(name: "bob", serverURL: cluster.url)
+        try alice.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
+        try bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
         let list = try alice.lists.create(title: "Party")
         try alice.engine.sync()
         let old = try alice.shareURL(list, publicPermission: "readOnly")
@@ -204,7 +204,8 @@ import Glibc
         #expect(rotated["serverErrorCode"]?.stringValue == "ACCESS_DENIED")
         #expect(rotated["reason"]?.stringValue == "the share link is invalid, expired or revoked")
         let fresh = try alice.shareURL(list, publicPermission: "readOnly")
-        _ = try alice.engine.call("private", "shares/delete", .object(["zoneID": .object(["zoneName": .string(list.zone.zoneName)])]))
+        _ = try alice.engine.callServer("private", "shares/delete",
+                                        .object(["zoneID": .object(["zoneName": .string(list.zone.zoneName)])]))
         #expect(try bob.accept(fresh)["reason"]?.stringValue == "the share link is invalid, expired or revoked")
     }
 
@@ -212,15 +213,15 @@ import Glibc
         let cluster = try Cluster()
         let alice = try cluster.device("alice")
         let bob = try cluster.device("bob")
-        try alice.engine.signUp(name: "alice", serverURL: cluster.url)
-        try bob.engine.signUp(name: "bob", serverURL: cluster.url)
+        try alice.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
+        try bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
         _ = try alice.lists.create(title: "One", zone: "Family")
         _ = try alice.lists.create(title: "Two", zone: "Family")
         try alice.engine.sync()
-        _ = try alice.engine.call("private", "shares/create", .object([
+        _ = try alice.engine.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string("Family")]), "publicPermission": .string("readWrite"),
         ]))
-        let url = try #require(try alice.engine.call("private", "shares/url", .object([
+        let url = try #require(try alice.engine.callServer("private", "shares/url", .object([
             "zoneID": .object(["zoneName": .string("Family")]),
         ]))["url"]?.stringValue)
         _ = try bob.accept(url)

@@ -70,7 +70,7 @@ import Testing
         case .publicPermissionNone:
             // The CLI has no command for it; alice's own engine makes the API call.
             let alice = try SyncEngine(home: world.alice)
-            let reply = try alice.call("private", "shares/modify", .object([
+            let reply = try alice.callServer("private", "shares/modify", .object([
                 "zoneID": .object(["zoneName": .string("Lists")]), "shareRecordName": .string(pair.tripShare),
                 "publicPermission": .string("none"),
             ]))

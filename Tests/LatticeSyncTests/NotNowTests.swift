@@ -101,7 +101,7 @@ import Testing
         let transport = ThrottledPushes(InProcessTransport(service: world.service, online: OnlineSwitch()))
         let engine = try SyncEngine(home: world.directory + "/home-notnow", transport: transport)
         let lists = Lists(engine: engine)
-        try engine.signUp(name: "alice", serverURL: "http://127.0.0.1:8080")
+        try engine.signUpAndSignIn(name: "alice", serverURL: "http://127.0.0.1:8080")
         let list = try lists.create(title: "Groceries")
         _ = try lists.add("Milk", to: list)
         let pending = try engine.pendingCount()

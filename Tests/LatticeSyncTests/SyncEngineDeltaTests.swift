@@ -117,7 +117,7 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
     @Test func batchLimitSplitsTheQueueIntoRequestsOfThatSize() throws {
         let world = try SyncWorld()
         let (laptop, lists, net) = try world.recordedDevice("laptop")
-        _ = try laptop.signUp(name: "alice", serverURL: "http://x")
+        _ = try laptop.signUpAndSignIn(name: "alice", serverURL: "http://x")
         #expect(laptop.batchLimit == 400)
         laptop.batchLimit = 0
         #expect(laptop.batchLimit == 1)
@@ -136,7 +136,7 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
     @Test func aDeviceDoesNotDownloadItsOwnWritesButAnotherDeviceGetsThemAll() throws {
         let world = try SyncWorld()
         let (laptop, laptopLists, laptopNet) = try world.recordedDevice("laptop")
-        let account = try laptop.signUp(name: "alice", serverURL: "http://x")
+        let account = try laptop.signUpAndSignIn(name: "alice", serverURL: "http://x")
         #expect(laptop.wire == .binary)
         let list = try laptopLists.create(title: "Big")
         for index in 0..<300 { _ = try laptopLists.add("item \(index)", to: list) }
@@ -163,7 +163,7 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
 
         // A second device of the same account downloads all of them.
         let (phone, phoneLists, phoneNet) = try world.recordedDevice("phone")
-        try phone.logIn(serverURL: "http://x", token: account.token)
+        try phone.signIn(serverURL: "http://x", token: account.token)
         let phoneReport = try phone.sync()
         let phoneDownloads = phoneNet.exchanges.filter { $0.operation == "deltas/pull" }.flatMap(\.pulled)
         #expect(Set(phoneDownloads) == own && phoneDownloads.count == 301, "\(phoneDownloads.count) frames")
@@ -195,13 +195,13 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
                 _ = try? phone.engine.sync()
             }
         }
-        let account = try laptop.signUp(name: "alice", serverURL: "http://x")
+        let account = try laptop.signUpAndSignIn(name: "alice", serverURL: "http://x")
         let list = try laptopLists.create(title: "Chores")
         let dishes = try laptopLists.add("Dishes", to: list)
         _ = try laptopLists.add("Laundry", to: list)
         try laptop.sync()
         let (phone, phoneLists, _) = try world.recordedDevice("phone")
-        try phone.logIn(serverURL: "http://x", token: account.token)
+        try phone.signIn(serverURL: "http://x", token: account.token)
         try phone.sync()
         phoneSlot.withLock { $0 = (phone, phoneLists, false) }
 
@@ -230,20 +230,21 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
         let (bob, bobLists, bobNet) = try world.recordedDevice("bob")
         phone.wire = .json
         bob.wire = .json
-        let account = try alice.signUp(name: "alice", serverURL: "http://x")
-        try phone.logIn(serverURL: "http://x", token: account.token)
-        try bob.signUp(name: "bob", serverURL: "http://x")
+        let account = try alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
+        try phone.signIn(serverURL: "http://x", token: account.token)
+        try bob.signUpAndSignIn(name: "bob", serverURL: "http://x")
         let list = try aliceLists.create(title: "Trip")
         for text in ["Tent", "Map", "Stove"] { _ = try aliceLists.add(text, tags: ["gear"], to: list) }
         try alice.sync()
-        _ = try alice.call("private", "shares/create", .object([
+        _ = try alice.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]), "rootRecordName": .string(list.id),
             "publicPermission": .string("readWrite"),
         ]))
-        let url = try #require(try alice.call("private", "shares/url", .object([
+        let url = try #require(try alice.callServer("private", "shares/url", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]),
         ]))["url"]?.stringValue)
-        _ = try bob.call("shared", "records/accept", .object(["shortGUIDs": .array([.object(["value": .string(url)])])]))
+        _ = try bob.callServer("shared", "records/accept",
+            .object(["shortGUIDs": .array([.object(["value": .string(url)])])]))
         for device in [phone, bob] { try device.sync() }
 
         // Offline edits on every device, then syncs in a random order until nothing moves.
@@ -323,20 +324,21 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
         let (alice, aliceLists, aliceNet) = try loop.device("alice")
         let (bob, bobLists, bobNet) = try loop.device("bob")
         let (bobPhone, bobPhoneLists, bobPhoneNet) = try loop.device("bob-phone")
-        try alice.signUp(name: "alice", serverURL: loop.url)
-        let bobAccount = try bob.signUp(name: "bob", serverURL: loop.url)
-        try bobPhone.logIn(serverURL: loop.url, token: bobAccount.token)
+        try alice.signUpAndSignIn(name: "alice", serverURL: loop.url)
+        let bobAccount = try bob.signUpAndSignIn(name: "bob", serverURL: loop.url)
+        try bobPhone.signIn(serverURL: loop.url, token: bobAccount.token)
         let shared = try aliceLists.create(title: "Groceries")
         _ = try aliceLists.add("Milk", to: shared)
         try alice.sync()
-        _ = try alice.call("private", "shares/create", .object([
+        _ = try alice.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]), "rootRecordName": .string(shared.id),
             "publicPermission": .string("readOnly"),
         ]))
-        let link = try #require(try alice.call("private", "shares/url", .object([
+        let link = try #require(try alice.callServer("private", "shares/url", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]),
         ]))["url"]?.stringValue)
-        _ = try bob.call("shared", "records/accept", .object(["shortGUIDs": .array([.object(["value": .string(link)])])]))
+        _ = try bob.callServer("shared", "records/accept",
+            .object(["shortGUIDs": .array([.object(["value": .string(link)])])]))
         _ = try bobLists.create(title: "Mine")
         try bob.sync()
         try bobPhone.sync()

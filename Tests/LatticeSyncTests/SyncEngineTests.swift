@@ -109,8 +109,8 @@ final class ServerClock: Sendable {
         let world = try SyncWorld()
         let (alice, aliceLists, aliceNet) = try world.device("alice")
         let (bob, bobLists, bobNet) = try world.device("bob")
-        try alice.signUp(name: "alice", serverURL: "http://127.0.0.1:8080")
-        try bob.signUp(name: "bob", serverURL: "http://127.0.0.1:8080")
+        try alice.signUpAndSignIn(name: "alice", serverURL: "http://127.0.0.1:8080")
+        try bob.signUpAndSignIn(name: "bob", serverURL: "http://127.0.0.1:8080")
 
         let groceries = try aliceLists.create(title: "Groceries")
         let milk = try aliceLists.add("Milk", tags: ["dairy"], to: groceries)
@@ -118,15 +118,16 @@ final class ServerClock: Sendable {
         let first = try alice.sync()
         #expect(first.online && first.queued == 0, "\(first)")
 
-        let share = try alice.call("private", "shares/create", .object([
+        let share = try alice.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]), "rootRecordName": .string(groceries.id),
             "title": .string("Groceries"), "publicPermission": .string("readWrite"),
         ]))
         #expect(share["shareRecordName"] != nil, "\(share.serialized())")
-        let url = try #require(try alice.call("private", "shares/url", .object([
+        let url = try #require(try alice.callServer("private", "shares/url", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]),
         ]))["url"]?.stringValue)
-        let accepted = try bob.call("shared", "records/accept", .object(["shortGUIDs": .array([.object(["value": .string(url)])])]))
+        let accepted = try bob.callServer("shared", "records/accept",
+            .object(["shortGUIDs": .array([.object(["value": .string(url)])])]))
         #expect(accepted["results"]?.arrayValue?.first?["participantStatus"]?.stringValue == "accepted")
         #expect(try bob.sync().online)
         let bobsList = try bobLists.resolve("Groceries")
@@ -161,19 +162,20 @@ final class ServerClock: Sendable {
         let world = try SyncWorld()
         let (alice, aliceLists, _) = try world.device("alice")
         let (bob, bobLists, _) = try world.device("bob")
-        try alice.signUp(name: "alice", serverURL: "http://x")
-        try bob.signUp(name: "bob", serverURL: "http://x")
+        try alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
+        try bob.signUpAndSignIn(name: "bob", serverURL: "http://x")
         let list = try aliceLists.create(title: "Chores")
         _ = try aliceLists.add("Dishes", to: list)
         try alice.sync()
-        _ = try alice.call("private", "shares/create", .object([
+        _ = try alice.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]), "rootRecordName": .string(list.id),
             "publicPermission": .string("readOnly"),
         ]))
-        let url = try #require(try alice.call("private", "shares/url", .object([
+        let url = try #require(try alice.callServer("private", "shares/url", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]),
         ]))["url"]?.stringValue)
-        _ = try bob.call("shared", "records/accept", .object(["shortGUIDs": .array([.object(["value": .string(url)])])]))
+        _ = try bob.callServer("shared", "records/accept",
+            .object(["shortGUIDs": .array([.object(["value": .string(url)])])]))
         try bob.sync()
         let bobsList = try bobLists.resolve("Chores")
         #expect(bobsList.permission == "readOnly")
@@ -193,8 +195,8 @@ final class ServerClock: Sendable {
         let world = try SyncWorld()
         let (alice, aliceLists, _) = try world.device("alice")
         let (phone, phoneLists, phoneNet) = try world.device("phone")
-        let account = try alice.signUp(name: "alice", serverURL: "http://x")
-        try phone.logIn(serverURL: "http://x", token: account.token)
+        let account = try alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
+        try phone.signIn(serverURL: "http://x", token: account.token)
         let list = try aliceLists.create(title: "Big")
         for index in 0..<120 { _ = try aliceLists.add("item \(index)", to: list) }
         try alice.sync()
@@ -218,7 +220,7 @@ final class ServerClock: Sendable {
         let world = try SyncWorld { $0.maximumRequestBytes = 64 * 1024 }
         let (alice, lists, net) = try world.device("alice")
         alice.wire = wire
-        try alice.signUp(name: "alice", serverURL: "http://x")
+        try alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
         let list = try lists.create(title: "Huge")
         for index in 0..<450 { _ = try lists.add("item \(index) " + String(repeating: "x", count: 100), to: list) }
         var events: [String] = []
@@ -234,7 +236,7 @@ final class ServerClock: Sendable {
         #expect(requests.contains { $0.bytes > 64 * 1024 }) // refused with LIMIT_EXCEEDED, then split
         #expect(requests.filter { $0.bytes <= 64 * 1024 }.map(\.operations).reduce(0, +) == 451)
         let (other, otherLists, _) = try world.device("other")
-        try other.logIn(serverURL: "http://x", token: alice.account!.token)
+        try other.signIn(serverURL: "http://x", token: alice.account!.token)
         try other.sync()
         #expect(try otherLists.items(of: try otherLists.resolve("Huge")).count == 450)
     }
@@ -243,8 +245,8 @@ final class ServerClock: Sendable {
         let world = try SyncWorld { $0.tombstoneHorizonMilliseconds = 60_000 }
         let (alice, aliceLists, _) = try world.device("alice")
         let (phone, phoneLists, _) = try world.device("phone")
-        let account = try alice.signUp(name: "alice", serverURL: "http://x")
-        try phone.logIn(serverURL: "http://x", token: account.token)
+        let account = try alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
+        try phone.signIn(serverURL: "http://x", token: account.token)
         let list = try aliceLists.create(title: "Todo")
         let doomed = try aliceLists.add("doomed", to: list)
         _ = try aliceLists.add("kept", to: list)

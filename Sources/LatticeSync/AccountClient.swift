@@ -1,0 +1,74 @@
+import Foundation
+import LatticeCore
+
+/// Talks to a Lattice server about an account, for what only works online: signing up, signing in with a
+/// token, revoking the account's token, and raw calls such as sharing, tokens and devices. It keeps nothing:
+/// a home installs the `Account` it returns with `SyncEngine.signIn(_:)` and forgets it with
+/// `SyncEngine.signOut()`.
+///
+/// Every call goes through `ServerClient`: "not now" answers (THROTTLED, TRY_AGAIN_LATER) are retried
+/// quietly for a short while, longer waits are announced to `server.onWait`, and a `retryAfter` longer
+/// than `server.longestQuietWait` is thrown at once (`ServerError.retryAdvice` says when to try again).
+///
+/// ```swift
+/// let server = try AccountClient(serverURL: "http://127.0.0.1:8080")
+/// try engine.signIn(server.signUp(name: "alice"))
+/// let link = try server.call("private", "shares/url", body, as: engine.account!)
+/// ```
+public struct AccountClient: Sendable {
+    /// The server this client talks to; an account it is given must be of this server.
+    public let serverURL: String
+    /// The calls' retries and "not now" handling (`maximumAttempts`, `onWait`, `longestQuietWait`).
+    public var server: ServerClient
+
+    /// A client of the server at `serverURL`, over `transport` (tests inject an in-process one), else HTTP.
+    public init(serverURL: String, transport: (any SyncTransport)? = nil) throws {
+        self.serverURL = serverURL
+        server = ServerClient(transport: try transport ?? HTTPTransport(serverURL: serverURL))
+    }
+
+    /// Creates an account named `name` on the server (`POST /auth/signup`).
+    /// - Returns: the new account with its bearer token; nothing is kept here.
+    public func signUp(name: String) throws -> Account {
+        let reply = try server.post("/auth/signup", .object(["name": .string(name)]), token: nil)
+        guard let token = reply["token"]?.stringValue, let record = reply["userRecordName"]?.stringValue else {
+            throw SyncError.unexpectedAnswer("signup")
+        }
+        return Account(serverURL: serverURL, token: token, userRecordName: record, name: name)
+    }
+
+    /// The account an existing token belongs to, checked with `users/current`.
+    public func signIn(token: String) throws -> Account {
+        let reply = try server.call("private", "users/current", .object([:]), token: token)
+        guard let record = reply["userRecordName"]?.stringValue else { throw SyncError.unexpectedAnswer("users/current") }
+        return Account(serverURL: serverURL, token: token, userRecordName: record, name: reply["name"]?.stringValue ?? "")
+    }
+
+    /// Revokes the account's token on the server (`tokens/revoke` with `current`): its next use fails.
+    /// - Returns: whether the server revoked it now; false when the server no longer accepted it (already
+    ///   revoked or expired: nothing left to revoke).
+    /// - Throws: `TransportError` when the server cannot be reached, or the server's refusal other than
+    ///   AUTHENTICATION_FAILED.
+    @discardableResult
+    public func revokeToken(of account: Account) throws -> Bool {
+        try requireSameServer(account)
+        do {
+            try server.revokeToken(account.token)
+            return true
+        } catch let error as ServerError where error.serverErrorCode == .authenticationFailed {
+            return false
+        }
+    }
+
+    /// A raw API call with the account's token (`POST /database/1/.../{database}/{operation}`), for
+    /// operations that are online only: sharing, tokens, devices.
+    public func call(_ database: String, _ operation: String, _ body: JSON, as account: Account) throws -> JSON {
+        try requireSameServer(account)
+        return try server.call(database, operation, body, token: account.token)
+    }
+
+    /// A token is only ever sent to the server that issued it.
+    private func requireSameServer(_ account: Account) throws {
+        guard account.serverURL == serverURL else { throw SyncError.otherServer(account.serverURL) }
+    }
+}
