@@ -32,6 +32,10 @@ public final class OperationsCore: Sendable {
     /// When a full disk was last logged (milliseconds, the configuration's clock): once a minute.
     private let diskFullLoggedMs = Atomic<Int64>(Int64.min / 2)
     private let currentPublicURL: Mutex<String>
+    /// Keeps refusals that an attacker can repeat from flooding the log: one line per kind a minute.
+    private let refusalLog = RateLimiter(.init(requestsPerSecond: 1.0 / 60, burst: 1))
+    /// The database's size as last measured for the disk budget (`checkDiskBudget`).
+    private let diskUsage = DiskUsageReading()
 
     /// Registers this node (`configuration.nodeName`) in the storage, or finds it, and starts its clock
     /// past the last value it persisted.
@@ -173,5 +177,88 @@ public final class OperationsCore: Sendable {
         let reference = UUID().uuidString.lowercased()
         log("internal error \(reference): \(error)")
         return ServiceError(.internalError, "internal error (reference \(reference))")
+    }
+
+    /// Logs a refusal an attacker can repeat at most once a minute per `key`.
+    package func logRefusal(_ key: String, _ message: @autoclosure () -> String) {
+        if refusalLog.take(key, nowMs: configuration.now()) == nil { log(message()) }
+    }
+
+    // MARK: Disk budget
+
+    /// How long a measured size stands for the disk budget (on the service's clock): re-measured at most this
+    /// often, by one request at a time, so the budget costs no storage call on most writes.
+    package static let diskBudgetMeasurementIntervalMilliseconds: Int64 = 1_000
+    /// The deadline of one measurement (on PostgreSQL a read of `pg_database_size`).
+    package static let diskBudgetMeasurementDeadlineMilliseconds: Int64 = 1_000
+
+    /// Refuses a write that adds data when the database is over the server-wide disk budget, as measured
+    /// within the last `diskBudgetMeasurementIntervalMilliseconds` (`DiskUsageReading`): a node may let through
+    /// what it admits in that time past the budget. Each node keeps its own reading.
+    package func checkDiskBudget(_ what: String) throws {
+        guard let budget = configuration.diskBudgetBytes else { return }
+        let size: Int64
+        do {
+            size = try diskUsage.bytes(nowMs: configuration.now(),
+                                       maximumAgeMilliseconds: Self.diskBudgetMeasurementIntervalMilliseconds) {
+                try storage.sizeOnDisk(deadline: .after(milliseconds: Self.diskBudgetMeasurementDeadlineMilliseconds))
+            }
+        } catch {
+            logRefusal("disk budget measurement", "disk budget: the database's size cannot be measured (\(error)); "
+                       + "refusing writes that add data until it can (first refused: \(what)); at most one such line a minute")
+            throw ServiceError(.tryAgainLater, "the server cannot measure its disk use now; nothing was written; retry later",
+                           retryAfter: 1)
+        }
+        guard size >= budget else { return }
+        logRefusal("disk budget", "disk budget: the database uses \(size) bytes of \(budget); refusing writes that add "
+                   + "data (first refused: \(what)); at most one such line a minute")
+        throw ServiceError(.quotaExceeded, "the server is full: its database uses \(size) bytes of its \(budget)-byte disk "
+                       + "budget; reads and deletions still work")
+    }
+}
+
+/// The storage's size on disk as last measured, for the disk budget (`OperationsCore.checkDiskBudget`),
+/// shared by every request thread of one service.
+///
+/// A reading younger than the maximum age is used as it is; an older one is replaced by the first caller
+/// that finds it stale, while the others go on with the old reading meanwhile, so at most one measurement
+/// runs at a time. A measurement that fails keeps the old reading (and counts as this round's measurement);
+/// with no reading at all the failure is thrown.
+package final class DiskUsageReading: Sendable {
+    private struct State {
+        var bytes: Int64?
+        /// When `bytes` was measured or last tried, on the service's clock.
+        var measuredMs: Int64 = 0
+        var measuring = false
+    }
+
+    private let state = Mutex(State())
+
+    package init() {}
+
+    /// The size to check the budget against at `nowMs`; `measure` runs when the reading is older than
+    /// `maximumAgeMilliseconds` (or from the future: a clock set back) and nobody else is measuring.
+    package func bytes(nowMs: Int64, maximumAgeMilliseconds: Int64, measure: () throws -> Int64) throws -> Int64 {
+        let cached: Int64? = state.withLock { state in
+            if let bytes = state.bytes, state.measuring || (0..<maximumAgeMilliseconds).contains(nowMs - state.measuredMs) {
+                return bytes
+            }
+            state.measuring = true
+            return nil
+        }
+        if let cached { return cached }
+        do {
+            let bytes = try measure()
+            state.withLock { $0 = State(bytes: bytes, measuredMs: nowMs, measuring: false) }
+            return bytes
+        } catch {
+            let previous: Int64? = state.withLock { state in
+                state.measuring = false
+                if state.bytes != nil { state.measuredMs = nowMs }
+                return state.bytes
+            }
+            guard let previous else { throw error }
+            return previous
+        }
     }
 }

@@ -23,11 +23,7 @@ public final class LatticeService: HTTPHandler, Sendable {
     private let limiter: RateLimiter?
     /// Failed authentications per client address (in memory, per process).
     private let authenticationFailures: RateLimiter?
-    /// Keeps refusals that an attacker can repeat from flooding the log: one line per kind a minute.
-    private let refusalLog = RateLimiter(.init(requestsPerSecond: 1.0 / 60, burst: 1))
     private let shuttingDown = Atomic<Bool>(false)
-    /// The database's size as last measured for the disk budget (`checkDiskBudget`).
-    let diskUsage = DiskUsageReading()
     /// Set by `probeStorage`: nil while healthy, else why `/healthz` answers 503 (the database cannot be
     /// reached, or another process took this node's name).
     private let storageProblem = Mutex<String?>(nil)
@@ -333,9 +329,30 @@ public final class LatticeService: HTTPHandler, Sendable {
     }
 
     /// Logs a refusal of kind `key`, at most once a minute per kind.
-    func logRefusal(_ key: String, _ message: @autoclosure () -> String) {
-        if refusalLog.take(key, nowMs: configuration.now()) == nil { log(message()) }
+    func logRefusal(_ key: String, _ message: @autoclosure () -> String) { core.logRefusal(key, message()) }
+
+    /// Refuses a write that adds data over the server-wide disk budget (`OperationsCore.checkDiskBudget`).
+    func checkDiskBudget(_ what: String) throws { try core.checkDiskBudget(what) }
+
+    // MARK: Accounts (`Accounts`, for `lattice admin` and tests)
+
+    /// Creates a user with a fresh token (`Accounts.createAccount`).
+    public func createAccount(name: String, lifetimeSeconds: Int64? = nil) throws -> NewAccount {
+        try Accounts(core).createAccount(name: name, lifetimeSeconds: lifetimeSeconds)
     }
+
+    /// Makes another token for an existing user (`Accounts.issueToken`).
+    public func issueToken(userID: Int64, lifetimeSeconds: Int64? = nil) throws -> IssuedToken {
+        try Accounts(core).issueToken(userID: userID, lifetimeSeconds: lifetimeSeconds)
+    }
+
+    /// Revokes one token by id, or every token of a user (`Accounts.revokeTokens(tokenID:userName:)`).
+    public func revokeTokens(tokenID: String? = nil, userName: String? = nil) throws -> [String] {
+        try Accounts(core).revokeTokens(tokenID: tokenID, userName: userName)
+    }
+
+    /// A user's tokens (`Accounts.tokens(userName:)`).
+    public func tokens(userName: String) throws -> [StoredToken] { try Accounts(core).tokens(userName: userName) }
 
     // MARK: Bodies and errors
 
@@ -481,4 +498,7 @@ struct RequestContext {
     var databaseKey: DatabaseKey {
         DatabaseKey(kind: kind, environment: environment, ownerID: kind == .public ? 0 : user.id)
     }
+
+    /// The caller, as operations see it.
+    var caller: Caller { Caller(user: user, database: kind, environment: environment, tokenID: tokenID, deadline: deadline) }
 }

@@ -214,7 +214,7 @@ extension LatticeService {
               handler: .plain { service, request, _ in
                   let body = try service.parseBody(request)
                   if body["session"] == .bool(true) { return try service.signUpWithSession(request, body) }
-                  return try service.signUp(body, address: request.remoteAddress)
+                  return .json(try Accounts(service.core).signUp(body, from: request.origin))
               }),
         // Browser sessions (Sessions.swift).
         Route(method: "GET", pattern: RoutePattern("/auth/session"), authentication: .none, lane: .pool,
@@ -302,12 +302,16 @@ extension LatticeService {
             }
         },
         .database("deltas/pull") { service, context in try service.pullDelta(context) },
-        .database("tokens/list") { service, context in .json(try service.listTokens(context)) },
-        .database("tokens/create", authentication: .bearer) { service, context in .json(try service.createToken(context)) },
+        .database("tokens/list") { service, context in .json(try Accounts(service.core).listTokens(context.caller)) },
+        .database("tokens/create", authentication: .bearer) { service, context in
+            .json(try Accounts(service.core).createToken(context.caller, context.body))
+        },
         .database("tokens/signinLink", authentication: .bearer) { service, context in
             .json(try service.createSignInLink(context))
         },
-        .database("tokens/revoke") { service, context in .json(try service.revokeTokens(context)) },
+        .database("tokens/revoke") { service, context in
+            .json(try Accounts(service.core).revokeTokens(context.caller, context.body))
+        },
 
         // Experimental, not part of the JSON API: the web files under `ServiceConfiguration.webRoot`.
         Route(method: "GET", pattern: RoutePattern("/web/{path...}"), authentication: .none, lane: .pool,

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeOperations
 @testable import LatticeServer
 import LatticeStore
 import LatticeTestSupport
@@ -131,7 +132,7 @@ import Testing
         return try storage.sizeOnDisk()
     }
 
-    static let measurementInterval = LatticeService.diskBudgetMeasurementIntervalMilliseconds
+    static let measurementInterval = OperationsCore.diskBudgetMeasurementIntervalMilliseconds
 
     @Test func overTheDiskBudgetWritesThatAddDataAreRefusedWhileReadsAndDeletionsWork() throws {
         let budget: Int64 = try Self.emptyStorageSize() + 2 * 1024 * 1024

@@ -1,6 +1,7 @@
 import Foundation
 import LatticeAPI
 import LatticeCore
+import LatticeOperations
 import LatticeSharing
 import LatticeStore
 
@@ -184,7 +185,7 @@ extension LatticeService {
                     return .failure(ServiceError(.expiredToken, "this device code was exchanged for a token already; it works once"))
                 }
                 let (token, info) = try issueDeviceToken(userID: userID, name: claimed.deviceName, nowMs: now, tx)
-                var object = tokenJSONFields(info)
+                var object = Accounts(core).tokenJSONFields(info)
                 object["token"] = .string(token.text)
                 object["name"] = .string(user.name)
                 object["userRecordName"] = .string(user.recordName)
@@ -208,7 +209,7 @@ extension LatticeService {
         }
         let token = try BearerToken.generate()
         let id = try TokenKind.device.newID()
-        let expires = tokenExpiry(nil, nowMs: nowMs)
+        let expires = Accounts(core).tokenExpiry(nil, nowMs: nowMs)
         try tx.insertToken(NewToken(hash: token.storedHash, id: id, userID: userID, createdMs: nowMs, expiresMs: expires,
                                     name: name))
         return (token, StoredToken(id: id, userID: userID, createdMs: nowMs, expiresMs: expires, name: name))

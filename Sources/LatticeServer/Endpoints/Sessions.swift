@@ -1,51 +1,10 @@
 import Foundation
 import LatticeAPI
 import LatticeCore
+import LatticeOperations
 import LatticeSharing
 import LatticeStore
 
-/// Browser sessions and one-time sign-in links, kept in the tokens table beside bearer tokens.
-///
-/// Every kind is a random `lt_` secret stored only as its SHA-256 (`BearerToken.storedHash`); the kind is
-/// in the token's id:
-/// - a bearer token's id is 16 hex digits (`newTokenID`);
-/// - a browser session's id is `s-` + 16 hex digits: it is sent only in the `lattice_session` cookie, and
-///   every state-changing request made with it needs the session's CSRF value in `X-Lattice-CSRF`;
-/// - a one-time sign-in link's id is `l-` + 16 hex digits: `POST /auth/link` exchanges it, once, for a
-///   session (the exchange deletes the row, and only the request whose delete found it gets the session).
-/// - a device's token, made when a signed-in device approved its user code (Devices.swift), has the id
-///   `d-` + 16 hex digits and the device's name; it is a bearer token like the first kind.
-/// Neither a session nor a link works as `Authorization: Bearer` (`checkToken` refuses their ids).
-enum TokenKind: String, Sendable {
-    case bearer
-    case session
-    case signInLink
-    case device
-
-    static let sessionPrefix = "s-"
-    static let signInLinkPrefix = "l-"
-    static let devicePrefix = "d-"
-
-    init(id: String) {
-        if id.hasPrefix(Self.sessionPrefix) { self = .session }
-        else if id.hasPrefix(Self.signInLinkPrefix) { self = .signInLink }
-        else if id.hasPrefix(Self.devicePrefix) { self = .device }
-        else { self = .bearer }
-    }
-
-    /// Whether the kind works as `Authorization: Bearer`.
-    var isBearer: Bool { self == .bearer || self == .device }
-
-    func newID() throws -> String {
-        let hex = try LatticeService.newTokenID()
-        switch self {
-        case .bearer: return hex
-        case .session: return Self.sessionPrefix + hex
-        case .signInLink: return Self.signInLinkPrefix + hex
-        case .device: return Self.devicePrefix + hex
-        }
-    }
-}
 
 /// The signed-in browser of a request: its account, the session's id and secret.
 struct BrowserSession: Sendable {
@@ -153,7 +112,7 @@ extension LatticeService {
         let token = try BearerToken.generate()
         let id = try kind.newID()
         let now = configuration.now()
-        let expires = tokenExpiry(lifetimeSeconds, nowMs: now) ?? now + lifetimeSeconds * 1000
+        let expires = Accounts(core).tokenExpiry(lifetimeSeconds, nowMs: now) ?? now + lifetimeSeconds * 1000
         var tokens = try tx.tokens(userID: userID)
         if tokens.count >= configuration.maximumTokensPerUser {
             for old in tokens where !TokenKind(id: old.id).isBearer && (old.expiresMs ?? .max) <= now {
@@ -192,8 +151,8 @@ extension LatticeService {
         }
         guard let name = body["name"]?.stringValue else { throw ServiceError.badRequest("expected {\"name\": \"...\"}") }
         try checkDiskBudget("sign-up")
-        let account = try createAccount(name: name, lifetimeSeconds: Self.sessionLifetimeSeconds,
-                                        signUpAddress: request.remoteAddress, kind: .session)
+        let account = try Accounts(core).createAccount(name: name, lifetimeSeconds: Self.sessionLifetimeSeconds,
+                                                       signUpFrom: request.origin, kind: .session)
         return sessionResponse(BrowserSession(user: account.user, tokenID: account.tokenInfo.id, token: account.token,
                                               expiresMs: account.tokenInfo.expiresMs), setCookie: true)
     }
@@ -295,7 +254,7 @@ extension LatticeService {
             try insertToken(.signInLink, userID: context.user.id, lifetimeSeconds: Self.signInLinkLifetimeSeconds, tx)
         }
         let base = publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL
-        var object = tokenJSONFields(info)
+        var object = Accounts(core).tokenJSONFields(info)
         object["url"] = .string(base + "/#signin=" + token.text)
         return .object(object)
     }

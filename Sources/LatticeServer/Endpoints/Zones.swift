@@ -1,5 +1,6 @@
 import LatticeAPI
 import LatticeCore
+import LatticeOperations
 import LatticeStore
 
 /// A zone named by a request, resolved against the caller's database.
@@ -201,20 +202,9 @@ extension LatticeService {
         }, what: "zone")
     }
 
-    /// The array under `key` in a body, each element an object, at most `limit` of them.
-    /// - Parameters:
-    ///   - optional: a missing key means no items.
-    ///   - allowStrings: items may be strings as well as objects.
+    /// The array under `key` in a body (`RequestBody.items`).
     func items(_ body: [String: JSON], _ key: String, limit: Int, optional: Bool = false, allowStrings: Bool = false)
         throws -> [JSON] {
-        if optional && body[key] == nil { return [] }
-        guard let array = body[key]?.arrayValue else { throw ServiceError.badRequest("expected \"\(key)\": [...]") }
-        guard array.count <= limit else {
-            throw ServiceError(.limitExceeded, "\(array.count) items in \(key); the limit is \(limit) per request")
-        }
-        for (index, item) in array.enumerated() where item.objectValue == nil && !(allowStrings && item.stringValue != nil) {
-            throw ServiceError.badRequest("\(key)[\(index)] must be an object")
-        }
-        return array
+        try RequestBody.items(body, key, limit: limit, optional: optional, allowStrings: allowStrings)
     }
 }

@@ -1,3 +1,4 @@
+import LatticeOperations
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -97,6 +98,9 @@ extension HTTPRequestHead {
 }
 
 extension HTTPRequest {
+    /// Where the request came from, as operations see it: its address and the key per-address limits use.
+    var origin: ClientOrigin { ClientOrigin(address: remoteAddress, limitKey: ClientAddress.limitKey(remoteAddress)) }
+
     /// `remoteAddress` as per-address limits count it: `ClientAddress.limitKey(_:)`.
     var addressLimitKey: String { ClientAddress.limitKey(remoteAddress) }
 }

@@ -1,8 +1,7 @@
-import LatticeOperations
 import Synchronization
 
 /// Token buckets per caller: `burst` requests at once, refilled at `requestsPerSecond`.
-final class RateLimiter: Sendable {
+package final class RateLimiter: Sendable {
     private struct Bucket {
         var tokens: Double
         var updatedMs: Int64
@@ -11,12 +10,12 @@ final class RateLimiter: Sendable {
     private let limit: ServiceConfiguration.RateLimit
     private let buckets = Mutex<[String: Bucket]>([:])
 
-    init(_ limit: ServiceConfiguration.RateLimit) {
+    package init(_ limit: ServiceConfiguration.RateLimit) {
         self.limit = limit
     }
 
     /// Whether `key` has a token left, without taking it: nil when it has, or the whole seconds to wait.
-    func wait(_ key: String, nowMs: Int64) -> Int? {
+    package func wait(_ key: String, nowMs: Int64) -> Int? {
         buckets.withLock { buckets in
             guard let bucket = buckets[key] else { return nil }
             let elapsed = Double(max(0, nowMs - bucket.updatedMs)) / 1000
@@ -27,7 +26,7 @@ final class RateLimiter: Sendable {
     }
 
     /// Takes one token for `key`; returns nil when allowed, or the whole seconds to wait.
-    func take(_ key: String, nowMs: Int64) -> Int? {
+    package func take(_ key: String, nowMs: Int64) -> Int? {
         buckets.withLock { buckets in
             var bucket = buckets[key] ?? Bucket(tokens: limit.burst, updatedMs: nowMs)
             let elapsed = Double(max(0, nowMs - bucket.updatedMs)) / 1000
