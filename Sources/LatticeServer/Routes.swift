@@ -229,19 +229,22 @@ extension LatticeService {
               throttle: .perAddress, handler: .plain { service, request, _ in
                   try service.countingFailedSignIns(from: request.remoteAddress) { try service.exchangeSignInLink(request) }
               }),
-        // Signing a second device in with a short user code (Devices.swift).
+        // Signing a second device in with a short user code (LatticeOperations' Devices.swift).
         Route(method: "POST", pattern: RoutePattern("/auth/device/start"), authentication: .none, lane: .pool,
-              throttle: .perAddress, handler: .plain { service, request, _ in try service.startDeviceAuthorization(request) }),
+              throttle: .perAddress, handler: .plain { service, request, _ in
+                  .json(try Devices(service.core).startDeviceAuthorization(try service.parseBody(request), from: request.origin))
+              }),
         Route(method: "POST", pattern: RoutePattern("/auth/device/token"), authentication: .none, lane: .pool,
               throttle: .perAddress, handler: .plain { service, request, _ in
                   // An unknown or expired device code counts as a failed sign-in (EXPIRED_TOKEN).
                   try service.countingFailedSignIns(from: request.remoteAddress, [.expiredToken]) {
-                      try service.pollDeviceAuthorization(request)
+                      .json(try Devices(service.core).pollDeviceAuthorization(try service.parseBody(request)))
                   }
               }),
         Route(method: "POST", pattern: RoutePattern("/auth/device/approve"), authentication: .bearerOrSession, lane: .pool,
               throttle: .perAccount, handler: .account { service, request, caller in
-                  try service.decideDeviceAuthorization(request, caller: caller)
+                  .json(try Devices(service.core).decideDeviceAuthorization(try service.parseBody(request), user: caller.user,
+                                                                            from: request.origin))
               }),
         Route(method: "GET", pattern: RoutePattern("/.well-known/jwks.json"), authentication: .none, lane: .inline,
               throttle: .none, handler: .plain { service, _, _ in try service.jwksResponse() }),

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeOperations
 @testable import LatticeServer
 import LatticeSharing
 import LatticeStore
@@ -55,7 +56,7 @@ import Glibc
         let userCode = try #require(reply["userCode"]?.stringValue)
         let deviceCode = try #require(reply["deviceCode"]?.stringValue)
         #expect(userCode.count == 9 && Array(userCode)[4] == "-", "\(userCode)")
-        #expect(userCode.filter { $0 != "-" }.allSatisfy { LatticeService.userCodeAlphabet.contains($0) })
+        #expect(userCode.filter { $0 != "-" }.allSatisfy { Devices.userCodeAlphabet.contains($0) })
         #expect(deviceCode.hasPrefix("ld_") && deviceCode.count == 67)
         #expect(reply["expiresIn"] == .int(600) && reply["interval"] == .int(5))
         #expect(reply["verificationURI"]?.stringValue == h.service.publicURL)

@@ -1,7 +1,6 @@
 import Foundation
 import LatticeAPI
 import LatticeCore
-import LatticeOperations
 import LatticeSharing
 import LatticeStore
 
@@ -22,9 +21,13 @@ import LatticeStore
 /// for 10 minutes, and failed approvals are counted in the database per account and per address. The
 /// table is bounded: live authorizations per address and in total are capped, and expired ones are
 /// deleted whenever one is started.
-extension LatticeService {
+public struct Devices: Sendable {
+    let core: OperationsCore
+
+    public init(_ core: OperationsCore) { self.core = core }
+
     /// 20 consonants, no vowels (no words) and none of the look-alikes: RFC 8628, section 6.1.
-    static let userCodeAlphabet = Array("BCDFGHJKLMNPQRSTVWXZ")
+    package static let userCodeAlphabet = Array("BCDFGHJKLMNPQRSTVWXZ")
     static let userCodeLength = 8
     static let deviceCodePrefix = "ld_"
     /// How much sooner than its interval a poll may come (the nodes' clocks differ a little).
@@ -90,29 +93,28 @@ extension LatticeService {
 
     /// `POST /auth/device/start {"deviceName"?}` (no token; throttled per address): a new device
     /// authorization. Refused over the live authorizations of the address or of the server.
-    func startDeviceAuthorization(_ request: HTTPRequest) throws -> HTTPResponse {
-        let body = try parseBody(request)
+    public func startDeviceAuthorization(_ body: [String: JSON], from origin: ClientOrigin) throws -> JSON {
         let name = try Self.deviceName(body["deviceName"], default: "device") ?? "device"
-        try checkDiskBudget("device sign-in")
-        let now = configuration.now()
-        let lifetime = configuration.deviceCodeLifetimeSeconds
-        let interval = configuration.devicePollIntervalSeconds
-        let address = request.addressLimitKey
+        try core.checkDiskBudget("device sign-in")
+        let now = core.configuration.now()
+        let lifetime = core.configuration.deviceCodeLifetimeSeconds
+        let interval = core.configuration.devicePollIntervalSeconds
+        let address = origin.limitKey
         let deviceCode = Self.deviceCodePrefix + Secrets.hex(try Secrets.randomBytes(32))
-        let userCode: String = try storage.write(deadline: freshDeadline()) { tx in
+        let userCode: String = try core.storage.write(deadline: core.freshDeadline()) { tx in
             // Starts on every node wait for each other here, so two cannot both pass a count of limit - 1.
-            try serialize("device-authorizations", tx)
+            try core.serialize("device-authorizations", tx)
             _ = try tx.forgetDeviceAuthorizations(expiredAt: now)
-            if let limit = configuration.deviceAuthorizationsPerAddress,
+            if let limit = core.configuration.deviceAuthorizationsPerAddress,
                try tx.liveDeviceAuthorizations(address: address, nowMs: now) >= limit {
-                logRefusal("device start " + address, "device sign-in refused: \(address.isEmpty ? "-" : address) has "
+                core.logRefusal("device start " + address, "device sign-in refused: \(address.isEmpty ? "-" : address) has "
                            + "\(limit) waiting already")
                 throw ServiceError(.throttled, "this address has \(limit) device sign-ins waiting already (each works for "
                                + "\(lifetime / 60) minutes); finish or let them expire, then retry", retryAfter: 60)
             }
-            if let limit = configuration.deviceAuthorizationsGlobal,
+            if let limit = core.configuration.deviceAuthorizationsGlobal,
                try tx.liveDeviceAuthorizations(address: nil, nowMs: now) >= limit {
-                logRefusal("device start *", "device sign-in refused: \(limit) are waiting on this server")
+                core.logRefusal("device start *", "device sign-in refused: \(limit) are waiting on this server")
                 throw ServiceError(.throttled, "too many device sign-ins are waiting on this server; retry later", retryAfter: 60)
             }
             // A taken user code (one of 20^8 among at most a few thousand live ones) is drawn again.
@@ -133,19 +135,18 @@ extension LatticeService {
             throw StorageError.failure("no free device user code in 4 draws")
         }
         let shown = Self.displayedUserCode(userCode)
-        return .json(.object([
+        return .object([
             "deviceCode": .string(deviceCode), "userCode": .string(shown),
-            "verificationURI": .string(publicURL),
+            "verificationURI": .string(core.publicURL),
             "message": .string("On a device signed in to your account, run: lattice devices approve \(shown)"),
             "expiresIn": .int(lifetime), "interval": .int(interval), "deviceName": .string(name),
-        ]))
+        ])
     }
 
     /// `POST /auth/device/token {"deviceCode"}` (no token; throttled per address): the new device's poll.
     /// The poll's time (and a grown interval) is kept even when the answer is an error, so the transaction
     /// returns the outcome and the error is thrown after the commit.
-    func pollDeviceAuthorization(_ request: HTTPRequest) throws -> HTTPResponse {
-        let body = try parseBody(request)
+    public func pollDeviceAuthorization(_ body: [String: JSON]) throws -> JSON {
         let gone = ServiceError(.expiredToken, "this device code is unknown or expired; run lattice login --server again "
                             + "for a new code")
         guard let deviceCode = Self.validDeviceCode(body["deviceCode"]?.stringValue) else {
@@ -155,8 +156,8 @@ extension LatticeService {
             throw gone
         }
         let hash = Self.deviceCodeHash(deviceCode)
-        let now = configuration.now()
-        let outcome: Result<HTTPResponse, ServiceError> = try storage.write(deadline: freshDeadline()) { tx in
+        let now = core.configuration.now()
+        let outcome: Result<JSON, ServiceError> = try core.storage.write(deadline: core.freshDeadline()) { tx in
             guard let found = try tx.deviceAuthorization(deviceCodeHash: hash), found.isLive(atMs: now) else {
                 return .failure(gone)
             }
@@ -190,11 +191,11 @@ extension LatticeService {
                 object["name"] = .string(user.name)
                 object["userRecordName"] = .string(user.recordName)
                 object["deviceName"] = .string(claimed.deviceName)
-                return .success(.json(.object(object)))
+                return .success(.object(object))
             }
         }
         let response = try outcome.get()
-        log("device sign-in completed: a token was issued")
+        core.log("device sign-in completed: a token was issued")
         return response
     }
 
@@ -202,9 +203,9 @@ extension LatticeService {
     /// checked under the same lock `issueToken` takes.
     private func issueDeviceToken(userID: Int64, name: String, nowMs: Int64, _ tx: any StorageTransaction) throws
         -> (BearerToken, StoredToken) {
-        try serialize("tokens", tx)
-        guard try tx.tokens(userID: userID).count < configuration.maximumTokensPerUser else {
-            throw ServiceError(.limitExceeded, "the account has \(configuration.maximumTokensPerUser) tokens already; "
+        try core.serialize("tokens", tx)
+        guard try tx.tokens(userID: userID).count < core.configuration.maximumTokensPerUser else {
+            throw ServiceError(.limitExceeded, "the account has \(core.configuration.maximumTokensPerUser) tokens already; "
                            + "revoke some with lattice devices revoke ID, then sign this device in again")
         }
         let token = try BearerToken.generate()
@@ -219,8 +220,8 @@ extension LatticeService {
     /// session with CSRF): approves the waiting device of that user code for the caller's account (or
     /// denies it). A wrong, expired or used code is NOT_FOUND and counts as a failed approval against the
     /// account and the address; past either limit, THROTTLED until the window moves on.
-    func decideDeviceAuthorization(_ request: HTTPRequest, caller: AuthenticatedCaller) throws -> HTTPResponse {
-        let body = try parseBody(request)
+    public func decideDeviceAuthorization(_ body: [String: JSON], user: UserAccount, from origin: ClientOrigin) throws
+        -> JSON {
         guard let typed = body["userCode"]?.stringValue else {
             throw ServiceError.badRequest("expected {\"userCode\": \"XXXX-XXXX\"}, the code the new device shows")
         }
@@ -234,23 +235,22 @@ extension LatticeService {
         default: throw ServiceError.badRequest("deny must be true or false")
         }
         let rename = try Self.deviceName(body["deviceName"], default: nil)
-        let user = caller.user
-        let address = request.addressLimitKey
-        let now = configuration.now()
-        let window = configuration.deviceApprovalFailureWindowMilliseconds
+        let address = origin.limitKey
+        let now = core.configuration.now()
+        let window = core.configuration.deviceApprovalFailureWindowMilliseconds
         let hash = Self.userCodeHash(code)
         let shown = Self.displayedUserCode(code)
-        let outcome: Result<(String, Int64), ServiceError> = try storage.write(deadline: freshDeadline()) { tx in
+        let outcome: Result<(String, Int64), ServiceError> = try core.storage.write(deadline: core.freshDeadline()) { tx in
             // Approvals on every node wait for each other here, so the failure counts cannot be overrun.
-            try serialize("device-approvals", tx)
+            try core.serialize("device-approvals", tx)
             try tx.forgetDeviceApprovalFailures(before: now - window + 1)
-            let keys = [("user:\(user.id)", configuration.deviceApprovalFailuresPerAccount, "for this account"),
-                        ("ip:" + address, configuration.deviceApprovalFailuresPerAddress, "from this address")]
+            let keys = [("user:\(user.id)", core.configuration.deviceApprovalFailuresPerAccount, "for this account"),
+                        ("ip:" + address, core.configuration.deviceApprovalFailuresPerAddress, "from this address")]
             for (key, limit, what) in keys {
                 let failures = try tx.deviceApprovalFailures(key: key, sinceMs: now - window + 1)
                 guard failures.count >= limit else { continue }
                 let wait = max(1, Int((Double((failures.oldestMs ?? now) + window - now) / 1000).rounded(.up)))
-                logRefusal("device approve " + key, "device approval refused: \(limit) failed approvals \(what) "
+                core.logRefusal("device approve " + key, "device approval refused: \(limit) failed approvals \(what) "
                            + "(\(key)) in \(window / 1000) s")
                 return .failure(ServiceError(.throttled, "too many wrong device codes \(what) (at most \(limit) per "
                                          + "\(window / 1000) s); retry after \(wait) s", retryAfter: wait))
@@ -262,8 +262,8 @@ extension LatticeService {
                                          + "expired or used); start again on the new device if needed"))
             }
             if !deny {
-                guard try tx.tokens(userID: user.id).count < configuration.maximumTokensPerUser else {
-                    return .failure(ServiceError(.limitExceeded, "the account has \(configuration.maximumTokensPerUser) tokens "
+                guard try tx.tokens(userID: user.id).count < core.configuration.maximumTokensPerUser else {
+                    return .failure(ServiceError(.limitExceeded, "the account has \(core.configuration.maximumTokensPerUser) tokens "
                                              + "already; revoke some with lattice devices revoke ID first"))
                 }
             }
@@ -274,8 +274,8 @@ extension LatticeService {
             return .success((rename ?? found.deviceName, found.expiresMs))
         }
         let (name, expires) = try outcome.get()
-        log("device sign-in \(deny ? "denied" : "approved"): user \(user.name), device \(name)")
-        return .json(.object(["userCode": .string(shown), "deviceName": .string(name), "approved": .bool(!deny),
-                              "expires": .object(["timestamp": .int(expires)])]))
+        core.log("device sign-in \(deny ? "denied" : "approved"): user \(user.name), device \(name)")
+        return .object(["userCode": .string(shown), "deviceName": .string(name), "approved": .bool(!deny),
+                        "expires": .object(["timestamp": .int(expires)])])
     }
 }
