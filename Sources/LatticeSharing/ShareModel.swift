@@ -1,38 +1,8 @@
 /// CKShare's model: roles, permissions, acceptance, and the rules that govern changes to a share.
-/// Pure values; the server applies the outcome to storage.
+/// Pure values; the server applies the outcome to storage. `SharePermission`, `ShareRole` and `AcceptanceStatus`
+/// are LatticeCore's (ShareAccess.swift), shared with the store.
 
-/// What a participant (or the public) may do.
-public enum SharePermission: String, Sendable, CaseIterable, Comparable {
-    case none
-    case readOnly
-    case readWrite
-
-    private var rank: Int {
-        switch self {
-        case .none: return 0
-        case .readOnly: return 1
-        case .readWrite: return 2
-        }
-    }
-
-    public static func < (a: SharePermission, b: SharePermission) -> Bool { a.rank < b.rank }
-}
-
-public enum ShareRole: String, Sendable, CaseIterable {
-    case owner
-    /// Manages participants and permissions; cannot remove the owner.
-    case administrator
-    /// Invited by user name.
-    case privateUser
-    /// Joined through the share URL while the public permission allowed it.
-    case publicUser
-}
-
-public enum AcceptanceStatus: String, Sendable, CaseIterable {
-    case pending
-    case accepted
-    case removed
-}
+import LatticeCore
 
 /// One participant of a share.
 public struct ShareParticipant: Sendable, Hashable {

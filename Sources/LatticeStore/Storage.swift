@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import LatticeCore
 import LatticeSQLite
 
 /// The storage seam: everything the service keeps, behind one protocol, so a PostgreSQL backend can
@@ -14,9 +15,9 @@ import LatticeSQLite
 /// - `StorageRules` (StorageRules.swift), called by every backend when it writes: the change-tag format
 ///   (from the zone row and the log position), who created a record saved over its tombstone, the first
 ///   URL epoch of a new share, and which deleted zones `purge` may forget (never one a share was made in).
-/// - LatticeSharing and the server's sharing endpoints: roles, permissions and statuses, which the store
-///   keeps as opaque strings (a stored permission that does not parse is read as none by the server,
-///   not by the backend), and who may join, write or manage.
+/// - LatticeSharing and the server's sharing endpoints: who may join, write or manage. The store keeps
+///   roles, permissions and statuses as LatticeCore's `ShareRole`, `SharePermission` and `AcceptanceStatus`
+///   (stored by raw value); a stored spelling no case knows is a damaged row (`StorageError.damagedRow`).
 /// - The server's endpoints: what is merged into a record's frame, its parent, quotas and limits, which
 ///   records a hierarchy share holds, and when to purge (the horizons).
 ///
@@ -289,7 +290,7 @@ public protocol StorageTransaction {
     /// Inserts or replaces the participant row of (share, user).
     func saveParticipant(_ participant: StoredParticipant) throws
     /// The shares a user participates in with the given status, and the participant rows.
-    func participations(userID: Int64, status: String) throws -> [(share: StoredShare, participant: StoredParticipant)]
+    func participations(userID: Int64, status: AcceptanceStatus) throws -> [(share: StoredShare, participant: StoredParticipant)]
     /// How often a share link (by its `jti`) has been used to join.
     func linkUses(tokenID: String) throws -> Int
     func recordLinkUse(tokenID: String, shareID: Int64) throws
@@ -513,13 +514,13 @@ public struct NewShare: Sendable {
     public var rootRecordName: String?
     public var ownerID: Int64
     public var title: String
-    public var publicPermission: String
+    public var publicPermission: SharePermission
     /// The first epoch of the share's links.
     public var urlEpoch: Int64
     public var nowMs: Int64
 
     public init(publicID: String, zoneRowID: Int64, recordName: String, rootRecordName: String?, ownerID: Int64,
-                title: String, publicPermission: String, urlEpoch: Int64 = StorageRules.firstURLEpoch, nowMs: Int64) {
+                title: String, publicPermission: SharePermission, urlEpoch: Int64 = StorageRules.firstURLEpoch, nowMs: Int64) {
         self.publicID = publicID
         self.zoneRowID = zoneRowID
         self.recordName = recordName
@@ -544,14 +545,14 @@ public struct StoredShare: Sendable, Hashable {
     public let rootRecordName: String?
     public let ownerID: Int64
     public var title: String
-    public var publicPermission: String
+    public var publicPermission: SharePermission
     public var urlEpoch: Int64
     public var deleted: Bool
     /// The last position of the share's own log (hierarchy shares).
     public let lastSeq: Int64
 
     public init(id: Int64, publicID: String, zoneRowID: Int64, recordName: String, rootRecordName: String?, ownerID: Int64,
-                title: String, publicPermission: String, urlEpoch: Int64, deleted: Bool, lastSeq: Int64) {
+                title: String, publicPermission: SharePermission, urlEpoch: Int64, deleted: Bool, lastSeq: Int64) {
         self.id = id
         self.publicID = publicID
         self.zoneRowID = zoneRowID
@@ -566,15 +567,17 @@ public struct StoredShare: Sendable, Hashable {
     }
 }
 
+/// A participant row of a share: who, in which role, with which permission, and where acceptance stands.
 public struct StoredParticipant: Sendable, Hashable {
     public let shareID: Int64
     public let userID: Int64
-    public var role: String
-    public var permission: String
-    public var status: String
+    public var role: ShareRole
+    public var permission: SharePermission
+    public var status: AcceptanceStatus
     public var modifiedMs: Int64
 
-    public init(shareID: Int64, userID: Int64, role: String, permission: String, status: String, modifiedMs: Int64) {
+    public init(shareID: Int64, userID: Int64, role: ShareRole, permission: SharePermission, status: AcceptanceStatus,
+                modifiedMs: Int64) {
         self.shareID = shareID
         self.userID = userID
         self.role = role
@@ -721,6 +724,12 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
     case deadlineExceeded
     /// Anything else. The text is for logs, never for clients (it may name tables).
     case failure(String)
+
+    /// A stored value this build cannot read (say a participant role no `ShareRole` case spells): the row is
+    /// damaged, or written by a newer build. A `.failure` naming the table, column and row, never a trap.
+    public static func damagedRow(table: String, column: String, row: String, value: String?) -> StorageError {
+        .failure("a damaged \(table) row (\(row)): \(column) \(value.map { "'\($0)'" } ?? "NULL") is not a known value")
+    }
 
     public var description: String {
         switch self {

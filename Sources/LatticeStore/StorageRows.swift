@@ -3,6 +3,7 @@
 /// The SQL around the column lists stays in each backend.
 
 import Foundation
+import LatticeCore
 
 /// A column value as a backend reads it (SQLite's and PostgreSQL's value types).
 protocol StorageColumn {
@@ -64,17 +65,38 @@ extension StorageRowMapping {
     }
 
     /// A row of `shareColumns`.
-    func share(_ row: [Column]) -> StoredShare {
-        StoredShare(id: row[0].integer, publicID: row[1].text ?? "", zoneRowID: row[2].integer, recordName: row[3].text ?? "",
-                    rootRecordName: row[4].text, ownerID: row[5].integer, title: row[6].text ?? "",
-                    publicPermission: row[7].text ?? "", urlEpoch: row[8].integer, deleted: row[9].integer != 0,
-                    lastSeq: row[10].integer)
+    /// - Throws: `StorageError.damagedRow` for a public permission no `SharePermission` spells.
+    func share(_ row: [Column]) throws -> StoredShare {
+        let id = row[0].integer
+        let publicPermission = try Self.parse(SharePermission.self, row[7], table: "shares", column: "public_permission",
+                                              row: "id \(id)")
+        return StoredShare(id: id, publicID: row[1].text ?? "", zoneRowID: row[2].integer, recordName: row[3].text ?? "",
+                           rootRecordName: row[4].text, ownerID: row[5].integer, title: row[6].text ?? "",
+                           publicPermission: publicPermission, urlEpoch: row[8].integer, deleted: row[9].integer != 0,
+                           lastSeq: row[10].integer)
     }
 
     /// A row of `share_id, user_id, role, permission, status, modified_ms` of `share_participants`.
-    func participant(_ row: [Column]) -> StoredParticipant {
-        StoredParticipant(shareID: row[0].integer, userID: row[1].integer, role: row[2].text ?? "",
-                          permission: row[3].text ?? "", status: row[4].text ?? "", modifiedMs: row[5].integer)
+    /// - Throws: `StorageError.damagedRow` for a role, permission or status no case spells.
+    func participant(_ row: [Column]) throws -> StoredParticipant {
+        let key = "share \(row[0].integer), user \(row[1].integer)"
+        return StoredParticipant(
+            shareID: row[0].integer, userID: row[1].integer,
+            role: try Self.parse(ShareRole.self, row[2], table: "share_participants", column: "role", row: key),
+            permission: try Self.parse(SharePermission.self, row[3], table: "share_participants", column: "permission",
+                                       row: key),
+            status: try Self.parse(AcceptanceStatus.self, row[4], table: "share_participants", column: "status", row: key),
+            modifiedMs: row[5].integer)
+    }
+
+    /// The case a stored spelling names.
+    /// - Throws: `StorageError.damagedRow` when none does (or the column is NULL).
+    static func parse<Value: RawRepresentable>(_ type: Value.Type, _ column: Column, table: String, column name: String,
+                                               row: String) throws -> Value where Value.RawValue == String {
+        guard let text = column.text, let value = Value(rawValue: text) else {
+            throw StorageError.damagedRow(table: table, column: name, row: row, value: column.text)
+        }
+        return value
     }
 
     /// `columns` with each name prefixed by a table alias (`s.id, s.public_id, ...`), for joins.

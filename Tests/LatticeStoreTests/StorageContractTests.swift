@@ -67,7 +67,7 @@ struct StorageContractTests {
     }
 
     private func share(_ zone: StoredZone, _ publicID: String, record: String, root: String? = nil, ownerID: Int64,
-                       permission: String = "none", nowMs: Int64 = 3_000) -> NewShare {
+                       permission: SharePermission = .none, nowMs: Int64 = 3_000) -> NewShare {
         NewShare(publicID: publicID, zoneRowID: zone.rowID, recordName: record, rootRecordName: root, ownerID: ownerID,
                  title: "Trip", publicPermission: permission, nowMs: nowMs)
     }
@@ -837,19 +837,18 @@ struct StorageContractTests {
                 (try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1), try makeZone(tx))
             }
             let first = try storage.write { tx throws in
-                try tx.insertShare(share(zone, "sh_1", record: "cloudkit.zoneshare", ownerID: owner.id, permission: "read-write"))
+                try tx.insertShare(share(zone, "sh_1", record: "cloudkit.zoneshare", ownerID: owner.id, permission: .readWrite))
             }
             #expect(first == StoredShare(id: first.id, publicID: "sh_1", zoneRowID: zone.rowID, recordName: "cloudkit.zoneshare",
-                                         rootRecordName: nil, ownerID: owner.id, title: "Trip", publicPermission: "read-write",
+                                         rootRecordName: nil, ownerID: owner.id, title: "Trip", publicPermission: .readWrite,
                                          urlEpoch: StorageRules.firstURLEpoch, deleted: false, lastSeq: 0))
             var second = try storage.write { tx throws in
-                var new = share(zone, "sh_2", record: "Share-2", root: "trip", ownerID: owner.id, permission: "not-a-permission")
+                var new = share(zone, "sh_2", record: "Share-2", root: "trip", ownerID: owner.id, permission: .readOnly)
                 new.urlEpoch = 7
                 return try tx.insertShare(new)
             }
             #expect(second.rootRecordName == "trip" && second.urlEpoch == 7 && second.id != first.id)
-            // The store keeps strings it does not understand as they are.
-            #expect(try storage.read { try $0.share(id: second.id) }?.publicPermission == "not-a-permission")
+            #expect(try storage.read { try $0.share(id: second.id) }?.publicPermission == .readOnly)
             expectDuplicate { try storage.write { _ = try $0.insertShare(share(zone, "sh_3", record: "Share-2", ownerID: owner.id)) } }
             expectDuplicate { try storage.write { _ = try $0.insertShare(share(zone, "sh_1", record: "Share-9", ownerID: owner.id)) } }
             try storage.read { tx throws in
@@ -860,7 +859,7 @@ struct StorageContractTests {
             }
             // updateShare writes title, public permission, URL epoch and the deleted flag.
             second.title = "Trip (old)"
-            second.publicPermission = "read-only"
+            second.publicPermission = .readOnly
             second.urlEpoch = 8
             second.deleted = true
             try storage.write { try $0.updateShare(second) }
@@ -891,37 +890,96 @@ struct StorageContractTests {
                 return (ann, bob, carl, first, second, gone)
             }
             try storage.write { tx throws in
-                try tx.saveParticipant(StoredParticipant(shareID: first.id, userID: carl.id, role: "private-user",
-                                                         permission: "read-only", status: "invited", modifiedMs: 10))
-                try tx.saveParticipant(StoredParticipant(shareID: first.id, userID: ann.id, role: "owner",
-                                                         permission: "read-write", status: "accepted", modifiedMs: 10))
-                try tx.saveParticipant(StoredParticipant(shareID: second.id, userID: bob.id, role: "private-user",
-                                                         permission: "read-only", status: "accepted", modifiedMs: 11))
-                try tx.saveParticipant(StoredParticipant(shareID: first.id, userID: bob.id, role: "private-user",
-                                                         permission: "read-only", status: "invited", modifiedMs: 12))
-                try tx.saveParticipant(StoredParticipant(shareID: gone.id, userID: bob.id, role: "private-user",
-                                                         permission: "read-only", status: "accepted", modifiedMs: 12))
+                try tx.saveParticipant(StoredParticipant(shareID: first.id, userID: carl.id, role: .privateUser,
+                                                         permission: .readOnly, status: .pending, modifiedMs: 10))
+                try tx.saveParticipant(StoredParticipant(shareID: first.id, userID: ann.id, role: .owner,
+                                                         permission: .readWrite, status: .accepted, modifiedMs: 10))
+                try tx.saveParticipant(StoredParticipant(shareID: second.id, userID: bob.id, role: .privateUser,
+                                                         permission: .readOnly, status: .accepted, modifiedMs: 11))
+                try tx.saveParticipant(StoredParticipant(shareID: first.id, userID: bob.id, role: .privateUser,
+                                                         permission: .readOnly, status: .pending, modifiedMs: 12))
+                try tx.saveParticipant(StoredParticipant(shareID: gone.id, userID: bob.id, role: .privateUser,
+                                                         permission: .readOnly, status: .accepted, modifiedMs: 12))
             }
             // Saving again replaces the row of (share, user).
-            let accepted = StoredParticipant(shareID: first.id, userID: bob.id, role: "administrator", permission: "read-write",
-                                             status: "accepted", modifiedMs: 20)
+            let accepted = StoredParticipant(shareID: first.id, userID: bob.id, role: .administrator, permission: .readWrite,
+                                             status: .accepted, modifiedMs: 20)
             try storage.write { try $0.saveParticipant(accepted) }
             try storage.read { tx throws in
                 let rows = try tx.participants(shareID: first.id)
                 #expect(rows.map(\.userID) == [ann.id, bob.id, carl.id].sorted())
                 #expect(rows.first { $0.userID == bob.id } == accepted)
-                #expect(rows.first { $0.userID == carl.id }?.status == "invited")
+                #expect(rows.first { $0.userID == carl.id }?.status == .pending)
                 #expect(try tx.participants(shareID: gone.id).map(\.userID) == [bob.id])
                 // Participations: live shares only, in share order, with the given status.
-                let bobs = try tx.participations(userID: bob.id, status: "accepted")
+                let bobs = try tx.participations(userID: bob.id, status: .accepted)
                 #expect(bobs.map { $0.share } == [first, second])
-                let inSecond = StoredParticipant(shareID: second.id, userID: bob.id, role: "private-user", permission: "read-only",
-                                                 status: "accepted", modifiedMs: 11)
+                let inSecond = StoredParticipant(shareID: second.id, userID: bob.id, role: .privateUser, permission: .readOnly,
+                                                 status: .accepted, modifiedMs: 11)
                 #expect(bobs.map { $0.participant } == [accepted, inSecond])
-                #expect(try tx.participations(userID: bob.id, status: "invited").isEmpty)
-                #expect(try tx.participations(userID: carl.id, status: "invited").map { $0.share.id } == [first.id])
-                #expect(try tx.participations(userID: carl.id, status: "accepted").isEmpty)
+                #expect(try tx.participations(userID: bob.id, status: .pending).isEmpty)
+                #expect(try tx.participations(userID: carl.id, status: .pending).map { $0.share.id } == [first.id])
+                #expect(try tx.participations(userID: carl.id, status: .accepted).isEmpty)
             }
+        }
+    }
+
+    /// Roles, permissions and statuses cross the seam as enums; a stored spelling no case knows (a damaged row,
+    /// or one written by a newer build) is a `StorageError`, never a trap, and never read as some other case.
+    @Test(arguments: StorageBackends.all)
+    func aStoredRolePermissionOrStatusNoCaseKnowsIsADamagedRow(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (ann, bob, carl, shared) = try storage.write { tx throws in
+                let ann = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1)
+                let bob = try tx.insertUser(name: "bob", recordName: Self.bob, nowMs: 1)
+                let carl = try tx.insertUser(name: "carl", recordName: Self.carl, nowMs: 1)
+                let shared = try tx.insertShare(share(try makeZone(tx), "sh_1", record: "S1", ownerID: ann.id))
+                return (ann, bob, carl, shared)
+            }
+            // The stored spellings are the enums' raw values (no migration from the strings stored before).
+            let rows = try storage.read { tx throws in
+                var rows: [[StorageValue]] = []
+                try tx.exportRows(table: "shares") { rows += $0 }
+                return rows
+            }
+            #expect(rows.first?[7] == .text("none"))
+            try storage.write { tx throws in
+                try tx.saveParticipant(StoredParticipant(shareID: shared.id, userID: ann.id, role: .owner,
+                                                         permission: .readWrite, status: .accepted, modifiedMs: 10))
+                try tx.insertRows(table: "share_participants", [
+                    [.integer(shared.id), .integer(bob.id), .text("superUser"), .text("readOnly"), .text("accepted"),
+                     .integer(11)],
+                    [.integer(shared.id), .integer(carl.id), .text("privateUser"), .text("readOnly"), .text("invited"),
+                     .integer(12)],
+                ])
+            }
+            let participantRows = try storage.read { tx throws in
+                var rows: [[StorageValue]] = []
+                try tx.exportRows(table: "share_participants") { rows += $0 }
+                return rows
+            }
+            #expect(participantRows.contains([.integer(shared.id), .integer(ann.id), .text("owner"), .text("readWrite"),
+                                              .text("accepted"), .integer(10)]))
+            func expectDamaged(_ body: () throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) {
+                let error = #expect(throws: StorageError.self, sourceLocation: sourceLocation) { try body() }
+                guard let error else { return }
+                if case .failure(let text) = error, text.contains("damaged") { return }
+                Issue.record("expected a damaged-row StorageError.failure, got \(error)", sourceLocation: sourceLocation)
+            }
+            expectDamaged { _ = try storage.read { try $0.participants(shareID: shared.id) } }
+            expectDamaged { _ = try storage.read { try $0.participations(userID: bob.id, status: .accepted) } }
+            // A status no case spells matches no status asked for.
+            #expect(try storage.read { try $0.participations(userID: carl.id, status: .pending) }.isEmpty)
+            // The owner's row is fine, and so is the share itself.
+            #expect(try storage.read { try $0.participations(userID: ann.id, status: .accepted) }.count == 1)
+            #expect(try storage.read { try $0.share(id: shared.id) }?.publicPermission == SharePermission.none)
+            try storage.write { tx throws in
+                try tx.insertRows(table: "shares", [[.integer(shared.id + 100), .text("sh_2"), .integer(shared.zoneRowID),
+                                                     .text("S2"), .null, .integer(ann.id), .text(""), .text("everyone"),
+                                                     .integer(1), .integer(0), .integer(0), .integer(3_000)]])
+            }
+            expectDamaged { _ = try storage.read { try $0.share(publicID: "sh_2") } }
+            expectDamaged { _ = try storage.read { try $0.shares(zoneRowID: shared.zoneRowID) } }
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeCore
 import LatticeStore
 import Testing
 
@@ -86,9 +87,9 @@ struct StorageNodesContractTests {
                                                                      userRecordName: ann.recordName, nowMs: 16))
             let share = try tx.insertShare(NewShare(publicID: "pub1", zoneRowID: zone.rowID, recordName: "share-1",
                                                     rootRecordName: "root", ownerID: ann.id, title: "Trip",
-                                                    publicPermission: "readWrite", nowMs: 17))
-            try tx.saveParticipant(StoredParticipant(shareID: share.id, userID: bob.id, role: "privateUser",
-                                                     permission: "readOnly", status: "accepted", modifiedMs: 18))
+                                                    publicPermission: .readWrite, nowMs: 17))
+            try tx.saveParticipant(StoredParticipant(shareID: share.id, userID: bob.id, role: .privateUser,
+                                                     permission: .readOnly, status: .accepted, modifiedMs: 18))
             try tx.recordLinkUse(tokenID: "jti-1", shareID: share.id)
             try tx.setShareMembership(shareID: share.id, recordName: "item", member: true)
             let shared = try tx.database(DatabaseKey(kind: .shared, environment: "production", ownerID: bob.id))

@@ -211,7 +211,7 @@ extension LatticeService {
             let entries = try tx.sharedZoneChanges(databaseID: database.id, after: cursor, limit: limit)
             let moreComing = entries.count == limit && entries.last.map { $0.databaseSeq < database.lastSeq } == true
             let position = moreComing ? entries.last!.databaseSeq : database.lastSeq
-            let accepted = Set(try tx.participations(userID: context.user.id, status: AcceptanceStatus.accepted.rawValue)
+            let accepted = Set(try tx.participations(userID: context.user.id, status: .accepted)
                 .map(\.share.zoneRowID))
             var reported: [Int64: JSON] = [:]
             var order: [Int64] = []

@@ -22,12 +22,9 @@ extension LatticeService {
 
     func roster(_ share: StoredShare, _ tx: any StorageTransaction) throws -> ShareRoster {
         let participants = try tx.participants(shareID: share.id).map { row in
-            ShareParticipant(userID: row.userID, role: ShareRole(rawValue: row.role) ?? .privateUser,
-                             permission: SharePermission(rawValue: row.permission) ?? .none,
-                             status: AcceptanceStatus(rawValue: row.status) ?? .removed)
+            ShareParticipant(userID: row.userID, role: row.role, permission: row.permission, status: row.status)
         }
-        return ShareRoster(publicPermission: SharePermission(rawValue: share.publicPermission) ?? .none,
-                           participants: participants)
+        return ShareRoster(publicPermission: share.publicPermission, participants: participants)
     }
 
     /// Writes the roster's participants and public permission back, and moves the shared-database logs of
@@ -37,9 +34,8 @@ extension LatticeService {
         let now = configuration.now()
         for participant in roster.participants where before.participant(participant.userID) != participant {
             try tx.saveParticipant(StoredParticipant(shareID: share.id, userID: participant.userID,
-                                                     role: participant.role.rawValue,
-                                                     permission: participant.permission.rawValue,
-                                                     status: participant.status.rawValue, modifiedMs: now))
+                                                     role: participant.role, permission: participant.permission,
+                                                     status: participant.status, modifiedMs: now))
             guard participant.role != .owner else { continue }
             let wasIn = before.access(of: participant.userID) != .none
             let isIn = roster.access(of: participant.userID) != .none
@@ -47,7 +43,7 @@ extension LatticeService {
                 try markShared(share, for: participant.userID, deleted: !isIn, context: context, tx, &touched)
             }
         }
-        share.publicPermission = roster.publicPermission.rawValue
+        share.publicPermission = roster.publicPermission
         try tx.updateShare(share)
     }
 
@@ -62,7 +58,7 @@ extension LatticeService {
     func fanOut(_ share: StoredShare, context: RequestContext, _ tx: any StorageTransaction,
                 _ touched: inout Set<Int64>) throws {
         for participant in try tx.participants(shareID: share.id)
-        where participant.status == AcceptanceStatus.accepted.rawValue && participant.role != ShareRole.owner.rawValue {
+        where participant.status == .accepted && participant.role != .owner {
             try markShared(share, for: participant.userID, deleted: false, context: context, tx, &touched)
         }
     }
@@ -118,7 +114,7 @@ extension LatticeService {
     func sharedZones(_ context: RequestContext, _ tx: any StorageTransaction) throws -> [JSON] {
         var seen: Set<Int64> = []
         var zones: [JSON] = []
-        for (share, _) in try tx.participations(userID: context.user.id, status: AcceptanceStatus.accepted.rawValue)
+        for (share, _) in try tx.participations(userID: context.user.id, status: .accepted)
         where share.ownerID != context.user.id && seen.insert(share.zoneRowID).inserted {
             guard let zone = try tx.zone(rowID: share.zoneRowID), !zone.deleted else { continue }
             zones.append(zoneJSON(zone, withToken: false))
@@ -317,7 +313,7 @@ extension LatticeService {
         do {
             share = try tx.insertShare(NewShare(publicID: publicID, zoneRowID: zone.rowID, recordName: recordName,
                                                 rootRecordName: root, ownerID: context.user.id, title: title,
-                                                publicPermission: publicPermission.rawValue, nowMs: configuration.now()))
+                                                publicPermission: publicPermission, nowMs: configuration.now()))
         } catch StorageError.duplicate {
             throw ServiceError(.alreadyShared, "zone \(zone.name) already has that share")
         }
@@ -338,7 +334,7 @@ extension LatticeService {
     /// A stand-in share rooted at `root`, to ask whether another share's root lies under it.
     private func sharePlaceholder(_ root: String, _ zone: StoredZone) -> StoredShare {
         StoredShare(id: 0, publicID: "", zoneRowID: zone.rowID, recordName: "", rootRecordName: root, ownerID: 0,
-                    title: "", publicPermission: "none", urlEpoch: 0, deleted: false, lastSeq: 0)
+                    title: "", publicPermission: .none, urlEpoch: 0, deleted: false, lastSeq: 0)
     }
 
     /// `shares/lookup {"zoneID", "shareRecordName"?}`: the share and its participants, for the owner and
@@ -778,7 +774,7 @@ extension LatticeService {
         guard let row = try tx.participants(shareID: share.id).first(where: { $0.userID == context.user.id }) else {
             return nil
         }
-        switch AcceptanceStatus(rawValue: row.status) {
+        switch row.status {
         case .removed: return ShareLoss(share: share, lossMs: row.modifiedMs)
         case .accepted where share.deleted: return ShareLoss(share: share, lossMs: nil)
         default: return nil

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeCore
 import Synchronization
 
 /// How one run of a transaction ended, for `PostgresStorage`'s retry loop.
@@ -735,7 +736,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
                                 + "ON CONFLICT DO NOTHING RETURNING id",
                                 [.text(new.publicID), .integer(new.zoneRowID), .text(new.recordName),
                                  new.rootRecordName.map { .text($0) } ?? .null, .integer(new.ownerID), .text(new.title),
-                                 .text(new.publicPermission), .integer(new.urlEpoch), .integer(new.nowMs)])
+                                 .text(new.publicPermission.rawValue), .integer(new.urlEpoch), .integer(new.nowMs)])
         guard let id = inserted.first?[0].integer else {
             throw StorageError.duplicate("a share record named \(new.recordName)")
         }
@@ -764,7 +765,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     func updateShare(_ share: StoredShare) throws {
         sharesCache[share.zoneRowID] = nil
         try run("UPDATE shares SET title = $1, public_permission = $2, url_epoch = $3, deleted = $4 WHERE id = $5",
-                [.text(share.title), .text(share.publicPermission), .integer(share.urlEpoch),
+                [.text(share.title), .text(share.publicPermission.rawValue), .integer(share.urlEpoch),
                  .integer(share.deleted ? 1 : 0), .integer(share.id)])
     }
 
@@ -779,17 +780,17 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
             VALUES ($1, $2, $3, $4, $5, $6)
             ON CONFLICT(share_id, user_id) DO UPDATE SET role = excluded.role, permission = excluded.permission,
                 status = excluded.status, modified_ms = excluded.modified_ms
-            """, [.integer(p.shareID), .integer(p.userID), .text(p.role), .text(p.permission), .text(p.status),
+            """, [.integer(p.shareID), .integer(p.userID), .text(p.role.rawValue), .text(p.permission.rawValue), .text(p.status.rawValue),
                   .integer(p.modifiedMs)])
     }
 
-    func participations(userID: Int64, status: String) throws -> [(share: StoredShare, participant: StoredParticipant)] {
+    func participations(userID: Int64, status: AcceptanceStatus) throws -> [(share: StoredShare, participant: StoredParticipant)] {
         let columns = Self.qualified(Self.shareColumns, by: "s")
         return try rows("SELECT \(columns), p.share_id, p.user_id, p.role, p.permission, p.status, p.modified_ms "
                         + "FROM share_participants p JOIN shares s ON s.id = p.share_id "
                         + "WHERE p.user_id = $1 AND p.status = $2 AND s.deleted = 0 ORDER BY s.id",
-                        [.integer(userID), .text(status)]).map { row in
-            (share(Array(row[0..<11])), participant(Array(row[11...])))
+                        [.integer(userID), .text(status.rawValue)]).map { row in
+            (try share(Array(row[0..<11])), try participant(Array(row[11...])))
         }
     }
 

@@ -1,4 +1,5 @@
 import CSQLite
+import LatticeCore
 import LatticeSQLite
 import Foundation
 import Synchronization
@@ -814,7 +815,7 @@ struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
                     + "url_epoch, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [.text(new.publicID), .integer(new.zoneRowID), .text(new.recordName),
                      new.rootRecordName.map { .text($0) } ?? .null, .integer(new.ownerID), .text(new.title),
-                     .text(new.publicPermission), .integer(new.urlEpoch), .integer(new.nowMs)])
+                     .text(new.publicPermission.rawValue), .integer(new.urlEpoch), .integer(new.nowMs)])
         } catch StorageError.duplicate {
             throw StorageError.duplicate("a share record named \(new.recordName)")
         }
@@ -839,7 +840,7 @@ struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
 
     func updateShare(_ share: StoredShare) throws {
         try run("UPDATE shares SET title = ?, public_permission = ?, url_epoch = ?, deleted = ? WHERE id = ?",
-                [.text(share.title), .text(share.publicPermission), .integer(share.urlEpoch),
+                [.text(share.title), .text(share.publicPermission.rawValue), .integer(share.urlEpoch),
                  .integer(share.deleted ? 1 : 0), .integer(share.id)])
     }
 
@@ -853,17 +854,17 @@ struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
             INSERT INTO share_participants(share_id, user_id, role, permission, status, modified_ms) VALUES (?, ?, ?, ?, ?, ?)
             ON CONFLICT(share_id, user_id) DO UPDATE SET role = excluded.role, permission = excluded.permission,
                 status = excluded.status, modified_ms = excluded.modified_ms
-            """, [.integer(p.shareID), .integer(p.userID), .text(p.role), .text(p.permission), .text(p.status),
+            """, [.integer(p.shareID), .integer(p.userID), .text(p.role.rawValue), .text(p.permission.rawValue), .text(p.status.rawValue),
                   .integer(p.modifiedMs)])
     }
 
-    func participations(userID: Int64, status: String) throws -> [(share: StoredShare, participant: StoredParticipant)] {
+    func participations(userID: Int64, status: AcceptanceStatus) throws -> [(share: StoredShare, participant: StoredParticipant)] {
         let columns = Self.qualified(Self.shareColumns, by: "s")
         return try rows("SELECT \(columns), p.share_id, p.user_id, p.role, p.permission, p.status, p.modified_ms "
                         + "FROM share_participants p JOIN shares s ON s.id = p.share_id "
                         + "WHERE p.user_id = ? AND p.status = ? AND s.deleted = 0 ORDER BY s.id",
-                        [.integer(userID), .text(status)]).map { row in
-            (share(Array(row[0..<11])), participant(Array(row[11...])))
+                        [.integer(userID), .text(status.rawValue)]).map { row in
+            (try share(Array(row[0..<11])), try participant(Array(row[11...])))
         }
     }
 

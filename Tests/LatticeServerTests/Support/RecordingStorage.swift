@@ -1,3 +1,4 @@
+import LatticeCore
 import LatticeStore
 import Synchronization
 
@@ -313,7 +314,7 @@ private struct RecordingTransaction: StorageTransaction {
         return try base.saveParticipant(participant)
     }
 
-    func participations(userID: Int64, status: String) throws
+    func participations(userID: Int64, status: AcceptanceStatus) throws
         -> [(share: StoredShare, participant: StoredParticipant)] {
         note("participations")
         return try base.participations(userID: userID, status: status)
