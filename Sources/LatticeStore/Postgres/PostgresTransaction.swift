@@ -22,7 +22,7 @@ enum PostgresOutcome<T> {
 /// connection, the deadline, or any failed statement outside a savepoint, which PostgreSQL aborts the
 /// transaction for) is remembered: later statements are refused with the same error, and the transaction is
 /// rolled back and retried or failed whatever the body did with the error.
-final class PostgresTransaction: StorageTransaction, StorageRowMapping {
+final class PostgresTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapping {
     typealias Column = PostgresValue
 
     let db: PostgresConnection
@@ -449,39 +449,46 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     }
 
     /// Allocates the database's next log position; the row stays locked until commit.
-    private func nextDatabaseSeq(_ databaseID: Int64) throws -> Int64 {
+    func nextDatabaseSeq(_ databaseID: Int64) throws -> Int64 {
         let rows = try write("UPDATE databases SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
                              [.integer(databaseID)], changes: [.database(databaseID)])
         guard let seq = rows.first?[0].integer else { throw StorageError.failure("database \(databaseID) is missing") }
         return seq
     }
 
-    func createZone(databaseID: Int64, name: String, ownerRecordName: String, nowMs: Int64) throws -> StoredZone {
-        let seq = try nextDatabaseSeq(databaseID)
-        let inserted = try write("INSERT INTO zones(database_id, name, owner_record_name, db_seq, created_ms, modified_ms) "
-                                 + "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING id",
-                                 [.integer(databaseID), .text(name), .text(ownerRecordName), .integer(seq), .integer(nowMs),
-                                  .integer(nowMs)], changes: [])
-        guard let id = inserted.first?[0].integer else { throw StorageError.duplicate("a zone named \(name)") }
-        cache.lockedZones[id] = (databaseID, false)
-        let created = StoredZone(rowID: id, databaseID: databaseID, name: name, ownerRecordName: ownerRecordName,
-                                 deleted: false, lastSeq: 0, purgedSeq: 0, databaseSeq: seq, createdMs: nowMs, modifiedMs: nowMs)
-        cache.zoneRows[id] = created
-        return created
+    // createZone and deleteZone: StorageBookkeeping, over these.
+
+    func insertZoneRow(databaseID: Int64, name: String, ownerRecordName: String, databaseSeq: Int64, nowMs: Int64)
+        throws -> Int64? {
+        try write("INSERT INTO zones(database_id, name, owner_record_name, db_seq, created_ms, modified_ms) "
+                  + "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING id",
+                  [.integer(databaseID), .text(name), .text(ownerRecordName), .integer(databaseSeq), .integer(nowMs),
+                   .integer(nowMs)], changes: []).first?[0].integer
     }
 
-    func deleteZone(rowID: Int64, nowMs: Int64) throws {
-        guard let zone = try zone(rowID: rowID), !zone.deleted else { return }
-        let seq = try nextDatabaseSeq(zone.databaseID)
-        let freed = try write("WITH gone AS (DELETE FROM records WHERE zone_id = $1 RETURNING octet_length(frame) AS bytes) "
-                              + "SELECT COALESCE(SUM(bytes), 0)::bigint FROM gone", [.integer(rowID)],
-                              changes: [.allRecords(zoneRowID: rowID)]).first?[0].integer ?? 0
+    /// The new zone's row is locked (created by this transaction).
+    func didCreateZone(_ zone: StoredZone) {
+        cache.lockedZones[zone.rowID] = (zone.databaseID, false)
+        cache.zoneRows[zone.rowID] = zone
+    }
+
+    func deleteRecordRows(zoneRowID: Int64) throws -> Int64 {
+        try write("WITH gone AS (DELETE FROM records WHERE zone_id = $1 RETURNING octet_length(frame) AS bytes) "
+                  + "SELECT COALESCE(SUM(bytes), 0)::bigint FROM gone", [.integer(zoneRowID)],
+                  changes: [.allRecords(zoneRowID: zoneRowID)]).first?[0].integer ?? 0
+    }
+
+    func markZoneRowDeleted(_ zone: StoredZone, databaseSeq: Int64, nowMs: Int64) throws {
         // The zone's shares go with it (`shares(zoneRowID:)` gives the live zone's).
         try write("UPDATE zones SET deleted = 1, db_seq = $1, modified_ms = $2 WHERE id = $3",
-                  [.integer(seq), .integer(nowMs), .integer(rowID)], changes: [.zone(rowID), .shares(zoneRowID: rowID)])
-        cache.lockedZones[rowID] = (zone.databaseID, true)
-        try write("UPDATE databases SET bytes_used = bytes_used - $1 WHERE id = $2", [.integer(freed), .integer(zone.databaseID)],
-                  changes: [.database(zone.databaseID)])
+                  [.integer(databaseSeq), .integer(nowMs), .integer(zone.rowID)],
+                  changes: [.zone(zone.rowID), .shares(zoneRowID: zone.rowID)])
+        cache.lockedZones[zone.rowID] = (zone.databaseID, true)
+    }
+
+    func releaseBytes(_ bytes: Int64, databaseID: Int64) throws {
+        try write("UPDATE databases SET bytes_used = bytes_used - $1 WHERE id = $2", [.integer(bytes), .integer(databaseID)],
+                  changes: [.database(databaseID)])
     }
 
     func zoneChanges(databaseID: Int64, after cursor: Int64, limit: Int) throws -> [StoredZone] {
@@ -1067,17 +1074,21 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     /// rows it got, and reports `complete == false` for the ones it skipped (a later batch or run takes them).
     /// Tombstones of a busy zone are passed over for those of other zones in the same batch.
     /// Candidates are read through the purge's indexes (tombstones by age, deleted zones by id, operations by age).
-    func purge(before horizonMs: Int64, operationsBeforeMs: Int64, limit: Int) throws -> PurgeReport {
-        guard limit > 0 else { throw StorageError.failure("a purge batch limit of \(limit): at least 1") }
-        // Refused even when there is nothing to remove (and so no statement would be).
-        guard !isReadOnly else { throw StorageError.failure("a purge in a read transaction") }
-        var report = PurgeReport()
+    // The purge batch: StorageBookkeeping, over these. None of them waits for a row a request holds, so the
+    // purge can neither stall a request behind it nor deadlock with one: they lock the databases, then the
+    // zones, of their candidates (the lock order of every write, Docs/Architecture.md) with `SKIP LOCKED`,
+    // remove only the rows under rows they got, and report the ones they skipped (a later batch or run takes
+    // them). Candidates are read through the purge's indexes (tombstones by age, deleted zones by id,
+    // operations by age).
+
+    /// Tombstones, oldest first: deleted under the zones locked, then each zone's purged position rises to
+    /// the newest one it lost and its database gets their bytes back. Zones whose database or zone row a
+    /// request held are passed over by the next round of candidates, so a busy zone does not keep the rest
+    /// waiting (at most `tombstoneRounds` rounds of candidates a batch).
+    func purgeTombstones(before horizonMs: Int64, limit: Int) throws -> (removed: Int, skipped: Bool) {
         var remaining = limit
+        var removed = 0
         var skipped = false
-        // Tombstones, oldest first: deleted under the zones locked, then each zone's purged position rises to
-        // the newest one it lost and its database gets their bytes back.
-        // Zones whose database or zone row a request held: passed over by the next round of candidates, so a
-        // busy zone does not keep the rest waiting (at most `tombstoneRounds` rounds of candidates a batch).
         var busyZones: Set<Int64> = []
         let tombstoneRounds = 4
         for _ in 0..<tombstoneRounds where remaining > 0 {
@@ -1116,73 +1127,68 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
                           [.integer(purged[1].integer), .integer(zoneID)], changes: [.zoneCounters(zoneID)])
                 try write("UPDATE databases SET bytes_used = bytes_used - $1 WHERE id = $2",
                           [.integer(purged[2].integer), .integer(zone.databaseID)], changes: [.database(zone.databaseID)])
-                report.tombstones += Int(purged[0].integer)
+                removed += Int(purged[0].integer)
                 remaining -= Int(purged[0].integer)
             }
             // Fewer candidates than asked for, none passed over: no expired tombstone is left.
             if passedOver.isEmpty && tombstones.count < asked { break }
         }
         if !busyZones.isEmpty { skipped = true }
-        // Deleted zones, by id: StorageRules decides which go (pages of `limit` candidates, past the kept
-        // ones); each database's purged position rises to the newest position of a zone it forgot.
-        var after: Int64 = 0
-        zones: while remaining > 0 {
-            let page = try rows("SELECT \(Self.zoneColumns), EXISTS(SELECT 1 FROM shares WHERE zone_id = zones.id) "
-                                + "FROM zones WHERE deleted = 1 AND modified_ms < $1 AND id > $2 ORDER BY id LIMIT $3",
-                                [.integer(horizonMs), .integer(after), .integer(Int64(limit))])
-                .map { DeletedZone(zone: zone(Array($0[0..<10])), hasShares: $0[10].integer != 0) }
-            let candidates = page.filter(StorageRules.purgesDeletedZone).prefix(remaining)
-            let databases = try lockWithoutWaiting("databases", Set(candidates.map(\.zone.databaseID)))
-            let zones = try lockWithoutWaiting("zones", Set(candidates.filter { databases.contains($0.zone.databaseID) }
-                .map(\.zone.rowID)))
-            for candidate in candidates {
-                remaining -= 1
-                guard zones.contains(candidate.zone.rowID),
-                      try writeCounting("DELETE FROM zones WHERE id = $1 AND deleted = 1", [.integer(candidate.zone.rowID)],
-                                        changes: [.zone(candidate.zone.rowID), .allRecords(zoneRowID: candidate.zone.rowID)]) > 0
-                else {
-                    skipped = true
-                    continue
-                }
-                try write("UPDATE databases SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
-                          [.integer(candidate.zone.databaseSeq), .integer(candidate.zone.databaseID)],
-                          changes: [.database(candidate.zone.databaseID)])
-                report.zones += 1
-            }
-            guard page.count == limit, let last = page.last else { break }
-            after = last.zone.rowID
+        return (removed, skipped)
+    }
+
+    func deletedZones(before horizonMs: Int64, after: Int64, limit: Int) throws -> [DeletedZone] {
+        try rows("SELECT \(Self.zoneColumns), EXISTS(SELECT 1 FROM shares WHERE zone_id = zones.id) "
+                 + "FROM zones WHERE deleted = 1 AND modified_ms < $1 AND id > $2 ORDER BY id LIMIT $3",
+                 [.integer(horizonMs), .integer(after), .integer(Int64(limit))])
+            .map { DeletedZone(zone: zone(Array($0[0..<10])), hasShares: $0[10].integer != 0) }
+    }
+
+    func lockDeletedZonesForPurge(_ zones: [StoredZone]) throws -> Set<Int64> {
+        let databases = try lockWithoutWaiting("databases", Set(zones.map(\.databaseID)))
+        return try lockWithoutWaiting("zones", Set(zones.filter { databases.contains($0.databaseID) }.map(\.rowID)))
+    }
+
+    func deleteDeletedZoneRow(_ zone: StoredZone) throws -> Bool {
+        try writeCounting("DELETE FROM zones WHERE id = $1 AND deleted = 1", [.integer(zone.rowID)],
+                          changes: [.zone(zone.rowID), .allRecords(zoneRowID: zone.rowID)]) > 0
+    }
+
+    func raiseDatabasePurgedSeq(databaseID: Int64, to seq: Int64) throws {
+        try write("UPDATE databases SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
+                  [.integer(seq), .integer(databaseID)], changes: [.database(databaseID)])
+    }
+
+    /// Remembered operations, oldest first, give back what they were charged (those charged to a database
+    /// only once its row is locked).
+    func forgetClientOperations(before operationsBeforeMs: Int64, limit: Int)
+        throws -> (examined: Int, removed: Int, skipped: Bool) {
+        var skipped = false
+        var count = 0
+        let operations = try rows("SELECT user_id, operation_id, database_id FROM client_operations "
+                                  + "WHERE created_ms < $1 ORDER BY created_ms LIMIT $2",
+                                  [.integer(operationsBeforeMs), .integer(Int64(limit))])
+        let databases = try lockWithoutWaiting("databases", Set(operations.map { $0[2].integer }.filter { $0 != 0 }))
+        let chosen = operations.filter { $0[2].integer == 0 || databases.contains($0[2].integer) }
+        if chosen.count < operations.count { skipped = true }
+        if !chosen.isEmpty {
+            let removed = try write("""
+                WITH picked AS (
+                    SELECT o.user_id, o.operation_id FROM client_operations o
+                    JOIN unnest($1::int8[], $2::text[]) AS c(user_id, operation_id)
+                      ON o.user_id = c.user_id AND o.operation_id = c.operation_id
+                    WHERE o.created_ms < $3 FOR UPDATE OF o SKIP LOCKED),
+                gone AS (
+                    DELETE FROM client_operations o USING picked p
+                    WHERE o.user_id = p.user_id AND o.operation_id = p.operation_id
+                    RETURNING o.database_id, o.charged_bytes),
+                \(Self.refundAndCountGoneOperations)
+                """, [.integers(chosen.map { $0[0].integer }), .texts(chosen.map { $0[1].text }),
+                      .integer(operationsBeforeMs)], changes: [.allClientOperations, .allDatabases])
+            count = Int(removed.first?[0].integer ?? 0)
+            if count < chosen.count { skipped = true }
         }
-        // Remembered operations, oldest first, give back what they were charged (those charged to a database
-        // only once its row is locked).
-        if remaining > 0 {
-            let operations = try rows("SELECT user_id, operation_id, database_id FROM client_operations "
-                                      + "WHERE created_ms < $1 ORDER BY created_ms LIMIT $2",
-                                      [.integer(operationsBeforeMs), .integer(Int64(remaining))])
-            let databases = try lockWithoutWaiting("databases", Set(operations.map { $0[2].integer }.filter { $0 != 0 }))
-            let chosen = operations.filter { $0[2].integer == 0 || databases.contains($0[2].integer) }
-            if chosen.count < operations.count { skipped = true }
-            if !chosen.isEmpty {
-                let removed = try write("""
-                    WITH picked AS (
-                        SELECT o.user_id, o.operation_id FROM client_operations o
-                        JOIN unnest($1::int8[], $2::text[]) AS c(user_id, operation_id)
-                          ON o.user_id = c.user_id AND o.operation_id = c.operation_id
-                        WHERE o.created_ms < $3 FOR UPDATE OF o SKIP LOCKED),
-                    gone AS (
-                        DELETE FROM client_operations o USING picked p
-                        WHERE o.user_id = p.user_id AND o.operation_id = p.operation_id
-                        RETURNING o.database_id, o.charged_bytes),
-                    \(Self.refundAndCountGoneOperations)
-                    """, [.integers(chosen.map { $0[0].integer }), .texts(chosen.map { $0[1].text }),
-                          .integer(operationsBeforeMs)], changes: [.allClientOperations, .allDatabases])
-                let count = Int(removed.first?[0].integer ?? 0)
-                if count < chosen.count { skipped = true }
-                report.clientOperations = count
-            }
-            remaining -= operations.count
-        }
-        report.complete = remaining > 0 && !skipped
-        return report
+        return (operations.count, count, skipped)
     }
 
     /// Locks those of the rows of `table` (`databases` or `zones`) with the given ids that no other
