@@ -154,12 +154,27 @@ extension Optional where Wrapped == RequestDeadline {
 }
 
 /// The operations available inside a transaction. Writes fail in a read transaction (with a `StorageError`).
-public protocol StorageTransaction {
-    // MARK: Server metadata
+///
+/// Composed of one protocol per area, so a caller that needs one area can take the narrow protocol
+/// (`any RecordStorage`) instead of the whole transaction; every backend implements all of them, and
+/// `StorageContractTests` checks each. Only `savepoint`, which spans every area, is declared here.
+public protocol StorageTransaction: MetadataStorage, AccountStorage, DeviceStorage, ZoneStorage, RecordStorage,
+                                    ShareStorage, ClientOperationStorage, NodeStorage, LockStorage, CopyStorage,
+                                    MaintenanceStorage {
+    /// Runs `body` so that, if it throws, only its own writes are undone (a savepoint), and rethrows.
+    /// The transaction stays usable after that, even when a storage operation failed inside `body`
+    /// (for example with `.duplicate`); outside a savepoint, let a failed operation end the transaction.
+    func savepoint<T>(_ body: () throws -> T) throws -> T
+}
+
+/// Server-wide settings kept in the store (`metadata`): a key and a text value.
+public protocol MetadataStorage {
     func metadata(_ key: String) throws -> String?
     func setMetadata(_ key: String, _ value: String) throws
+}
 
-    // MARK: Users and tokens
+/// Users, their bearer tokens (by hash) and the record of sign-ups for the sign-up limits.
+public protocol AccountStorage {
     /// - Throws: `StorageError.duplicate` when the name or record name is taken.
     func insertUser(name: String, recordName: String, nowMs: Int64) throws -> UserAccount
     func user(named name: String) throws -> UserAccount?
@@ -186,8 +201,11 @@ public protocol StorageTransaction {
     func signUps(address: String?, sinceMs: Int64) throws -> SignUpWindow
     /// Forgets sign-ups recorded before `beforeMs`.
     func forgetSignUps(before beforeMs: Int64) throws
+}
 
-    // MARK: Device authorizations (DeviceAuthorizations.swift)
+/// Device sign-in (DeviceAuthorizations.swift): authorizations by code hash, their decisions and polls, and the
+/// failed approvals kept for throttling.
+public protocol DeviceStorage {
     /// - Throws: `StorageError.duplicate` when either code's hash is taken.
     func insertDeviceAuthorization(_ authorization: NewDeviceAuthorization) throws
     /// The authorization of a device code, expired or not. In a write transaction its row stays locked
@@ -218,8 +236,10 @@ public protocol StorageTransaction {
     func deviceApprovalFailures(key: String, sinceMs: Int64) throws -> SignUpWindow
     /// Forgets failed approvals recorded before `beforeMs`.
     func forgetDeviceApprovalFailures(before beforeMs: Int64) throws
+}
 
-    // MARK: Databases and zones
+/// Databases (per kind, environment and owner) and their zones, with the database log of changed zones.
+public protocol ZoneStorage {
     /// The database for a kind, environment and owner (0 for the public database), created on first use.
     /// A read transaction does not create it: it sees an empty database with id 0.
     func database(_ key: DatabaseKey) throws -> StoredDatabase
@@ -236,8 +256,10 @@ public protocol StorageTransaction {
     func deleteZone(rowID: Int64, nowMs: Int64) throws
     /// Zones whose database position is after `cursor`, live or deleted, in log order.
     func zoneChanges(databaseID: Int64, after cursor: Int64, limit: Int) throws -> [StoredZone]
+}
 
-    // MARK: Records
+/// Records of a zone: reads, saves (positions in the zone log, change tags) and the change feed.
+public protocol RecordStorage {
     func record(zoneRowID: Int64, name: String) throws -> StoredRecord?
     /// Records of a type (all types when nil), live only, in name order.
     func records(zoneRowID: Int64, recordType: String?) throws -> [StoredRecord]
@@ -274,8 +296,11 @@ public protocol StorageTransaction {
     func recordCount(zoneRowID: Int64, recordType: String?) throws -> Int
     /// How many names `children(zoneRowID:parentName:)` would give, counted by the database.
     func childCount(zoneRowID: Int64, parentName: String) throws -> Int
+}
 
-    // MARK: Shares
+/// Shares, their participants (roles, permissions and statuses as LatticeCore's enums), link uses, a hierarchy
+/// share's own log and the participants' shared-database logs.
+public protocol ShareStorage {
     /// - Throws: `StorageError.duplicate` if the zone already has a live share record of that name, or
     ///   the public id is taken.
     func insertShare(_ share: NewShare) throws -> StoredShare
@@ -303,8 +328,11 @@ public protocol StorageTransaction {
     func markSharedZone(databaseID: Int64, shareID: Int64, deleted: Bool) throws
     /// A participant's shared database log after `cursor`.
     func sharedZoneChanges(databaseID: Int64, after cursor: Int64, limit: Int) throws -> [SharedZoneEntry]
+}
 
-    // MARK: Idempotent requests
+/// Remembered answers to requests that carried a client operation id (idempotent retries), and their charge to
+/// a database's quota.
+public protocol ClientOperationStorage {
     func clientOperation(userID: Int64, operationID: String) throws -> ClientOperation?
     /// Remembers an answer, and charges `operation.storedBytes(operationID:)` to the `bytesUsed` of the
     /// database `chargedTo` (0: charge nothing) until the operation is forgotten (by `purge` or
@@ -317,13 +345,11 @@ public protocol StorageTransaction {
     /// Forgets the user's `count` oldest remembered operations (by the time they were saved); returns how
     /// many went.
     func forgetOldestClientOperations(userID: Int64, count: Int) throws -> Int
+}
 
-    /// Runs `body` so that, if it throws, only its own writes are undone (a savepoint), and rethrows.
-    /// The transaction stays usable after that, even when a storage operation failed inside `body`
-    /// (for example with `.duplicate`); outside a savepoint, let a failed operation end the transaction.
-    func savepoint<T>(_ body: () throws -> T) throws -> T
-
-    // MARK: Nodes and processes (StorageNodes.swift)
+/// Nodes (processes that share the store, StorageNodes.swift): names, replica ids, clock high-water marks, and
+/// announcements of changed databases to the other processes.
+public protocol NodeStorage {
     /// The node of this name, if it was ever registered.
     func node(named name: String) throws -> StoredNode?
     /// Registers a node.
@@ -335,11 +361,17 @@ public protocol StorageTransaction {
     /// Tells the other processes on this storage that these databases' logs moved, delivered to their
     /// `observeChanges` handlers only if this transaction commits. Default: nothing (one process).
     func announceChanges(databaseIDs: [Int64]) throws
+}
+
+/// Named exclusive locks held until the transaction ends (one node runs a maintenance at a time).
+public protocol LockStorage {
     /// Takes the exclusive lock `name` until this transaction ends if no other transaction holds it, without
     /// waiting; false if another holds it (another node runs that maintenance now).
     func tryExclusiveLock(_ name: String) throws -> Bool
+}
 
-    // MARK: Copying a deployment (`lattice admin migrate`)
+/// Copying a deployment row for row (`lattice admin migrate`).
+public protocol CopyStorage {
     /// Hands every row of `table` (one of `StorageTables.all`) to `body` in batches, each value in the
     /// table's column order there, in an order that keeps each table's own positions ascending.
     func exportRows(table: String, _ body: ([[StorageValue]]) throws -> Void) throws
@@ -351,8 +383,10 @@ public protocol StorageTransaction {
     func finishImport() throws
     /// How many rows `table` has.
     func rowCount(table: String) throws -> Int
+}
 
-    // MARK: Maintenance
+/// Removing what expired: tombstones, deleted zones and remembered operations, in bounded batches.
+public protocol MaintenanceStorage {
     /// One batch of the purge: removes at most `limit` rows in all (at least 1), first tombstones (oldest
     /// first), then deleted zones (by id), then remembered client operations: tombstones and deleted zones
     /// last changed before `horizonMs` (keeping the zones `StorageRules.purgesDeletedZone` keeps), and
@@ -743,7 +777,7 @@ public enum StorageError: Error, Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-extension StorageTransaction {
+extension RecordStorage {
     public func forEachRecord(zoneRowID: Int64, recordType: String?, _ body: (StoredRecord) throws -> Bool) throws {
         for record in try records(zoneRowID: zoneRowID, recordType: recordType) {
             guard try body(record) else { return }
@@ -757,17 +791,19 @@ extension StorageTransaction {
         }
     }
 
+    public func prefetchRecords(zoneRowID: Int64, names: [String]) throws {}
+
+    public func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord] {
+        try writes.map { try saveRecord(zoneRowID: zoneRowID, $0) }
+    }
+}
+
+extension AccountStorage {
     /// A token that never expires, with a random id.
     public func insertToken(hash: [UInt8], userID: Int64, nowMs: Int64) throws {
         var random = SystemRandomNumberGenerator()
         let id = String(random.next() as UInt64, radix: 16)
         try insertToken(NewToken(hash: hash, id: String(repeating: "0", count: 16 - id.count) + id, userID: userID,
                                  createdMs: nowMs))
-    }
-
-    public func prefetchRecords(zoneRowID: Int64, names: [String]) throws {}
-
-    public func saveRecords(zoneRowID: Int64, _ writes: [RecordWrite], previous: [StoredRecord?]) throws -> [StoredRecord] {
-        try writes.map { try saveRecord(zoneRowID: zoneRowID, $0) }
     }
 }

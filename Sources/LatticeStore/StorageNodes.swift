@@ -155,7 +155,7 @@ extension Storage {
     public func checkNodeClaims() throws {}
 }
 
-extension StorageTransaction {
+extension NodeStorage {
     /// Nothing to announce: in a single-process backend the process itself wakes its long polls.
     public func announceChanges(databaseIDs: [Int64]) throws {}
 }

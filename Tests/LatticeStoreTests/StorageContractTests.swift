@@ -983,6 +983,109 @@ struct StorageContractTests {
         }
     }
 
+    /// Inside one write transaction, a read after each kind of write sees the write, whatever the backend
+    /// remembered from reads before it (PostgreSQL caches rows it holds locked: `PostgresTransactionCache`).
+    @Test(arguments: StorageBackends.all)
+    func aReadAfterEachKindOfWriteInTheSameTransactionSeesTheWrite(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (ann, zone) = try storage.write { tx throws in
+                (try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1), try makeZone(tx))
+            }
+            try storage.write { tx throws in
+                // Records: read (and prefetched) first, then saved one at a time and in a batch.
+                let database = try tx.database(privateKey())
+                try tx.prefetchRecords(zoneRowID: zone.rowID, names: ["a", "b", "c"])
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "a") == nil)
+                #expect(try tx.zone(rowID: zone.rowID)?.lastSeq == 0)
+                let a = try tx.saveRecord(zoneRowID: zone.rowID, write("a", frame: [1, 2]))
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "a") == a)
+                #expect(try tx.zone(rowID: zone.rowID)?.lastSeq == a.seq)
+                #expect(try tx.database(id: database.id)?.bytesUsed == database.bytesUsed + 2)
+                let saved = try tx.saveRecords(zoneRowID: zone.rowID, [write("b", frame: [1]), write("a", frame: [9])],
+                                               previous: [nil, a])
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "b") == saved[0])
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "a") == saved[1])
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "c") == nil)
+                #expect(try tx.zone(databaseID: database.id, name: zone.name)?.lastSeq == saved[1].seq)
+                #expect(try tx.database(privateKey()).bytesUsed == database.bytesUsed + 2)
+                #expect(try tx.database(id: database.id)?.lastSeq == zone.databaseSeq + 2)
+
+                // Shares: the zone's live shares read first, then inserted, updated and moved.
+                #expect(try tx.shares(zoneRowID: zone.rowID).isEmpty)
+                var first = try tx.insertShare(share(zone, "sh_1", record: "S1", root: "a", ownerID: ann.id))
+                #expect(try tx.shares(zoneRowID: zone.rowID) == [first])
+                first.title = "Renamed"
+                first.publicPermission = .readWrite
+                try tx.updateShare(first)
+                #expect(try tx.shares(zoneRowID: zone.rowID) == [first])
+                #expect(try tx.share(id: first.id) == first)
+                try tx.setShareMembership(shareID: first.id, recordName: "a", member: true)
+                #expect(try tx.shares(zoneRowID: zone.rowID).map(\.lastSeq) == [first.lastSeq + 1])
+                #expect(try tx.share(publicID: "sh_1")?.lastSeq == first.lastSeq + 1)
+
+                // Remembered operations: the count read with a lookup, then one saved (and charged), then forgotten.
+                let before = try tx.database(id: database.id)!
+                #expect(try tx.clientOperation(userID: ann.id, operationID: "op-1") == nil)
+                #expect(try tx.clientOperationCount(userID: ann.id) == 0)
+                let operation = ClientOperation(requestHash: [1, 2, 3], status: 200, response: [4, 5])
+                try tx.saveClientOperation(userID: ann.id, operationID: "op-1", operation, chargedTo: database.id,
+                                           nowMs: 5)
+                #expect(try tx.clientOperationCount(userID: ann.id) == 1)
+                #expect(try tx.clientOperation(userID: ann.id, operationID: "op-1") == operation)
+                let charged = operation.storedBytes(operationID: "op-1")
+                #expect(try tx.database(id: database.id)?.bytesUsed == before.bytesUsed + charged)
+                #expect(try tx.forgetOldestClientOperations(userID: ann.id, count: 1) == 1)
+                #expect(try tx.clientOperationCount(userID: ann.id) == 0)
+                #expect(try tx.database(id: database.id)?.bytesUsed == before.bytesUsed)
+
+                // A savepoint rolled back: the reads after it see the rows as they were before it.
+                let beforeSavepoint = try tx.record(zoneRowID: zone.rowID, name: "b")
+                struct Undo: Error {}
+                _ = try? tx.savepoint { () throws -> Void in
+                    _ = try tx.saveRecord(zoneRowID: zone.rowID, write("b", frame: [7, 7, 7]))
+                    #expect(try tx.record(zoneRowID: zone.rowID, name: "b")?.frame == [7, 7, 7])
+                    throw Undo()
+                }
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "b") == beforeSavepoint)
+                #expect(try tx.database(id: database.id)?.bytesUsed == before.bytesUsed)
+
+                // A zone deleted: its records, its name and its shares go, its bytes come back.
+                try tx.deleteZone(rowID: zone.rowID, nowMs: 6)
+                #expect(try tx.zone(rowID: zone.rowID)?.deleted == true)
+                #expect(try tx.zone(databaseID: database.id, name: zone.name) == nil)
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "a") == nil)
+                #expect(try tx.database(id: database.id)?.bytesUsed == 0)
+                #expect(throws: StorageError.self) {
+                    _ = try tx.saveRecord(zoneRowID: zone.rowID, write("d"))
+                }
+            }
+        }
+    }
+
+    /// A purge in a write that read the rows first: the reads after it see what it removed and the positions
+    /// it raised.
+    @Test(arguments: StorageBackends.all)
+    func aReadAfterAPurgeInTheSameTransactionSeesWhatItRemoved(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let zone = try storage.write { tx throws in
+                _ = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1)
+                let zone = try makeZone(tx)
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("gone", deleted: true, at: 10))
+                _ = try tx.saveRecord(zoneRowID: zone.rowID, write("kept", at: 10))
+                return zone
+            }
+            try storage.write { tx throws in
+                let tombstone = try #require(try tx.record(zoneRowID: zone.rowID, name: "gone"))
+                #expect(try tx.zone(rowID: zone.rowID)?.purgedSeq == 0)
+                let report = try tx.purge(before: 1_000_000, operationsBeforeMs: 0, limit: 100)
+                #expect(report.tombstones == 1)
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "gone") == nil)
+                #expect(try tx.zone(rowID: zone.rowID)?.purgedSeq == tombstone.seq)
+                #expect(try tx.record(zoneRowID: zone.rowID, name: "kept") != nil)
+            }
+        }
+    }
+
     @Test(arguments: StorageBackends.all)
     func linkUsesCountPerToken(_ backend: StorageBackend) throws {
         try withStorage(backend) { storage in

@@ -22,7 +22,7 @@ enum PostgresOutcome<T> {
 /// connection, the deadline, or any failed statement outside a savepoint, which PostgreSQL aborts the
 /// transaction for) is remembered: later statements are refused with the same error, and the transaction is
 /// rolled back and retried or failed whatever the body did with the error.
-final class PostgresTransaction: StorageTransaction, StorageRowMapping {
+final class PostgresTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapping {
     typealias Column = PostgresValue
 
     let db: PostgresConnection
@@ -43,33 +43,9 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     /// `BEGIN` (and the statement timeout), not sent yet: it goes with the transaction's first statement.
     private var pendingBegin: [String]?
     private var savepointDepth = 0
-    /// Zone rows this transaction has locked, with their database and whether they are deleted (only this
-    /// transaction can change either until it ends), so a record read need not lock its zone again and a
-    /// save need not read it again.
-    private var lockedZones: [Int64: (databaseID: Int64, deleted: Bool)] = [:]
-    /// Record rows this transaction has read or written, by zone and name (nil: known to be missing), so a
-    /// batch read once (`prefetchRecords`) answers each later `record` without a round trip. Valid until the
-    /// transaction ends: a read transaction sees one snapshot, and a write transaction locked the zone
-    /// before reading any of them, so only this transaction can change them; its own writes update the
-    /// entries, and a savepoint rolled back empties the cache.
-    private var recordCache: [Int64: [String: StoredRecord?]] = [:]
-    /// Database rows this write transaction holds locked (read with `FOR NO KEY UPDATE`, or created by it),
-    /// as they are with its own changes, so that `database(id:)` later in the transaction (the quota check
-    /// of a batch, the positions read before its announcement) needs no round trip. Only this transaction
-    /// can change a row it holds locked; every statement here that changes a database row updates or drops
-    /// its entry (bulk ones empty it), and a savepoint rolled back empties it.
-    private var lockedDatabases: [Int64: StoredDatabase] = [:]
-    /// Zone rows this write transaction holds locked, as they are with its own changes (kept as
-    /// `lockedDatabases` is), so a zone resolved again later in the transaction needs no round trip.
-    private var zoneRows: [Int64: StoredZone] = [:]
-    /// The live shares of a zone this transaction holds locked (or, in a read, of its snapshot), read once:
-    /// every writer of a zone's shares locks the zone row first (Docs/Architecture.md, "Lock order"), so
-    /// they cannot change under this transaction except by its own `insertShare` and `updateShare`, which
-    /// drop the entry (as a rolled-back savepoint, a deleted zone and a purge drop them all).
-    private var sharesCache: [Int64: [StoredShare]] = [:]
-    /// Users' counts of remembered operations read by `clientOperation` in this write, dropped by every
-    /// statement here that saves or forgets one (and by a rolled-back savepoint, a purge, an import).
-    private var clientOperationCounts: [Int64: Int] = [:]
+    /// Rows read earlier in this transaction (zone locks, records, databases, zones, shares, operation counts),
+    /// dropped by the one write entry point (`write(_:_:changes:)`) for whatever its statement changes.
+    private var cache = PostgresTransactionCache()
     /// Statements whose answers nothing in the transaction needs (announcements), sent with `COMMIT` in one
     /// round trip; a failure among them fails the commit, so nothing is committed without them.
     private var deferred: [(sql: String, values: [PostgresValue])] = []
@@ -247,12 +223,34 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     }
 
     private func rows(_ sql: String, _ values: [PostgresValue] = []) throws(StorageError) -> [[PostgresValue]] {
-        try query(sql, values).rows
+        assert(PostgresTransactionCache.cachedTableWritten(by: sql) == nil,
+               "a statement that writes a cached table goes through write(_:_:changes:)")
+        return try query(sql, values).rows
+    }
+
+    /// The one way a statement writes a table this transaction caches rows of (`PostgresTransactionCache`):
+    /// every entry that depends on the rows `changes` names is dropped before the statement runs, so no later
+    /// read in the transaction can see them as they were.
+    @discardableResult
+    private func write(_ sql: String, _ values: [PostgresValue] = [], changes: [PostgresCacheScope])
+        throws(StorageError) -> [[PostgresValue]] {
+        cache.drop(changes)
+        return try query(sql, values).rows
     }
 
     @discardableResult
     private func run(_ sql: String, _ values: [PostgresValue] = []) throws(StorageError) -> Int {
-        try query(sql, values).affectedRows
+        assert(PostgresTransactionCache.cachedTableWritten(by: sql) == nil,
+               "a statement that writes a cached table goes through write(_:_:changes:)")
+        return try query(sql, values).affectedRows
+    }
+
+    /// `write(_:_:changes:)`, answering how many rows the statement changed.
+    @discardableResult
+    private func writeCounting(_ sql: String, _ values: [PostgresValue] = [], changes: [PostgresCacheScope])
+        throws(StorageError) -> Int {
+        cache.drop(changes)
+        return try query(sql, values).affectedRows
     }
 
     private func execute(_ sql: String, checked: Bool = true) throws(StorageError) {
@@ -391,12 +389,12 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
 
     /// A database row read in a write transaction is locked: remember it.
     private func locked(_ database: StoredDatabase) -> StoredDatabase {
-        if !isReadOnly { lockedDatabases[database.id] = database }
+        if !isReadOnly { cache.lockedDatabases[database.id] = database }
         return database
     }
 
     func database(_ key: DatabaseKey) throws -> StoredDatabase {
-        if !isReadOnly, let held = lockedDatabases.values.first(where: { $0.key == key }) { return held }
+        if !isReadOnly, let held = cache.lockedDatabases.values.first(where: { $0.key == key }) { return held }
         let select = "SELECT \(Self.databaseColumns) FROM databases WHERE kind = $1 AND environment = $2 AND owner_id = $3"
             + lock
         let arguments: [PostgresValue] = [.text(key.kind.rawValue), .text(key.environment), .integer(key.ownerID)]
@@ -406,8 +404,8 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
             return StoredDatabase(id: 0, key: key, lastSeq: 0, purgedSeq: 0, bytesUsed: 0)
         }
         // Another process may create it at the same moment: then its row is read (and locked) instead.
-        let inserted = try rows("INSERT INTO databases(kind, environment, owner_id) VALUES ($1, $2, $3) "
-                                + "ON CONFLICT DO NOTHING RETURNING \(Self.databaseColumns)", arguments)
+        let inserted = try write("INSERT INTO databases(kind, environment, owner_id) VALUES ($1, $2, $3) "
+                                 + "ON CONFLICT DO NOTHING RETURNING \(Self.databaseColumns)", arguments, changes: [])
         if let row = inserted.first { return locked(try database(row)) }
         guard let row = try rows(select, arguments).first else {
             throw StorageError.failure("database \(key.kind.rawValue)/\(key.environment)/\(key.ownerID) vanished")
@@ -416,7 +414,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     }
 
     func database(id: Int64) throws -> StoredDatabase? {
-        if !isReadOnly, let held = lockedDatabases[id] { return held }
+        if !isReadOnly, let held = cache.lockedDatabases[id] { return held }
         return try rows("SELECT \(Self.databaseColumns) FROM databases WHERE id = $1" + lock, [.integer(id)]).first.map {
             locked(try database($0))
         }
@@ -425,15 +423,15 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     /// A zone read in a write transaction is locked: remember it.
     private func locked(_ zone: StoredZone?) -> StoredZone? {
         if let zone, !isReadOnly {
-            lockedZones[zone.rowID] = (zone.databaseID, zone.deleted)
-            zoneRows[zone.rowID] = zone
+            cache.lockedZones[zone.rowID] = (zone.databaseID, zone.deleted)
+            cache.zoneRows[zone.rowID] = zone
         }
         return zone
     }
 
     func zone(databaseID: Int64, name: String) throws -> StoredZone? {
         if !isReadOnly,
-           let held = zoneRows.values.first(where: { $0.databaseID == databaseID && $0.name == name && !$0.deleted }) {
+           let held = cache.zoneRows.values.first(where: { $0.databaseID == databaseID && $0.name == name && !$0.deleted }) {
             return held
         }
         return locked(try rows("SELECT \(Self.zoneColumns) FROM zones WHERE database_id = $1 AND name = $2 AND deleted = 0" + lock,
@@ -441,7 +439,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     }
 
     func zone(rowID: Int64) throws -> StoredZone? {
-        if !isReadOnly, let held = zoneRows[rowID] { return held }
+        if !isReadOnly, let held = cache.zoneRows[rowID] { return held }
         return locked(try rows("SELECT \(Self.zoneColumns) FROM zones WHERE id = $1" + lock, [.integer(rowID)]).first.map(zone))
     }
 
@@ -451,41 +449,46 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     }
 
     /// Allocates the database's next log position; the row stays locked until commit.
-    private func nextDatabaseSeq(_ databaseID: Int64) throws -> Int64 {
-        lockedDatabases[databaseID] = nil
-        let rows = try rows("UPDATE databases SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
-                            [.integer(databaseID)])
+    func nextDatabaseSeq(_ databaseID: Int64) throws -> Int64 {
+        let rows = try write("UPDATE databases SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
+                             [.integer(databaseID)], changes: [.database(databaseID)])
         guard let seq = rows.first?[0].integer else { throw StorageError.failure("database \(databaseID) is missing") }
         return seq
     }
 
-    func createZone(databaseID: Int64, name: String, ownerRecordName: String, nowMs: Int64) throws -> StoredZone {
-        let seq = try nextDatabaseSeq(databaseID)
-        let inserted = try rows("INSERT INTO zones(database_id, name, owner_record_name, db_seq, created_ms, modified_ms) "
-                                + "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING id",
-                                [.integer(databaseID), .text(name), .text(ownerRecordName), .integer(seq), .integer(nowMs),
-                                 .integer(nowMs)])
-        guard let id = inserted.first?[0].integer else { throw StorageError.duplicate("a zone named \(name)") }
-        lockedZones[id] = (databaseID, false)
-        let created = StoredZone(rowID: id, databaseID: databaseID, name: name, ownerRecordName: ownerRecordName,
-                                 deleted: false, lastSeq: 0, purgedSeq: 0, databaseSeq: seq, createdMs: nowMs, modifiedMs: nowMs)
-        zoneRows[id] = created
-        return created
+    // createZone and deleteZone: StorageBookkeeping, over these.
+
+    func insertZoneRow(databaseID: Int64, name: String, ownerRecordName: String, databaseSeq: Int64, nowMs: Int64)
+        throws -> Int64? {
+        try write("INSERT INTO zones(database_id, name, owner_record_name, db_seq, created_ms, modified_ms) "
+                  + "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING id",
+                  [.integer(databaseID), .text(name), .text(ownerRecordName), .integer(databaseSeq), .integer(nowMs),
+                   .integer(nowMs)], changes: []).first?[0].integer
     }
 
-    func deleteZone(rowID: Int64, nowMs: Int64) throws {
-        guard let zone = try zone(rowID: rowID), !zone.deleted else { return }
-        recordCache[rowID] = nil
-        sharesCache[rowID] = nil
-        zoneRows[rowID] = nil
-        lockedZones[rowID] = (zone.databaseID, true)
-        lockedDatabases[zone.databaseID] = nil
-        let seq = try nextDatabaseSeq(zone.databaseID)
-        let freed = try rows("WITH gone AS (DELETE FROM records WHERE zone_id = $1 RETURNING octet_length(frame) AS bytes) "
-                             + "SELECT COALESCE(SUM(bytes), 0)::bigint FROM gone", [.integer(rowID)]).first?[0].integer ?? 0
-        try run("UPDATE zones SET deleted = 1, db_seq = $1, modified_ms = $2 WHERE id = $3",
-                [.integer(seq), .integer(nowMs), .integer(rowID)])
-        try run("UPDATE databases SET bytes_used = bytes_used - $1 WHERE id = $2", [.integer(freed), .integer(zone.databaseID)])
+    /// The new zone's row is locked (created by this transaction).
+    func didCreateZone(_ zone: StoredZone) {
+        cache.lockedZones[zone.rowID] = (zone.databaseID, false)
+        cache.zoneRows[zone.rowID] = zone
+    }
+
+    func deleteRecordRows(zoneRowID: Int64) throws -> Int64 {
+        try write("WITH gone AS (DELETE FROM records WHERE zone_id = $1 RETURNING octet_length(frame) AS bytes) "
+                  + "SELECT COALESCE(SUM(bytes), 0)::bigint FROM gone", [.integer(zoneRowID)],
+                  changes: [.allRecords(zoneRowID: zoneRowID)]).first?[0].integer ?? 0
+    }
+
+    func markZoneRowDeleted(_ zone: StoredZone, databaseSeq: Int64, nowMs: Int64) throws {
+        // The zone's shares go with it (`shares(zoneRowID:)` gives the live zone's).
+        try write("UPDATE zones SET deleted = 1, db_seq = $1, modified_ms = $2 WHERE id = $3",
+                  [.integer(databaseSeq), .integer(nowMs), .integer(zone.rowID)],
+                  changes: [.zone(zone.rowID), .shares(zoneRowID: zone.rowID)])
+        cache.lockedZones[zone.rowID] = (zone.databaseID, true)
+    }
+
+    func releaseBytes(_ bytes: Int64, databaseID: Int64) throws {
+        try write("UPDATE databases SET bytes_used = bytes_used - $1 WHERE id = $2", [.integer(bytes), .integer(databaseID)],
+                  changes: [.database(databaseID)])
     }
 
     func zoneChanges(databaseID: Int64, after cursor: Int64, limit: Int) throws -> [StoredZone] {
@@ -496,7 +499,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     // MARK: Records
 
     func record(zoneRowID: Int64, name: String) throws -> StoredRecord? {
-        if let cached = recordCache[zoneRowID]?[name] { return cached }
+        if let cached = cache.records[zoneRowID]?[name] { return cached }
         // The zone row first, then the record: every writer of a zone locks in that order, so a record that
         // does not exist yet cannot be created by another transaction between this read and this
         // transaction's save. Two statements: the record read must take its snapshot after the zone lock is
@@ -504,7 +507,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
         try lockZone(zoneRowID)
         let found = try rows("SELECT \(Self.recordColumns) FROM records WHERE zone_id = $1 AND name = $2" + lock,
                              [.integer(zoneRowID), .text(name)]).first.map { record($0, zoneRowID: zoneRowID) }
-        recordCache[zoneRowID, default: [:]][name] = .some(found)
+        cache.records[zoneRowID, default: [:]][name] = .some(found)
         return found
     }
 
@@ -512,7 +515,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     /// calls for them that follow need no round trip each.
     func prefetchRecords(zoneRowID: Int64, names: [String]) throws {
         var missing = Set(names)
-        if let cached = recordCache[zoneRowID] { missing.subtract(cached.keys) }
+        if let cached = cache.records[zoneRowID] { missing.subtract(cached.keys) }
         guard !missing.isEmpty else { return }
         try lockZone(zoneRowID)
         let wanted = Array(missing).sorted()
@@ -522,17 +525,17 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
                              + "FROM unnest($2::text[]) AS wanted(name) JOIN records r ON r.zone_id = $1 AND r.name = wanted.name "
                              + "ORDER BY r.name" + (isReadOnly ? "" : " FOR NO KEY UPDATE OF r"), [.integer(zoneRowID), .texts(wanted)])
             .map { record($0, zoneRowID: zoneRowID) }
-        var entries = recordCache[zoneRowID] ?? [:]
+        var entries = cache.records[zoneRowID] ?? [:]
         for name in wanted { entries[name] = .some(nil) }
         for row in found { entries[row.recordName] = .some(row) }
-        recordCache[zoneRowID] = entries
+        cache.records[zoneRowID] = entries
     }
 
     /// Locks a zone row for this write transaction, once.
     private func lockZone(_ zoneRowID: Int64) throws {
-        guard !isReadOnly, lockedZones[zoneRowID] == nil else { return }
+        guard !isReadOnly, cache.lockedZones[zoneRowID] == nil else { return }
         let row = try rows("SELECT database_id, deleted FROM zones WHERE id = $1 FOR NO KEY UPDATE", [.integer(zoneRowID)])
-        if let row = row.first { lockedZones[zoneRowID] = (row[0].integer, row[1].integer != 0) }
+        if let row = row.first { cache.lockedZones[zoneRowID] = (row[0].integer, row[1].integer != 0) }
     }
 
     func records(zoneRowID: Int64, recordType: String?) throws -> [StoredRecord] {
@@ -604,7 +607,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
             return zone.databaseID
         }
         try lockZone(zoneRowID)
-        guard let state = lockedZones[zoneRowID], !state.deleted else {
+        guard let state = cache.lockedZones[zoneRowID], !state.deleted else {
             throw StorageError.failure("zone \(zoneRowID) is not live")
         }
         return state.databaseID
@@ -649,7 +652,9 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
             parents.append(write.parentName)
         }
         let nowMs = writes.map(\.nowMs).max()!
-        let result = try rows("""
+        // The database row as this transaction holds it, put back moved once the statement has moved it.
+        let heldDatabase = cache.lockedDatabases[databaseID]
+        let result = try write("""
             WITH d AS (
                 UPDATE databases SET last_seq = last_seq + 1, bytes_used = bytes_used + $1 WHERE id = $2
                 RETURNING last_seq, bytes_used),
@@ -673,22 +678,22 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
             SELECT d.last_seq AS database_seq, d.bytes_used, z.* FROM d LEFT JOIN z ON true
             """, [.integer(growth), .integer(databaseID), .integer(count), .integer(nowMs), .integer(zoneRowID),
                   .texts(names), .texts(types), .byteas(frames), .integers(deleted), .integers(createdMs), .texts(createdBy),
-                  .integers(modifiedMs), .texts(modifiedBy), .texts(parents)])
+                  .integers(modifiedMs), .texts(modifiedBy), .texts(parents)],
+            changes: [.database(databaseID), .zoneCounters(zoneRowID),
+                      .records(zoneRowID: zoneRowID, names: writes.map(\.recordName))])
         guard let row = result.first, row.count == 12, !row[2].isNull else {
             throw StorageError.failure("zone \(zoneRowID) is not live")
         }
         let movedZone = zone(Array(row[2...]))
-        zoneRows[zoneRowID] = movedZone
+        cache.zoneRows[zoneRowID] = movedZone
         let lastSeq = movedZone.lastSeq
-        if let held = lockedDatabases[databaseID], case .integer(let databaseSeq) = row[0], case .integer(let bytes) = row[1] {
-            lockedDatabases[databaseID] = StoredDatabase(id: held.id, key: held.key, lastSeq: databaseSeq,
-                                                         purgedSeq: held.purgedSeq, bytesUsed: bytes)
-        } else {
-            lockedDatabases[databaseID] = nil
+        if let held = heldDatabase, case .integer(let databaseSeq) = row[0], case .integer(let bytes) = row[1] {
+            cache.lockedDatabases[databaseID] = StoredDatabase(id: held.id, key: held.key, lastSeq: databaseSeq,
+                                                               purgedSeq: held.purgedSeq, bytesUsed: bytes)
         }
         var saved: [StoredRecord] = []
         saved.reserveCapacity(writes.count)
-        var entries = recordCache[zoneRowID] ?? [:]
+        var entries = cache.records[zoneRowID] ?? [:]
         for (index, (write, creation)) in zip(writes, creations).enumerated() {
             let seq = lastSeq - count + 1 + Int64(index)
             let row = StoredRecord(recordName: write.recordName, recordType: write.recordType, frame: write.frame,
@@ -699,7 +704,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
             saved.append(row)
             entries[write.recordName] = .some(row)
         }
-        recordCache[zoneRowID] = entries
+        cache.records[zoneRowID] = entries
         return saved
     }
 
@@ -730,13 +735,13 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     // MARK: Shares
 
     func insertShare(_ new: NewShare) throws -> StoredShare {
-        sharesCache[new.zoneRowID] = nil
-        let inserted = try rows("INSERT INTO shares(public_id, zone_id, record_name, root_record_name, owner_id, title, "
-                                + "public_permission, url_epoch, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
-                                + "ON CONFLICT DO NOTHING RETURNING id",
-                                [.text(new.publicID), .integer(new.zoneRowID), .text(new.recordName),
-                                 new.rootRecordName.map { .text($0) } ?? .null, .integer(new.ownerID), .text(new.title),
-                                 .text(new.publicPermission.rawValue), .integer(new.urlEpoch), .integer(new.nowMs)])
+        let inserted = try write("INSERT INTO shares(public_id, zone_id, record_name, root_record_name, owner_id, title, "
+                                 + "public_permission, url_epoch, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+                                 + "ON CONFLICT DO NOTHING RETURNING id",
+                                 [.text(new.publicID), .integer(new.zoneRowID), .text(new.recordName),
+                                  new.rootRecordName.map { .text($0) } ?? .null, .integer(new.ownerID), .text(new.title),
+                                  .text(new.publicPermission.rawValue), .integer(new.urlEpoch), .integer(new.nowMs)],
+                                 changes: [.shares(zoneRowID: new.zoneRowID)])
         guard let id = inserted.first?[0].integer else {
             throw StorageError.duplicate("a share record named \(new.recordName)")
         }
@@ -755,18 +760,18 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     }
 
     func shares(zoneRowID: Int64) throws -> [StoredShare] {
-        if let cached = sharesCache[zoneRowID] { return cached }
+        if let cached = cache.shares[zoneRowID] { return cached }
         let found = try rows("SELECT \(Self.shareColumns) FROM shares WHERE zone_id = $1 AND deleted = 0 ORDER BY id",
                              [.integer(zoneRowID)]).map(share)
-        if isReadOnly || lockedZones[zoneRowID] != nil { sharesCache[zoneRowID] = found }
+        if isReadOnly || cache.lockedZones[zoneRowID] != nil { cache.shares[zoneRowID] = found }
         return found
     }
 
     func updateShare(_ share: StoredShare) throws {
-        sharesCache[share.zoneRowID] = nil
-        try run("UPDATE shares SET title = $1, public_permission = $2, url_epoch = $3, deleted = $4 WHERE id = $5",
-                [.text(share.title), .text(share.publicPermission.rawValue), .integer(share.urlEpoch),
-                 .integer(share.deleted ? 1 : 0), .integer(share.id)])
+        try write("UPDATE shares SET title = $1, public_permission = $2, url_epoch = $3, deleted = $4 WHERE id = $5",
+                  [.text(share.title), .text(share.publicPermission.rawValue), .integer(share.urlEpoch),
+                   .integer(share.deleted ? 1 : 0), .integer(share.id)],
+                  changes: [.shares(zoneRowID: share.zoneRowID), .share(share.id)])
     }
 
     func participants(shareID: Int64) throws -> [StoredParticipant] {
@@ -804,8 +809,8 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     }
 
     func setShareMembership(shareID: Int64, recordName: String, member: Bool) throws {
-        let seqRows = try rows("UPDATE shares SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
-                               [.integer(shareID)])
+        let seqRows = try write("UPDATE shares SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
+                                [.integer(shareID)], changes: [.share(shareID)])
         guard let seq = seqRows.first?[0].integer else { throw StorageError.failure("share \(shareID) is missing") }
         try run("INSERT INTO share_records(share_id, record_name, member, seq) VALUES ($1, $2, $3, $4) "
                 + "ON CONFLICT(share_id, record_name) DO UPDATE SET member = excluded.member, seq = excluded.seq",
@@ -857,7 +862,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
             LEFT JOIN client_operations c ON c.user_id = $1 AND c.operation_id = $2
             """, [.integer(userID), .text(operationID)]).first
         guard let row else { return nil }
-        clientOperationCounts[userID] = Int(row[3].integer)
+        cache.clientOperationCounts[userID] = Int(row[3].integer)
         guard !row[0].isNull else { return nil }
         return ClientOperation(requestHash: row[0].bytes, status: Int(row[1].integer), response: row[2].bytes)
     }
@@ -868,9 +873,10 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     func saveClientOperation(userID: Int64, operationID: String, _ operation: ClientOperation, chargedTo databaseID: Int64,
                              nowMs: Int64) throws {
         let charged = databaseID == 0 ? 0 : operation.storedBytes(operationID: operationID)
-        clientOperationCounts[userID] = nil
+        // The database row as this transaction holds it, put back charged once the statement has charged it.
+        let heldDatabase = cache.lockedDatabases[databaseID]
         // The save and its charge in one statement: the charge only if the row was inserted.
-        let result = try rows("""
+        let result = try write("""
             WITH saved AS (
                 INSERT INTO client_operations(user_id, operation_id, request_hash, status, response, created_ms,
                                               database_id, charged_bytes)
@@ -880,13 +886,14 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
                 WHERE id = $7 AND $8 <> 0 AND EXISTS (SELECT 1 FROM saved) RETURNING bytes_used)
             SELECT (SELECT COUNT(*) FROM saved), (SELECT bytes_used FROM charge)
             """, [.integer(userID), .text(operationID), .bytea(operation.requestHash), .integer(Int64(operation.status)),
-                  .bytea(operation.response), .integer(nowMs), .integer(databaseID), .integer(charged)])
-        if charged != 0 {
-            if let held = lockedDatabases[databaseID], case .integer(let bytes)? = result.first?[1] {
-                lockedDatabases[databaseID] = StoredDatabase(id: held.id, key: held.key, lastSeq: held.lastSeq,
-                                                             purgedSeq: held.purgedSeq, bytesUsed: bytes)
-            } else {
-                lockedDatabases[databaseID] = nil
+                  .bytea(operation.response), .integer(nowMs), .integer(databaseID), .integer(charged)],
+            changes: [.clientOperations(userID: userID), .database(databaseID)])
+        if let held = heldDatabase {
+            if charged == 0 {
+                cache.lockedDatabases[databaseID] = held
+            } else if case .integer(let bytes)? = result.first?[1] {
+                cache.lockedDatabases[databaseID] = StoredDatabase(id: held.id, key: held.key, lastSeq: held.lastSeq,
+                                                                   purgedSeq: held.purgedSeq, bytesUsed: bytes)
             }
         }
         if result.first?[0].integer ?? 0 == 0 {
@@ -899,7 +906,7 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     }
 
     func clientOperationCount(userID: Int64) throws -> Int {
-        if let counted = clientOperationCounts[userID] { return counted }
+        if let counted = cache.clientOperationCounts[userID] { return counted }
         return Int(try rows("SELECT COUNT(*) FROM client_operations WHERE user_id = $1", [.integer(userID)]).first?[0].integer ?? 0)
     }
 
@@ -917,16 +924,14 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
 
     func forgetOldestClientOperations(userID: Int64, count: Int) throws -> Int {
         guard count > 0 else { return 0 }
-        lockedDatabases.removeAll()
-        clientOperationCounts[userID] = nil
-        let rows = try rows("""
+        let rows = try write("""
             WITH gone AS (
                 DELETE FROM client_operations WHERE user_id = $1 AND operation_id IN (
                     SELECT operation_id FROM client_operations WHERE user_id = $1
                     ORDER BY created_ms, operation_id LIMIT $2 FOR UPDATE)
                 RETURNING database_id, charged_bytes),
             \(Self.refundAndCountGoneOperations)
-            """, [.integer(userID), .integer(Int64(count))])
+            """, [.integer(userID), .integer(Int64(count))], changes: [.clientOperations(userID: userID), .allDatabases])
         return Int(rows.first?[0].integer ?? 0)
     }
 
@@ -994,11 +999,8 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
         for row in rows where row.count != columns.count {
             throw StorageError.failure("a row of \(row.count) values for the \(columns.count) columns of \(table)")
         }
-        if table == "records" { recordCache.removeAll() }
-        lockedDatabases.removeAll()
-        zoneRows.removeAll()
-        sharesCache.removeAll()
-        clientOperationCounts.removeAll()
+        // Rows of any table, ids included: nothing read before can be trusted (the zone locks stay held).
+        cache.dropAllButLocks()
         let chunkSize = 500
         for start in stride(from: 0, to: rows.count, by: chunkSize) {
             let chunk = rows[start..<min(start + chunkSize, rows.count)]
@@ -1058,11 +1060,8 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
         } catch {
             // A conflict, lost connection or deadline ends the whole transaction: nothing to undo here.
             guard fatal == nil else { throw error }
-            recordCache.removeAll()
-            lockedDatabases.removeAll()
-            zoneRows.removeAll()
-            sharesCache.removeAll()
-            clientOperationCounts.removeAll()
+            // Its writes are undone, the locks taken before it stay.
+            cache.dropAllButLocks()
             deferred.removeSubrange(deferredBefore...)
             try execute("ROLLBACK TO SAVEPOINT \(name); RELEASE SAVEPOINT \(name)", checked: false)
             throw error
@@ -1075,22 +1074,21 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
     /// rows it got, and reports `complete == false` for the ones it skipped (a later batch or run takes them).
     /// Tombstones of a busy zone are passed over for those of other zones in the same batch.
     /// Candidates are read through the purge's indexes (tombstones by age, deleted zones by id, operations by age).
-    func purge(before horizonMs: Int64, operationsBeforeMs: Int64, limit: Int) throws -> PurgeReport {
-        guard limit > 0 else { throw StorageError.failure("a purge batch limit of \(limit): at least 1") }
-        // Refused even when there is nothing to remove (and so no statement would be).
-        guard !isReadOnly else { throw StorageError.failure("a purge in a read transaction") }
-        var report = PurgeReport()
-        recordCache.removeAll()
-        lockedDatabases.removeAll()
-        zoneRows.removeAll()
-        sharesCache.removeAll()
-        clientOperationCounts.removeAll()
+    // The purge batch: StorageBookkeeping, over these. None of them waits for a row a request holds, so the
+    // purge can neither stall a request behind it nor deadlock with one: they lock the databases, then the
+    // zones, of their candidates (the lock order of every write, Docs/Architecture.md) with `SKIP LOCKED`,
+    // remove only the rows under rows they got, and report the ones they skipped (a later batch or run takes
+    // them). Candidates are read through the purge's indexes (tombstones by age, deleted zones by id,
+    // operations by age).
+
+    /// Tombstones, oldest first: deleted under the zones locked, then each zone's purged position rises to
+    /// the newest one it lost and its database gets their bytes back. Zones whose database or zone row a
+    /// request held are passed over by the next round of candidates, so a busy zone does not keep the rest
+    /// waiting (at most `tombstoneRounds` rounds of candidates a batch).
+    func purgeTombstones(before horizonMs: Int64, limit: Int) throws -> (removed: Int, skipped: Bool) {
         var remaining = limit
+        var removed = 0
         var skipped = false
-        // Tombstones, oldest first: deleted under the zones locked, then each zone's purged position rises to
-        // the newest one it lost and its database gets their bytes back.
-        // Zones whose database or zone row a request held: passed over by the next round of candidates, so a
-        // busy zone does not keep the rest waiting (at most `tombstoneRounds` rounds of candidates a batch).
         var busyZones: Set<Int64> = []
         let tombstoneRounds = 4
         for _ in 0..<tombstoneRounds where remaining > 0 {
@@ -1115,82 +1113,82 @@ final class PostgresTransaction: StorageTransaction, StorageRowMapping {
                 namesByZone[row[0].integer, default: (databaseID: row[2].integer, names: [])].names.append(row[1].text)
             }
             for (zoneID, zone) in namesByZone.sorted(by: { $0.key < $1.key }) {
-                guard let purged = try rows("""
+                guard let purged = try write("""
                     WITH gone AS (
                         DELETE FROM records WHERE zone_id = $1 AND name = ANY($2::text[]) AND deleted = 1
                         AND modified_ms < $3 RETURNING seq, octet_length(frame) AS bytes)
                     SELECT COUNT(*), COALESCE(MAX(seq), 0), COALESCE(SUM(bytes), 0)::bigint FROM gone
-                    """, [.integer(zoneID), .texts(zone.names), .integer(horizonMs)]).first, purged[0].integer > 0 else {
+                    """, [.integer(zoneID), .texts(zone.names), .integer(horizonMs)],
+                    changes: [.records(zoneRowID: zoneID, names: zone.names.compactMap { $0 })]).first,
+                    purged[0].integer > 0 else {
                     continue
                 }
-                try run("UPDATE zones SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
-                        [.integer(purged[1].integer), .integer(zoneID)])
-                try run("UPDATE databases SET bytes_used = bytes_used - $1 WHERE id = $2",
-                        [.integer(purged[2].integer), .integer(zone.databaseID)])
-                report.tombstones += Int(purged[0].integer)
+                try write("UPDATE zones SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
+                          [.integer(purged[1].integer), .integer(zoneID)], changes: [.zoneCounters(zoneID)])
+                try write("UPDATE databases SET bytes_used = bytes_used - $1 WHERE id = $2",
+                          [.integer(purged[2].integer), .integer(zone.databaseID)], changes: [.database(zone.databaseID)])
+                removed += Int(purged[0].integer)
                 remaining -= Int(purged[0].integer)
             }
             // Fewer candidates than asked for, none passed over: no expired tombstone is left.
             if passedOver.isEmpty && tombstones.count < asked { break }
         }
         if !busyZones.isEmpty { skipped = true }
-        // Deleted zones, by id: StorageRules decides which go (pages of `limit` candidates, past the kept
-        // ones); each database's purged position rises to the newest position of a zone it forgot.
-        var after: Int64 = 0
-        zones: while remaining > 0 {
-            let page = try rows("SELECT \(Self.zoneColumns), EXISTS(SELECT 1 FROM shares WHERE zone_id = zones.id) "
-                                + "FROM zones WHERE deleted = 1 AND modified_ms < $1 AND id > $2 ORDER BY id LIMIT $3",
-                                [.integer(horizonMs), .integer(after), .integer(Int64(limit))])
-                .map { DeletedZone(zone: zone(Array($0[0..<10])), hasShares: $0[10].integer != 0) }
-            let candidates = page.filter(StorageRules.purgesDeletedZone).prefix(remaining)
-            let databases = try lockWithoutWaiting("databases", Set(candidates.map(\.zone.databaseID)))
-            let zones = try lockWithoutWaiting("zones", Set(candidates.filter { databases.contains($0.zone.databaseID) }
-                .map(\.zone.rowID)))
-            for candidate in candidates {
-                remaining -= 1
-                guard zones.contains(candidate.zone.rowID),
-                      try run("DELETE FROM zones WHERE id = $1 AND deleted = 1", [.integer(candidate.zone.rowID)]) > 0 else {
-                    skipped = true
-                    continue
-                }
-                try run("UPDATE databases SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
-                        [.integer(candidate.zone.databaseSeq), .integer(candidate.zone.databaseID)])
-                report.zones += 1
-            }
-            guard page.count == limit, let last = page.last else { break }
-            after = last.zone.rowID
+        return (removed, skipped)
+    }
+
+    func deletedZones(before horizonMs: Int64, after: Int64, limit: Int) throws -> [DeletedZone] {
+        try rows("SELECT \(Self.zoneColumns), EXISTS(SELECT 1 FROM shares WHERE zone_id = zones.id) "
+                 + "FROM zones WHERE deleted = 1 AND modified_ms < $1 AND id > $2 ORDER BY id LIMIT $3",
+                 [.integer(horizonMs), .integer(after), .integer(Int64(limit))])
+            .map { DeletedZone(zone: zone(Array($0[0..<10])), hasShares: $0[10].integer != 0) }
+    }
+
+    func lockDeletedZonesForPurge(_ zones: [StoredZone]) throws -> Set<Int64> {
+        let databases = try lockWithoutWaiting("databases", Set(zones.map(\.databaseID)))
+        return try lockWithoutWaiting("zones", Set(zones.filter { databases.contains($0.databaseID) }.map(\.rowID)))
+    }
+
+    func deleteDeletedZoneRow(_ zone: StoredZone) throws -> Bool {
+        try writeCounting("DELETE FROM zones WHERE id = $1 AND deleted = 1", [.integer(zone.rowID)],
+                          changes: [.zone(zone.rowID), .allRecords(zoneRowID: zone.rowID)]) > 0
+    }
+
+    func raiseDatabasePurgedSeq(databaseID: Int64, to seq: Int64) throws {
+        try write("UPDATE databases SET purged_seq = GREATEST(purged_seq, $1) WHERE id = $2",
+                  [.integer(seq), .integer(databaseID)], changes: [.database(databaseID)])
+    }
+
+    /// Remembered operations, oldest first, give back what they were charged (those charged to a database
+    /// only once its row is locked).
+    func forgetClientOperations(before operationsBeforeMs: Int64, limit: Int)
+        throws -> (examined: Int, removed: Int, skipped: Bool) {
+        var skipped = false
+        var count = 0
+        let operations = try rows("SELECT user_id, operation_id, database_id FROM client_operations "
+                                  + "WHERE created_ms < $1 ORDER BY created_ms LIMIT $2",
+                                  [.integer(operationsBeforeMs), .integer(Int64(limit))])
+        let databases = try lockWithoutWaiting("databases", Set(operations.map { $0[2].integer }.filter { $0 != 0 }))
+        let chosen = operations.filter { $0[2].integer == 0 || databases.contains($0[2].integer) }
+        if chosen.count < operations.count { skipped = true }
+        if !chosen.isEmpty {
+            let removed = try write("""
+                WITH picked AS (
+                    SELECT o.user_id, o.operation_id FROM client_operations o
+                    JOIN unnest($1::int8[], $2::text[]) AS c(user_id, operation_id)
+                      ON o.user_id = c.user_id AND o.operation_id = c.operation_id
+                    WHERE o.created_ms < $3 FOR UPDATE OF o SKIP LOCKED),
+                gone AS (
+                    DELETE FROM client_operations o USING picked p
+                    WHERE o.user_id = p.user_id AND o.operation_id = p.operation_id
+                    RETURNING o.database_id, o.charged_bytes),
+                \(Self.refundAndCountGoneOperations)
+                """, [.integers(chosen.map { $0[0].integer }), .texts(chosen.map { $0[1].text }),
+                      .integer(operationsBeforeMs)], changes: [.allClientOperations, .allDatabases])
+            count = Int(removed.first?[0].integer ?? 0)
+            if count < chosen.count { skipped = true }
         }
-        // Remembered operations, oldest first, give back what they were charged (those charged to a database
-        // only once its row is locked).
-        if remaining > 0 {
-            let operations = try rows("SELECT user_id, operation_id, database_id FROM client_operations "
-                                      + "WHERE created_ms < $1 ORDER BY created_ms LIMIT $2",
-                                      [.integer(operationsBeforeMs), .integer(Int64(remaining))])
-            let databases = try lockWithoutWaiting("databases", Set(operations.map { $0[2].integer }.filter { $0 != 0 }))
-            let chosen = operations.filter { $0[2].integer == 0 || databases.contains($0[2].integer) }
-            if chosen.count < operations.count { skipped = true }
-            if !chosen.isEmpty {
-                let removed = try rows("""
-                    WITH picked AS (
-                        SELECT o.user_id, o.operation_id FROM client_operations o
-                        JOIN unnest($1::int8[], $2::text[]) AS c(user_id, operation_id)
-                          ON o.user_id = c.user_id AND o.operation_id = c.operation_id
-                        WHERE o.created_ms < $3 FOR UPDATE OF o SKIP LOCKED),
-                    gone AS (
-                        DELETE FROM client_operations o USING picked p
-                        WHERE o.user_id = p.user_id AND o.operation_id = p.operation_id
-                        RETURNING o.database_id, o.charged_bytes),
-                    \(Self.refundAndCountGoneOperations)
-                    """, [.integers(chosen.map { $0[0].integer }), .texts(chosen.map { $0[1].text }),
-                          .integer(operationsBeforeMs)])
-                let count = Int(removed.first?[0].integer ?? 0)
-                if count < chosen.count { skipped = true }
-                report.clientOperations = count
-            }
-            remaining -= operations.count
-        }
-        report.complete = remaining > 0 && !skipped
-        return report
+        return (operations.count, count, skipped)
     }
 
     /// Locks those of the rows of `table` (`databases` or `zones`) with the given ids that no other

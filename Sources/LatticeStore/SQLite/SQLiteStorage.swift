@@ -293,7 +293,7 @@ public final class SQLiteStorage: Storage, Sendable {
 }
 
 /// `StorageTransaction` over one SQLite connection inside an open transaction.
-struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
+struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapping {
     typealias Column = SQLiteValue
 
     let db: Connection
@@ -545,36 +545,42 @@ struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
     }
 
     /// Allocates the database's next log position. The UPDATE takes the write lock (held to commit).
-    private func nextDatabaseSeq(_ databaseID: Int64) throws -> Int64 {
+    func nextDatabaseSeq(_ databaseID: Int64) throws -> Int64 {
         let rows = try rows("UPDATE databases SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq",
                             [.integer(databaseID)])
         guard let seq = rows.first?[0].integer else { throw StorageError.failure("database \(databaseID) is missing") }
         return seq
     }
 
-    func createZone(databaseID: Int64, name: String, ownerRecordName: String, nowMs: Int64) throws -> StoredZone {
-        let seq = try nextDatabaseSeq(databaseID)
+    // createZone and deleteZone: StorageBookkeeping, over these.
+
+    func insertZoneRow(databaseID: Int64, name: String, ownerRecordName: String, databaseSeq: Int64, nowMs: Int64)
+        throws -> Int64? {
         do {
             try run("INSERT INTO zones(database_id, name, owner_record_name, db_seq, created_ms, modified_ms) "
                     + "VALUES (?, ?, ?, ?, ?, ?)",
-                    [.integer(databaseID), .text(name), .text(ownerRecordName), .integer(seq), .integer(nowMs),
+                    [.integer(databaseID), .text(name), .text(ownerRecordName), .integer(databaseSeq), .integer(nowMs),
                      .integer(nowMs)])
         } catch StorageError.duplicate {
-            throw StorageError.duplicate("a zone named \(name)")
+            return nil
         }
-        return StoredZone(rowID: db.lastInsertRowID, databaseID: databaseID, name: name, ownerRecordName: ownerRecordName,
-                          deleted: false, lastSeq: 0, purgedSeq: 0, databaseSeq: seq, createdMs: nowMs, modifiedMs: nowMs)
+        return db.lastInsertRowID
     }
 
-    func deleteZone(rowID: Int64, nowMs: Int64) throws {
-        guard let zone = try zone(rowID: rowID), !zone.deleted else { return }
-        let seq = try nextDatabaseSeq(zone.databaseID)
+    func deleteRecordRows(zoneRowID: Int64) throws -> Int64 {
         let freed = try rows("SELECT COALESCE(SUM(LENGTH(frame)), 0) FROM records WHERE zone_id = ?",
-                             [.integer(rowID)]).first?[0].integer ?? 0
-        try run("DELETE FROM records WHERE zone_id = ?", [.integer(rowID)])
+                             [.integer(zoneRowID)]).first?[0].integer ?? 0
+        try run("DELETE FROM records WHERE zone_id = ?", [.integer(zoneRowID)])
+        return freed
+    }
+
+    func markZoneRowDeleted(_ zone: StoredZone, databaseSeq: Int64, nowMs: Int64) throws {
         try run("UPDATE zones SET deleted = 1, db_seq = ?, modified_ms = ? WHERE id = ?",
-                [.integer(seq), .integer(nowMs), .integer(rowID)])
-        try run("UPDATE databases SET bytes_used = bytes_used - ? WHERE id = ?", [.integer(freed), .integer(zone.databaseID)])
+                [.integer(databaseSeq), .integer(nowMs), .integer(zone.rowID)])
+    }
+
+    func releaseBytes(_ bytes: Int64, databaseID: Int64) throws {
+        try run("UPDATE databases SET bytes_used = bytes_used - ? WHERE id = ?", [.integer(bytes), .integer(databaseID)])
     }
 
     func zoneChanges(databaseID: Int64, after cursor: Int64, limit: Int) throws -> [StoredZone] {
@@ -1018,20 +1024,15 @@ struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
         }
     }
 
-    /// One batch of at most `limit` rows (the one writer holds every lock, so nothing is skipped): each kind is
-    /// read through an index (tombstones by age, deleted zones by id, operations by age), so a batch costs
-    /// about `limit` rows however large the tables.
-    func purge(before horizonMs: Int64, operationsBeforeMs: Int64, limit: Int) throws -> PurgeReport {
-        guard limit > 0 else { throw StorageError.failure("a purge batch limit of \(limit): at least 1") }
-        // Refused even when there is nothing to remove (and so no statement would be).
-        guard !isReadOnly else { throw StorageError.failure("a purge in a read transaction") }
-        var report = PurgeReport()
-        var remaining = limit
-        // Tombstones, oldest first: raise each zone's purged position to the newest one removed, give back
-        // their bytes.
+    // The purge batch: StorageBookkeeping, over these. The one writer holds every lock, so nothing is skipped;
+    // each kind is read through an index (tombstones by age, deleted zones by id, operations by age), so a
+    // batch costs about `limit` rows however large the tables.
+
+    func purgeTombstones(before horizonMs: Int64, limit: Int) throws -> (removed: Int, skipped: Bool) {
+        // Oldest first: raise each zone's purged position to the newest one removed, give back their bytes.
         let tombstones = try rows("SELECT zone_id, name, seq, LENGTH(frame) FROM records "
                                   + "WHERE deleted = 1 AND modified_ms < ? ORDER BY modified_ms LIMIT ?",
-                                  [.integer(horizonMs), .integer(Int64(remaining))])
+                                  [.integer(horizonMs), .integer(Int64(limit))])
         var byZone: [Int64: (newest: Int64, bytes: Int64)] = [:]
         for row in tombstones {
             let zoneID = row[0].integer
@@ -1044,47 +1045,38 @@ struct SQLiteTransaction: StorageTransaction, StorageRowMapping {
             try run("UPDATE databases SET bytes_used = bytes_used - ? WHERE id = (SELECT database_id FROM zones WHERE id = ?)",
                     [.integer(purged.bytes), .integer(zoneID)])
         }
-        report.tombstones = tombstones.count
-        remaining -= tombstones.count
-        // Deleted zones, by id: StorageRules decides which go (pages of `limit` candidates, past the kept
-        // ones); each database's purged position rises to the newest position of a zone it forgot.
-        var after: Int64 = 0
-        zones: while remaining > 0 {
-            let page = try rows("SELECT \(Self.zoneColumns), EXISTS(SELECT 1 FROM shares WHERE zone_id = zones.id) "
-                                + "FROM zones WHERE deleted = 1 AND modified_ms < ? AND id > ? ORDER BY id LIMIT ?",
-                                [.integer(horizonMs), .integer(after), .integer(Int64(limit))])
-                .map { DeletedZone(zone: zone(Array($0[0..<10])), hasShares: $0[10].integer != 0) }
-            for candidate in page {
-                after = candidate.zone.rowID
-                guard StorageRules.purgesDeletedZone(candidate) else { continue }
-                try run("DELETE FROM zones WHERE id = ? AND deleted = 1", [.integer(candidate.zone.rowID)])
-                try run("UPDATE databases SET purged_seq = MAX(purged_seq, ?) WHERE id = ?",
-                        [.integer(candidate.zone.databaseSeq), .integer(candidate.zone.databaseID)])
-                report.zones += 1
-                remaining -= 1
-                if remaining == 0 { break zones }
-            }
-            if page.count < limit { break }
+        return (tombstones.count, false)
+    }
+
+    func deletedZones(before horizonMs: Int64, after: Int64, limit: Int) throws -> [DeletedZone] {
+        try rows("SELECT \(Self.zoneColumns), EXISTS(SELECT 1 FROM shares WHERE zone_id = zones.id) "
+                 + "FROM zones WHERE deleted = 1 AND modified_ms < ? AND id > ? ORDER BY id LIMIT ?",
+                 [.integer(horizonMs), .integer(after), .integer(Int64(limit))])
+            .map { DeletedZone(zone: zone(Array($0[0..<10])), hasShares: $0[10].integer != 0) }
+    }
+
+    func deleteDeletedZoneRow(_ zone: StoredZone) throws -> Bool {
+        try run("DELETE FROM zones WHERE id = ? AND deleted = 1", [.integer(zone.rowID)]) > 0
+    }
+
+    func raiseDatabasePurgedSeq(databaseID: Int64, to seq: Int64) throws {
+        try run("UPDATE databases SET purged_seq = MAX(purged_seq, ?) WHERE id = ?", [.integer(seq), .integer(databaseID)])
+    }
+
+    func forgetClientOperations(before beforeMs: Int64, limit: Int) throws -> (examined: Int, removed: Int, skipped: Bool) {
+        // Oldest first, giving back what they were charged.
+        let operations = try rows("SELECT user_id, operation_id, database_id, charged_bytes FROM client_operations "
+                                  + "WHERE created_ms < ? ORDER BY created_ms LIMIT ?",
+                                  [.integer(beforeMs), .integer(Int64(limit))])
+        var charges: [Int64: Int64] = [:]
+        for row in operations {
+            try run("DELETE FROM client_operations WHERE user_id = ? AND operation_id = ?", [row[0], row[1]])
+            if row[2].integer != 0 { charges[row[2].integer, default: 0] += row[3].integer }
         }
-        // Remembered operations, oldest first, give back what they were charged.
-        if remaining > 0 {
-            let operations = try rows("SELECT user_id, operation_id, database_id, charged_bytes FROM client_operations "
-                                      + "WHERE created_ms < ? ORDER BY created_ms LIMIT ?",
-                                      [.integer(operationsBeforeMs), .integer(Int64(remaining))])
-            var charges: [Int64: Int64] = [:]
-            for row in operations {
-                try run("DELETE FROM client_operations WHERE user_id = ? AND operation_id = ?", [row[0], row[1]])
-                if row[2].integer != 0 { charges[row[2].integer, default: 0] += row[3].integer }
-            }
-            for (databaseID, bytes) in charges.sorted(by: { $0.key < $1.key }) {
-                try run("UPDATE databases SET bytes_used = bytes_used - ? WHERE id = ?", [.integer(bytes), .integer(databaseID)])
-            }
-            report.clientOperations = operations.count
-            remaining -= operations.count
+        for (databaseID, bytes) in charges.sorted(by: { $0.key < $1.key }) {
+            try releaseBytes(bytes, databaseID: databaseID)
         }
-        // Stopped at the limit: there may be more (the next batch finds out).
-        report.complete = remaining > 0
-        return report
+        return (operations.count, operations.count, false)
     }
 }
 
