@@ -107,6 +107,17 @@ public final class OperationsCore: Sendable {
         if let refused { throw ServiceError.badRequest("\(path): \(refused.description)") }
     }
 
+    // MARK: Stored records
+
+    /// A stored row's frame, checked (a damaged row is an internal error, never an unchecked read).
+    package func frame(_ stored: StoredRecord) throws -> RecordFrame {
+        do {
+            return try RecordFrame(stored: stored.frame)
+        } catch {
+            throw StorageError.failure("stored record \(stored.recordName) does not decode: \(error)")
+        }
+    }
+
     // MARK: Writing
 
     /// The configured request deadline from now: for the storage work of a request that has no

@@ -1,5 +1,6 @@
 import LatticeAPI
 import LatticeCore
+import LatticeOperations
 import LatticeSharing
 import LatticeStore
 

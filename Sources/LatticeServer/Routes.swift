@@ -257,10 +257,10 @@ extension LatticeService {
         .database("users/current") { _, context in
             .json(.object(["userRecordName": .string(context.user.recordName), "name": .string(context.user.name)]))
         },
-        .database("zones/list") { service, context in .json(try service.listZones(context)) },
-        .database("zones/lookup") { service, context in .json(try service.lookupZones(context)) },
+        .database("zones/list") { service, context in .json(try service.zones.listZones(context.caller)) },
+        .database("zones/lookup") { service, context in .json(try service.zones.lookupZones(context.caller, context.body)) },
         .database("zones/modify", growth: .unlessOnlyDeletes(["delete"])) { service, context in
-            try service.idempotent(context) { try service.modifyZones(context, $0, &$1) }
+            try service.idempotent(context) { .json(try service.zones.modifyZones(context.caller, context.body, $0, &$1)) }
         },
         .database("records/modify", growth: .unlessOnlyDeletes(["delete", "forceDelete"])) { service, context in
             let refused = try service.recordsModifyRefusals(context) // the size caps, before the write lock is taken
@@ -278,24 +278,30 @@ extension LatticeService {
                   try service.waitForChanges(context, abandonment: abandonment, respond: respond)
               }),
         .database("shares/create", growth: .always) { service, context in
-            try service.idempotent(context) { try service.createShare(context, $0, &$1) }
+            try service.idempotent(context) { .json(try service.shares.createShare(context.caller, context.body, $0, &$1)) }
         },
-        .database("shares/lookup") { service, context in .json(try service.lookupShare(context)) },
+        .database("shares/lookup") { service, context in .json(try service.shares.lookupShare(context.caller, context.body)) },
         .database("shares/modify") { service, context in
-            try service.idempotent(context) { try service.modifyShare(context, $0, &$1) }
+            try service.idempotent(context) { .json(try service.shares.modifyShare(context.caller, context.body, $0, &$1)) }
         },
         .database("shares/url") { service, context in
-            try service.write(deadline: context.deadline) { tx, touched in try service.shareURL(context, tx, &touched) }
+            .json(try service.write(deadline: context.deadline) { tx, touched in
+                try service.shares.shareURL(context.caller, context.body, tx, &touched)
+            })
         },
         .database("shares/leave") { service, context in
-            try service.idempotent(context) { try service.leaveShare(context, $0, &$1) }
+            try service.idempotent(context) { .json(try service.shares.leaveShare(context.caller, context.body, $0, &$1)) }
         },
         .database("shares/delete") { service, context in
-            try service.idempotent(context) { try service.deleteShare(context, $0, &$1) }
+            try service.idempotent(context) { .json(try service.shares.deleteShare(context.caller, context.body, $0, &$1)) }
         },
-        .database("records/resolve") { service, context in .json(try service.resolveShares(context)) },
+        .database("records/resolve") { service, context in
+            .json(try service.shares.resolveShares(context.caller, context.body))
+        },
         .database("records/accept", growth: .always) { service, context in
-            try service.write(deadline: context.deadline) { tx, touched in try service.acceptShares(context, tx, &touched) }
+            .json(try service.write(deadline: context.deadline) { tx, touched in
+                try service.shares.acceptShares(context.caller, context.body, tx, &touched)
+            })
         },
         .database("deltas/push", body: .deltaPush, growth: .always) { service, context in
             guard let push = context.push else { throw ServiceError.badRequest("deltas/push takes a binary delta push") }

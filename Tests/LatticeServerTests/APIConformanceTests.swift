@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeOperations
 @testable import LatticeServer
 import Testing
 
@@ -122,7 +123,7 @@ import Testing
     /// The forms that do mean the caller still do: left out, the placeholder, the caller's own name.
     @Test func ownerLeftOutPlaceholderOrOwnNameMeanTheCaller() throws {
         let w = try World()
-        for owner: JSON? in [nil, .string(LatticeService.currentUserPlaceholder), .string(w.annName)] {
+        for owner: JSON? in [nil, .string(Zones.currentUserPlaceholder), .string(w.annName)] {
             var zoneID: [String: JSON] = ["zoneName": .string("Lists")]
             zoneID["ownerRecordName"] = owner
             let reply = w.h.call("records/lookup", .object(["zoneID": .object(zoneID), "records": .array([

@@ -1,5 +1,6 @@
 import LatticeAPI
 import LatticeCore
+import LatticeOperations
 import LatticeStore
 
 /// The binary sync path: `deltas/push` and `deltas/pull` carry a zone's changes as canonical binary

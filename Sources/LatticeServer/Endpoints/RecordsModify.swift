@@ -1,5 +1,6 @@
 import LatticeAPI
 import LatticeCore
+import LatticeOperations
 import LatticeStore
 
 /// One operation of a `records/modify` request.

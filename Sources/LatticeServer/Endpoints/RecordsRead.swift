@@ -351,16 +351,4 @@ struct ResponseBudget {
 }
 
 extension LatticeService {
-    /// Refuses a request that names the same item twice: BAD_REQUEST naming the item and both places.
-    /// `key` tells items apart, `label` names one in the reason.
-    func refuseDuplicates(_ items: [(key: String, label: String, path: String)], what: String) throws {
-        var seen: [String: String] = [:]
-        for item in items {
-            if let first = seen[item.key] {
-                throw ServiceError.badRequest("\(item.path) names \(what) \(item.label.prefix(300)) again (as \(first) "
-                                          + "does); name each \(what) once")
-            }
-            seen[item.key] = item.path
-        }
-    }
 }

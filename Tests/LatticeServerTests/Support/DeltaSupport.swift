@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeOperations
 @testable import LatticeServer
 import Testing
 

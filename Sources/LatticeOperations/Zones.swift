@@ -1,26 +1,47 @@
 import LatticeAPI
 import LatticeCore
-import LatticeOperations
 import LatticeStore
 
 /// A zone named by a request, resolved against the caller's database.
-struct ResolvedZone {
-    let database: StoredDatabase
+package struct ResolvedZone {
+    package let database: StoredDatabase
     /// Nil when the zone does not exist (yet).
-    let zone: StoredZone?
-    let zoneID: ZoneID
+    package let zone: StoredZone?
+    package let zoneID: ZoneID
     /// In the shared database: the shares of this zone the caller has accepted. Empty for the caller's own
     /// zones and the public zone.
-    var grants: [ShareGrant] = []
+    package var grants: [ShareGrant] = []
 
-    var isShared: Bool { !grants.isEmpty }
+    package var isShared: Bool { !grants.isEmpty }
+
+    package init(database: StoredDatabase, zone: StoredZone?, zoneID: ZoneID, grants: [ShareGrant] = []) {
+        self.database = database
+        self.zone = zone
+        self.zoneID = zoneID
+        self.grants = grants
+    }
+
+    /// The zone, which exists (the operation checked it, or it is a share's own zone).
+    /// - Throws: ZONE_NOT_FOUND when it does not: never a trap.
+    package func existingZone() throws -> StoredZone {
+        guard let zone else { throw ServiceError(.zoneNotFound, "zone \(zoneID.zoneName) does not exist") }
+        return zone
+    }
 }
 
-extension LatticeService {
+/// Zones: resolving a zone a request names against the caller's database (the shared database's through
+/// the caller's accepted shares), and `zones/list`, `zones/lookup`, `zones/modify`.
+public struct Zones: Sendable {
+    let core: OperationsCore
+
+    public init(_ core: OperationsCore) { self.core = core }
+
+    var shares: Shares { Shares(core) }
+
     /// The owner name of the public database's zone, as CloudKit spells it.
-    static let publicOwner = "_defaultOwner"
+    package static let publicOwner = "_defaultOwner"
     /// CloudKit's placeholder for "the current user" in a zone id.
-    static let currentUserPlaceholder = "__defaultOwner__"
+    package static let currentUserPlaceholder = "__defaultOwner__"
 
     /// Parses a zone id from a request and finds it in the caller's database.
     ///
@@ -28,18 +49,18 @@ extension LatticeService {
     ///   is ACCESS_DENIED. `_defaultZone` always exists (it is created on first write).
     /// - Public database: only `_defaultZone`, owned by `_defaultOwner`.
     /// - Shared database: zones of shares the caller accepted (none until the sharing service lands).
-    func resolveZone(_ json: JSON?, _ context: RequestContext, _ tx: any StorageTransaction, path: String,
+    package func resolveZone(_ json: JSON?, _ caller: Caller, _ tx: any StorageTransaction, path: String,
                      creatingDefault: Bool = false) throws -> ResolvedZone {
-        try resolveZone(try parseZoneID(json, context, path: path), context, tx, creatingDefault: creatingDefault)
+        try resolveZone(try parseZoneID(json, caller, path: path), caller, tx, creatingDefault: creatingDefault)
     }
 
     /// Parses a zone id from a request: `zoneName` a string, `ownerRecordName` a string; left out, or
     /// given as CloudKit's placeholder, the owner is the caller (`_defaultOwner` in the public database).
     /// - Throws: BAD_REQUEST naming the path for anything else, a wrongly typed member included.
-    func parseZoneID(_ json: JSON?, _ context: RequestContext, path: String) throws -> ZoneID {
+    package func parseZoneID(_ json: JSON?, _ caller: Caller, path: String) throws -> ZoneID {
         guard let json else { throw ServiceError.badRequest("\(path) is missing") }
         guard var object = json.objectValue else { throw ServiceError.badRequest("\(path) must be {\"zoneName\": ...}") }
-        let owner = context.kind == .public ? Self.publicOwner : context.user.recordName
+        let owner = caller.database == .public ? Self.publicOwner : caller.user.recordName
         if object["ownerRecordName"]?.stringValue == Self.currentUserPlaceholder { object["ownerRecordName"] = nil }
         do {
             return try ZoneID(cloudKitJSON: .object(object), defaultOwner: owner, path: path)
@@ -49,10 +70,10 @@ extension LatticeService {
     }
 
     /// ``resolveZone(_:_:_:path:creatingDefault:)`` for a zone id already parsed.
-    func resolveZone(_ zoneID: ZoneID, _ context: RequestContext, _ tx: any StorageTransaction,
+    package func resolveZone(_ zoneID: ZoneID, _ caller: Caller, _ tx: any StorageTransaction,
                      creatingDefault: Bool = false) throws -> ResolvedZone {
-        let owner = context.kind == .public ? Self.publicOwner : context.user.recordName
-        switch context.kind {
+        let owner = caller.database == .public ? Self.publicOwner : caller.user.recordName
+        switch caller.database {
         case .private:
             guard zoneID.ownerRecordName == owner else {
                 throw ServiceError(.accessDenied, "zone \(zoneID.zoneName) belongs to another user's private database")
@@ -62,25 +83,25 @@ extension LatticeService {
                 throw ServiceError(.zoneNotFound, "the public database has only \(Names.systemZoneName) (owner \(Self.publicOwner))")
             }
         case .shared:
-            return try resolveSharedZone(zoneID, context, tx)
+            return try shares.resolveSharedZone(zoneID, caller, tx)
         }
-        let database = try tx.database(context.databaseKey)
+        let database = try tx.database(caller.databaseKey)
         var zone = try tx.zone(databaseID: database.id, name: zoneID.zoneName)
         if zone == nil, creatingDefault, zoneID.zoneName == Names.systemZoneName {
             zone = try tx.createZone(databaseID: database.id, name: zoneID.zoneName, ownerRecordName: owner,
-                                     nowMs: configuration.now())
+                                     nowMs: core.configuration.now())
         }
         return ResolvedZone(database: database, zone: zone, zoneID: zoneID)
     }
 
     /// A zone that does not exist is ZONE_NOT_FOUND, except `_defaultZone`, which always exists.
-    func requireZone(_ resolved: ResolvedZone) throws {
+    package func requireZone(_ resolved: ResolvedZone) throws {
         if resolved.zone == nil && resolved.zoneID.zoneName != Names.systemZoneName {
             throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
         }
     }
 
-    func zoneJSON(_ zone: StoredZone, withToken: Bool = true) -> JSON {
+    package func zoneJSON(_ zone: StoredZone, withToken: Bool = true) -> JSON {
         var object: [String: JSON] = [
             "zoneID": .object(["zoneName": .string(zone.name), "ownerRecordName": .string(zone.ownerRecordName)]),
             "atomic": .bool(true),
@@ -96,15 +117,15 @@ extension LatticeService {
 
     /// `zones/list`: every zone of the database; `_defaultZone` is always listed for private and public.
     /// The shared database lists the zones of the shares the caller has accepted.
-    func listZones(_ context: RequestContext) throws -> JSON {
-        if context.kind == .shared {
-            return .object(["zones": .array(try storage.read(deadline: context.deadline) { tx in try sharedZones(context, tx) })])
+    public func listZones(_ caller: Caller) throws -> JSON {
+        if caller.database == .shared {
+            return .object(["zones": .array(try core.storage.read(deadline: caller.deadline) { tx in try shares.sharedZones(caller, tx) })])
         }
-        let owner = context.kind == .public ? Self.publicOwner : context.user.recordName
-        let zones = try storage.read(deadline: context.deadline) { tx in
-            try tx.liveZones(databaseID: tx.database(context.databaseKey).id)
+        let owner = caller.database == .public ? Self.publicOwner : caller.user.recordName
+        let zones = try core.storage.read(deadline: caller.deadline) { tx in
+            try tx.liveZones(databaseID: tx.database(caller.databaseKey).id)
         }
-        var list = zones.map { zoneJSON($0, withToken: context.kind != .public) }
+        var list = zones.map { zoneJSON($0, withToken: caller.database != .public) }
         if !zones.contains(where: { $0.name == Names.systemZoneName }),
            let defaultZone = try? ZoneID(zoneName: Names.systemZoneName, ownerRecordName: owner) {
             list.insert(impliedZoneJSON(defaultZone), at: 0)
@@ -113,20 +134,20 @@ extension LatticeService {
     }
 
     /// `zones/lookup {"zones": [zoneID, ...]}`. A zone named twice is refused (BAD_REQUEST naming it).
-    func lookupZones(_ context: RequestContext) throws -> JSON {
-        let requested = try items(context.body, "zones", limit: configuration.maximumResultsLimit)
-        try refuseDuplicateZones(requested.map { $0["zoneID"] ?? $0 }, context, path: { index in
+    public func lookupZones(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
+        let requested = try RequestBody.items(body, "zones", limit: core.configuration.maximumResultsLimit)
+        try refuseDuplicateZones(requested.map { $0["zoneID"] ?? $0 }, caller, path: { index in
             requested[index]["zoneID"] == nil ? "zones[\(index)]" : "zones[\(index)].zoneID"
         })
-        return try storage.read(deadline: context.deadline) { tx in
+        return try core.storage.read(deadline: caller.deadline) { tx in
             var results: [JSON] = []
             for (index, item) in requested.enumerated() {
                 let path = "zones[\(index)]"
                 do {
-                    let resolved = try resolveZone(item["zoneID"] ?? item, context, tx,
+                    let resolved = try resolveZone(item["zoneID"] ?? item, caller, tx,
                                                    path: item["zoneID"] == nil ? path : path + ".zoneID")
                     if let zone = resolved.zone {
-                        results.append(zoneJSON(zone, withToken: context.kind == .private))
+                        results.append(zoneJSON(zone, withToken: caller.database == .private))
                     } else if resolved.zoneID.zoneName == Names.systemZoneName {
                         results.append(impliedZoneJSON(resolved.zoneID))
                     } else {
@@ -145,19 +166,19 @@ extension LatticeService {
     ///
     /// Each operation stands alone. Creating a zone that exists returns it (as CloudKit's save does);
     /// deleting a zone deletes its records and moves it to the database log as deleted.
-    func modifyZones(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
-        -> HTTPResponse {
-        guard context.kind == .private else {
+    public func modifyZones(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction,
+                            _ touched: inout Set<Int64>) throws -> JSON {
+        guard caller.database == .private else {
             throw ServiceError.badRequest("zones can only be created and deleted in the private database")
         }
-        let operations = try items(context.body, "operations", limit: configuration.maximumOperations)
+        let operations = try RequestBody.items(body, "operations", limit: core.configuration.maximumOperations)
         var results: [JSON] = []
         for (index, operation) in operations.enumerated() {
             let path = "operations[\(index)]"
             let zoneJSON = operation["zone"]?["zoneID"] ?? operation["zone"]
             do {
                 let result = try tx.savepoint { () throws -> JSON in
-                    let resolved = try resolveZone(zoneJSON, context, tx, path: path + ".zone.zoneID")
+                    let resolved = try resolveZone(zoneJSON, caller, tx, path: path + ".zone.zoneID")
                     guard resolved.zoneID.zoneName != Names.systemZoneName else {
                         throw ServiceError.badRequest("\(Names.systemZoneName) always exists and cannot be created or deleted")
                     }
@@ -166,7 +187,7 @@ extension LatticeService {
                         if let zone = resolved.zone { return self.zoneJSON(zone) }
                         let zone = try tx.createZone(databaseID: resolved.database.id, name: resolved.zoneID.zoneName,
                                                      ownerRecordName: resolved.zoneID.ownerRecordName,
-                                                     nowMs: configuration.now())
+                                                     nowMs: core.configuration.now())
                         touched.insert(zone.databaseID)
                         return self.zoneJSON(zone)
                     case "delete":
@@ -175,9 +196,9 @@ extension LatticeService {
                         }
                         // Its shares go with it: participants lose access and see the zone deleted.
                         for share in try tx.shares(zoneRowID: zone.rowID) {
-                            try removeShare(share, try roster(share, tx), zone: zone, context: context, tx, &touched)
+                            try shares.removeShare(share, try shares.roster(share, tx), zone: zone, caller: caller, tx, &touched)
                         }
-                        try tx.deleteZone(rowID: zone.rowID, nowMs: configuration.now())
+                        try tx.deleteZone(rowID: zone.rowID, nowMs: core.configuration.now())
                         touched.insert(zone.databaseID)
                         return .object(["zoneID": resolved.zoneID.cloudKitJSON, "deleted": .bool(true)])
                     default:
@@ -189,22 +210,29 @@ extension LatticeService {
                 results.append(error.json(item: (key: "zoneName", value: zoneJSON?["zoneName"]?.stringValue ?? "")))
             }
         }
-        return .json(.object(["zones": .array(results)]))
+        return .object(["zones": .array(results)])
     }
 
     /// Refuses a request naming one zone twice (BAD_REQUEST naming it). Ids that do not parse are left to
     /// the per-item errors of the request.
-    func refuseDuplicateZones(_ zoneIDs: [JSON?], _ context: RequestContext, path: (Int) -> String) throws {
+    package func refuseDuplicateZones(_ zoneIDs: [JSON?], _ caller: Caller, path: (Int) -> String) throws {
         try refuseDuplicates(zoneIDs.enumerated().compactMap { index, json in
-            guard let zoneID = try? parseZoneID(json, context, path: "") else { return nil }
+            guard let zoneID = try? parseZoneID(json, caller, path: "") else { return nil }
             return (key: zoneID.zoneName + "\u{0}" + zoneID.ownerRecordName,
                     label: "\(zoneID.zoneName) (owner \(zoneID.ownerRecordName))", path: path(index))
         }, what: "zone")
     }
 
-    /// The array under `key` in a body (`RequestBody.items`).
-    func items(_ body: [String: JSON], _ key: String, limit: Int, optional: Bool = false, allowStrings: Bool = false)
-        throws -> [JSON] {
-        try RequestBody.items(body, key, limit: limit, optional: optional, allowStrings: allowStrings)
+    /// Refuses a request that names the same item twice: BAD_REQUEST naming the item and both places.
+    /// `key` tells items apart, `label` names one in the reason.
+    package func refuseDuplicates(_ items: [(key: String, label: String, path: String)], what: String) throws {
+        var seen: [String: String] = [:]
+        for item in items {
+            if let first = seen[item.key] {
+                throw ServiceError.badRequest("\(item.path) names \(what) \(item.label.prefix(300)) again (as \(first) "
+                                          + "does); name each \(what) once")
+            }
+            seen[item.key] = item.path
+        }
     }
 }

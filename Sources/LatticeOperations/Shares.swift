@@ -5,22 +5,30 @@ import LatticeSharing
 import LatticeStore
 
 /// One accepted share that gives the caller access to a zone in the shared database.
-struct ShareGrant {
-    let share: StoredShare
-    let roster: ShareRoster
+package struct ShareGrant: Sendable {
+    package let share: StoredShare
+    package let roster: ShareRoster
     /// The caller's permission through this share.
-    let permission: SharePermission
-    let role: ShareRole
+    package let permission: SharePermission
+    package let role: ShareRole
 }
 
-extension LatticeService {
+/// Shares (CKShare): rosters and their participants, membership of a hierarchy, the shared database's view
+/// of a zone, share links (signed, verified), and `shares/*`, `records/resolve`, `records/accept`.
+public struct Shares: Sendable {
+    let core: OperationsCore
+
+    public init(_ core: OperationsCore) { self.core = core }
+
+    var zones: Zones { Zones(core) }
+
     /// The name of a zone-wide share's record, as in CloudKit.
-    static let zoneShareRecordName = "cloudkit.zoneshare"
-    static let shareRecordType = "cloudkit.share"
+    package static let zoneShareRecordName = "cloudkit.zoneshare"
+    package static let shareRecordType = "cloudkit.share"
 
     // MARK: Rosters
 
-    func roster(_ share: StoredShare, _ tx: any StorageTransaction) throws -> ShareRoster {
+    package func roster(_ share: StoredShare, _ tx: any StorageTransaction) throws -> ShareRoster {
         let participants = try tx.participants(shareID: share.id).map { row in
             ShareParticipant(userID: row.userID, role: row.role, permission: row.permission, status: row.status)
         }
@@ -29,9 +37,9 @@ extension LatticeService {
 
     /// Writes the roster's participants and public permission back, and moves the shared-database logs of
     /// everyone whose access changed (so their feeds and long polls see it at once).
-    func saveRoster(_ roster: ShareRoster, of share: inout StoredShare, before: ShareRoster, context: RequestContext,
+    package func saveRoster(_ roster: ShareRoster, of share: inout StoredShare, before: ShareRoster, caller: Caller,
                     _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
-        let now = configuration.now()
+        let now = core.configuration.now()
         for participant in roster.participants where before.participant(participant.userID) != participant {
             try tx.saveParticipant(StoredParticipant(shareID: share.id, userID: participant.userID,
                                                      role: participant.role, permission: participant.permission,
@@ -40,26 +48,26 @@ extension LatticeService {
             let wasIn = before.access(of: participant.userID) != .none
             let isIn = roster.access(of: participant.userID) != .none
             if wasIn || isIn {
-                try markShared(share, for: participant.userID, deleted: !isIn, context: context, tx, &touched)
+                try markShared(share, for: participant.userID, deleted: !isIn, caller: caller, tx, &touched)
             }
         }
         share.publicPermission = roster.publicPermission
         try tx.updateShare(share)
     }
 
-    private func markShared(_ share: StoredShare, for userID: Int64, deleted: Bool, context: RequestContext,
+    private func markShared(_ share: StoredShare, for userID: Int64, deleted: Bool, caller: Caller,
                             _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
-        let database = try tx.database(DatabaseKey(kind: .shared, environment: context.environment, ownerID: userID))
+        let database = try tx.database(DatabaseKey(kind: .shared, environment: caller.environment, ownerID: userID))
         try tx.markSharedZone(databaseID: database.id, shareID: share.id, deleted: deleted)
         touched.insert(database.id)
     }
 
     /// Tells every accepted participant's shared database that the share's zone changed.
-    func fanOut(_ share: StoredShare, context: RequestContext, _ tx: any StorageTransaction,
+    package func fanOut(_ share: StoredShare, caller: Caller, _ tx: any StorageTransaction,
                 _ touched: inout Set<Int64>) throws {
         for participant in try tx.participants(shareID: share.id)
         where participant.status == .accepted && participant.role != .owner {
-            try markShared(share, for: participant.userID, deleted: false, context: context, tx, &touched)
+            try markShared(share, for: participant.userID, deleted: false, caller: caller, tx, &touched)
         }
     }
 
@@ -67,17 +75,17 @@ extension LatticeService {
 
     /// Resolves a zone of the shared database: another user's zone in which the caller has accepted at
     /// least one live share. Anything else is ZONE_NOT_FOUND, so nothing leaks about zones one cannot see.
-    func resolveSharedZone(_ zoneID: ZoneID, _ context: RequestContext, _ tx: any StorageTransaction) throws -> ResolvedZone {
+    package func resolveSharedZone(_ zoneID: ZoneID, _ caller: Caller, _ tx: any StorageTransaction) throws -> ResolvedZone {
         let notFound = ServiceError(.zoneNotFound, "no accepted share has zone \(zoneID.zoneName) of \(zoneID.ownerRecordName)")
-        guard zoneID.ownerRecordName != context.user.recordName, let owner = try tx.user(recordName: zoneID.ownerRecordName)
+        guard zoneID.ownerRecordName != caller.user.recordName, let owner = try tx.user(recordName: zoneID.ownerRecordName)
         else { throw notFound }
-        let database = try tx.database(DatabaseKey(kind: .private, environment: context.environment, ownerID: owner.id))
+        let database = try tx.database(DatabaseKey(kind: .private, environment: caller.environment, ownerID: owner.id))
         guard let zone = try tx.zone(databaseID: database.id, name: zoneID.zoneName) else { throw notFound }
         var grants: [ShareGrant] = []
         for share in try tx.shares(zoneRowID: zone.rowID) {
             let roster = try roster(share, tx)
-            let permission = roster.access(of: context.user.id)
-            guard permission != .none, let participant = roster.participant(context.user.id) else { continue }
+            let permission = roster.access(of: caller.user.id)
+            guard permission != .none, let participant = roster.participant(caller.user.id) else { continue }
             grants.append(ShareGrant(share: share, roster: roster, permission: permission, role: participant.role))
         }
         guard !grants.isEmpty else { throw notFound }
@@ -86,7 +94,7 @@ extension LatticeService {
 
     /// The grant under which a participant sees a record, or nil when the record is outside every share
     /// they accepted.
-    func grant(for recordName: String, _ resolved: ResolvedZone, _ tx: any StorageTransaction) throws -> ShareGrant? {
+    package func grant(for recordName: String, _ resolved: ResolvedZone, _ tx: any StorageTransaction) throws -> ShareGrant? {
         guard let zone = resolved.zone else { return nil }
         for grant in resolved.grants where try isMember(recordName, of: grant.share, zone: zone, tx) {
             return grant
@@ -96,7 +104,7 @@ extension LatticeService {
 
     /// Whether a record is in a share: every record for a zone-wide share; for a hierarchy share the
     /// share's record, the root, and every record whose parent chain reaches the root.
-    func isMember(_ recordName: String, of share: StoredShare, zone: StoredZone, _ tx: any StorageTransaction) throws -> Bool {
+    package func isMember(_ recordName: String, of share: StoredShare, zone: StoredZone, _ tx: any StorageTransaction) throws -> Bool {
         guard let root = share.rootRecordName else { return true }
         if recordName == share.recordName { return true }
         var name = recordName
@@ -111,13 +119,13 @@ extension LatticeService {
     }
 
     /// The shared database's zones: one per zone holding a share the caller accepted.
-    func sharedZones(_ context: RequestContext, _ tx: any StorageTransaction) throws -> [JSON] {
+    package func sharedZones(_ caller: Caller, _ tx: any StorageTransaction) throws -> [JSON] {
         var seen: Set<Int64> = []
         var zones: [JSON] = []
-        for (share, _) in try tx.participations(userID: context.user.id, status: .accepted)
-        where share.ownerID != context.user.id && seen.insert(share.zoneRowID).inserted {
+        for (share, _) in try tx.participations(userID: caller.user.id, status: .accepted)
+        where share.ownerID != caller.user.id && seen.insert(share.zoneRowID).inserted {
             guard let zone = try tx.zone(rowID: share.zoneRowID), !zone.deleted else { continue }
-            zones.append(zoneJSON(zone, withToken: false))
+            zones.append(self.zones.zoneJSON(zone, withToken: false))
         }
         return zones
     }
@@ -128,7 +136,7 @@ extension LatticeService {
     /// nil when it does not touch the parent, `.some(nil)` when it clears it. `live` is false for a record
     /// outside every share the caller accepted (`plan` judges it as a missing one): a write that needs the
     /// record answers NOT_FOUND, one that would make it needs a parent inside a share and write access.
-    func checkParticipantWrite(_ recordName: String, isDelete: Bool, live: Bool, createsMissing: Bool,
+    package func checkParticipantWrite(_ recordName: String, isDelete: Bool, live: Bool, createsMissing: Bool,
                                requestedParent: String??, _ resolved: ResolvedZone, _ tx: any StorageTransaction) throws {
         guard let zone = resolved.zone else { throw ServiceError(.zoneNotFound, "the zone does not exist") }
         let target: ShareGrant
@@ -164,7 +172,7 @@ extension LatticeService {
     /// parent must be in that share), and the root's place is the owner's to change. This looks at the
     /// record as it will be stored, so a replace that drops the parent or a CRDT state with a newer parent
     /// stamp is held to the same rule as an explicit `parent`.
-    func checkParticipantPlacement(_ record: RecordFrame, before: RecordFrame?, live: Bool, _ resolved: ResolvedZone,
+    package func checkParticipantPlacement(_ record: RecordFrame, before: RecordFrame?, live: Bool, _ resolved: ResolvedZone,
                                    _ tx: any StorageTransaction) throws {
         guard resolved.isShared, !record.isDeleted, !resolved.grants.contains(where: { $0.share.rootRecordName == nil })
         else { return }
@@ -184,12 +192,12 @@ extension LatticeService {
 
     /// After records of a zone changed: updates each hierarchy share's log (records that entered, left or
     /// changed inside it, descendants included) and tells the participants' shared databases.
-    func recordsChanged(_ names: [String], in zone: StoredZone, context: RequestContext, _ tx: any StorageTransaction,
+    package func recordsChanged(_ names: [String], in zone: StoredZone, caller: Caller, _ tx: any StorageTransaction,
                         _ touched: inout Set<Int64>) throws {
         guard !names.isEmpty else { return }
         for share in try tx.shares(zoneRowID: zone.rowID) {
             guard share.rootRecordName != nil else {
-                try fanOut(share, context: context, tx, &touched)
+                try fanOut(share, caller: caller, tx, &touched)
                 continue
             }
             var logged = false
@@ -204,13 +212,13 @@ extension LatticeService {
                     try cascadeMembership(from: name, member: member, share: share, zone: zone, tx)
                 }
             }
-            if logged { try fanOut(share, context: context, tx, &touched) }
+            if logged { try fanOut(share, caller: caller, tx, &touched) }
         }
     }
 
     /// A record belongs to at most one share: a move that puts one share's root under another share's
     /// hierarchy is refused (ALREADY_SHARED), and the whole request with it.
-    func checkSharesStayDisjoint(_ zone: StoredZone, _ tx: any StorageTransaction) throws {
+    package func checkSharesStayDisjoint(_ zone: StoredZone, _ tx: any StorageTransaction) throws {
         let hierarchies = try tx.shares(zoneRowID: zone.rowID).filter { $0.rootRecordName != nil }
         guard hierarchies.count > 1 else { return }
         for inner in hierarchies {
@@ -247,12 +255,12 @@ extension LatticeService {
     }
 
     /// Finds the share a `shares/*` request is about, with the caller's standing in it.
-    private func targetShare(_ context: RequestContext, _ tx: any StorageTransaction, creatingDefault: Bool = false) throws
+    private func targetShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, creatingDefault: Bool = false) throws
         -> (resolved: ResolvedZone, share: StoredShare, roster: ShareRoster) {
-        let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
+        let resolved = try zones.resolveZone(body["zoneID"], caller, tx, path: "zoneID")
         guard let zone = resolved.zone else { throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist") }
-        let wanted = try shareRecordName(context.body)
-        let candidates = context.kind == .shared ? resolved.grants.map(\.share) : try tx.shares(zoneRowID: zone.rowID)
+        let wanted = try shareRecordName(body)
+        let candidates = caller.database == .shared ? resolved.grants.map(\.share) : try tx.shares(zoneRowID: zone.rowID)
         let matches = candidates.filter { wanted == nil || $0.recordName == wanted }
         guard let share = matches.first else { throw ServiceError(.notFound, "no such share in zone \(zone.name)") }
         guard matches.count == 1 else { throw ServiceError.badRequest("the zone has several shares; name one with shareRecordName") }
@@ -267,10 +275,10 @@ extension LatticeService {
 
     /// `shares/create {"zoneID", "rootRecordName"?, "title"?, "publicPermission"?}` (private database, by the
     /// owner): a hierarchy share rooted at a record, or a zone-wide share when no root is given.
-    func createShare(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
-        -> HTTPResponse {
-        guard context.kind == .private else { throw ServiceError.badRequest("shares are created in the owner's private database") }
-        let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
+    package func createShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+        -> JSON {
+        guard caller.database == .private else { throw ServiceError.badRequest("shares are created in the owner's private database") }
+        let resolved = try zones.resolveZone(body["zoneID"], caller, tx, path: "zoneID")
         guard resolved.zoneID.zoneName != Names.systemZoneName else {
             throw ServiceError.badRequest("the default zone cannot be shared (as in CloudKit); use a custom zone")
         }
@@ -278,20 +286,20 @@ extension LatticeService {
             throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
         }
         var root: String?
-        if let json = context.body["rootRecordName"] {
+        if let json = body["rootRecordName"] {
             guard let name = json.stringValue else { throw ServiceError.badRequest("rootRecordName must be a string") }
             guard let stored = try tx.record(zoneRowID: zone.rowID, name: name), !stored.deleted else {
                 throw ServiceError(.notFound, "record \(name) does not exist")
             }
             root = name
         }
-        let title = try context.body["title"].map { json -> String in
+        let title = try body["title"].map { json -> String in
             guard let text = json.stringValue, text.utf8.count <= 1024 else {
                 throw ServiceError.badRequest("title must be a string of at most 1024 bytes")
             }
             return text
         } ?? ""
-        let publicPermission = try permissionValue(context.body["publicPermission"], path: "publicPermission",
+        let publicPermission = try permissionValue(body["publicPermission"], path: "publicPermission",
                                                    allowNone: true) ?? .none
         let existing = try tx.shares(zoneRowID: zone.rowID)
         if let root {
@@ -312,23 +320,23 @@ extension LatticeService {
         var share: StoredShare
         do {
             share = try tx.insertShare(NewShare(publicID: publicID, zoneRowID: zone.rowID, recordName: recordName,
-                                                rootRecordName: root, ownerID: context.user.id, title: title,
-                                                publicPermission: publicPermission, nowMs: configuration.now()))
+                                                rootRecordName: root, ownerID: caller.user.id, title: title,
+                                                publicPermission: publicPermission, nowMs: core.configuration.now()))
         } catch StorageError.duplicate {
             throw ServiceError(.alreadyShared, "zone \(zone.name) already has that share")
         }
         let roster = ShareRoster(publicPermission: publicPermission, participants: [
-            ShareParticipant(userID: context.user.id, role: .owner, permission: .readWrite, status: .accepted),
+            ShareParticipant(userID: caller.user.id, role: .owner, permission: .readWrite, status: .accepted),
         ])
         try saveRoster(roster, of: &share, before: ShareRoster(publicPermission: publicPermission, participants: []),
-                       context: context, tx, &touched)
+                       caller: caller, tx, &touched)
         if let root {
             // Everything under the root enters the share's log.
             try tx.setShareMembership(shareID: share.id, recordName: root, member: true)
             try cascadeMembership(from: root, member: true, share: share, zone: zone, tx)
         }
-        try writeShareRecord(share, roster, zone: zone, zoneID: resolved.zoneID, context: context, tx, &touched)
-        return .json(try shareJSON(share, roster, zone: zone, tx))
+        try writeShareRecord(share, roster, zone: zone, zoneID: resolved.zoneID, caller: caller, tx, &touched)
+        return try shareJSON(share, roster, zone: zone, tx)
     }
 
     /// A stand-in share rooted at `root`, to ask whether another share's root lies under it.
@@ -339,10 +347,10 @@ extension LatticeService {
 
     /// `shares/lookup {"zoneID", "shareRecordName"?}`: the share and its participants, for the owner and
     /// accepted participants.
-    func lookupShare(_ context: RequestContext) throws -> JSON {
-        try storage.read(deadline: context.deadline) { tx in
-            let (resolved, share, roster) = try targetShare(context, tx)
-            return try shareJSON(share, roster, zone: resolved.zone!, tx)
+    package func lookupShare(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
+        try core.storage.read(deadline: caller.deadline) { tx in
+            let (resolved, share, roster) = try targetShare(caller, body, tx)
+            return try shareJSON(share, roster, zone: try resolved.existingZone(), tx)
         }
     }
 
@@ -350,25 +358,25 @@ extension LatticeService {
     /// by the owner (private database) or an administrator (shared database). Participant operations:
     /// `{"operation": "invite", "userName" | "userRecordName", "permission", "role"?}`,
     /// `{"operation": "setPermission", ..., "permission"}`, `{"operation": "remove", ...}`.
-    func modifyShare(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
-        -> HTTPResponse {
-        var (resolved, share, roster) = try targetShare(context, tx)
+    package func modifyShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+        -> JSON {
+        var (resolved, share, roster) = try targetShare(caller, body, tx)
         let before = roster
-        let actor = context.user.id
+        let actor = caller.user.id
         guard roster.canManage(actor) else {
             throw ServiceError(.permissionFailure, "only the owner or an administrator changes a share")
         }
-        if let json = context.body["title"] {
+        if let json = body["title"] {
             guard let title = json.stringValue, title.utf8.count <= 1024 else {
                 throw ServiceError.badRequest("title must be a string of at most 1024 bytes")
             }
             share.title = title
         }
         do {
-            if let permission = try permissionValue(context.body["publicPermission"], path: "publicPermission", allowNone: true) {
+            if let permission = try permissionValue(body["publicPermission"], path: "publicPermission", allowNone: true) {
                 try roster.setPublicPermission(permission, by: actor)
             }
-            for (index, item) in try items(context.body, "participants", limit: 200, optional: true).enumerated() {
+            for (index, item) in try RequestBody.items(body, "participants", limit: 200, optional: true).enumerated() {
                 let path = "participants[\(index)]"
                 let user = try participantUser(item, path: path, tx)
                 switch item["operation"]?.stringValue {
@@ -399,55 +407,55 @@ extension LatticeService {
         } catch let error as ShareRuleError {
             throw apiError(error)
         }
-        try saveRoster(roster, of: &share, before: before, context: context, tx, &touched)
-        try writeShareRecord(share, roster, zone: resolved.zone!, zoneID: resolved.zoneID, context: context, tx, &touched)
-        return .json(try shareJSON(share, roster, zone: resolved.zone!, tx))
+        try saveRoster(roster, of: &share, before: before, caller: caller, tx, &touched)
+        try writeShareRecord(share, roster, zone: try resolved.existingZone(), zoneID: resolved.zoneID, caller: caller, tx, &touched)
+        return try shareJSON(share, roster, zone: try resolved.existingZone(), tx)
     }
 
     /// `shares/leave {"zoneID", "shareRecordName"?}` (shared database): the caller leaves the share.
-    func leaveShare(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
-        -> HTTPResponse {
-        guard context.kind == .shared else { throw ServiceError.badRequest("leave a share through the shared database") }
-        var (resolved, share, roster) = try targetShare(context, tx)
+    package func leaveShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+        -> JSON {
+        guard caller.database == .shared else { throw ServiceError.badRequest("leave a share through the shared database") }
+        var (resolved, share, roster) = try targetShare(caller, body, tx)
         let before = roster
         do throws(ShareRuleError) {
-            try roster.remove(context.user.id, by: context.user.id)
+            try roster.remove(caller.user.id, by: caller.user.id)
         } catch {
             throw apiError(error)
         }
-        try saveRoster(roster, of: &share, before: before, context: context, tx, &touched)
-        try writeShareRecord(share, roster, zone: resolved.zone!, zoneID: resolved.zoneID, context: context, tx, &touched)
-        return .json(.object(["left": .bool(true), "zoneID": resolved.zoneID.cloudKitJSON]))
+        try saveRoster(roster, of: &share, before: before, caller: caller, tx, &touched)
+        try writeShareRecord(share, roster, zone: try resolved.existingZone(), zoneID: resolved.zoneID, caller: caller, tx, &touched)
+        return .object(["left": .bool(true), "zoneID": resolved.zoneID.cloudKitJSON])
     }
 
     /// `shares/delete {"zoneID", "shareRecordName"?}` (private database, owner only): stops sharing. Every
     /// participant loses access on their next request and sees the zone deleted in their shared database.
-    func deleteShare(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
-        -> HTTPResponse {
-        let (resolved, share, roster) = try targetShare(context, tx)
-        guard context.kind == .private else {
+    package func deleteShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+        -> JSON {
+        let (resolved, share, roster) = try targetShare(caller, body, tx)
+        guard caller.database == .private else {
             throw ServiceError(.permissionFailure, "only the owner deletes a share; participants leave with shares/leave")
         }
-        try removeShare(share, roster, zone: resolved.zone!, context: context, tx, &touched)
-        return .json(.object(["deleted": .bool(true), "shareRecordName": .string(share.recordName)]))
+        try removeShare(share, roster, zone: try resolved.existingZone(), caller: caller, tx, &touched)
+        return .object(["deleted": .bool(true), "shareRecordName": .string(share.recordName)])
     }
 
     /// Deletes a share: marks it deleted, revokes every participant and deletes its record.
-    func removeShare(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, context: RequestContext,
+    package func removeShare(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, caller: Caller,
                      _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
         var share = share
         for participant in roster.participants where participant.role != .owner && participant.status == .accepted {
-            try markShared(share, for: participant.userID, deleted: true, context: context, tx, &touched)
+            try markShared(share, for: participant.userID, deleted: true, caller: caller, tx, &touched)
         }
         share.deleted = true
         try tx.updateShare(share)
         if let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName), !stored.deleted {
-            var edit = try RecordEdit(editing: try frame(stored))
-            edit.delete(at: tick())
+            var edit = try RecordEdit(editing: try core.frame(stored))
+            edit.delete(at: core.tick())
             if let deleted = try edit.applied() {
                 _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
                     recordName: share.recordName, recordType: deleted.recordType, frame: deleted.bytes,
-                    deleted: true, userRecordName: context.user.recordName, nowMs: configuration.now()))
+                    deleted: true, userRecordName: caller.user.recordName, nowMs: core.configuration.now()))
                 touched.insert(zone.databaseID)
             }
         }
@@ -455,54 +463,54 @@ extension LatticeService {
 
     /// `shares/url {"zoneID", "shareRecordName"?, "permission"?, "expiresInSeconds"?, "maxUses"?, "rotate"?}`:
     /// a signed share URL. `rotate` moves the share's URL epoch first, so every older URL stops working.
-    func shareURL(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws -> HTTPResponse {
-        guard let keyRing else { throw ServiceError(.internalError, "share links are not configured on this server") }
-        var (resolved, share, roster) = try targetShare(context, tx)
-        guard roster.canManage(context.user.id) else {
+    package func shareURL(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws -> JSON {
+        guard let keyRing = core.keyRing else { throw ServiceError(.internalError, "share links are not configured on this server") }
+        var (resolved, share, roster) = try targetShare(caller, body, tx)
+        guard roster.canManage(caller.user.id) else {
             throw ServiceError(.permissionFailure, "only the owner or an administrator makes share URLs")
         }
-        if let rotate = context.body["rotate"] {
+        if let rotate = body["rotate"] {
             guard let flag = rotate.boolValue else { throw ServiceError.badRequest("rotate must be true or false") }
             if flag {
                 share.urlEpoch += 1
                 try tx.updateShare(share)
             }
         }
-        let permission = try permissionValue(context.body["permission"], path: "permission", allowNone: false)
+        let permission = try permissionValue(body["permission"], path: "permission", allowNone: false)
             ?? (roster.publicPermission == .none ? .readOnly : roster.publicPermission)
-        let now = configuration.now() / 1000
+        let now = core.configuration.now() / 1000
         var expires: Int64?
-        if let json = context.body["expiresInSeconds"] {
+        if let json = body["expiresInSeconds"] {
             guard let seconds = json.intValue, seconds >= 1, seconds <= 10 * 365 * 86_400 else {
                 throw ServiceError.badRequest("expiresInSeconds must be from 1 to 10 years in seconds")
             }
             expires = now + seconds
         }
         var maximumUses: Int?
-        if let json = context.body["maxUses"] {
+        if let json = body["maxUses"] {
             guard let uses = json.intValue, uses >= 1, uses <= 1_000_000 else {
                 throw ServiceError.badRequest("maxUses must be a positive integer")
             }
             maximumUses = Int(uses)
         }
         let owner = resolved.zoneID
-        let claims = ShareClaims(issuer: publicURL, shareID: share.publicID, zoneName: owner.zoneName,
+        let claims = ShareClaims(issuer: core.publicURL, shareID: share.publicID, zoneName: owner.zoneName,
                                  ownerRecordName: owner.ownerRecordName, issuedAt: now, expiresAt: expires,
                                  maximumUses: maximumUses, tokenID: try ShareClaims.newTokenID(),
                                  permission: permission.rawValue, epoch: share.urlEpoch)
         let token = try keyRing.sign(claims)
         var result: [String: JSON] = [
-            "url": .string(Self.shareURL(publicURL: publicURL, token: token)),
+            "url": .string(Self.shareURL(publicURL: core.publicURL, token: token)),
             "token": .string(token),
             "permission": .string(permission.rawValue),
             "epoch": .int(share.urlEpoch),
         ]
         if let expires { result["expiresAt"] = .int(expires) }
         if let maximumUses { result["maxUses"] = .int(Int64(maximumUses)) }
-        return .json(.object(result))
+        return .object(result)
     }
 
-    static func shareURL(publicURL: String, token: String) -> String {
+    package static func shareURL(publicURL: String, token: String) -> String {
         (publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL) + "/share/" + token
     }
 
@@ -522,12 +530,12 @@ extension LatticeService {
     }
 
     /// Verifies a link and finds its live share. Every failure is the same error.
-    func verifiedLink(_ token: String, _ tx: any StorageTransaction) throws -> (ShareClaims, StoredShare) {
+    package func verifiedLink(_ token: String, _ tx: any StorageTransaction) throws -> (ShareClaims, StoredShare) {
         let invalid = ServiceError(.accessDenied, ShareTokenError.invalid.description)
-        guard let keyRing, let claims = try? keyRing.verify(token, nowSeconds: configuration.now() / 1000) else {
+        guard let keyRing = core.keyRing, let claims = try? keyRing.verify(token, nowSeconds: core.configuration.now() / 1000) else {
             throw invalid
         }
-        guard claims.issuer == publicURL, let share = try tx.share(publicID: claims.shareID), !share.deleted,
+        guard claims.issuer == core.publicURL, let share = try tx.share(publicID: claims.shareID), !share.deleted,
               share.urlEpoch == claims.epoch, let zone = try tx.zone(rowID: share.zoneRowID), !zone.deleted,
               zone.name == claims.zoneName, zone.ownerRecordName == claims.ownerRecordName,
               SharePermission(rawValue: claims.permission) != nil else { throw invalid }
@@ -540,8 +548,8 @@ extension LatticeService {
     /// rows are found first in a short read of the authentication lane (point reads, never queued behind
     /// writes); a link that does not verify or resolve locks nothing here and `verifiedLink` refuses it.
     private func lockLinkTarget(_ token: String, _ tx: any StorageTransaction) throws {
-        guard let keyRing, let claims = try? keyRing.verify(token, nowSeconds: configuration.now() / 1000) else { return }
-        let target = try? storage.read(deadline: .after(milliseconds: 2_000), lane: .authentication) { read -> (Int64, Int64)? in
+        guard let keyRing = core.keyRing, let claims = try? keyRing.verify(token, nowSeconds: core.configuration.now() / 1000) else { return }
+        let target = try? core.storage.read(deadline: .after(milliseconds: 2_000), lane: .authentication) { read -> (Int64, Int64)? in
             guard let share = try read.share(publicID: claims.shareID), let zone = try read.zone(rowID: share.zoneRowID) else {
                 return nil
             }
@@ -553,21 +561,21 @@ extension LatticeService {
     }
 
     /// `records/resolve {"shortGUIDs": [{"value": token or URL}]}`: what accepting would give, granting nothing.
-    func resolveShares(_ context: RequestContext) throws -> JSON {
-        let links = try items(context.body, "shortGUIDs", limit: 20, allowStrings: true)
-        return try storage.read(deadline: context.deadline) { tx in
+    package func resolveShares(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
+        let links = try RequestBody.items(body, "shortGUIDs", limit: 20, allowStrings: true)
+        return try core.storage.read(deadline: caller.deadline) { tx in
             .object(["results": .array(try links.map { link in
                 do {
                     guard let token = linkToken(link) else { throw ServiceError.badRequest("expected {\"value\": token}") }
                     let (claims, share) = try verifiedLink(token, tx)
                     if let maximum = claims.maximumUses, try tx.linkUses(tokenID: claims.tokenID) >= maximum,
-                       try roster(share, tx).access(of: context.user.id) == .none {
+                       try roster(share, tx).access(of: caller.user.id) == .none {
                         throw ServiceError(.accessDenied, ShareTokenError.invalid.description)
                     }
                     let roster = try roster(share, tx)
                     let linkPermission = SharePermission(rawValue: claims.permission) ?? .readOnly
-                    return try shareMetadata(share, roster, claims: claims, user: context.user.id,
-                                             wouldBe: roster.wouldAccept(context.user.id, linkPermission: linkPermission), tx)
+                    return try shareMetadata(share, roster, claims: claims, user: caller.user.id,
+                                             wouldBe: roster.wouldAccept(caller.user.id, linkPermission: linkPermission), tx)
                 } catch let error as ServiceError {
                     return linkError(error)
                 }
@@ -577,9 +585,9 @@ extension LatticeService {
 
     /// `records/accept {"shortGUIDs": [{"value": token or URL}]}`: joins the shares. Accepting again is a no-op;
     /// a link's `max_uses` counts distinct joins and cannot be exceeded, even by concurrent accepts.
-    func acceptShares(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
-        -> HTTPResponse {
-        let links = try items(context.body, "shortGUIDs", limit: 20, allowStrings: true)
+    package func acceptShares(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+        -> JSON {
+        let links = try RequestBody.items(body, "shortGUIDs", limit: 20, allowStrings: true)
         var results: [JSON] = []
         for link in links {
             do {
@@ -589,36 +597,36 @@ extension LatticeService {
                     var (claims, share) = try verifiedLink(token, tx)
                     var roster = try roster(share, tx)
                     let before = roster
-                    guard share.ownerID != context.user.id else {
+                    guard share.ownerID != caller.user.id else {
                         throw ServiceError.badRequest("this is your own share; it is in your private database")
                     }
-                    let alreadyIn = roster.access(of: context.user.id) != .none
+                    let alreadyIn = roster.access(of: caller.user.id) != .none
                     if !alreadyIn, let maximum = claims.maximumUses, try tx.linkUses(tokenID: claims.tokenID) >= maximum {
                         throw ServiceError(.accessDenied, ShareTokenError.invalid.description)
                     }
                     let linkPermission = SharePermission(rawValue: claims.permission) ?? .readOnly
                     let participant: ShareParticipant
                     do throws(ShareRuleError) {
-                        participant = try roster.accept(context.user.id, linkPermission: linkPermission)
+                        participant = try roster.accept(caller.user.id, linkPermission: linkPermission)
                     } catch {
                         throw apiError(error)
                     }
                     if !alreadyIn {
                         try tx.recordLinkUse(tokenID: claims.tokenID, shareID: share.id)
-                        try saveRoster(roster, of: &share, before: before, context: context, tx, &touched)
+                        try saveRoster(roster, of: &share, before: before, caller: caller, tx, &touched)
                         let zone = try tx.zone(rowID: share.zoneRowID)!
                         let zoneID = try ZoneID(zoneName: zone.name, ownerRecordName: zone.ownerRecordName)
-                        try writeShareRecord(share, roster, zone: zone, zoneID: zoneID, context: context, tx, &touched)
+                        try writeShareRecord(share, roster, zone: zone, zoneID: zoneID, caller: caller, tx, &touched)
                     }
                     claims.maximumUses = nil
-                    return try shareMetadata(share, roster, claims: claims, user: context.user.id, wouldBe: participant, tx)
+                    return try shareMetadata(share, roster, claims: claims, user: caller.user.id, wouldBe: participant, tx)
                 }
                 results.append(result)
             } catch let error as ServiceError {
                 results.append(linkError(error))
             }
         }
-        return .json(.object(["results": .array(results)]))
+        return .object(["results": .array(results)])
     }
 
     // MARK: Rendering
@@ -648,7 +656,7 @@ extension LatticeService {
         return .object(object)
     }
 
-    func shareJSON(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, _ tx: any StorageTransaction) throws -> JSON {
+    package func shareJSON(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, _ tx: any StorageTransaction) throws -> JSON {
         var participants: [JSON] = []
         for participant in roster.participants {
             guard let user = try tx.user(id: participant.userID) else { continue }
@@ -673,33 +681,33 @@ extension LatticeService {
 
     /// Keeps the share's `cloudkit.share` record in the owner's zone in step with the share, so it travels
     /// in the zone's feeds (and reappears there on every participant change, as in CloudKit).
-    func writeShareRecord(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, zoneID: ZoneID,
-                          context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
-        let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName).map(frame)
+    package func writeShareRecord(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, zoneID: ZoneID,
+                          caller: Caller, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
+        let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName).map(core.frame)
         var edit: RecordEdit
         if let stored, !stored.isDeleted {
             edit = try RecordEdit(editing: stored)
         } else {
             edit = try RecordEdit(creating: RecordID(recordName: share.recordName, zoneID: zoneID),
-                                  recordType: Self.shareRecordType, over: stored, at: tick())
+                                  recordType: Self.shareRecordType, over: stored, at: core.tick())
         }
-        try edit.set("title", to: .string(share.title), at: tick())
-        try edit.set("publicPermission", to: .string(roster.publicPermission.rawValue), at: tick())
-        if let root = share.rootRecordName { try edit.set("rootRecordName", to: .string(root), at: tick()) }
+        try edit.set("title", to: .string(share.title), at: core.tick())
+        try edit.set("publicPermission", to: .string(roster.publicPermission.rawValue), at: core.tick())
+        if let root = share.rootRecordName { try edit.set("rootRecordName", to: .string(root), at: core.tick()) }
         var summaries: [ScalarValue] = []
         for participant in roster.participants {
             guard let user = try tx.user(id: participant.userID) else { continue }
             summaries.append(.string("\(user.recordName) \(participant.role.rawValue) \(participant.permission.rawValue) "
                                      + participant.status.rawValue))
         }
-        try edit.setList("participants", to: summaries, at: tick())
+        try edit.setList("participants", to: summaries, at: core.tick())
         guard let record = try edit.applied() else { return }
-        let ownerName = try tx.user(id: share.ownerID)?.recordName ?? context.user.recordName
+        let ownerName = try tx.user(id: share.ownerID)?.recordName ?? caller.user.recordName
         _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
             recordName: share.recordName, recordType: Self.shareRecordType, frame: record.bytes,
-            deleted: false, userRecordName: ownerName, nowMs: configuration.now()))
+            deleted: false, userRecordName: ownerName, nowMs: core.configuration.now()))
         touched.insert(zone.databaseID)
-        try recordsChanged([share.recordName], in: zone, context: context, tx, &touched)
+        try recordsChanged([share.recordName], in: zone, caller: caller, tx, &touched)
     }
 
     // MARK: Parsing
@@ -725,7 +733,7 @@ extension LatticeService {
         throw ServiceError.badRequest("\(path) needs userName or userRecordName")
     }
 
-    func apiError(_ error: ShareRuleError) -> ServiceError {
+    package func apiError(_ error: ShareRuleError) -> ServiceError {
         switch error.code {
         case .tooManyParticipants: return ServiceError(.tooManyParticipants, error.description)
         case .permissionFailure: return ServiceError(.permissionFailure, error.description)
@@ -739,21 +747,21 @@ extension LatticeService {
 
 /// A share a participant lost, as its drain sees it: `lossMs` is when they lost it (their removal, leave,
 /// or `publicPermission` none), nil when they held it until the share itself was deleted.
-struct ShareLoss {
-    let share: StoredShare
-    let lossMs: Int64?
+package struct ShareLoss {
+    package let share: StoredShare
+    package let lossMs: Int64?
 }
 
-extension LatticeService {
+extension Shares {
     /// The hierarchy share `id` of `zone` when the caller once had access to it (an accepted participant at
     /// some point: their shared database's log holds it) and has it no longer. Nil for anything else, so a
     /// token naming a share the caller never had gets nothing.
-    func lostShare(_ id: Int64, zone: StoredZone, context: RequestContext, _ tx: any StorageTransaction) throws
+    package func lostShare(_ id: Int64, zone: StoredZone, caller: Caller, _ tx: any StorageTransaction) throws
         -> StoredShare? {
         guard let share = try tx.share(id: id), share.zoneRowID == zone.rowID, share.rootRecordName != nil,
-              try share.deleted || roster(share, tx).access(of: context.user.id) == .none else { return nil }
-        let database = try tx.database(DatabaseKey(kind: .shared, environment: context.environment,
-                                                   ownerID: context.user.id))
+              try share.deleted || roster(share, tx).access(of: caller.user.id) == .none else { return nil }
+        let database = try tx.database(DatabaseKey(kind: .shared, environment: caller.environment,
+                                                   ownerID: caller.user.id))
         guard database.id != 0 else { return nil }
         let page = 500
         var cursor: Int64 = 0
@@ -769,9 +777,9 @@ extension LatticeService {
     /// How to drain a lost share for the caller, or nil when there is nothing to drain: a removed
     /// participant lost it when their row changed to `removed`; an accepted one when the share was deleted
     /// (its log stops there). A pending invitation (removed, then invited again) drains nothing.
-    func lostShareDrain(_ share: StoredShare, context: RequestContext, _ tx: any StorageTransaction) throws
+    package func lostShareDrain(_ share: StoredShare, caller: Caller, _ tx: any StorageTransaction) throws
         -> ShareLoss? {
-        guard let row = try tx.participants(shareID: share.id).first(where: { $0.userID == context.user.id }) else {
+        guard let row = try tx.participants(shareID: share.id).first(where: { $0.userID == caller.user.id }) else {
             return nil
         }
         switch row.status {
@@ -785,7 +793,7 @@ extension LatticeService {
     /// the share lived on after the loss) neither it nor any record on its parent chain up to the root
     /// changed since the loss, so it was in the share then and nothing newer is named. `known` keeps the
     /// answers of one page, so records sharing ancestors cost one lookup each per page.
-    func hadRecord(_ recordName: String, _ lost: ShareLoss, _ tx: any StorageTransaction,
+    package func hadRecord(_ recordName: String, _ lost: ShareLoss, _ tx: any StorageTransaction,
                    known: inout [String: Bool]) throws -> Bool {
         guard let lossMs = lost.lossMs else { return true }
         var name = recordName
