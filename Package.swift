@@ -92,10 +92,12 @@ let package = Package(
             path: "Benchmarks/LatticeBench"
         ),
 
-        // Test support shared by the test targets: the backend switch (LATTICE_TEST_BACKEND) and throwaway
-        // PostgreSQL databases and clusters. In no product: the shipped libraries and executables do not contain it.
+        // Test support shared by the test targets: the backend switch (LATTICE_TEST_BACKEND), throwaway
+        // PostgreSQL databases and clusters, a raw HTTP/1.1 client and a real `lattice serve` process. In no
+        // product: the shipped libraries and executables do not contain it.
         .target(
-            name: "LatticeTestSupport", dependencies: ["LatticeStore", "CPostgres"], path: "Tests/LatticeTestSupport"
+            name: "LatticeTestSupport", dependencies: ["LatticeCore", "LatticeStore", "CPostgres"],
+            path: "Tests/LatticeTestSupport"
         ),
 
         .testTarget(name: "LatticeCoreTests", dependencies: ["LatticeCore"]),
@@ -105,6 +107,16 @@ let package = Package(
             dependencies: ["LatticeServer", "LatticeAPI", "LatticeOperations", "LatticeStore", "LatticeSQLite", "LatticeSharing",
                            "LatticeSync", "LatticeLists", "LatticeCore", "LatticeTestSupport"]
         ),
+        // Tests of real processes, apart from the server's in-process API tests above: `lattice serve` as a
+        // process (crash recovery, disk full, migration, several nodes on PostgreSQL, the attack suite), the
+        // `lattice` CLI against a real server, nginx and haproxy in front of it, and the `lattice-bench` commands.
+        .testTarget(
+            name: "LatticeProcessTests",
+            dependencies: ["LatticeCore", "LatticeServer", "LatticeStore", "LatticeSync", "LatticeLists", "LatticeTestSupport"]
+        ),
+        .testTarget(name: "LatticeCLITests", dependencies: ["LatticeCore", "LatticeSync", "LatticeTestSupport"]),
+        .testTarget(name: "LatticeProxyTests", dependencies: ["LatticeCore", "LatticeTestSupport"]),
+        .testTarget(name: "LatticeBenchCommandTests", dependencies: ["LatticeCore", "LatticeStore", "LatticeTestSupport"]),
         .testTarget(
             name: "LatticeSyncTests",
             dependencies: ["LatticeSync", "LatticeLists", "LatticeAPI", "LatticeOperations", "LatticeServer", "LatticeSharing",

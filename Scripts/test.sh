@@ -39,7 +39,7 @@ phase() { echo "test.sh: $1 took $((SECONDS - started)) s" >&2; started=$SECONDS
 
 # The attack suite measures probe latency, and the multi-node and haproxy tests load several servers and
 # time wake-ups, so each runs alone, after the rest.
-LATTICE_ATTACK_SUITE=skip swift test --skip-build --skip 'LatticeServerTests\.(MultiNodeTests|HAProxyTests)/'
+LATTICE_ATTACK_SUITE=skip swift test --skip-build --skip '(LatticeProcessTests\.MultiNodeTests|LatticeProxyTests\.HAProxyTests)/'
 phase "the suite on SQLite"
 
 # The same tests, not copies, on PostgreSQL: records, change feeds, limits, idempotency (the replay cache),
@@ -56,12 +56,12 @@ LATTICE_TEST_BACKEND=postgres LATTICE_ATTACK_SUITE=skip swift test --skip-build 
 phase "the correctness suites on PostgreSQL"
 
 # Three `lattice serve` nodes on one PostgreSQL database; then haproxy in front of three.
-swift test --skip-build --filter 'LatticeServerTests\.MultiNodeTests/'
+swift test --skip-build --filter 'LatticeProcessTests\.MultiNodeTests/'
 phase "the multi-node tests"
-swift test --skip-build --filter 'LatticeServerTests\.HAProxyTests/'
+swift test --skip-build --filter 'LatticeProxyTests\.HAProxyTests/'
 phase "the haproxy test"
 
-swift test --skip-build --filter AttackSuiteTests
+swift test --skip-build --filter 'LatticeProcessTests\.AttackSuiteTests/'
 phase "the attack suite"
 # Headless Chromium against a real server: share pages, the web client, sessions (issue 15).
 bash Scripts/browser-tests.sh

@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 import LatticeOperations
 @testable import LatticeServer
+import LatticeTestSupport
 import Testing
 
 /// What third-party tools found (schemathesis against Docs/openapi.json, a naive CloudKit client): wrongly

@@ -5,6 +5,7 @@ import LatticeOperations
 @testable import LatticeServer
 @testable import LatticeStore
 import LatticeSQLite
+import LatticeTestSupport
 import Testing
 
 /// Routing, sign-up, authentication and the error taxonomy, in-process (Request -> Response).

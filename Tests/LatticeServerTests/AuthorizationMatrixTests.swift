@@ -3,6 +3,7 @@ import LatticeCore
 import LatticeOperations
 @testable import LatticeServer
 import LatticeSharing
+import LatticeTestSupport
 import Synchronization
 import Testing
 

@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeSharing
+import LatticeTestSupport
 import Synchronization
 import Testing
 

@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 @testable import LatticeServer
+import LatticeTestSupport
 import Testing
 
 /// `changes/database`, `changes/zone`, the tombstone horizon and the `changes/wait` long poll.

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import LatticeCore
+import LatticeTestSupport
 import Synchronization
 import Testing
 #if canImport(Glibc)

@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 @testable import LatticeServer
+import LatticeTestSupport
 import Testing
 
 /// The costliest records the caps allow, on both write paths (issue 29, first hole): a stored list whose

@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 @testable import LatticeServer
+import LatticeTestSupport
 import Testing
 
 /// The binary path and the change logs: a push moves the logs `changes/zone` and `changes/database` read,

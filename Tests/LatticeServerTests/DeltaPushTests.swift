@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 import LatticeOperations
 @testable import LatticeServer
+import LatticeTestSupport
 import Testing
 
 /// `deltas/push` holds to every rule of `records/modify`: authentication, the media type, bad bytes refused

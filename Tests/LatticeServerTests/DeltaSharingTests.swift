@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeSharing
+import LatticeTestSupport
 import Testing
 
 /// A participant's `deltas/push` may touch only records inside their shares, with write access, and never a

@@ -349,9 +349,9 @@ import Glibc
         let database = try PostgresTestDatabase.create()
         defer { database.drop() }
         let publicURL = "http://lattice.test"
-        let a = try MigrateTests.Node(database: database.url, name: "a", port: 0, publicURL: publicURL)
+        let a = try ServeNode(database: database.url, name: "a", port: 0, publicURL: publicURL)
         defer { a.stop() }
-        let b = try MigrateTests.Node(database: database.url, name: "b", port: 0, publicURL: publicURL)
+        let b = try ServeNode(database: database.url, name: "b", port: 0, publicURL: publicURL)
         defer { b.stop() }
         let (signedUp, account) = try Self.post(a.port, "/auth/signup", .object(["name": .string("alice")]))
         #expect(signedUp == 200)
@@ -389,7 +389,7 @@ import Glibc
     @Test func theWaitingSignInsPerAddressFlagIsEnforced() throws {
         let directory = temporaryDirectory("lattice-device-flags")
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let server = try CrashRecoveryTests.ServerUnderTest(data: directory + "/server",
+        let server = try ServerUnderTest(data: directory + "/server",
                                                             extra: ["--device-sign-ins-per-address", "1"])
         defer { server.kill(SIGTERM) }
         func start() throws -> Int {

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import LatticeTestSupport
 import Synchronization
 import Testing
 

@@ -3,6 +3,7 @@ import LatticeCore
 import LatticeOperations
 @testable import LatticeServer
 import LatticeStore
+import LatticeTestSupport
 import Synchronization
 import Testing
 

@@ -1,4 +1,5 @@
 import LatticeCore
+import LatticeTestSupport
 import Testing
 
 /// `records/modify` answers are bounded too: past `maximumResponseBytes` of records a written record is

@@ -178,7 +178,7 @@ import Testing
         #expect(a.keyRing.keys.first { $0.keyID == before }?.retired == true)
         // $LATTICE_DATABASE_URL serves when neither flag is given.
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: CrashRecoveryTests.latticeBinary)
+        process.executableURL = URL(fileURLWithPath: latticeBinary)
         process.arguments = ["admin", "share-keys", "--json"]
         var environment = ProcessInfo.processInfo.environment
         environment[StorageLocation.databaseEnvironmentVariable] = cluster.database.url

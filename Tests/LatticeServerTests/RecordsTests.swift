@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 import LatticeOperations
 @testable import LatticeServer
+import LatticeTestSupport
 import Testing
 
 /// Zones and `records/*` operations, their limits and their atomicity, in-process.

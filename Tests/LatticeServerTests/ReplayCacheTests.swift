@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeStore
+import LatticeTestSupport
 import Testing
 
 /// Issue 13 point 4: the replay cache keeps a short answer, counts against the quota and keeps at most

@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeStore
+import LatticeTestSupport
 import Testing
 
 /// Issue 13, bounded work per request: every cap refused with its code before any work and with nothing

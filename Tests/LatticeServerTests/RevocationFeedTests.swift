@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 @testable import LatticeServer
+import LatticeTestSupport
 import Testing
 
 /// The hierarchy feed of a participant who loses one of two shares of a zone: the lost share is named once in

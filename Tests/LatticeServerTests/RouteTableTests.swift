@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 @testable import LatticeServer
+import LatticeTestSupport
 import Testing
 
 /// The route table (Routes.swift): patterns, 405 with `Allow`, HEAD, admission per route, and the log's

@@ -4,6 +4,7 @@ import LatticeOperations
 @testable import LatticeServer
 import LatticeSharing
 import LatticeStore
+import LatticeTestSupport
 import Synchronization
 import Testing
 

@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeSharing
+import LatticeTestSupport
 import Testing
 
 /// No existence oracle: a participant's write to a name held by a record outside their share answers byte

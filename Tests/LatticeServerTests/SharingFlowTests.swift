@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 @testable import LatticeServer
+import LatticeTestSupport
 import Synchronization
 import Testing
 

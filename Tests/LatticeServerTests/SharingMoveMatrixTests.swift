@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeSharing
+import LatticeTestSupport
 import Testing
 
 /// Moving records in and out of a shared hierarchy: only the owner moves things out; what leaves disappears

@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeSharing
+import LatticeTestSupport
 import Testing
 
 /// Revocation takes effect on the very next request, and wakes a participant parked in changes/wait.

@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeSharing
+import LatticeTestSupport
 import Testing
 
 /// Bodies that try to smuggle fields past the sharing rules: another owner's zone, forged metadata and CRDT

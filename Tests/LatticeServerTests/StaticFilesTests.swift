@@ -4,6 +4,7 @@ import LatticeCore
 import LatticeOperations
 @testable import LatticeServer
 import LatticeStore
+import LatticeTestSupport
 import Testing
 
 /// The static-file responder (StaticFiles.swift) on a temporary directory: types, ETags and 304, caching

@@ -3,6 +3,7 @@ import LatticeCore
 @testable import LatticeServer
 import LatticeSharing
 import LatticeStore
+import LatticeTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -122,7 +123,7 @@ import Glibc
     @Test func logoutRevokesTheTokenOnTheServerAndForgetsItHere() throws {
         let directory = temporaryDirectory("lattice-logout")
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let server = try CrashRecoveryTests.ServerUnderTest(data: directory + "/server")
+        let server = try ServerUnderTest(data: directory + "/server")
         defer { if server.process.isRunning { server.kill(SIGTERM) } }
         let url = "http://127.0.0.1:\(server.port)"
         let home = directory + "/ann"
@@ -163,7 +164,7 @@ import Glibc
         let directory = temporaryDirectory("lattice-admin-revoke")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let data = directory + "/server"
-        let server = try CrashRecoveryTests.ServerUnderTest(data: data)
+        let server = try ServerUnderTest(data: data)
         defer { server.kill(SIGTERM) }
         let client = try RawHTTPClient(port: server.port)
         func current(_ token: String) throws -> Int {

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeTestSupport
 import Testing
 
 /// The cost of a write is bounded by its size: list edits go in bulk (sort and merge, not one linear

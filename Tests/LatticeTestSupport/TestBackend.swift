@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 /// The storage backend the test harnesses run on: `LATTICE_TEST_BACKEND=postgres` puts every
-/// `ServiceHarness`, every `lattice serve` a test starts (`CrashRecoveryTests.ServerUnderTest`) and every
+/// `ServiceHarness`, every `lattice serve` a test starts (`ServerUnderTest`) and every
 /// `lattice admin` it runs on a fresh database of the cluster `LATTICE_TEST_POSTGRES_URL` names; unset or
 /// `sqlite`, they use SQLite files as before. Scripts/test.sh runs the correctness suites both ways.
 public enum TestBackend: String, Sendable {

@@ -17,13 +17,6 @@ final class TestClock: Sendable {
     func advance(_ delta: Int64) { milliseconds.withLock { $0 += delta } }
 }
 
-/// A fresh data directory under the temporary directory.
-func temporaryDirectory(_ label: String = "lattice-server") -> String {
-    let path = NSTemporaryDirectory() + "\(label)-\(UUID().uuidString)"
-    try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    return path
-}
-
 /// A service on a fresh SQLite file (or, with `LATTICE_TEST_BACKEND=postgres`, a fresh PostgreSQL database:
 /// see `TestBackend`) with a hand-moved clock, and helpers to call it as JSON.
 final class ServiceHarness: Sendable {
@@ -117,21 +110,3 @@ final class ServiceHarness: Sendable {
         return call("records/modify", .object(body), token: token)
     }
 }
-
-struct HarnessError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
-}
-
-/// `{"operationType": type, "record": {...}}` with plain values.
-func operation(_ type: String, _ name: String, recordType: String? = "Item", fields: [String: JSON] = [:],
-               tag: String? = nil, extra: [String: JSON] = [:]) -> JSON {
-    var record: [String: JSON] = ["recordName": .string(name)]
-    if let recordType { record["recordType"] = .string(recordType) }
-    if !fields.isEmpty { record["fields"] = .object(fields) }
-    if let tag { record["recordChangeTag"] = .string(tag) }
-    for (key, value) in extra { record[key] = value }
-    return .object(["operationType": .string(type), "record": .object(record)])
-}
-
-func value(_ v: JSON) -> JSON { .object(["value": v]) }

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -31,7 +32,7 @@ import Glibc
         }
         let data = temporaryDirectory("lattice-openssl")
         defer { try? FileManager.default.removeItem(atPath: data) }
-        let server = try CrashRecoveryTests.ServerUnderTest(data: data + "/server")
+        let server = try ServerUnderTest(data: data + "/server")
         defer { server.kill(SIGTERM) }
         let client = try RawHTTPClient(port: server.port)
         func post(_ path: String, _ body: String, token: String? = nil) throws -> JSON {

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeTestSupport
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -74,7 +75,7 @@ final class AttackServer {
         try process.run()
         // The first line gives the port; later output is never read (there is none).
         let log = logPath
-        port = try CrashRecoveryTests.listeningPort(from: output.fileHandleForReading) { ": " + Self.tail(log) }
+        port = try listeningPort(from: output.fileHandleForReading) { ": " + Self.tail(log) }
     }
 
     var pid: Int32 { process.processIdentifier }

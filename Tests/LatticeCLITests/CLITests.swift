@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeTestSupport
 import Synchronization
 import Testing
 #if canImport(Glibc)
@@ -9,113 +10,6 @@ import Glibc
 /// The `lattice` client commands as people run them: the real binary against a real `lattice serve`, each
 /// home (device) in its own directory.
 @Suite(.serialized) struct CLITests {
-    // MARK: Harness
-
-    /// Everything a reader thread got from a pipe.
-    final class PipeReader: Sendable {
-        private let bytes = Mutex<[UInt8]>([])
-        private let done = DispatchSemaphore(value: 0)
-
-        init(_ handle: FileHandle) {
-            Thread { [self] in
-                while true {
-                    let data = handle.availableData
-                    if data.isEmpty { break }
-                    bytes.withLock { $0 += data }
-                }
-                done.signal()
-            }.start()
-        }
-
-        var text: String { String(decoding: bytes.withLock { $0 }, as: UTF8.self) }
-
-        /// Waits for end of file.
-        func finish() -> String {
-            done.wait()
-            done.signal()
-            return text
-        }
-    }
-
-    struct Outcome: CustomStringConvertible {
-        let status: Int32
-        let stdout: String
-        let stderr: String
-
-        var json: JSON { get throws { try JSON.parse(stdout.trimmingCharacters(in: .whitespacesAndNewlines)) } }
-        var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
-    }
-
-    /// A started `lattice` process with its output collected; stdin is /dev/null (not a terminal).
-    static func start(_ arguments: [String], home: String?, latticeHome: String? = nil) throws
-        -> (Process, PipeReader, PipeReader) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: CrashRecoveryTests.latticeBinary)
-        process.arguments = arguments + (home.map { ["--home", $0] } ?? [])
-        var environment = ProcessInfo.processInfo.environment
-        environment["LATTICE_HOME"] = latticeHome
-        process.environment = environment
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        return (process, PipeReader(output.fileHandleForReading), PipeReader(errors.fileHandleForReading))
-    }
-
-    @discardableResult
-    static func lattice(_ arguments: String..., home: String? = nil) throws -> Outcome {
-        let (process, output, errors) = try start(arguments, home: home)
-        process.waitUntilExit()
-        return Outcome(status: process.terminationStatus, stdout: output.finish(), stderr: errors.finish())
-    }
-
-    /// Runs a command that must succeed.
-    @discardableResult
-    static func ok(_ arguments: String..., home: String? = nil) throws -> Outcome {
-        let (process, output, errors) = try start(arguments, home: home)
-        process.waitUntilExit()
-        let outcome = Outcome(status: process.terminationStatus, stdout: output.finish(), stderr: errors.finish())
-        guard outcome.status == 0 else {
-            throw HarnessError("lattice \(arguments.joined(separator: " ")) failed: \(outcome)")
-        }
-        return outcome
-    }
-
-    /// A server and two signed-up homes, alice's and bob's.
-    final class World {
-        let directory = temporaryDirectory("lattice-cli")
-        let server: CrashRecoveryTests.ServerUnderTest
-        var url: String { "http://127.0.0.1:\(server.port)" }
-        var alice: String { directory + "/alice" }
-        var bob: String { directory + "/bob" }
-
-        init() throws {
-            server = try CrashRecoveryTests.ServerUnderTest(data: directory + "/server")
-            try CLITests.ok("signup", "alice", "--server", url, home: alice)
-            try CLITests.ok("signup", "bob", "--server", url, "--json", home: bob)
-        }
-
-        /// alice's list "Groceries" with Milk (#dairy) and Eggs, shared by a public link bob accepted.
-        func sharedGroceries(permission: String = "read-write") throws -> (list: String, url: String) {
-            let created = try CLITests.ok("list", "create", "Groceries", "--json", home: alice)
-            let list = try #require(try created.json["id"]?.stringValue)
-            try CLITests.ok("list", "add", "Groceries", "Milk", "--tag", "dairy", home: alice)
-            try CLITests.ok("list", "add", list, "Eggs", home: alice)
-            try CLITests.ok("share", "create", "Groceries", "--public-permission", permission, home: alice)
-            let link = try CLITests.ok("share", "url", "Groceries", "--json", home: alice)
-            let url = try #require(try link.json["url"]?.stringValue)
-            try CLITests.ok("accept", url, "--yes", home: bob)
-            return (list, url)
-        }
-
-        deinit {
-            server.kill(SIGTERM)
-            try? FileManager.default.removeItem(atPath: directory)
-        }
-    }
-
     static let deadLink = "this share link is invalid, expired or revoked"
 
     // MARK: Tests
@@ -231,7 +125,7 @@ import Glibc
     @Test func aRefusedSignUpSaysWhyAndWhenAtOnce() throws {
         let directory = temporaryDirectory("lattice-cli-signup")
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let server = try CrashRecoveryTests.ServerUnderTest(data: directory + "/server", extra: ["--signup-per-address", "1"])
+        let server = try ServerUnderTest(data: directory + "/server", extra: ["--signup-per-address", "1"])
         defer { server.kill(SIGTERM) }
         let url = "http://127.0.0.1:\(server.port)"
         try Self.ok("signup", "ann", "--server", url, home: directory + "/ann")

@@ -12,43 +12,8 @@ import Glibc
 /// PostgreSQL database (the test cluster of `LATTICE_TEST_POSTGRES_URL`), then served by two
 /// `lattice serve --database` nodes.
 @Suite(.serialized) struct MigrateTests {
-    /// A `lattice serve --database` node, stderr collected all along (a full pipe would block it).
-    final class Node {
-        let process = Process()
-        let port: UInt16
-        private let errors = Pipe()
-        private let collected = CrashRecoveryTests.CollectedOutput()
-
-        init(database: String, name: String, port: UInt16, publicURL: String) throws {
-            process.executableURL = URL(fileURLWithPath: CrashRecoveryTests.latticeBinary)
-            process.arguments = ["serve", "--database", database, "--node-name", name, "--port", String(port),
-                                 "--public-url", publicURL, "--database-pool", "4"]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = errors
-            try process.run()
-            let handle = errors.fileHandleForReading
-            let collected = self.collected
-            Thread {
-                while true {
-                    let data = handle.availableData
-                    if data.isEmpty { break }
-                    collected.state.withLock { $0.bytes += data }
-                }
-                collected.state.withLock { $0.ended = true }
-            }.start()
-            self.port = try CrashRecoveryTests.listeningPort(from: output.fileHandleForReading) {
-                "\n" + String(decoding: collected.state.withLock { $0.bytes }, as: UTF8.self)
-            }
-        }
-
-        var url: String { "http://127.0.0.1:\(port)" }
-
-        func stop() {
-            kill(process.processIdentifier, SIGTERM)
-            process.waitUntilExit()
-        }
-    }
+    /// A `lattice serve --database` node (LatticeTestSupport).
+    typealias Node = ServeNode
 
     static let privateDatabase = "/database/1/lattice/production/private/"
     static let sharedDatabase = "/database/1/lattice/production/shared/"
@@ -82,7 +47,7 @@ import Glibc
         let alice = directory + "/alice", bob = directory + "/bob", carolHome = directory + "/carol"
 
         // The SQLite deployment, made through the CLI and the API.
-        let sqlite = try CrashRecoveryTests.ServerUnderTest(data: data, extra: ["--access-log", "off"])
+        let sqlite = try ServerUnderTest(data: data, extra: ["--access-log", "off"])
         let url = "http://127.0.0.1:\(sqlite.port)"
         let aliceToken = try #require(try CLITests.ok("signup", "alice", "--server", url, "--json", home: alice)
             .json["token"]?.stringValue)
@@ -226,7 +191,7 @@ import Glibc
         let directory = temporaryDirectory("lattice-migrate-live")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let data = directory + "/server"
-        let server = try CrashRecoveryTests.ServerUnderTest(data: data, extra: ["--access-log", "off"])
+        let server = try ServerUnderTest(data: data, extra: ["--access-log", "off"])
         defer { server.kill(SIGTERM) }
         let token = try #require(try CLITests.ok("admin", "add-user", "writer", "--data", data, "--json").json["token"]?
             .stringValue)

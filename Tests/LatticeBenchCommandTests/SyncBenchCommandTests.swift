@@ -13,7 +13,7 @@ import Glibc
     /// The `lattice-bench` executable next to the `lattice` one the other process tests use.
     static var benchBinary: String {
         if let path = ProcessInfo.processInfo.environment["LATTICE_BENCH_BIN"] { return path }
-        return URL(fileURLWithPath: CrashRecoveryTests.latticeBinary).deletingLastPathComponent()
+        return URL(fileURLWithPath: latticeBinary).deletingLastPathComponent()
             .appendingPathComponent("lattice-bench").path
     }
 

@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 @testable import LatticeServer
 import LatticeStore
+import LatticeTestSupport
 import Synchronization
 import Testing
 #if canImport(Glibc)
@@ -14,7 +15,7 @@ import Glibc
     @Test func sigtermEndsTheProcessAfterTheGracePeriodEvenWithAStuckHandler() throws {
         let data = temporaryDirectory("lattice-stuck")
         defer { try? FileManager.default.removeItem(atPath: data) }
-        let server = try CrashRecoveryTests.ServerUnderTest(data: data, extra: ["--shutdown-grace", "1"])
+        let server = try ServerUnderTest(data: data, extra: ["--shutdown-grace", "1"])
 
         // Another connection holds SQLite's write lock, so the server's next write is stuck in SQLite's busy
         // wait; and closing the database, which checkpoints, is stuck behind the same lock.

@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 import LatticeLists
 @testable import LatticeSync
+import LatticeTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -13,11 +14,11 @@ import Glibc
     /// A server process and devices (homes) pointed at it.
     final class Cluster {
         let data = temporaryDirectory("lattice-e2e")
-        let server: CrashRecoveryTests.ServerUnderTest
+        let server: ServerUnderTest
         var url: String { "http://127.0.0.1:\(server.port)" }
 
         init() throws {
-            server = try CrashRecoveryTests.ServerUnderTest(data: data + "/server")
+            server = try ServerUnderTest(data: data + "/server")
         }
 
         deinit {
@@ -231,13 +232,5 @@ import Glibc
         try alice.engine.sync()
         try bob.engine.sync()
         #expect(try bob.lists.all().map(\.title) == ["One", "Three", "Two"])
-    }
-}
-
-/// The seed of a randomized test: `LATTICE_SEED` to replay, otherwise fresh.
-enum RandomSeed {
-    static var current: UInt64 {
-        if let text = ProcessInfo.processInfo.environment["LATTICE_SEED"], let seed = UInt64(text) { return seed }
-        return UInt64.random(in: 1...UInt64.max)
     }
 }

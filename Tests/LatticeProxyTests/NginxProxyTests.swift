@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -43,7 +44,7 @@ import Glibc
         let work = temporaryDirectory("lattice-nginx")
         defer { try? FileManager.default.removeItem(atPath: work) }
         let accessLog = work + "/access.log"
-        let lattice = try CrashRecoveryTests.ServerUnderTest(
+        let lattice = try ServerUnderTest(
             data: work + "/data",
             extra: ["--trusted-proxy", "127.0.0.1", "--access-log", accessLog, "--per-address-connections", "2"])
         defer { lattice.kill(SIGTERM) }

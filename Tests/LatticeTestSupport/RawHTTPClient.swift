@@ -13,23 +13,23 @@ import Glibc
 /// let response = try client.send(method: "GET", path: "/health")
 /// #expect(response.status == 200)
 /// ```
-final class RawHTTPClient {
-    typealias Response = (status: Int, headers: [String: String], body: [UInt8])
+public final class RawHTTPClient {
+    public typealias Response = (status: Int, headers: [String: String], body: [UInt8])
 
-    struct Failure: Error, CustomStringConvertible {
-        let description: String
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
 
-        init(_ description: String) {
+        public init(_ description: String) {
             self.description = description
         }
 
         /// A failed system call, with `errno` spelled out.
-        static func system(_ call: String, _ code: Int32 = errno) -> Failure {
+        public static func system(_ call: String, _ code: Int32 = errno) -> Failure {
             Failure("\(call) failed: \(String(cString: strerror(code))) (errno \(code))")
         }
     }
 
-    let port: UInt16
+    public let port: UInt16
     private var descriptor: Int32
     /// Bytes received and not yet consumed, from `readIndex` on.
     private var received: [UInt8] = []
@@ -37,7 +37,7 @@ final class RawHTTPClient {
 
     /// Connects to 127.0.0.1:`port`, from `source` (another loopback address such as 127.0.0.2) when
     /// given. Throws when the connection is refused or does not open in time.
-    init(port: UInt16, timeoutSeconds: Double = 10, source: String? = nil) throws {
+    public init(port: UInt16, timeoutSeconds: Double = 10, source: String? = nil) throws {
         self.port = port
         descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard descriptor >= 0 else { throw Failure.system("socket") }
@@ -86,7 +86,7 @@ final class RawHTTPClient {
         close()
     }
 
-    func close() {
+    public func close() {
         if descriptor >= 0 {
             Glibc.close(descriptor)
             descriptor = -1
@@ -96,7 +96,7 @@ final class RawHTTPClient {
     /// Sends one request and reads its response. Adds `Host`, and `Content-Length` when there is a body and
     /// no `Transfer-Encoding` header (with one, `body` goes out as is: see `chunked(_:)`). Response header
     /// names are lowercased; repeated ones are joined with ", ".
-    func send(method: String, path: String, headers: [String: String] = [:], body: [UInt8] = []) throws -> Response {
+    public func send(method: String, path: String, headers: [String: String] = [:], body: [UInt8] = []) throws -> Response {
         var head = "\(method) \(path) HTTP/1.1\r\n"
         let names = Set(headers.keys.map { $0.lowercased() })
         if !names.contains("host") { head += "Host: 127.0.0.1:\(port)\r\n" }
@@ -117,13 +117,13 @@ final class RawHTTPClient {
     }
 
     /// Sends `bytes` as they are, then reads until the server closes the connection or the read times out.
-    func sendRaw(_ bytes: [UInt8]) throws -> [UInt8] {
+    public func sendRaw(_ bytes: [UInt8]) throws -> [UInt8] {
         try write(bytes)
         return try readUntilClose().bytes
     }
 
     /// Writes all of `bytes`.
-    func write(_ bytes: [UInt8]) throws {
+    public func write(_ bytes: [UInt8]) throws {
         var offset = 0
         while offset < bytes.count {
             let sent = bytes[offset...].withUnsafeBytes {
@@ -139,7 +139,7 @@ final class RawHTTPClient {
 
     /// Reads one response (skipping interim 1xx ones), its body sized by Content-Length, chunked encoding, or
     /// the end of the connection.
-    func readResponse(method: String = "GET") throws -> Response {
+    public func readResponse(method: String = "GET") throws -> Response {
         while true {
             let statusLine = try readLine()
             let parts = statusLine.split(separator: " ", maxSplits: 2)
@@ -176,7 +176,7 @@ final class RawHTTPClient {
     }
 
     /// Reads until the server closes the connection (`closed`) or a read times out (not `closed`).
-    func readUntilClose() throws -> (bytes: [UInt8], closed: Bool) {
+    public func readUntilClose() throws -> (bytes: [UInt8], closed: Bool) {
         while true {
             switch try fill() {
             case .data: continue
@@ -191,7 +191,7 @@ final class RawHTTPClient {
     }
 
     /// `chunks` in chunked transfer encoding, with the final empty chunk.
-    static func chunked(_ chunks: [[UInt8]]) -> [UInt8] {
+    public static func chunked(_ chunks: [[UInt8]]) -> [UInt8] {
         var encoded: [UInt8] = []
         for chunk in chunks where !chunk.isEmpty {
             encoded += Array((String(chunk.count, radix: 16) + "\r\n").utf8) + chunk + [13, 10]
@@ -200,7 +200,7 @@ final class RawHTTPClient {
     }
 
     /// True if nothing arrives (no bytes, no close) within `seconds`: the request sent is still pending.
-    func staysQuiet(for seconds: Double) -> Bool {
+    public func staysQuiet(for seconds: Double) -> Bool {
         if readIndex < received.count { return false }
         var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
         while true {

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc

@@ -9,19 +9,19 @@ import LatticeCore
 ///
 /// Both are built as CloudKit JSON with CRDT metadata (the form `records/modify` takes) and, for the binary
 /// path, encoded from it. `ms` is the clock value of every stamp: it must lie within the server's drift bound.
-enum CostliestRecords {
-    static let field = "list"
-    static let recordType = "Blob"
+public enum CostliestRecords {
+    public static let field = "list"
+    public static let recordType = "Blob"
 
     /// Replica ids from 2^63 up take the longest varint (10 bytes): the most bytes per context entry.
-    static let firstWideReplica: UInt64 = 1 << 63
+    public static let firstWideReplica: UInt64 = 1 << 63
     /// The one replica of the entries' dots: not in the wide context, and above every replica in it, so
     /// that a context scanned in order from its start is read whole for each entry (a replica below them
     /// all would stop such a scan at its first entry).
-    static let entriesReplica: UInt64 = .max
+    public static let entriesReplica: UInt64 = .max
 
     /// A record of one `INT64_LIST` field with `context` and `entries` (value, dot).
-    static func json(_ name: String, ms: UInt64, context: [Stamp], entries: [(Int64, Stamp)]) -> JSON {
+    public static func json(_ name: String, ms: UInt64, context: [Stamp], entries: [(Int64, Stamp)]) -> JSON {
         let created = Stamp(hlc: HLC(milliseconds: ms, counter: 0), replica: ReplicaID(1))
         return .object([
             "recordName": .string(name), "recordType": .string(recordType),
@@ -38,7 +38,7 @@ enum CostliestRecords {
     }
 
     /// The stored shape: a context of `replicas` replicas, no entries.
-    static func wideContext(_ name: String, replicas: Int, ms: UInt64) -> JSON {
+    public static func wideContext(_ name: String, replicas: Int, ms: UInt64) -> JSON {
         json(name, ms: ms, context: (0 ..< UInt64(replicas)).map {
             Stamp(hlc: HLC(milliseconds: ms, counter: 1), replica: ReplicaID(firstWideReplica + $0))
         }, entries: [])
@@ -46,7 +46,7 @@ enum CostliestRecords {
 
     /// The pushed shape: `count` (at most 65,536) entries with distinct values, all dots from
     /// `entriesReplica` at `ms` with counters 0, 1, ...
-    static func manyEntries(_ name: String, count: Int, ms: UInt64) -> JSON {
+    public static func manyEntries(_ name: String, count: Int, ms: UInt64) -> JSON {
         let dots = (0 ..< count).map {
             Stamp(hlc: HLC(milliseconds: ms, counter: UInt16($0)), replica: ReplicaID(entriesReplica))
         }
@@ -54,13 +54,13 @@ enum CostliestRecords {
                     entries: dots.enumerated().map { (Int64($0.offset), $0.element) })
     }
 
-    static func record(_ json: JSON, zoneID: ZoneID) throws -> Record {
+    public static func record(_ json: JSON, zoneID: ZoneID) throws -> Record {
         try Record(cloudKitJSON: json, zoneID: zoneID)
     }
 
     /// The largest n in 1...limit whose record `make(n)` encodes within the write limit (1 MiB), and the
     /// record's JSON body size (what the JSON path would send) stays within `jsonBytes` when given.
-    static func largest(upTo limit: Int, jsonBytes: Int? = nil, zoneID: ZoneID, _ make: (Int) -> JSON) -> Int {
+    public static func largest(upTo limit: Int, jsonBytes: Int? = nil, zoneID: ZoneID, _ make: (Int) -> JSON) -> Int {
         func fits(_ n: Int) -> Bool {
             let json = make(n)
             if let jsonBytes, json.serializedBytes().count > jsonBytes { return false }

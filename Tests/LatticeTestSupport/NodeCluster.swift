@@ -8,19 +8,19 @@ import Glibc
 
 /// Several real `lattice serve` processes on one fresh PostgreSQL database, each with its own
 /// `--node-name` and port, all with one `--public-url`: the set-up of MultiNodeTests and HAProxyTests.
-final class NodeCluster {
+public final class NodeCluster {
     /// The one public URL every node signs share links for (it is never dialled: clients use the ports).
-    static let publicURL = "https://lattice.multinode.test"
+    public static let publicURL = "https://lattice.multinode.test"
 
-    let directory = temporaryDirectory("lattice-nodes")
+    public let directory = temporaryDirectory("lattice-nodes")
     /// The PostgreSQL cluster the database is on (the shared test cluster, or a test's own).
-    let clusterURL: String
-    let databaseURL: String
-    let extra: [String]
-    private(set) var nodes: [CrashRecoveryTests.ServerUnderTest?] = []
+    public let clusterURL: String
+    public let databaseURL: String
+    public let extra: [String]
+    public private(set) var nodes: [ServerUnderTest?] = []
 
     /// `count` nodes named n0, n1, ...; `extra` goes to every `lattice serve`.
-    init(nodes count: Int = 3, clusterURL: String? = nil, extra: [String] = []) throws {
+    public init(nodes count: Int = 3, clusterURL: String? = nil, extra: [String] = []) throws {
         self.clusterURL = try clusterURL ?? TestPostgres.requireClusterURL()
         databaseURL = try TestPostgres.createDatabase("nodes", cluster: self.clusterURL)
         self.extra = extra
@@ -35,29 +35,29 @@ final class NodeCluster {
     }
 
     /// The arguments of node `index`. Sign-up limits are off: the tests make many accounts from 127.0.0.1.
-    func arguments(_ index: Int) -> [String] {
+    public func arguments(_ index: Int) -> [String] {
         ["--database", databaseURL, "--node-name", "n\(index)", "--public-url", Self.publicURL, "--port", "0",
          "--signup-per-address", "0", "--signup-global", "0"] + extra
     }
 
-    private func startNode(_ index: Int) throws -> CrashRecoveryTests.ServerUnderTest {
-        try CrashRecoveryTests.ServerUnderTest(arguments: arguments(index))
+    private func startNode(_ index: Int) throws -> ServerUnderTest {
+        try ServerUnderTest(arguments: arguments(index))
     }
 
-    var count: Int { nodes.count }
-    var ports: [UInt16] { nodes.map { $0?.port ?? 0 } }
-    func port(_ index: Int) -> UInt16 { nodes[index]?.port ?? 0 }
-    func url(_ index: Int) -> String { "http://127.0.0.1:\(port(index))" }
+    public var count: Int { nodes.count }
+    public var ports: [UInt16] { nodes.map { $0?.port ?? 0 } }
+    public func port(_ index: Int) -> UInt16 { nodes[index]?.port ?? 0 }
+    public func url(_ index: Int) -> String { "http://127.0.0.1:\(port(index))" }
 
     /// `kill -9` of one node; it stays down.
-    func killNode(_ index: Int) {
+    public func killNode(_ index: Int) {
         nodes[index]?.kill(SIGKILL)
         nodes[index] = nil
     }
 
     /// The stderr of every node so far (for failure messages): its lines other than the access log (the
     /// server's own messages, such as an internal error's cause), then the last `limit` bytes.
-    func logs(limit: Int = 1500) -> String {
+    public func logs(limit: Int = 1500) -> String {
         nodes.enumerated().map { index, node in
             let text = node?.standardError ?? ""
             let messages = text.split(separator: "\n").filter { !$0.contains(" 127.0.0.1 ") }.suffix(40)
@@ -66,40 +66,40 @@ final class NodeCluster {
     }
 
     /// Runs `lattice admin ARGUMENTS --database URL`; returns its outcome.
-    func admin(_ arguments: [String]) throws -> CLITests.Outcome {
-        let (process, output, errors) = try CLITests.start(["admin"] + arguments + ["--database", databaseURL], home: nil)
+    public func admin(_ arguments: [String]) throws -> LatticeCLI.Outcome {
+        let (process, output, errors) = try LatticeCLI.start(["admin"] + arguments + ["--database", databaseURL], home: nil)
         process.waitUntilExit()
-        return CLITests.Outcome(status: process.terminationStatus, stdout: output.finish(), stderr: errors.finish())
+        return LatticeCLI.Outcome(status: process.terminationStatus, stdout: output.finish(), stderr: errors.finish())
     }
 }
 
 /// One JSON answer from a node.
-struct NodeReply {
-    let status: Int
-    let json: JSON
-    let headers: [String: String]
+public struct NodeReply {
+    public let status: Int
+    public let json: JSON
+    public let headers: [String: String]
 
-    subscript(key: String) -> JSON? { json[key] }
-    var code: String? { json["serverErrorCode"]?.stringValue }
-    var text: String { json.serialized() }
+    public subscript(key: String) -> JSON? { json[key] }
+    public var code: String? { json["serverErrorCode"]?.stringValue }
+    public var text: String { json.serialized() }
 }
 
 /// A keep-alive JSON client for one thread, reconnecting after a failed request (a node killed, or a
 /// connection the server closed).
-final class NodeClient {
-    var port: UInt16
-    let timeoutSeconds: Double
+public final class NodeClient {
+    public var port: UInt16
+    public let timeoutSeconds: Double
     private var connection: RawHTTPClient?
 
-    init(port: UInt16, timeoutSeconds: Double = 10) {
+    public init(port: UInt16, timeoutSeconds: Double = 10) {
         self.port = port
         self.timeoutSeconds = timeoutSeconds
     }
 
-    static let base = "/database/1/lattice/production/"
+    public static let base = "/database/1/lattice/production/"
 
     /// POST `path` (absolute, or an operation under the database `database`) with a JSON body.
-    func post(_ path: String, _ body: JSON = .object([:]), token: String?, database: String? = nil,
+    public func post(_ path: String, _ body: JSON = .object([:]), token: String?, database: String? = nil,
               headers: [String: String] = [:]) throws -> NodeReply {
         let fullPath = database.map { Self.base + $0 + "/" + path } ?? path
         var headers = headers
@@ -116,13 +116,13 @@ final class NodeClient {
         }
     }
 
-    func disconnect() {
+    public func disconnect() {
         connection?.close()
         connection = nil
     }
 
     /// Signs `name` up; returns (token, userRecordName).
-    func signUp(_ name: String) throws -> (token: String, recordName: String) {
+    public func signUp(_ name: String) throws -> (token: String, recordName: String) {
         let reply = try post("/auth/signup", .object(["name": .string(name)]), token: nil)
         guard reply.status == 200, let token = reply["token"]?.stringValue,
               let recordName = reply["userRecordName"]?.stringValue else {
@@ -133,7 +133,7 @@ final class NodeClient {
 
     /// `post` that must answer 200, retried (bounded: 50 tries, 10 s) while it answers 503 or 429.
     @discardableResult
-    func ok(_ path: String, _ body: JSON = .object([:]), token: String?, database: String? = "private") throws -> NodeReply {
+    public func ok(_ path: String, _ body: JSON = .object([:]), token: String?, database: String? = "private") throws -> NodeReply {
         let started = Date()
         for _ in 0..<50 where Date().timeIntervalSince(started) < 10 {
             let reply = try post(path, body, token: token, database: database)
@@ -148,14 +148,14 @@ final class NodeClient {
 }
 
 /// Zone ids as JSON.
-func zoneID(_ name: String, owner: String? = nil) -> JSON {
+public func zoneID(_ name: String, owner: String? = nil) -> JSON {
     var zone: [String: JSON] = ["zoneName": .string(name)]
     if let owner { zone["ownerRecordName"] = .string(owner) }
     return .object(zone)
 }
 
 /// The log position in a change tag (its last `-` part, base 36).
-func changeTagPosition(_ tag: String?) -> Int64? {
+public func changeTagPosition(_ tag: String?) -> Int64? {
     guard let tag, let last = tag.split(separator: "-").last else { return nil }
     return Int64(last, radix: 36)
 }

@@ -90,7 +90,7 @@ struct CrashSuite {
         var counts = Counts()
         let tokens = try (0..<accounts).map { try Self.addUser("crash\($0)", data: data) }
         var history: [[RunLog]] = []
-        var server = try CrashRecoveryTests.ServerUnderTest(data: data)
+        var server = try ServerUnderTest(data: data)
         defer { server.kill(SIGTERM) } // the current one, also when a check throws
         let started = Date()
         for run in 0..<runs {
@@ -113,7 +113,7 @@ struct CrashSuite {
             }
 
             // Restart on the same data directory and check what survived.
-            server = try CrashRecoveryTests.ServerUnderTest(data: data)
+            server = try ServerUnderTest(data: data)
             for (account, token) in tokens.enumerated() {
                 try check(logs[account], run: run, port: server.port, token: token, retry: true, rng: &rng,
                           counts: &counts)
@@ -152,7 +152,7 @@ struct CrashSuite {
     /// Creates an account with `lattice admin add-user` (no sign-up limit applies) and returns its token.
     static func addUser(_ name: String, data: String) throws -> String {
         let admin = Process()
-        admin.executableURL = URL(fileURLWithPath: CrashRecoveryTests.latticeBinary)
+        admin.executableURL = URL(fileURLWithPath: latticeBinary)
         admin.arguments = ["admin", "add-user", name, "--json"] + (try TestBackend.storageArguments(data: data))
         let output = Pipe()
         admin.standardOutput = output
@@ -219,7 +219,7 @@ struct CrashSuite {
 
     /// Runs the writers (`threadsPerAccount` per account, each on its own connection) until the server is
     /// killed, `killAfterMs` after the first acknowledgement.
-    func writeUntilKilled(_ server: CrashRecoveryTests.ServerUnderTest, tokens: [String], zones: [String], run: Int,
+    func writeUntilKilled(_ server: ServerUnderTest, tokens: [String], zones: [String], run: Int,
                           batchSeed: UInt64, killAfterMs: Int) -> WriteOutcome {
         let attempted = Mutex<[[String: Batch]]>(Array(repeating: [:], count: tokens.count))
         let acknowledged = Mutex<[Set<String>]>(Array(repeating: [], count: tokens.count))

@@ -10,96 +10,6 @@ import Glibc
 /// `lattice serve` as a real process: killed with SIGKILL during a stream of atomic batches, restarted, and
 /// checked. Also its graceful stop on SIGTERM.
 @Suite(.serialized, .tags(.postgres)) struct CrashRecoveryTests {
-    /// The `lattice` executable next to the test bundle (`swift build --build-tests` builds both), or
-    /// `$LATTICE_BIN`.
-    static var latticeBinary: String {
-        if let path = ProcessInfo.processInfo.environment["LATTICE_BIN"] { return path }
-        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        var directory = executable.deletingLastPathComponent()
-        // The test binary sits inside LatticePackageTests.xctest on some layouts.
-        if directory.lastPathComponent.hasSuffix(".xctest") { directory = directory.deletingLastPathComponent() }
-        return directory.appendingPathComponent("lattice").path
-    }
-
-    /// What a process wrote to a pipe, collected by a reader thread.
-    final class CollectedOutput: Sendable {
-        let state = Mutex<(bytes: Data, ended: Bool)>((Data(), false))
-    }
-
-    /// Reads `lattice serve`'s first line, "listening on http://127.0.0.1:PORT", and returns the port.
-    /// `exited` says what to add when the process ended before printing it (say, its log's tail).
-    static func listeningPort(from handle: FileHandle, exited: () -> String) throws -> UInt16 {
-        var line = [UInt8]()
-        while true {
-            let byte = handle.readData(ofLength: 1)
-            guard let first = byte.first else { throw HarnessError("lattice serve exited before listening" + exited()) }
-            if first == UInt8(ascii: "\n") { break }
-            line.append(first)
-        }
-        let text = String(decoding: line, as: UTF8.self)
-        guard text.hasPrefix("listening on http://127.0.0.1:"), let port = UInt16(text.split(separator: ":").last ?? "") else {
-            throw HarnessError("unexpected first line: \(text)")
-        }
-        return port
-    }
-
-    /// A running `lattice serve` process.
-    final class ServerUnderTest {
-        let process = Process()
-        let port: UInt16
-        private let errors = Pipe()
-        private let collected = CollectedOutput()
-
-        /// `lattice serve` on the data directory `data` (on PostgreSQL: the database made for it, see
-        /// `TestBackend`), on a free port.
-        convenience init(data: String, extra: [String] = []) throws {
-            try self.init(arguments: try TestBackend.serveArguments(data: data) + ["--port", "0"] + extra)
-        }
-
-        /// `lattice serve ARGUMENTS`; they must bind 127.0.0.1 (the default host).
-        init(arguments: [String], environment: [String: String]? = nil) throws {
-            process.executableURL = URL(fileURLWithPath: CrashRecoveryTests.latticeBinary)
-            process.arguments = ["serve"] + arguments
-            if let environment { process.environment = environment }
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = errors
-            try process.run()
-            // Drain stderr all along (the access log writes a line per request there): a full pipe would
-            // block the server.
-            let errorHandle = errors.fileHandleForReading
-            let collected = self.collected
-            Thread {
-                while true {
-                    let data = errorHandle.availableData
-                    if data.isEmpty { break }
-                    collected.state.withLock { $0.bytes += data }
-                }
-                collected.state.withLock { $0.ended = true }
-            }.start()
-            let collectedErrors = self.collected
-            port = try CrashRecoveryTests.listeningPort(from: output.fileHandleForReading) {
-                Thread.sleep(forTimeInterval: 0.2)
-                return ": " + String(decoding: collectedErrors.state.withLock { $0.bytes }.suffix(2000), as: UTF8.self)
-            }
-        }
-
-        var pid: Int32 { process.processIdentifier }
-
-        func kill(_ signal: Int32) {
-            Glibc.kill(process.processIdentifier, signal)
-            process.waitUntilExit()
-        }
-
-        /// Everything the server wrote to stderr so far (all of it, once the process has exited).
-        var standardError: String {
-            if !process.isRunning {
-                for _ in 0..<200 where !collected.state.withLock({ $0.ended }) { Thread.sleep(forTimeInterval: 0.01) }
-            }
-            return String(decoding: collected.state.withLock { $0.bytes }, as: UTF8.self)
-        }
-    }
-
     private static func signUp(_ port: UInt16) throws -> String {
         let client = try RawHTTPClient(port: port)
         let reply = try client.send(method: "POST", path: "/auth/signup", body: Array(#"{"name":"crash"}"#.utf8))
@@ -176,7 +86,7 @@ import Glibc
         #expect(try JSON.parse(refused.body)["serverErrorCode"]?.stringValue == "ACCESS_DENIED")
 
         let admin = Process()
-        admin.executableURL = URL(fileURLWithPath: Self.latticeBinary)
+        admin.executableURL = URL(fileURLWithPath: latticeBinary)
         admin.arguments = ["admin", "add-user", "ann", "--json"] + (try TestBackend.storageArguments(data: data))
         let output = Pipe()
         admin.standardOutput = output
@@ -196,7 +106,7 @@ import Glibc
                                     (["admin", "add-user"] + storage, Int32(2)),
                                     (["serve", "--port", "99999", "--data", data], Int32(2))] {
             let process = Process()
-            process.executableURL = URL(fileURLWithPath: Self.latticeBinary)
+            process.executableURL = URL(fileURLWithPath: latticeBinary)
             process.arguments = arguments
             process.standardOutput = Pipe()
             process.standardError = Pipe()

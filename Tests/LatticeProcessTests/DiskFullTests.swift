@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 import LatticeStore
+import LatticeTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -63,7 +64,7 @@ import Glibc
         try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         let token = try CrashSuite.addUser("disk", data: data)
-        let server = try CrashRecoveryTests.ServerUnderTest(data: data)
+        let server = try ServerUnderTest(data: data)
         var stopped = false
         defer { if !stopped { server.kill(SIGKILL) } }
         let pid = server.process.processIdentifier

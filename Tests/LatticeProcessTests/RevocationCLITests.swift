@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 @testable import LatticeSync
+import LatticeTestSupport
 import Testing
 
 /// Issue 12's revocation bug, through the `lattice` binary against a real `lattice serve`: alice shares two

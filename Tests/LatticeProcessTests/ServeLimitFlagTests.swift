@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -14,7 +15,7 @@ import Glibc
         let data = temporaryDirectory("lattice-quota-flag")
         defer { try? FileManager.default.removeItem(atPath: data) }
         let token = try CrashSuite.addUser("quota", data: data)
-        let server = try CrashRecoveryTests.ServerUnderTest(data: data, extra: ["--quota-per-database", "4K"])
+        let server = try ServerUnderTest(data: data, extra: ["--quota-per-database", "4K"])
         defer { server.kill(SIGTERM) }
         let client = try RawHTTPClient(port: server.port, timeoutSeconds: 10)
         let headers = ["Authorization": "Bearer " + token]
@@ -41,7 +42,7 @@ import Glibc
         let data = temporaryDirectory("lattice-rate-flag")
         defer { try? FileManager.default.removeItem(atPath: data) }
         let token = try CrashSuite.addUser("rate", data: data)
-        let server = try CrashRecoveryTests.ServerUnderTest(data: data, extra: ["--requests-per-second-per-account", "2"])
+        let server = try ServerUnderTest(data: data, extra: ["--requests-per-second-per-account", "2"])
         defer { server.kill(SIGTERM) }
         let client = try RawHTTPClient(port: server.port, timeoutSeconds: 10)
         let headers = ["Authorization": "Bearer " + token]
@@ -94,7 +95,7 @@ import Glibc
         defer { try? FileManager.default.removeItem(atPath: data) }
         let accessLog = data + "-access.log"
         defer { try? FileManager.default.removeItem(atPath: accessLog) }
-        let server = try CrashRecoveryTests.ServerUnderTest(
+        let server = try ServerUnderTest(
             data: data, extra: ["--trusted-proxy", "2001:db8:ffff::/48", "--trusted-proxy", "127.0.0.0/8",
                                 "--access-log", accessLog])
         defer { server.kill(SIGTERM) }

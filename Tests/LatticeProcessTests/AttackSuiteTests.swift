@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeTestSupport
 import Synchronization
 import Testing
 #if canImport(Glibc)
