@@ -86,6 +86,7 @@ let package = Package(
         ),
 
         .testTarget(name: "LatticeCoreTests", dependencies: ["LatticeCore"]),
+        .testTarget(name: "LatticeAPITests", dependencies: ["LatticeAPI", "LatticeCore"]),
         .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore", "LatticeSQLite", "LatticeCore"]),
         .testTarget(
             name: "LatticeServerTests",
