@@ -56,3 +56,20 @@ public struct RequestLimits: Sendable, Hashable {
         self.maximumResultsLimit = maximumResultsLimit
     }
 }
+
+extension RequestReader {
+    /// An optional string member. - Throws: `key must be a string` (the server's `syncToken` wording).
+    public func optionalString(_ key: String) throws(ServiceError) -> String? {
+        guard let value = object[key] else { return nil }
+        guard let text = value.stringValue else { throw ServiceError.badRequest("\(key) must be a string") }
+        return text
+    }
+
+    /// `resultsLimit` as given (nil when left out); the server clamps it to its maximum.
+    /// - Throws: `resultsLimit must be a positive integer`.
+    public func resultsLimit() throws(ServiceError) -> Int? {
+        guard let json = object["resultsLimit"] else { return nil }
+        guard let value = json.intValue, value >= 1 else { throw ServiceError.badRequest("resultsLimit must be a positive integer") }
+        return Int(clamping: value)
+    }
+}

@@ -1,0 +1,37 @@
+import Testing
+import LatticeAPI
+import LatticeCore
+
+@Suite("change requests")
+struct ChangeRequestTests {
+    let limits = RequestLimits(maximumOperations: 3, maximumResultsLimit: 50)
+
+    private func reason(_ text: String) -> String? {
+        do { _ = try DatabaseChangesRequest(json: try JSON.parse(text), limits: limits); return nil }
+        catch { return (error as? ServiceError)?.reason ?? "not a ServiceError: \(error)" }
+    }
+
+    @Test("changes/database: the server's messages")
+    func messages() {
+        #expect(reason(#"{"resultsLimit": 0}"#) == "resultsLimit must be a positive integer")
+        #expect(reason(#"{"resultsLimit": "5"}"#) == "resultsLimit must be a positive integer")
+        #expect(reason(#"{"syncToken": 5}"#) == "syncToken must be a string")
+        #expect(reason(#"{"syncToken": 5, "resultsLimit": -1}"#) == "resultsLimit must be a positive integer")
+        #expect(reason("{}") == nil)
+    }
+
+    @Test("changes/database: encode then decode (random, seed printed), limit clamped")
+    func roundTrips() throws {
+        let seed = UInt64.random(in: 0...UInt64.max)
+        print("ChangeRequestTests.roundTrips seed \(seed)")
+        var random = SplitMix64(seed: seed)
+        for _ in 0..<200 {
+            let request = DatabaseChangesRequest(
+                syncToken: Bool.random(using: &random) ? nil : "t" + String(random.next()),
+                resultsLimit: Bool.random(using: &random) ? nil : Int.random(in: 1...100, using: &random))
+            let decoded = try DatabaseChangesRequest(json: request.json, limits: limits)
+            #expect(decoded == request, "seed \(seed)")
+            #expect(decoded.effectiveLimit(limits) == min(request.resultsLimit ?? 50, 50), "seed \(seed)")
+        }
+    }
+}
