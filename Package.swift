@@ -101,6 +101,7 @@ let package = Package(
         ),
 
         .testTarget(name: "LatticeCoreTests", dependencies: ["LatticeCore"]),
+        .testTarget(name: "LatticeAPITests", dependencies: ["LatticeAPI", "LatticeCore"]),
         .testTarget(name: "LatticeStoreTests", dependencies: ["LatticeStore", "LatticeSQLite", "LatticeCore", "LatticeTestSupport"]),
         .testTarget(
             name: "LatticeServerTests",
