@@ -96,7 +96,7 @@ let package = Package(
         // PostgreSQL databases and clusters, a raw HTTP/1.1 client and a real `lattice serve` process. In no
         // product: the shipped libraries and executables do not contain it.
         .target(
-            name: "LatticeTestSupport", dependencies: ["LatticeCore", "LatticeStore", "CPostgres"],
+            name: "LatticeTestSupport", dependencies: ["LatticeCore", "LatticeStore", "LatticeSync", "CPostgres"],
             path: "Tests/LatticeTestSupport"
         ),
 

@@ -117,7 +117,7 @@ public final class SyncEngine: @unchecked Sendable {
     private let lock = NSRecursiveLock()
     private var clock: HybridLogicalClock
     /// The transport of every call (tests inject one); nil: HTTP to the account's server.
-    let transportOverride: (any SyncTransport)?
+    package let transportOverride: (any SyncTransport)?
     private var handler: (SyncEvent) -> Void = { _ in }
     private var selectedWire: SyncWire = .binary
     private var selectedBatchLimit = SyncEngine.maximumBatchOperations

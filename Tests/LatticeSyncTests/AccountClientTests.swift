@@ -3,6 +3,7 @@ import LatticeCore
 import LatticeLists
 @testable import LatticeSync
 import Synchronization
+import LatticeTestSupport
 import Testing
 
 /// The account's online operations (`AccountClient`) and the home's account state (`SyncEngine.signIn(_:)`,

@@ -4,6 +4,7 @@ import LatticeServer
 import LatticeLists
 @testable import LatticeSync
 import Synchronization
+import LatticeTestSupport
 import Testing
 
 /// The server's "not now" (THROTTLED, TRY_AGAIN_LATER) is never waited out in silence: a long Retry-After

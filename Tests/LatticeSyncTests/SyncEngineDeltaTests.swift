@@ -5,6 +5,7 @@ import LatticeStore
 import LatticeLists
 @testable import LatticeSync
 import Synchronization
+import LatticeTestSupport
 import Testing
 
 /// A value shared between threads, under a lock.
