@@ -20,8 +20,6 @@ extension LatticeService {
             respond(error.response)
         } catch let error as MethodNotAllowed {
             respond(error.response)
-        } catch let failure as AtomicBatchFailure {
-            respond(failure.response)
         } catch {
             respond(internalError(error).response)
         }
@@ -170,5 +168,27 @@ extension LatticeService {
             return route.pattern.description
         }
         return path
+    }
+
+    // MARK: Binary bodies
+
+    /// The push envelope of a request, read before the body is treated as JSON.
+    static func pushEnvelope(_ request: HTTPRequest) throws -> SyncMessage.Push {
+        let type = request.header("content-type") ?? ""
+        guard Self.isDeltaMediaType(type) else {
+            throw ServiceError.badRequest("deltas/push takes Content-Type: \(SyncMessage.contentType)")
+        }
+        do {
+            return try SyncMessage.Push(decoding: request.body)
+        } catch {
+            throw ServiceError.badRequest("the body is not a delta push: \(error.description)")
+        }
+    }
+
+    /// `application/vnd.lattice.delta` with `version=1` (or no version, which means 1).
+    static func isDeltaMediaType(_ value: String) -> Bool {
+        let parts = value.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        guard parts.first == "application/vnd.lattice.delta" else { return false }
+        return parts.dropFirst().allSatisfy { !$0.hasPrefix("version=") || $0 == "version=1" }
     }
 }

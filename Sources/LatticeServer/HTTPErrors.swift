@@ -1,6 +1,7 @@
 import Foundation
 import LatticeAPI
 import LatticeCore
+import LatticeOperations
 
 /// The HTTP status of each code in the taxonomy (the codes themselves are LatticeCore's, shared with the
 /// client).
@@ -62,5 +63,12 @@ extension HTTPResponse {
         HTTPResponse(status: status, headers: [(name: "Content-Type", value: "application/json; charset=utf-8"),
                                                (name: "Cache-Control", value: "no-store")],
                      body: bytes)
+    }
+
+    /// An operation's answer: its JSON bytes, and `Lattice-Replayed: true` when it replays an earlier one.
+    static func answer(_ answer: Answer) -> HTTPResponse {
+        var response = HTTPResponse.json(bytes: answer.body)
+        if answer.replayed { response.headers.append((name: "Lattice-Replayed", value: "true")) }
+        return response
     }
 }

@@ -41,6 +41,11 @@ public final class LatticeService: HTTPHandler, Sendable {
     public func setPublicURL(_ url: String) { core.setPublicURL(url) }
     var log: @Sendable (String) -> Void { core.log }
 
+    // The areas of operations the routes call (`Records`, `Feeds`, `Deltas` and the others are made per call
+    // the same way: each is a value over `core`).
+    var zones: Zones { Zones(core) }
+    var shares: Shares { Shares(core) }
+
     /// - Parameter log: where internal errors are written (never to clients).
     public init(storage: any Storage, configuration: ServiceConfiguration = ServiceConfiguration(),
                 keyRing: ShareKeyRing? = nil,
@@ -132,6 +137,17 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     /// Serializes the rest of the write on `name` across nodes (`OperationsCore.serialize`).
     func serialize(_ name: String, _ tx: any StorageTransaction) throws { try core.serialize(name, tx) }
+
+    /// The replay key of a request whose body has a `clientOperationID` (its path and bytes identify it).
+    func replayKey(_ context: RequestContext) throws -> ReplayKey? {
+        try ReplayKey.of(context.body, operation: context.path, bytes: context.rawBody)
+    }
+
+    /// A write under the body's `clientOperationID`, if any (`Idempotency.run`).
+    func idempotent(_ context: RequestContext,
+                    _ body: (any StorageTransaction, inout Set<Int64>) throws -> JSON) throws -> HTTPResponse {
+        .answer(try Idempotency(core).run(context.caller, replay: try replayKey(context), body))
+    }
 
 }
 

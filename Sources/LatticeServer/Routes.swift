@@ -260,29 +260,26 @@ extension LatticeService {
         .database("zones/list") { service, context in .json(try service.zones.listZones(context.caller)) },
         .database("zones/lookup") { service, context in .json(try service.zones.lookupZones(context.caller, context.body)) },
         .database("zones/modify", growth: .unlessOnlyDeletes(["delete"])) { service, context in
-            try service.idempotent(context) { .json(try service.zones.modifyZones(context.caller, context.body, $0, &$1)) }
+            try service.idempotent(context) { try service.zones.modifyZones(context.caller, context.body, $0, &$1) }
         },
         .database("records/modify", growth: .unlessOnlyDeletes(["delete", "forceDelete"])) { service, context in
-            let refused = try service.recordsModifyRefusals(context) // the size caps, before the write lock is taken
-            return try service.idempotentModify(context) {
-                try service.modifyRecordsOutcome(context, $0, &$1, refused: refused)
-            }
+            .answer(try Records(service.core).modify(context.caller, context.body, replay: try service.replayKey(context)))
         },
-        .database("records/lookup") { service, context in .json(try service.lookupRecords(context)) },
-        .database("records/query") { service, context in .json(try service.queryRecords(context)) },
-        .database("changes/database") { service, context in .json(try service.databaseChanges(context)) },
-        .database("changes/zone") { service, context in .json(try service.zoneChanges(context)) },
+        .database("records/lookup") { service, context in .json(try Records(service.core).lookup(context.caller, context.body)) },
+        .database("records/query") { service, context in .json(try Records(service.core).query(context.caller, context.body)) },
+        .database("changes/database") { service, context in .json(try Feeds(service.core).databaseChanges(context.caller, context.body)) },
+        .database("changes/zone") { service, context in .json(try Feeds(service.core).zoneChanges(context.caller, context.body)) },
         Route(method: "POST", pattern: RoutePattern(Route.databasePrefix + "changes/wait"), authentication: .bearerOrSession,
               lane: .pool, throttle: .perAccount,
               handler: .databaseLater { service, context, abandonment, respond in
                   try service.waitForChanges(context, abandonment: abandonment, respond: respond)
               }),
         .database("shares/create", growth: .always) { service, context in
-            try service.idempotent(context) { .json(try service.shares.createShare(context.caller, context.body, $0, &$1)) }
+            try service.idempotent(context) { try service.shares.createShare(context.caller, context.body, $0, &$1) }
         },
         .database("shares/lookup") { service, context in .json(try service.shares.lookupShare(context.caller, context.body)) },
         .database("shares/modify") { service, context in
-            try service.idempotent(context) { .json(try service.shares.modifyShare(context.caller, context.body, $0, &$1)) }
+            try service.idempotent(context) { try service.shares.modifyShare(context.caller, context.body, $0, &$1) }
         },
         .database("shares/url") { service, context in
             .json(try service.write(deadline: context.deadline) { tx, touched in
@@ -290,10 +287,10 @@ extension LatticeService {
             })
         },
         .database("shares/leave") { service, context in
-            try service.idempotent(context) { .json(try service.shares.leaveShare(context.caller, context.body, $0, &$1)) }
+            try service.idempotent(context) { try service.shares.leaveShare(context.caller, context.body, $0, &$1) }
         },
         .database("shares/delete") { service, context in
-            try service.idempotent(context) { .json(try service.shares.deleteShare(context.caller, context.body, $0, &$1)) }
+            try service.idempotent(context) { try service.shares.deleteShare(context.caller, context.body, $0, &$1) }
         },
         .database("records/resolve") { service, context in
             .json(try service.shares.resolveShares(context.caller, context.body))
@@ -305,12 +302,12 @@ extension LatticeService {
         },
         .database("deltas/push", body: .deltaPush, growth: .always) { service, context in
             guard let push = context.push else { throw ServiceError.badRequest("deltas/push takes a binary delta push") }
-            let prepared = try service.preparePush(push)
-            return try service.idempotentPush(context, prepared) {
-                try service.pushDelta(context, prepared, atomic: push.atomic, $0, &$1)
-            }
+            return .answer(try Deltas(service.core).push(context.caller, push, replay: try service.replayKey(context)))
         },
-        .database("deltas/pull") { service, context in try service.pullDelta(context) },
+        .database("deltas/pull") { service, context in
+            HTTPResponse(status: 200, headers: [(name: "Content-Type", value: SyncMessage.contentType)],
+                         body: try Deltas(service.core).pull(context.caller, context.body))
+        },
         .database("tokens/list") { service, context in .json(try Accounts(service.core).listTokens(context.caller)) },
         .database("tokens/create", authentication: .bearer) { service, context in
             .json(try Accounts(service.core).createToken(context.caller, context.body))

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+@testable import LatticeOperations
 @testable import LatticeServer
 import LatticeStore
 import LatticeTestSupport
@@ -261,5 +262,5 @@ import Testing
 }
 
 extension ServiceHarness {
-    static var wholeAnswerLimit: Int { LatticeService.wholeAnswerLimit }
+    static var wholeAnswerLimit: Int { Idempotency.wholeAnswerLimit }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+@testable import LatticeOperations
 @testable import LatticeServer
 import LatticeStore
 import LatticeTestSupport
@@ -424,9 +425,10 @@ import Testing
         let body: [String: JSON] = ["zoneID": zone, "query": .object(["recordType": .string("Item")])]
         var context = RequestContext(user: user, kind: .private, environment: "production", body: body,
                                      rawBody: JSON.object(body).serializedBytes(), path: "/records/query")
-        #expect(try h.service.queryRecords(context)["records"]?.arrayValue?.count == 3)
+        let records = Records(h.service.core)
+        #expect(try records.query(context.caller, body)["records"]?.arrayValue?.count == 3)
         context.deadline = .after(milliseconds: 0)
-        #expect(throws: StorageError.deadlineExceeded) { try h.service.queryRecords(context) }
+        #expect(throws: StorageError.deadlineExceeded) { try records.query(context.caller, body) }
         #expect(h.service.internalError(StorageError.deadlineExceeded).code == .tryAgainLater)
         // And a write whose deadline passed writes nothing.
         let modify: [String: JSON] = ["zoneID": zone, "operations": .array([operation("create", "late")])]
@@ -434,7 +436,9 @@ import Testing
                                    rawBody: JSON.object(modify).serializedBytes(), path: "/records/modify")
         write.deadline = .after(milliseconds: 0)
         #expect(throws: StorageError.deadlineExceeded) {
-            try h.service.write(deadline: write.deadline) { tx, touched in try h.service.modifyRecords(write, tx, &touched) }
+            try h.service.write(deadline: write.deadline) { tx, touched in
+                try records.modifyRecordsOutcome(write.caller, modify, tx, &touched)
+            }
         }
         #expect(h.lookup(zone, ["late"], token: token).map(itemCode) == ["NOT_FOUND"])
     }

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+@testable import LatticeOperations
 @testable import LatticeServer
 import LatticeTestSupport
 import Testing

@@ -415,7 +415,7 @@ enum ClockLeaseCheck {
         wall.add(-60_000, ordering: .sequentiallyConsistent)
         let second = try LatticeService(storage: storage, configuration: configuration, log: { _ in })
         #expect(second.replicaID == first.replicaID, "\(label)")
-        let next = second.tick()
+        let next = second.core.tick()
         #expect(next.hlc.rawValue > stamped, "\(label): the restarted clock went back: \(next.hlc.rawValue) <= \(stamped)")
         // Its writes still commit and stamp above the old ones.
         try write(second, "r0", token: token)

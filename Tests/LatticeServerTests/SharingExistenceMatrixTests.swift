@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+@testable import LatticeOperations
 @testable import LatticeServer
 import LatticeSharing
 import LatticeTestSupport
@@ -94,7 +95,7 @@ extension AuthorizationMatrixTests {
                         // A missing name is written; the taken one must not be (it is outside the share).
                         let item = asTaken.records.first ?? .null
                         #expect(asTaken.status == 200 && item["serverErrorCode"] == .string("PERMISSION_FAILURE")
-                                && item["reason"] == .string(LatticeService.nameTakenOutsideShares(name).reason),
+                                && item["reason"] == .string(Records.nameTakenOutsideShares(name).reason),
                                 "\(cell): \(asTaken.json.serialized())")
                         line.append("\(write.rawValue)/\(parent.rawValue)=OK|taken")
                     } else {
@@ -143,7 +144,7 @@ extension AuthorizationMatrixTests {
                     let gone = missing.owner("records/modify", MatrixWorld.lists, ["operations": .array([
                         operation("forceDelete", shareName, recordType: nil)])])
                     #expect(matrixCode(gone) == "OK", "\(gone.json.serialized())")
-                    #expect(asTaken.records.first?["reason"] == .string(LatticeService.nameTakenOutsideShares(shareName).reason),
+                    #expect(asTaken.records.first?["reason"] == .string(Records.nameTakenOutsideShares(shareName).reason),
                             "\(cell): \(asTaken.json.serialized())")
                 } else {
                     #expect(comparable(asMissing) == comparable(asTaken), "\(cell): \(comparable(asMissing)) vs \(comparable(asTaken))")

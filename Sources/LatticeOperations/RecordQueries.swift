@@ -1,35 +1,35 @@
 import Foundation
 import LatticeAPI
 import LatticeCore
-import LatticeOperations
+
 import LatticeSharing
 import LatticeStore
 
-extension LatticeService {
+extension Records {
     /// `records/lookup {"zoneID", "records": [{"recordName"}], "desiredKeys"?}`.
     ///
     /// A record named twice is refused (BAD_REQUEST naming it). Records past `maximumResponseBytes` of
     /// answer get a per-item LIMIT_EXCEEDED: look them up again in another request.
-    func lookupRecords(_ context: RequestContext) throws -> JSON {
-        let requested = try items(context.body, "records", limit: configuration.maximumResultsLimit)
-        try refuseDuplicates(requested.enumerated().compactMap { index, item in
+    public func lookup(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
+        let requested = try RequestBody.items(body, "records", limit: configuration.maximumResultsLimit)
+        try zones.refuseDuplicates(requested.enumerated().compactMap { index, item in
             item["recordName"]?.stringValue.map { (key: $0, label: $0, path: "records[\(index)].recordName") }
         }, what: "record")
-        let desiredKeys = try parseDesiredKeys(context.body)
-        return try storage.read(deadline: context.deadline) { tx in
-            let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
-            try requireZone(resolved)
+        let desiredKeys = try parseDesiredKeys(body)
+        return try storage.read(deadline: caller.deadline) { tx in
+            let resolved = try zones.resolveZone(body["zoneID"], caller, tx, path: "zoneID")
+            try zones.requireZone(resolved)
             var results: [JSON] = []
             var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
             for (index, item) in requested.enumerated() {
                 let name = item["recordName"]?.stringValue ?? ""
                 do {
-                    try context.deadline.check()
+                    try caller.deadline.check()
                     guard item["recordName"]?.stringValue != nil else {
                         throw ServiceError.badRequest("records[\(index)].recordName is missing")
                     }
                     guard let zone = resolved.zone, let stored = try tx.record(zoneRowID: zone.rowID, name: name),
-                          !stored.deleted, try !resolved.isShared || grant(for: name, resolved, tx) != nil else {
+                          !stored.deleted, try !resolved.isShared || shares.grant(for: name, resolved, tx) != nil else {
                         throw ServiceError(.notFound, "record \(name) does not exist")
                     }
                     guard !budget.isFull else { throw budget.lookupRefusal(name) }
@@ -48,8 +48,8 @@ extension LatticeService {
     ///
     /// The marker records the sort position of the last record returned, so the next page continues
     /// after it even if records were added or removed in between.
-    func queryRecords(_ context: RequestContext) throws -> JSON {
-        guard let query = context.body["query"]?.objectValue else { throw ServiceError.badRequest("query is missing") }
+    public func query(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
+        guard let query = body["query"]?.objectValue else { throw ServiceError.badRequest("query is missing") }
         let recordType = query["recordType"]?.stringValue
         if query["recordType"] != nil && recordType == nil { throw ServiceError.badRequest("query.recordType must be a string") }
         // Bounded before any work: filters, sort keys and the values of each filter.
@@ -67,22 +67,22 @@ extension LatticeService {
             try QueryFilter(json: $1, path: "query.filterBy[\($0)]", maximumValues: configuration.maximumFilterValues)
         }
         let sorts = try sortJSON.enumerated().map { try QuerySort(json: $1, path: "query.sortBy[\($0)]") }
-        let limit = try resultsLimit(context.body["resultsLimit"])
-        let desiredKeys = try parseDesiredKeys(context.body)
+        let limit = try resultsLimit(body["resultsLimit"])
+        let desiredKeys = try parseDesiredKeys(body)
         let fingerprint = Secrets.hex(Array(Secrets.sha256(
-            Array((context.body["zoneID"] ?? .null).serializedBytes()) + [0] + Array(JSON.object(query).serializedBytes()))
+            Array((body["zoneID"] ?? .null).serializedBytes()) + [0] + Array(JSON.object(query).serializedBytes()))
             .prefix(8)))
         var after: QueryPosition?
-        if let markerJSON = context.body["continuationMarker"] {
+        if let markerJSON = body["continuationMarker"] {
             guard let marker = markerJSON.stringValue else { throw ServiceError.badRequest("continuationMarker must be a string") }
             after = try QueryPosition(marker: marker, fingerprint: fingerprint)
             guard after?.keys.count == sorts.count else {
                 throw ServiceError.badRequest("continuationMarker does not belong to this query")
             }
         }
-        return try storage.read(deadline: context.deadline) { tx in
-            let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
-            try requireZone(resolved)
+        return try storage.read(deadline: caller.deadline) { tx in
+            let resolved = try zones.resolveZone(body["zoneID"], caller, tx, path: "zoneID")
+            try zones.requireZone(resolved)
             guard let zone = resolved.zone else { return .object(["records": .array([])]) }
             // Records stream in name order; only the positions of the best `keep` matches are kept (O(n log
             // keep) time, no record held), and without sort keys name order is the query's order, so the read
@@ -90,7 +90,7 @@ extension LatticeService {
             var matches: [QueryPosition] = []
             let keep = limit + 1
             try tx.forEachRecord(zoneRowID: zone.rowID, recordType: recordType) { stored in
-                try context.deadline.check()
+                try caller.deadline.check()
                 let record = try decode(stored)
                 // Each field is read once per record, however many filters name it.
                 var fields: [String: FieldValue?] = [:]
@@ -101,7 +101,7 @@ extension LatticeService {
                     return value
                 }
                 guard filters.allSatisfy({ $0.matches(field($0.fieldName)) }) else { return true }
-                if resolved.isShared, try grant(for: stored.recordName, resolved, tx) == nil { return true }
+                if resolved.isShared, try shares.grant(for: stored.recordName, resolved, tx) == nil { return true }
                 let position = QueryPosition(keys: sorts.map { field($0.fieldName) }, recordName: stored.recordName)
                 if let after, !(after.precedes(position, sorts)) { return true }
                 matches.append(position)
@@ -112,7 +112,7 @@ extension LatticeService {
                 }
                 return true
             }
-            try context.deadline.check()
+            try caller.deadline.check()
             matches.sort { $0.precedes($1, sorts) }
             // The page: at most `limit` records and `maximumResponseBytes` of them, read again by name in the
             // same snapshot; the marker resumes after the last one answered.
@@ -120,7 +120,7 @@ extension LatticeService {
             var records: [JSON] = []
             var last: QueryPosition?
             for match in matches.prefix(limit) {
-                try context.deadline.check()
+                try caller.deadline.check()
                 guard let stored = try tx.record(zoneRowID: zone.rowID, name: match.recordName), !stored.deleted else {
                     continue
                 }
@@ -140,15 +140,6 @@ extension LatticeService {
     private func parseArray(_ json: JSON, _ path: String) throws -> [JSON] {
         guard let array = json.arrayValue else { throw ServiceError.badRequest("\(path) must be an array") }
         return array
-    }
-
-    /// `resultsLimit`: a positive integer; larger than the maximum means the maximum, as in CloudKit.
-    /// `resultsLimit` as given, at most `maximum` (CloudKit's 200 unless a binary page allows more).
-    func resultsLimit(_ json: JSON?, maximum: Int? = nil) throws -> Int {
-        let maximum = maximum ?? configuration.maximumResultsLimit
-        guard let json else { return maximum }
-        guard let value = json.intValue, value >= 1 else { throw ServiceError.badRequest("resultsLimit must be a positive integer") }
-        return Int(min(value, Int64(maximum)))
     }
 }
 
@@ -350,5 +341,3 @@ struct ResponseBudget {
     }
 }
 
-extension LatticeService {
-}

@@ -65,10 +65,10 @@ extension LatticeService {
     func sharePageState(_ request: HTTPRequest, token: String) throws -> SharePageState {
         let viewer = try? browserSession(request.head)
         return try storage.read(deadline: freshDeadline()) { tx in
-            guard let (claims, share) = try? verifiedLink(token, tx), let zone = try tx.zone(rowID: share.zoneRowID) else {
+            guard let (claims, share) = try? shares.verifiedLink(token, tx), let zone = try tx.zone(rowID: share.zoneRowID) else {
                 return .invalid
             }
-            let roster = try roster(share, tx)
+            let roster = try shares.roster(share, tx)
             let access = viewer.map { roster.access(of: $0.user.id) } ?? SharePermission.none
             let isOwner = viewer?.user.id == share.ownerID
             if let maximum = claims.maximumUses, !isOwner, access == .none, try tx.linkUses(tokenID: claims.tokenID) >= maximum {
@@ -98,7 +98,7 @@ extension LatticeService {
     }
 
     func sharePage(_ request: HTTPRequest, token: String) throws -> HTTPResponse {
-        let url = Self.shareURL(publicURL: publicURL, token: token)
+        let url = Shares.shareURL(publicURL: publicURL, token: token)
         let next = "/share/" + token
         let terminal = "<p class=\"terminal\">In a terminal: <code>lattice accept \(html(url))</code></p>"
         let signIn = "<p class=\"actions\" id=\"signin-actions\"><a class=\"button\" href=\"/#signup&amp;next=\(html(next))\">Sign up to join</a> "

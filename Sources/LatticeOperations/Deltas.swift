@@ -1,46 +1,48 @@
 import LatticeAPI
 import LatticeCore
-import LatticeOperations
+
 import LatticeStore
 
 /// The binary sync path: `deltas/push` and `deltas/pull` carry a zone's changes as canonical binary
 /// frames (`SyncMessage`, Content-Type `application/vnd.lattice.delta; version=1`), with every rule of
 /// `records/modify` and `changes/zone`. Docs/API.md describes both.
-extension LatticeService {
-    /// The push envelope of a request, read before the body is treated as JSON.
-    static func pushEnvelope(_ request: HTTPRequest) throws -> SyncMessage.Push {
-        let type = request.header("content-type") ?? ""
-        guard Self.isDeltaMediaType(type) else {
-            throw ServiceError.badRequest("deltas/push takes Content-Type: \(SyncMessage.contentType)")
-        }
-        do {
-            return try SyncMessage.Push(decoding: request.body)
-        } catch {
-            throw ServiceError.badRequest("the body is not a delta push: \(error.description)")
-        }
-    }
+/// Deltas: the binary sync path. `deltas/push` joins a delta's record states through the one write path
+/// (`Records.plan`, `Records.writeBatch`); `deltas/pull` pages a zone's feed (`Feeds.zoneFeedPage`) as
+/// frames.
+public struct Deltas: Sendable, OperationArea {
+    let core: OperationsCore
 
-    /// `application/vnd.lattice.delta` with `version=1` (or no version, which means 1).
-    static func isDeltaMediaType(_ value: String) -> Bool {
-        let parts = value.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
-        guard parts.first == "application/vnd.lattice.delta" else { return false }
-        return parts.dropFirst().allSatisfy { !$0.hasPrefix("version=") || $0 == "version=1" }
-    }
+    public init(_ core: OperationsCore) { self.core = core }
 
     /// `deltas/push`: joins each record state of the delta into the zone, as `records/modify` joins CRDT
     /// states sent with `forceUpdate`. Answers, per record in the delta's order, its change tag, its zone
     /// position, and `upToDate` (the stored state is exactly the one sent, so the device needs nothing
     /// back), or the error.
-    /// A push's delta validated and split into record frames: done before the write transaction, so
-    /// concurrent pushes check their bytes in parallel and the writer only plans and saves.
-    struct PreparedPush {
-        let delta: EncodedDelta
-        let frames: [RecordFrame]
-        let names: [String]
-        /// Frames over the size caps or holding a value outside its domain, by index: each answers its error.
-        var refused: [Int: ServiceError] = [:]
+    /// `deltas/push` under the envelope's `clientOperationID`, if any (`Idempotency`): validated and split
+    /// outside the write transaction (`preparePush`), then joined inside it.
+    public func push(_ caller: Caller, _ push: SyncMessage.Push, replay: ReplayKey?) throws -> Answer {
+        let prepared = try preparePush(push)
+        return try Idempotency(core).batch(caller, replay: replay, form: .push(prepared), isSmall: {
+            // Rendered in the transaction (and remembered whole) only when even the answer's lower bound is
+            // under the limit; a larger one is remembered in its compact form and rendered after the commit.
+            $0.minimumAnswerBytes <= Idempotency.wholeAnswerLimit
+        }, render: { $0.answer() }) { tx, touched in
+            try pushDelta(caller, prepared, atomic: push.atomic, tx, &touched)
+        }
     }
+}
 
+/// A push's delta validated and split into record frames: done before the write transaction, so
+/// concurrent pushes check their bytes in parallel and the writer only plans and saves.
+struct PreparedPush {
+    let delta: EncodedDelta
+    let frames: [RecordFrame]
+    let names: [String]
+    /// Frames over the size caps or holding a value outside its domain, by index: each answers its error.
+    var refused: [Int: ServiceError] = [:]
+}
+
+extension Deltas {
     func preparePush(_ push: SyncMessage.Push) throws -> PreparedPush {
         let delta: EncodedDelta
         do {
@@ -82,28 +84,28 @@ extension LatticeService {
         return prepared
     }
 
-    func pushDelta(_ context: RequestContext, _ prepared: PreparedPush, atomic: Bool, _ tx: any StorageTransaction,
+    func pushDelta(_ caller: Caller, _ prepared: PreparedPush, atomic: Bool, _ tx: any StorageTransaction,
                    _ touched: inout Set<Int64>) throws -> PushOutcome {
         let delta = prepared.delta
         let zoneJSON = JSON.object(["zoneName": .string(delta.zoneID.zoneName),
                                     "ownerRecordName": .string(delta.zoneID.ownerRecordName)])
-        let resolved = try resolveZone(zoneJSON, context, tx, path: "delta.zoneID", creatingDefault: true)
+        let resolved = try zones.resolveZone(zoneJSON, caller, tx, path: "delta.zoneID", creatingDefault: true)
         guard let zone = resolved.zone else {
             throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
         }
         // The drift bound applies to the whole delta: one timestamp too far ahead refuses it all.
-        try observe(delta.maximumHLC, path: "delta")
+        try core.observe(delta.maximumHLC, path: "delta")
         let frames = prepared.frames, names = prepared.names, refused = prepared.refused
-        let outcomes = try writeBatch(names: names, atomic: atomic, zone: zone, resolved: resolved, context: context, tx,
+        let outcomes = try records.writeBatch(names: names, atomic: atomic, zone: zone, resolved: resolved, caller: caller, tx,
                                       &touched, distinctNames: true) { index, shares in
             let incoming = frames[index]
             let parent: String?? = incoming.parentName.map { .some($0) } ?? nil
-            return try self.plan(names[index], kind: .forceUpdate, createsMissing: true, requestedParent: parent,
+            return try records.plan(names[index], kind: .forceUpdate, createsMissing: true, requestedParent: parent,
                                  changeTag: nil, zone: zone, resolved: resolved, shareRecordNames: shares,
-                                 context: context, tx: tx) { existing, live in
+                                 caller: caller, tx: tx) { existing, live in
                 // Found by `preparePush` (sharing and tag checks come first, as for any write).
                 if let error = refused[index] { throw error }
-                return try self.join(incoming, into: existing, live: live, kind: .forceUpdate, path: "record \(names[index])")
+                return try records.join(incoming, into: existing, live: live, kind: .forceUpdate, path: "record \(names[index])")
             }
         }
         return PushOutcome(zoneID: resolved.zoneID, zoneRowID: zone.rowID, prepared: prepared, outcomes: outcomes)
@@ -113,21 +115,21 @@ extension LatticeService {
     /// zone's changes since the token, as `changes/zone` pages them, in binary. Records whose current zone
     /// position lies in a `known` range (the device's own acknowledged writes, `upToDate` in their push
     /// answer) are left out of the frames and only named (`skipped`); the token moves past them all the same.
-    func pullDelta(_ context: RequestContext) throws -> HTTPResponse {
-        guard context.kind != .public else {
+    public func pull(_ caller: Caller, _ body: [String: JSON]) throws -> [UInt8] {
+        guard caller.database != .public else {
             throw ServiceError.badRequest("the public database has no change feed (as in CloudKit)")
         }
-        let known = try knownRanges(context.body["known"])
-        let zoneID = try parseZoneID(context.body["zoneID"], context, path: "zoneID")
+        let known = try knownRanges(body["known"])
+        let zoneID = try zones.parseZoneID(body["zoneID"], caller, path: "zoneID")
         // The page stops before the frame that would pass `maximumResponseBytes` (a skipped record counts
         // its name), with `moreComing` and a token that resumes there.
         var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
         var frames: [RecordFrame] = []
         var skipped: [String] = []
-        let page = try storage.read(deadline: context.deadline) { tx in
-            try zoneFeedPage(context.body, zoneID: zoneID, context, tx, path: "",
+        let page = try storage.read(deadline: caller.deadline) { tx in
+            try Feeds(core).zoneFeedPage(body, zoneID: zoneID, caller, tx, path: "",
                              maximumLimit: configuration.maximumPullRecords) { stored in
-                try context.deadline.check()
+                try caller.deadline.check()
                 if known.contains(stored.seq) {
                     guard budget.admit(bytes: stored.recordName.utf8.count + 1) else { return false }
                     skipped.append(stored.recordName)
@@ -139,9 +141,8 @@ extension LatticeService {
             }
         }
         let delta = BinaryCodec.encodeDelta(zoneID: page.zoneID, frames: frames)
-        let body = SyncMessage.Pull(syncToken: page.syncToken, moreComing: page.moreComing, removed: page.removed,
-                                    lostShares: page.lostShares, skipped: skipped, delta: delta).encoded()
-        return HTTPResponse(status: 200, headers: [(name: "Content-Type", value: SyncMessage.contentType)], body: body)
+        return SyncMessage.Pull(syncToken: page.syncToken, moreComing: page.moreComing, removed: page.removed,
+                                lostShares: page.lostShares, skipped: skipped, delta: delta).encoded()
     }
 
     /// Zone positions a device already holds, as inclusive ranges (at most 1,000, each `from <= to`).
@@ -163,11 +164,11 @@ extension LatticeService {
 }
 
 /// What a `deltas/push` did, item by item in the delta's order; its answer is rendered from it
-/// (`response()`), after the commit when it is large (`idempotentPush`).
+/// (`answer()`), after the commit when it is large (`Idempotency.batch`).
 struct PushOutcome: BatchOutcome {
     let zoneID: ZoneID
     let zoneRowID: Int64
-    let prepared: LatticeService.PreparedPush
+    let prepared: PreparedPush
     let outcomes: [Result<AppliedWrite, ServiceError>]
 
     var names: [String] { prepared.names }
@@ -178,7 +179,7 @@ struct PushOutcome: BatchOutcome {
     var minimumAnswerBytes: Int { prepared.names.reduce(0) { $0 + $1.utf8.count + 65 } }
 
     /// The answer: per record, its change tag, zone position and `upToDate`, or its error.
-    func response() -> HTTPResponse {
+    func answer() -> Answer {
         var answer = PushAnswer(zoneID: zoneID, capacity: outcomes.count)
         for (index, outcome) in outcomes.enumerated() {
             switch outcome {
@@ -189,7 +190,7 @@ struct PushOutcome: BatchOutcome {
                 answer.append(failed: error.json(item: (key: "recordName", value: prepared.names[index])))
             }
         }
-        return answer.response()
+        return Answer(bytes: answer.serialized())
     }
 }
 
@@ -238,8 +239,6 @@ struct PushAnswer {
         out.append(UInt8(ascii: "}"))
         return out
     }
-
-    func response() -> HTTPResponse { .json(bytes: serialized()) }
 }
 
 /// Inclusive ranges of positions, coalesced and searched by binary search.
@@ -265,75 +264,5 @@ struct KnownPositions {
             if ranges[mid].upperBound < position { low = mid + 1 } else { high = mid }
         }
         return low < ranges.count && ranges[low].contains(position)
-    }
-}
-
-/// One page of one zone's feed, as `changes/zone` and `deltas/pull` answer it.
-struct ZoneFeedPage {
-    let zoneID: ZoneID
-    /// Records changed since the token (tombstones included), in log order.
-    var records: [StoredRecord]
-    /// Records that left what the caller may see (moved out of a share, or of a share the caller lost).
-    var removed: [String]
-    /// Hierarchy shares the caller lost since the token.
-    var lostShares: [SyncMessage.LostShare]
-    let syncToken: String
-    let moreComing: Bool
-}
-
-extension LatticeService {
-    /// One zone's page of changes since the request's token: the zone's log, or for a participant of
-    /// hierarchy shares the shares' own logs. `request` is one item of `changes/zone`'s `zones`, or the body
-    /// of `deltas/pull`.
-    ///
-    /// `admit` is asked for each record, in order, before it joins the page (the caller renders it and counts
-    /// it against the response budget); the first one it refuses ends the page before it, with `moreComing`
-    /// and a token whose position is the last record answered, so the next page starts at the refused one.
-    func zoneFeedPage(_ request: [String: JSON], zoneID: ZoneID, _ context: RequestContext, _ tx: any StorageTransaction,
-                      path: String, defaultLimit: JSON? = nil, maximumLimit: Int? = nil,
-                      admit: (StoredRecord) throws -> Bool = { _ in true }) throws -> ZoneFeedPage {
-        let resolved = try resolveZone(zoneID, context, tx)
-        let limit = try resultsLimit(request["resultsLimit"] ?? defaultLimit, maximum: maximumLimit)
-        let hierarchy = resolved.grants.contains { $0.share.rootRecordName != nil }
-        let token = try request["syncToken"].map { json -> SyncToken? in
-            guard let text = json.stringValue else { throw ServiceError.badRequest("\(path)syncToken must be a string") }
-            return hierarchy ? nil : try SyncToken(text: text, expected: .zone)
-        } ?? nil
-        guard let zone = resolved.zone else {
-            if resolved.zoneID.zoneName == Names.systemZoneName, token == nil || token?.owner == 0 {
-                return ZoneFeedPage(zoneID: resolved.zoneID, records: [], removed: [], lostShares: [],
-                                    syncToken: SyncToken(log: .zone, owner: 0, position: 0).text, moreComing: false)
-            }
-            throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
-        }
-        if resolved.isShared, hierarchy {
-            return try shareFeedPage(request, resolved, zone: zone, limit: limit, context: context, tx, admit: admit)
-        }
-        let cursor = try zoneCursor(token, zone)
-        // Streamed: the rows past the one `admit` refuses are never read.
-        var records: [StoredRecord] = []
-        var cut = false
-        try tx.forEachRecordChange(zoneRowID: zone.rowID, after: cursor, limit: limit) { stored in
-            guard try admit(stored) else {
-                cut = true
-                return false
-            }
-            records.append(stored)
-            return true
-        }
-        let moreComing = cut || (records.count == limit && records.last.map { $0.seq < zone.lastSeq } == true)
-        let syncToken: SyncToken
-        if moreComing, let last = records.last {
-            syncToken = SyncToken(log: .zone, owner: zone.rowID, position: last.seq)
-        } else if moreComing {
-            // Nothing fitted (the budget was spent on earlier zones): the same place again; "from the start"
-            // stays the token that means it, which no purge expires.
-            syncToken = cursor == 0 ? SyncToken(log: .zone, owner: 0, position: 0)
-                                    : SyncToken(log: .zone, owner: zone.rowID, position: cursor)
-        } else {
-            syncToken = SyncToken(log: .zone, owner: zone.rowID, position: zone.lastSeq)
-        }
-        return ZoneFeedPage(zoneID: resolved.zoneID, records: records, removed: [], lostShares: [],
-                            syncToken: syncToken.text, moreComing: moreComing)
     }
 }

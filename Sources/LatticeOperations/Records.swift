@@ -1,6 +1,6 @@
 import LatticeAPI
 import LatticeCore
-import LatticeOperations
+
 import LatticeStore
 
 /// One operation of a `records/modify` request.
@@ -37,7 +37,7 @@ struct AppliedWrite {
 }
 
 /// A batch write's outcome, item by item in the request's order: what the replay cache keeps of a large
-/// answer (`idempotentBatch`).
+/// answer (`Idempotency.batch`).
 protocol BatchOutcome {
     /// The zone row written.
     var zoneRowID: Int64 { get }
@@ -63,40 +63,52 @@ struct ModifyOutcome: BatchOutcome {
     }
 }
 
-extension LatticeService {
-    /// `records/modify`: applies the operations to one zone, atomically by default.
+/// Records: `records/modify` (plain values and CRDT states), the one write path every record change takes
+/// (`plan`, `writeBatch`, shared with `deltas/push`), and the reads `records/lookup` and `records/query`
+/// (RecordQueries.swift).
+public struct Records: Sendable {
+    let core: OperationsCore
+
+    public init(_ core: OperationsCore) { self.core = core }
+
+    /// `records/modify`: applies the operations to one zone, atomically by default, under the body's
+    /// `clientOperationID` if it has one (`Idempotency`).
     ///
     /// - Atomic (the default): any failed operation fails the batch; nothing is written, the failed
     ///   operations report their own error and every other one ATOMIC_ERROR.
     /// - `"atomic": false`: each operation stands alone.
     ///
-    /// `refused` holds the operations over the size caps, found by `recordsModifyRefusals` before the write
-    /// transaction began; each answers its error as if it had failed there.
-    func modifyRecords(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>,
-                       refused: [Int: ServiceError] = [:]) throws -> HTTPResponse {
-        try renderModify(modifyRecordsOutcome(context, tx, &touched, refused: refused))
+    /// The size caps are checked first, before the write transaction (`recordsModifyRefusals`); an
+    /// operation over them answers its error as if it had failed in it.
+    public func modify(_ caller: Caller, _ body: [String: JSON], replay: ReplayKey?) throws -> Answer {
+        let refused = try recordsModifyRefusals(body) // the size caps, before the write lock is taken
+        return try Idempotency(core).batch(caller, replay: replay, form: .records(body), isSmall: {
+            $0.frameBytes <= Idempotency.wholeAnswerLimit / 2
+        }, render: renderModify) { tx, touched in
+            try modifyRecordsOutcome(caller, body, tx, &touched, refused: refused)
+        }
     }
 
     /// The writes of `records/modify` inside the transaction, without rendering the answer: rendering a
     /// record's JSON can cost more than writing it, and happens after the commit (`renderModify`), so the
     /// writer is not held for it.
-    func modifyRecordsOutcome(_ context: RequestContext, _ tx: any StorageTransaction, _ touched: inout Set<Int64>,
-                              refused: [Int: ServiceError] = [:]) throws -> ModifyOutcome {
-        let operationsJSON = try items(context.body, "operations", limit: configuration.maximumOperations)
+    func modifyRecordsOutcome(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction,
+                              _ touched: inout Set<Int64>, refused: [Int: ServiceError] = [:]) throws -> ModifyOutcome {
+        let operationsJSON = try RequestBody.items(body, "operations", limit: configuration.maximumOperations)
         guard !operationsJSON.isEmpty else { throw ServiceError.badRequest("operations is empty") }
-        let atomic = try atomicFlag(context.body["atomic"])
-        let desiredKeys = try parseDesiredKeys(context.body)
-        let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID", creatingDefault: true)
+        let atomic = try atomicFlag(body["atomic"])
+        let desiredKeys = try parseDesiredKeys(body)
+        let resolved = try zones.resolveZone(body["zoneID"], caller, tx, path: "zoneID", creatingDefault: true)
         guard let zone = resolved.zone else {
             throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
         }
         let names = operationsJSON.map { $0["record"]?["recordName"]?.stringValue ?? "" }
         let outcomes = try writeBatch(names: names, atomic: atomic, zone: zone, resolved: resolved,
-                                      context: context, tx, &touched) { index, shares in
+                                      caller: caller, tx, &touched) { index, shareRecordNames in
             if let error = refused[index] { throw error }
             let operation = try self.parseOperation(operationsJSON[index], path: "operations[\(index)]")
-            return try self.apply(operation, zone: zone, resolved: resolved, shareRecordNames: shares,
-                                  context: context, tx: tx)
+            return try self.apply(operation, zone: zone, resolved: resolved, shareRecordNames: shareRecordNames,
+                                  caller: caller, tx: tx)
         }
         return ModifyOutcome(zoneRowID: zone.rowID, names: names, outcomes: outcomes, desiredKeys: desiredKeys)
     }
@@ -107,7 +119,7 @@ extension LatticeService {
     /// (`fieldsOmitted: true`; `records/lookup` has them): 400 small edits of large records cannot make an
     /// answer hundreds of times the size of the request. With `desiredKeys: []` no record carries fields,
     /// and none is counted.
-    func renderModify(_ outcome: ModifyOutcome) throws -> HTTPResponse {
+    func renderModify(_ outcome: ModifyOutcome) throws -> Answer {
         var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
         let noFields = outcome.desiredKeys?.isEmpty == true
         let items: [JSON] = try zip(outcome.outcomes, outcome.names).map { result, name in
@@ -120,7 +132,7 @@ extension LatticeService {
             case .failure(let error): return error.json(item: (key: "recordName", value: name))
             }
         }
-        return .json(.object(["records": .array(items)]))
+        return Answer(.object(["records": .array(items)]))
     }
 
     func atomicFlag(_ value: JSON?) throws -> Bool {
@@ -136,14 +148,14 @@ extension LatticeService {
     /// the whole transaction back and answers every item (the failed ones with their error, the others
     /// ATOMIC_ERROR). Each write gets the zone's share record names. `distinctNames`: the caller knows no name
     /// repeats (a validated delta is in strict name order), so the batch is saved in one go without tracking names.
-    func writeBatch(names: [String], atomic: Bool, zone: StoredZone, resolved: ResolvedZone, context: RequestContext,
+    func writeBatch(names: [String], atomic: Bool, zone: StoredZone, resolved: ResolvedZone, caller: Caller,
                     _ tx: any StorageTransaction, _ touched: inout Set<Int64>, distinctNames: Bool = false,
                     plan planWrite: (_ index: Int, _ shareRecordNames: Set<String>) throws -> PlannedWrite) throws
         -> [Result<AppliedWrite, ServiceError>] {
         // The zone's share records, read once: a batch never creates or deletes shares mid-way. A zone
         // without shares gets none from the batch, so the share bookkeeping after the writes is skipped.
-        let shares = try tx.shares(zoneRowID: zone.rowID)
-        let shareRecordNames = Set(shares.map(\.recordName))
+        let zoneShares = try tx.shares(zoneRowID: zone.rowID)
+        let shareRecordNames = Set(zoneShares.map(\.recordName))
         var slots: [Result<AppliedWrite, ServiceError>?] = Array(repeating: nil, count: names.count)
         var changedNames: [String] = []
         // The planned writes waiting to be saved, as three parallel arrays (handed to the store as they are).
@@ -174,7 +186,7 @@ extension LatticeService {
         for index in names.indices {
             // Each record's join is bounded by the caps (O((E + R) log R) in its entries and context), and the
             // batch stops at the request's deadline between records: nothing is written when it does.
-            if let deadline = context.deadline, deadline.hasPassed { throw StorageError.deadlineExceeded }
+            if let deadline = caller.deadline, deadline.hasPassed { throw StorageError.deadlineExceeded }
             if !distinctNames, pendingNames.contains(names[index]) { try flush() }
             do {
                 let plan = try planWrite(index, shareRecordNames)
@@ -213,22 +225,22 @@ extension LatticeService {
                         .json(item: (key: "recordName", value: name))
                 }
             }
-            throw AtomicBatchFailure(response: .json(.object(["records": .array(items)])))
+            throw AtomicBatchFailed(answer: .object(["records": .array(items)]))
         }
         if !changedNames.isEmpty {
             touched.insert(zone.databaseID)
-            guard !shares.isEmpty else { return outcomes }
+            guard !zoneShares.isEmpty else { return outcomes }
             // The owner deleting a hierarchy root deletes its share, as in CloudKit.
             if !resolved.isShared {
                 let changed = Set(changedNames)
                 for share in try tx.shares(zoneRowID: zone.rowID) {
                     guard let root = share.rootRecordName, changed.contains(root),
                           try tx.record(zoneRowID: zone.rowID, name: root)?.deleted == true else { continue }
-                    try removeShare(share, try roster(share, tx), zone: zone, context: context, tx, &touched)
+                    try shares.removeShare(share, try shares.roster(share, tx), zone: zone, caller: caller, tx, &touched)
                 }
             }
-            try checkSharesStayDisjoint(zone, tx)
-            try recordsChanged(changedNames, in: zone, context: context, tx, &touched)
+            try shares.checkSharesStayDisjoint(zone, tx)
+            try shares.recordsChanged(changedNames, in: zone, caller: caller, tx, &touched)
         }
         return outcomes
     }
@@ -252,7 +264,7 @@ extension LatticeService {
 
     /// Applies one operation of `records/modify`.
     private func apply(_ operation: RecordOperation, zone: StoredZone, resolved: ResolvedZone,
-                       shareRecordNames: Set<String>, context: RequestContext,
+                       shareRecordNames: Set<String>, caller: Caller,
                        tx: any StorageTransaction) throws -> PlannedWrite {
         // The size caps were checked before the transaction (`recordsModifyRefusals`).
         let requestedParent: String?? = operation.record["parent"].map { $0 == .null ? nil : $0["recordName"]?.stringValue ?? "" }
@@ -262,7 +274,7 @@ extension LatticeService {
             || (kind == .forceUpdate && operation.record["crdt"] != nil)
         return try plan(operation.recordName, kind: kind, createsMissing: createsMissing, requestedParent: requestedParent,
                          changeTag: operation.record["recordChangeTag"], zone: zone, resolved: resolved,
-                         shareRecordNames: shareRecordNames, context: context, tx: tx) { existing, live in
+                         shareRecordNames: shareRecordNames, caller: caller, tx: tx) { existing, live in
             if operation.kind.isDelete {
                 guard let existing, live else { throw ServiceError(.notFound, "record \(operation.recordName) does not exist") }
                 var edit = try RecordEdit(editing: existing)
@@ -288,7 +300,7 @@ extension LatticeService {
     /// record is NOT_FOUND).
     func plan(_ recordName: String, kind: RecordOperation.Kind, createsMissing: Bool, requestedParent: String??,
               changeTag: JSON?, zone: StoredZone, resolved: ResolvedZone, shareRecordNames: Set<String>,
-              context: RequestContext, tx: any StorageTransaction, _ change: (RecordFrame?, Bool) throws -> RecordFrame?) throws -> PlannedWrite {
+              caller: Caller, tx: any StorageTransaction, _ change: (RecordFrame?, Bool) throws -> RecordFrame?) throws -> PlannedWrite {
         var stored = try tx.record(zoneRowID: zone.rowID, name: recordName)
         var existing = try stored.map(frame)
         var live = existing.map { !$0.isDeleted } ?? false
@@ -300,15 +312,15 @@ extension LatticeService {
         // would make is refused otherwise (`nameTakenOutsideShares`), as it would land outside the shares.
         var outsideShares = false
         if resolved.isShared {
-            if live, try grant(for: recordName, resolved, tx) == nil {
+            if live, try shares.grant(for: recordName, resolved, tx) == nil {
                 outsideShares = true
                 (stored, existing, live) = (nil, nil, false)
             } else if !shareRecordNames.isEmpty, shareRecordNames.contains(recordName) {
                 throw ServiceError(.permissionFailure, "a share record is changed with shares/modify, by its owner or an administrator")
             }
-            try checkParticipantWrite(recordName, isDelete: kind.isDelete, live: live, createsMissing: createsMissing,
+            try shares.checkParticipantWrite(recordName, isDelete: kind.isDelete, live: live, createsMissing: createsMissing,
                                       requestedParent: requestedParent, resolved, tx)
-        } else if context.kind == .private, !shareRecordNames.isEmpty, shareRecordNames.contains(recordName) {
+        } else if caller.database == .private, !shareRecordNames.isEmpty, shareRecordNames.contains(recordName) {
             throw ServiceError.badRequest("record \(recordName) is a share; change it with shares/modify or shares/delete")
         }
 
@@ -326,7 +338,7 @@ extension LatticeService {
                                + "not \(tag))", serverRecord: recordJSON(stored, try decode(existing), desiredKeys: nil))
             }
         }
-        if context.kind == .public, let stored, live, kind != .create, stored.createdBy != context.user.recordName {
+        if caller.database == .public, let stored, live, kind != .create, stored.createdBy != caller.user.recordName {
             throw ServiceError(.accessDenied, "only the creator of a public record may change or delete it")
         }
 
@@ -338,10 +350,10 @@ extension LatticeService {
                            + "\(Record.maximumEncodedSize) bytes per record")
         }
         guard let after = result ?? existing else { throw ServiceError(.internalError, "a write produced no record") }
-        try checkParticipantPlacement(after, before: existing, live: live, resolved, tx)
+        try shares.checkParticipantPlacement(after, before: existing, live: live, resolved, tx)
         // A CRDT state can carry a deletion too: the root of a share is still the owner's to delete.
         if resolved.isShared, after.isDeleted, live, !kind.isDelete,
-           try grant(for: recordName, resolved, tx)?.share.rootRecordName == recordName {
+           try shares.grant(for: recordName, resolved, tx)?.share.rootRecordName == recordName {
             throw ServiceError(.permissionFailure, "only the owner deletes the root record of a share")
         }
         guard let result else {
@@ -354,7 +366,7 @@ extension LatticeService {
         if outsideShares { throw Self.nameTakenOutsideShares(recordName) }
         return PlannedWrite(recordName: recordName, stored: stored, after: result, write: RecordWrite(
             recordName: recordName, recordType: result.recordType, frame: result.bytes, deleted: result.isDeleted,
-            parentName: result.parentName, userRecordName: context.user.recordName, nowMs: configuration.now()))
+            parentName: result.parentName, userRecordName: caller.user.recordName, nowMs: configuration.now()))
     }
 
     /// A participant's write that would make a record whose name a record outside their shares holds: a
@@ -402,10 +414,10 @@ extension LatticeService {
 
     /// The size caps of a `records/modify` request, checked before the write transaction: the number of
     /// operations (LIMIT_EXCEEDED for the whole request), and per operation fields per record and elements
-    /// per array anywhere in it (LIMIT_EXCEEDED for that operation, answered by `modifyRecords`). One walk
+    /// per array anywhere in it (LIMIT_EXCEEDED for that operation, answered by `modify`). One walk
     /// over the request, O(its size).
-    func recordsModifyRefusals(_ context: RequestContext) throws -> [Int: ServiceError] {
-        let operations = try items(context.body, "operations", limit: configuration.maximumOperations)
+    func recordsModifyRefusals(_ body: [String: JSON]) throws -> [Int: ServiceError] {
+        let operations = try RequestBody.items(body, "operations", limit: configuration.maximumOperations)
         var refused: [Int: ServiceError] = [:]
         for (index, json) in operations.enumerated() {
             guard let record = json["record"]?.objectValue else { continue } // parseOperation names the problem
@@ -573,32 +585,6 @@ extension LatticeService {
         }
     }
 
-    /// A fresh stamp from the server's clock.
-    func tick() -> Stamp { core.tick() }
-
-    /// A stored row's frame, checked (a damaged row is an internal error, never an unchecked read).
-    func frame(_ stored: StoredRecord) throws -> RecordFrame {
-        do {
-            return try RecordFrame(stored: stored.frame)
-        } catch {
-            throw StorageError.failure("stored record \(stored.recordName) does not decode: \(error)")
-        }
-    }
-
-    /// The readable model of a frame, for JSON answers.
-    func decode(_ frame: RecordFrame) throws -> Record {
-        do {
-            return try frame.decoded()
-        } catch {
-            throw StorageError.failure("record \(frame.recordName) does not decode: \(error)")
-        }
-    }
-
-    func decode(_ stored: StoredRecord) throws -> Record {
-        try decode(try frame(stored))
-    }
-
-    /// The CloudKit record dictionary plus the server's fields: change tag, created and modified.
     /// A written record past the answer's byte cap: what identifies it and its new change tag, no fields.
     static func recordWithoutFields(_ stored: StoredRecord) -> JSON {
         .object([
@@ -611,29 +597,11 @@ extension LatticeService {
             "fieldsOmitted": .bool(true),
         ])
     }
-
-    /// A stored record as CloudKit's record dictionary, with only the fields named in `desiredKeys` (all when
-    /// nil); the other keys are always there.
-    func recordJSON(_ stored: StoredRecord, _ record: Record, desiredKeys: Set<String>?) -> JSON {
-        let rendered = record.cloudKitJSON(fields: desiredKeys)
-        guard case .object(var object) = rendered else { return rendered }
-        object["recordChangeTag"] = .string(stored.changeTag)
-        object["created"] = .object(["timestamp": .int(stored.createdMs), "userRecordName": .string(stored.createdBy)])
-        object["modified"] = .object(["timestamp": .int(stored.modifiedMs), "userRecordName": .string(stored.modifiedBy)])
-        return .object(object)
-    }
-
-    /// A request's `desiredKeys`: the field names its answer's records carry (nil when absent: all of them).
-    func parseDesiredKeys(_ body: [String: JSON]) throws -> Set<String>? {
-        guard let json = body["desiredKeys"] else { return nil }
-        guard let array = json.arrayValue, array.allSatisfy({ $0.stringValue != nil }) else {
-            throw ServiceError.badRequest("desiredKeys must be an array of field names")
-        }
-        return Set(array.compactMap(\.stringValue))
-    }
 }
 
-/// Thrown inside the write transaction to roll an atomic batch back while still answering per item.
-struct AtomicBatchFailure: Error {
-    let response: HTTPResponse
+/// Thrown inside the write transaction to roll an atomic batch back, carrying its answer (every item with
+/// its error or ATOMIC_ERROR); the batch's entry point (`Idempotency.batch`) catches it after the rollback
+/// and answers it as the outcome it is.
+struct AtomicBatchFailed: Error {
+    let answer: JSON
 }

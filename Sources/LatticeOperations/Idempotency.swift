@@ -1,15 +1,15 @@
 import LatticeAPI
 import LatticeCore
-import LatticeOperations
+
 import LatticeSharing
 import LatticeStore
 
-/// The replay cache: what a write with a `clientOperationID` leaves behind so that a retry with the same
-/// id and body applies once and is answered again (`Lattice-Replayed: true`).
+/// Idempotency, the replay cache: what a write with a `clientOperationID` leaves behind so that a retry with the same
+/// id and body applies once and is answered again (`Answer.replayed`, which HTTP shows as `Lattice-Replayed: true`).
 ///
 /// A remembered operation keeps the request's hash, the status and a short answer:
 /// - `records/modify` answers of more than `wholeAnswerLimit / 2` bytes of records and `deltas/push`
-///   answers over `wholeAnswerLimit` bytes (both rendered after the commit, `idempotentBatch`) keep only
+///   answers over `wholeAnswerLimit` bytes (both rendered after the commit, `batch`) keep only
 ///   the zone row they wrote and the items that failed (with their error). A replay names the records
 ///   from the retried body (the same bytes, by the hash) and renders each one's current state. That is
 ///   correct for CRDT state: the server's state of a record only grows past the first answer, so the
@@ -24,15 +24,52 @@ import LatticeStore
 /// Each remembered operation is charged to the caller's private database quota (in the request's
 /// environment) until it is forgotten, and a user keeps at most `maximumClientOperationsPerUser`
 /// (saving one more forgets their oldest first).
-extension LatticeService {
+/// A JSON answer of an operation, as bytes, and whether it is a replay of an earlier one (the HTTP layer
+/// adds `Lattice-Replayed: true`). Operations answer with status 200; errors are thrown as `ServiceError`.
+public struct Answer: Sendable {
+    public var body: [UInt8]
+    public var replayed: Bool
+
+    public init(bytes: [UInt8], replayed: Bool = false) {
+        self.body = bytes
+        self.replayed = replayed
+    }
+
+    public init(_ json: JSON) { self.init(bytes: json.serializedBytes()) }
+}
+
+/// What makes a write replayable: the body's `clientOperationID`, checked, and the hash of the operation
+/// and its body bytes (the same id with another body is refused).
+public struct ReplayKey: Sendable {
+    public let operationID: String
+    public let requestHash: [UInt8]
+
+    /// The key of a request whose body has a `clientOperationID`; nil when it has none. `operation` names
+    /// the operation (its path), `bytes` are the body as sent.
+    /// - Throws: BAD_REQUEST `clientOperationID must be a string of 1 to 128 bytes`.
+    public static func of(_ body: [String: JSON], operation: String, bytes: [UInt8]) throws -> ReplayKey? {
+        guard let json = body["clientOperationID"] else { return nil }
+        guard let operationID = json.stringValue, (1...128).contains(operationID.utf8.count) else {
+            throw ServiceError.badRequest("clientOperationID must be a string of 1 to 128 bytes")
+        }
+        return ReplayKey(operationID: operationID, requestHash: Secrets.sha256(Array(operation.utf8) + [0] + bytes))
+    }
+}
+
+/// The replay cache's operations. See the top of this file.
+public struct Idempotency: Sendable, OperationArea {
+    let core: OperationsCore
+
+    public init(_ core: OperationsCore) { self.core = core }
+
     /// Answers at most this long are remembered whole.
     static let wholeAnswerLimit = 2_048
 
     /// How a write's answer can be rebuilt on replay.
     enum ReplayForm {
         case whole
-        /// `records/modify`: items in operation order, named by the body's `operations[i].record.recordName`.
-        case records
+        /// `records/modify` (its body): items in operation order, named by `operations[i].record.recordName`.
+        case records([String: JSON])
         /// `deltas/push`: items in the delta's order.
         case push(PreparedPush)
     }
@@ -50,84 +87,46 @@ extension LatticeService {
         }
     }
 
-    /// Runs a write under a client operation id, if the body has one: a retried request with the same id
-    /// and body gets its answer again (remembered whole) instead of applying twice; the same id with another
-    /// body is BAD_REQUEST. Batch writes, whose answers can be large, go through `idempotentBatch`.
-    func idempotent(_ context: RequestContext,
-                    _ body: (any StorageTransaction, inout Set<Int64>) throws -> HTTPResponse) throws -> HTTPResponse {
-        guard context.body["clientOperationID"] != nil else {
-            return try write(deadline: context.deadline) { tx, touched in try body(tx, &touched) }
+    /// Runs a write under a client operation id (`replay`, nil when the body has none): a retried request
+    /// with the same id and body gets its answer again (remembered whole) instead of applying twice; the same
+    /// id with another body is BAD_REQUEST. Batch writes, whose answers can be large, go through `batch`.
+    public func run(_ caller: Caller, replay: ReplayKey?,
+                    _ body: (any StorageTransaction, inout Set<Int64>) throws -> JSON) throws -> Answer {
+        guard let replay else {
+            return Answer(try core.write(deadline: caller.deadline) { tx, touched in try body(tx, &touched) })
         }
-        let operationID = try Self.operationID(context)
-        let requestHash = Self.requestHash(context)
-        return try write(deadline: context.deadline) { tx, touched in
-            let userID = context.user.id
-            if let earlier = try tx.clientOperation(userID: userID, operationID: operationID) {
-                guard earlier.requestHash == requestHash else {
-                    throw ServiceError.badRequest("clientOperationID \(operationID) was already used for a different request")
-                }
-                var response = try replayed(earlier, .whole, context, tx)
-                response.headers.append((name: "Lattice-Replayed", value: "true"))
-                return response
-            }
-            let response = try body(tx, &touched)
-            let remembered = ClientOperation(requestHash: requestHash, status: response.status,
-                                             response: try shortAnswer(response, .whole, context, tx))
-            try remember(remembered, operationID: operationID, context, tx)
-            return response
+        return try core.write(deadline: caller.deadline) { tx, touched in
+            if let earlier = try recall(replay, caller, tx) { return try replayed(earlier, .whole, caller, tx) }
+            let answer = Answer(try body(tx, &touched))
+            try remember(ClientOperation(requestHash: replay.requestHash, status: 200,
+                                         response: try shortAnswer(answer, .whole, caller, tx)),
+                         operationID: replay.operationID, caller, tx)
+            return answer
         }
     }
 
-    /// `records/modify` under a client operation id, if the body has one, like `idempotent` with the
-    /// `.records` form, but a large answer is rendered after the commit (`idempotentBatch`).
-    func idempotentModify(_ context: RequestContext,
-                          _ body: (any StorageTransaction, inout Set<Int64>) throws -> ModifyOutcome) throws -> HTTPResponse {
-        try idempotentBatch(context, form: .records, body,
-                            isSmall: { $0.frameBytes <= Self.wholeAnswerLimit / 2 }, render: renderModify)
-    }
-
-    /// `deltas/push` under a client operation id, if the body has one, like `idempotent` with the `.push`
-    /// form, but a large answer is rendered after the commit (`idempotentBatch`). The answer counts as large
-    /// when even its lower bound (`PushOutcome.minimumAnswerBytes`) is over `wholeAnswerLimit`: `shortAnswer`
-    /// would keep the compact form of such an answer too; any other is rendered in the transaction and
-    /// given to `shortAnswer`, so what is remembered is the same bytes as before.
-    func idempotentPush(_ context: RequestContext, _ prepared: PreparedPush,
-                        _ body: (any StorageTransaction, inout Set<Int64>) throws -> PushOutcome) throws -> HTTPResponse {
-        try idempotentBatch(context, form: .push(prepared), body,
-                            isSmall: { $0.minimumAnswerBytes <= Self.wholeAnswerLimit }, render: { $0.response() })
-    }
-
-    /// A batch write under a client operation id, if the body has one. The writer is held for the writes
-    /// only: what is remembered of a large answer is the compact form, taken from the outcome (no rendered
-    /// answer is parsed), and the answer is rendered after the commit. A small one (`isSmall`) is rendered
-    /// inside the transaction and remembered as `idempotent` would (whole, so a replay is the first answer
-    /// byte for byte).
-    private func idempotentBatch<Outcome: BatchOutcome>(
-        _ context: RequestContext, form: ReplayForm,
-        _ body: (any StorageTransaction, inout Set<Int64>) throws -> Outcome,
-        isSmall: (Outcome) -> Bool, render: (Outcome) throws -> HTTPResponse) throws -> HTTPResponse {
+    /// A batch write (`records/modify`, `deltas/push`) under a client operation id, if there is one. The
+    /// writer is held for the writes only: what is remembered of a large answer is the compact form, taken
+    /// from the outcome (no rendered answer is parsed), and the answer is rendered after the commit. A small
+    /// one (`isSmall`) is rendered inside the transaction and remembered as `run` would (whole, so a replay
+    /// is the first answer byte for byte). An atomic batch that failed rolls back and is answered as the
+    /// outcome it is (every item with its error or ATOMIC_ERROR); nothing is remembered of it.
+    func batch<Outcome: BatchOutcome>(
+        _ caller: Caller, replay: ReplayKey?, form: ReplayForm, isSmall: (Outcome) -> Bool,
+        render: (Outcome) throws -> Answer,
+        _ body: (any StorageTransaction, inout Set<Int64>) throws -> Outcome) throws -> Answer {
         let answer: BatchAnswer<Outcome>
-        if context.body["clientOperationID"] == nil {
-            answer = .done(try write(deadline: context.deadline) { tx, touched in try body(tx, &touched) })
-        } else {
-            let operationID = try Self.operationID(context)
-            let requestHash = Self.requestHash(context)
-            answer = try write(deadline: context.deadline) { tx, touched in
-                if let earlier = try tx.clientOperation(userID: context.user.id, operationID: operationID) {
-                    guard earlier.requestHash == requestHash else {
-                        throw ServiceError.badRequest("clientOperationID \(operationID) was already used for a different request")
-                    }
-                    var response = try replayed(earlier, form, context, tx)
-                    response.headers.append((name: "Lattice-Replayed", value: "true"))
-                    return .rendered(response)
-                }
+        do {
+            answer = try core.write(deadline: caller.deadline) { tx, touched in
+                guard let replay else { return .done(try body(tx, &touched)) }
+                if let earlier = try recall(replay, caller, tx) { return .rendered(try replayed(earlier, form, caller, tx)) }
                 let outcome = try body(tx, &touched)
                 if isSmall(outcome) {
-                    let response = try render(outcome)
-                    try remember(ClientOperation(requestHash: requestHash, status: response.status,
-                                                 response: try shortAnswer(response, form, context, tx)),
-                                 operationID: operationID, context, tx)
-                    return .rendered(response)
+                    let answer = try render(outcome)
+                    try remember(ClientOperation(requestHash: replay.requestHash, status: 200,
+                                                 response: try shortAnswer(answer, form, caller, tx)),
+                                 operationID: replay.operationID, caller, tx)
+                    return .rendered(answer)
                 }
                 var failed: [JSON] = []
                 for (index, result) in outcome.outcomes.enumerated() {
@@ -139,14 +138,16 @@ extension LatticeService {
                 }
                 let compact = JSON.object(["zone": .int(outcome.zoneRowID), "items": .int(Int64(outcome.names.count)),
                                            "failed": .array(failed)])
-                try remember(ClientOperation(requestHash: requestHash, status: 200,
+                try remember(ClientOperation(requestHash: replay.requestHash, status: 200,
                                              response: [Tag(form).rawValue] + compact.serializedBytes()),
-                             operationID: operationID, context, tx)
+                             operationID: replay.operationID, caller, tx)
                 return .done(outcome)
             }
+        } catch let failure as AtomicBatchFailed {
+            return Answer(failure.answer)
         }
         switch answer {
-        case .rendered(let response): return response
+        case .rendered(let answer): return answer
         case .done(let outcome): return try render(outcome)
         }
     }
@@ -154,29 +155,26 @@ extension LatticeService {
     /// What a batch write's transaction hands back: an answer rendered already (a replay, or a small
     /// answer), or the outcome to render after the commit.
     private enum BatchAnswer<Outcome> {
-        case rendered(HTTPResponse)
+        case rendered(Answer)
         case done(Outcome)
     }
 
-    /// The request's `clientOperationID`, checked.
-    private static func operationID(_ context: RequestContext) throws -> String {
-        guard let operationID = context.body["clientOperationID"]?.stringValue, (1...128).contains(operationID.utf8.count) else {
-            throw ServiceError.badRequest("clientOperationID must be a string of 1 to 128 bytes")
+    /// The remembered operation a retry names, if any. - Throws: BAD_REQUEST when the id was used for a
+    /// different request.
+    private func recall(_ replay: ReplayKey, _ caller: Caller, _ tx: any StorageTransaction) throws -> ClientOperation? {
+        guard let earlier = try tx.clientOperation(userID: caller.user.id, operationID: replay.operationID) else { return nil }
+        guard earlier.requestHash == replay.requestHash else {
+            throw ServiceError.badRequest("clientOperationID \(replay.operationID) was already used for a different request")
         }
-        return operationID
-    }
-
-    /// What identifies a request's body for its `clientOperationID`: its path and bytes.
-    private static func requestHash(_ context: RequestContext) -> [UInt8] {
-        Secrets.sha256(Array(context.path.utf8) + [0] + context.rawBody)
+        return earlier
     }
 
     /// Saves a remembered operation, charged to the caller's private database (against its quota), after
     /// forgetting the user's oldest ones past the cap.
-    private func remember(_ remembered: ClientOperation, operationID: String, _ context: RequestContext,
+    private func remember(_ remembered: ClientOperation, operationID: String, _ caller: Caller,
                           _ tx: any StorageTransaction) throws {
-        let userID = context.user.id
-        let charged = try tx.database(DatabaseKey(kind: .private, environment: context.environment, ownerID: userID))
+        let userID = caller.user.id
+        let charged = try tx.database(DatabaseKey(kind: .private, environment: caller.environment, ownerID: userID))
         let bytes = remembered.storedBytes(operationID: operationID)
         guard charged.bytesUsed + bytes <= configuration.quotaBytesPerDatabase else {
             throw ServiceError(.quotaExceeded, "remembering clientOperationID \(operationID) (\(bytes) bytes) would put your "
@@ -191,25 +189,25 @@ extension LatticeService {
     }
 
     /// The bytes remembered for an answer: a tag, then the whole body or the compact form.
-    private func shortAnswer(_ response: HTTPResponse, _ form: ReplayForm, _ context: RequestContext,
+    private func shortAnswer(_ answer: Answer, _ form: ReplayForm, _ caller: Caller,
                              _ tx: any StorageTransaction) throws -> [UInt8] {
         let zoneJSON: JSON?
         let count: Int
         switch form {
-        case .whole: return [Tag.whole.rawValue] + response.body
-        case .records: (zoneJSON, count) = (context.body["zoneID"], context.body["operations"]?.arrayValue?.count ?? 0)
+        case .whole: return [Tag.whole.rawValue] + answer.body
+        case .records(let body): (zoneJSON, count) = (body["zoneID"], body["operations"]?.arrayValue?.count ?? 0)
         case .push(let prepared): (zoneJSON, count) = (Self.zoneJSON(of: prepared), prepared.names.count)
         }
-        guard response.status == 200, response.body.count > Self.wholeAnswerLimit,
-              let zone = try resolveZone(zoneJSON, context, tx, path: "zoneID").zone else {
-            return [Tag.whole.rawValue] + response.body
+        guard answer.body.count > Self.wholeAnswerLimit,
+              let zone = try zones.resolveZone(zoneJSON, caller, tx, path: "zoneID").zone else {
+            return [Tag.whole.rawValue] + answer.body
         }
         var failed: [JSON] = []
         // Only an answer with a failed item is parsed (the common all-saved answer is not): a cheap scan
         // for the error key first.
-        if Self.contains(response.body, Self.errorKey) {
-            guard let items = (try? JSON.parse(response.body))?["records"]?.arrayValue, items.count == count else {
-                return [Tag.whole.rawValue] + response.body
+        if Self.contains(answer.body, Self.errorKey) {
+            guard let items = (try? JSON.parse(answer.body))?["records"]?.arrayValue, items.count == count else {
+                return [Tag.whole.rawValue] + answer.body
             }
             for (index, item) in items.enumerated() where item["serverErrorCode"] != nil {
                 // A CONFLICT's serverRecord (up to a whole record) is not kept: a replay shows the current one.
@@ -240,20 +238,15 @@ extension LatticeService {
     }
 
     /// The answer to a retry, from what was remembered.
-    private func replayed(_ earlier: ClientOperation, _ form: ReplayForm, _ context: RequestContext,
-                          _ tx: any StorageTransaction) throws -> HTTPResponse {
+    private func replayed(_ earlier: ClientOperation, _ form: ReplayForm, _ caller: Caller,
+                          _ tx: any StorageTransaction) throws -> Answer {
+        // Every remembered answer is a 200's (a write that fails throws, rolls back and is not remembered).
         guard let first = earlier.response.first, let tag = Tag(rawValue: first) else {
             // Remembered before the short form (schema v2): the bytes are the whole answer.
-            var response = HTTPResponse.json(.null, status: earlier.status)
-            response.body = earlier.response
-            return response
+            return Answer(bytes: earlier.response, replayed: true)
         }
         let rest = Array(earlier.response.dropFirst())
-        guard tag != .whole else {
-            var response = HTTPResponse.json(.null, status: earlier.status)
-            response.body = rest
-            return response
-        }
+        guard tag != .whole else { return Answer(bytes: rest, replayed: true) }
         guard let compact = try? JSON.parse(rest), let zoneRowID = compact["zone"]?.intValue,
               let count = compact["items"]?.intValue else {
             throw StorageError.failure("a remembered client operation does not decode")
@@ -263,11 +256,11 @@ extension LatticeService {
             if let index = entry.arrayValue?.first?.intValue, let item = entry.arrayValue?.last { failures[Int(index)] = item }
         }
         switch (tag, form) {
-        case (.records, .records):
-            let resolved = try resolveZone(context.body["zoneID"], context, tx, path: "zoneID")
-            let names = (context.body["operations"]?.arrayValue ?? []).map { $0["record"]?["recordName"]?.stringValue ?? "" }
+        case (.records, .records(let body)):
+            let resolved = try zones.resolveZone(body["zoneID"], caller, tx, path: "zoneID")
+            let names = (body["operations"]?.arrayValue ?? []).map { $0["record"]?["recordName"]?.stringValue ?? "" }
             guard names.count == count else { throw StorageError.failure("a remembered records/modify does not match its body") }
-            let desiredKeys = try parseDesiredKeys(context.body)
+            let desiredKeys = try parseDesiredKeys(body)
             let items: [JSON] = try names.enumerated().map { index, name in
                 let render = { (stored: StoredRecord) throws -> JSON in
                     self.recordJSON(stored, try self.decode(stored), desiredKeys: desiredKeys)
@@ -284,9 +277,9 @@ extension LatticeService {
                 object["serverRecord"] = current["serverErrorCode"] == nil && current["deleted"] != .bool(true) ? current : nil
                 return .object(object)
             }
-            return .json(.object(["records": .array(items)]))
+            return Answer(bytes: JSON.object(["records": .array(items)]).serializedBytes(), replayed: true)
         case (.push, .push(let prepared)):
-            let resolved = try resolveZone(Self.zoneJSON(of: prepared), context, tx, path: "delta.zoneID")
+            let resolved = try zones.resolveZone(Self.zoneJSON(of: prepared), caller, tx, path: "delta.zoneID")
             guard prepared.names.count == count else { throw StorageError.failure("a remembered push does not match its body") }
             let items: [JSON] = try zip(prepared.names, prepared.frames).enumerated().map { index, pair in
                 let (name, incoming) = pair
@@ -296,7 +289,8 @@ extension LatticeService {
                              "position": .int(stored.seq), "upToDate": .bool(stored.frame == incoming.bytes)])
                 }
             }
-            return .json(.object(["zoneID": resolved.zoneID.cloudKitJSON, "records": .array(items)]))
+            return Answer(bytes: JSON.object(["zoneID": resolved.zoneID.cloudKitJSON, "records": .array(items)]).serializedBytes(),
+                          replayed: true)
         default:
             throw StorageError.failure("a remembered client operation is of another kind than its request")
         }
@@ -309,7 +303,7 @@ extension LatticeService {
             return ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) was deleted after this operation was applied")
                 .json(item: (key: "recordName", value: name))
         }
-        if resolved.isShared, try grant(for: name, resolved, tx) == nil {
+        if resolved.isShared, try shares.grant(for: name, resolved, tx) == nil {
             return ServiceError(.notFound, "record \(name) is no longer shared with you").json(item: (key: "recordName", value: name))
         }
         guard let stored = try tx.record(zoneRowID: zone.rowID, name: name) else {

@@ -1,24 +1,30 @@
 import Foundation
 import LatticeAPI
 import LatticeCore
-import LatticeOperations
+
 import LatticeSharing
 import LatticeStore
 
-extension LatticeService {
+/// Feeds: `changes/database` and `changes/zone` (a zone's log, or for a participant of hierarchy shares
+/// the shares' own logs), the page `deltas/pull` answers in binary, and what `changes/wait` watches (the
+/// server parks the request; the operation says which positions to wait past).
+public struct Feeds: Sendable, OperationArea {
+    let core: OperationsCore
+
+    public init(_ core: OperationsCore) { self.core = core }
     /// `changes/database {"syncToken"?, "resultsLimit"?}`: the zones changed (or deleted) since the token.
-    func databaseChanges(_ context: RequestContext) throws -> JSON {
-        guard context.kind != .public else {
+    public func databaseChanges(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
+        guard caller.database != .public else {
             throw ServiceError.badRequest("the public database has no change feed (as in CloudKit)")
         }
-        let limit = try resultsLimit(context.body["resultsLimit"])
-        let token = try context.body["syncToken"].map { json in
+        let limit = try resultsLimit(body["resultsLimit"])
+        let token = try body["syncToken"].map { json in
             guard let text = json.stringValue else { throw ServiceError.badRequest("syncToken must be a string") }
             return try SyncToken(text: text, expected: .database)
         }
-        if context.kind == .shared { return try sharedDatabaseChanges(context, token: token, limit: limit) }
-        return try storage.read(deadline: context.deadline) { tx in
-            let database = try tx.database(context.databaseKey)
+        if caller.database == .shared { return try sharedDatabaseChanges(caller, token: token, limit: limit) }
+        return try storage.read(deadline: caller.deadline) { tx in
+            let database = try tx.database(caller.databaseKey)
             let cursor = try databaseCursor(token, database)
             let changes = try tx.zoneChanges(databaseID: database.id, after: cursor, limit: limit)
             let moreComing = changes.count == limit && changes.last.map { $0.databaseSeq < database.lastSeq } == true
@@ -63,13 +69,13 @@ extension LatticeService {
     /// A zone named twice is refused (BAD_REQUEST naming it). The records of all zones together stop at
     /// `maximumResponseBytes`: a zone cut there, and every zone after it, says `moreComing` with a token that
     /// resumes exactly after its last record answered.
-    func zoneChanges(_ context: RequestContext) throws -> JSON {
-        guard context.kind != .public else {
+    public func zoneChanges(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
+        guard caller.database != .public else {
             throw ServiceError.badRequest("the public database has no change feed (as in CloudKit)")
         }
-        let requests = try items(context.body, "zones", limit: configuration.maximumResultsLimit)
-        try refuseDuplicateZones(requests.map { $0["zoneID"] }, context, path: { "zones[\($0)].zoneID" })
-        return try storage.read(deadline: context.deadline) { tx in
+        let requests = try RequestBody.items(body, "zones", limit: configuration.maximumResultsLimit)
+        try zones.refuseDuplicateZones(requests.map { $0["zoneID"] }, caller, path: { "zones[\($0)].zoneID" })
+        return try storage.read(deadline: caller.deadline) { tx in
             var results: [JSON] = []
             var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
             for (index, request) in requests.enumerated() {
@@ -78,12 +84,12 @@ extension LatticeService {
                 // The zone id as the server read it, echoed in an error item; nil when it is ill-formed.
                 var zoneID: ZoneID?
                 do {
-                    let parsed = try parseZoneID(request["zoneID"], context, path: path + ".zoneID")
+                    let parsed = try zones.parseZoneID(request["zoneID"], caller, path: path + ".zoneID")
                     zoneID = parsed
                     var rendered: [JSON] = []
-                    let page = try zoneFeedPage(request.objectValue ?? [:], zoneID: parsed, context, tx, path: path + ".",
-                                                defaultLimit: context.body["resultsLimit"]) { stored in
-                        try context.deadline.check()
+                    let page = try zoneFeedPage(request.objectValue ?? [:], zoneID: parsed, caller, tx, path: path + ".",
+                                                defaultLimit: body["resultsLimit"]) { stored in
+                        try caller.deadline.check()
                         let json = recordJSON(stored, try decode(stored), desiredKeys: nil)
                         guard budget.admit(json) else { return false }
                         rendered.append(json)
@@ -119,18 +125,15 @@ extension LatticeService {
     }
 
     /// `changes/wait {"syncToken"?, "timeout"?}` or `{"databases": [{"database", "syncToken"?}], "timeout"?}`:
-    /// a long poll, the push path in place of CloudKit's database subscriptions. Answers `{"changed": true}`
-    /// as soon as a watched database's change log moves past its token (a `changes/database` token; without
-    /// one, past its position now), or `{"changed": false}` after `timeout` seconds.
-    /// At most `maximumParkedWaitsPerUser` per account are parked at once (more get THROTTLED); one whose
-    /// client goes away (`abandonment`) is released at once.
-    func waitForChanges(_ context: RequestContext, abandonment: HTTPAbandonment = HTTPAbandonment(),
-                        respond: @escaping HTTPResponder) throws {
-        guard context.kind != .public else {
+    /// what a long poll watches. Each database's position to wait past (its `changes/database` token's, or
+    /// without one its position now; the databases are created if missing, so their ids can be watched), and
+    /// the timeout, at most `maximumWaitSeconds`. The server parks the request (`LatticeService.waitForChanges`).
+    public func planWait(_ caller: Caller, _ body: [String: JSON]) throws -> WaitPlan {
+        guard caller.database != .public else {
             throw ServiceError.badRequest("changes/wait watches the private or the shared database; the public one has no feed")
         }
         var timeout = configuration.defaultWaitSeconds
-        if let json = context.body["timeout"] {
+        if let json = body["timeout"] {
             guard let seconds = json.intValue, seconds >= 0 else {
                 throw ServiceError.badRequest("timeout must be a non-negative number of seconds")
             }
@@ -139,8 +142,8 @@ extension LatticeService {
         // The databases to watch: the request's own with `syncToken`, or several with `databases`, so a device
         // waits on all of them with one parked request.
         var watched: [(kind: DatabaseKind, token: SyncToken?)] = []
-        if let list = context.body["databases"] {
-            guard context.body["syncToken"] == nil else {
+        if let list = body["databases"] {
+            guard body["syncToken"] == nil else {
                 throw ServiceError.badRequest("give syncToken or databases, not both")
             }
             guard let items = list.arrayValue, (1...2).contains(items.count) else {
@@ -160,59 +163,43 @@ extension LatticeService {
                 watched.append((kind, token))
             }
         } else {
-            let token = try context.body["syncToken"].map { json in
+            let token = try body["syncToken"].map { json in
                 guard let text = json.stringValue else { throw ServiceError.badRequest("syncToken must be a string") }
                 return try SyncToken(text: text, expected: .database)
             }
-            watched.append((context.kind, token))
+            watched.append((caller.database, token))
         }
         // The databases must exist so their ids can be watched; reading them inside a write creates them.
         // The request's deadline covers this work, not the parking (the waiter's own timeout bounds that).
-        let databases = try write(deadline: context.deadline) { tx, _ in
-            try watched.map { try tx.database(DatabaseKey(kind: $0.kind, environment: context.environment,
-                                                          ownerID: context.user.id)) }
+        let databases = try core.write(deadline: caller.deadline) { tx, _ in
+            try watched.map { try tx.database(DatabaseKey(kind: $0.kind, environment: caller.environment,
+                                                          ownerID: caller.user.id)) }
         }
         var cursors: [Int64: Int64] = [:]
         for (database, item) in zip(databases, watched) {
             cursors[database.id] = try item.token.map { try databaseCursor($0, database) } ?? database.lastSeq
         }
-        let answer: @Sendable (ChangeNotifier.WaitOutcome) -> Void = { outcome in
-            switch outcome {
-            case .changed: respond(.json(.object(["changed": .bool(true)])))
-            case .timedOut: respond(.json(.object(["changed": .bool(false)])))
-            case .shuttingDown: respond(ServiceError(.tryAgainLater, "the server is shutting down").response)
-            case .abandoned: respond(.json(.object(["changed": .bool(false)])))
-            }
-        }
-        // Already behind: answer at once, whatever the timeout.
-        if databases.contains(where: { $0.lastSeq > cursors[$0.id]! }) { return answer(.changed) }
-        if timeout == 0 { return answer(.timedOut) }
-        let waiter: ChangeNotifier.Waiter
-        let limit = configuration.maximumParkedWaitsPerUser
-        switch notifier.register(cursors: cursors, timeoutSeconds: timeout, owner: context.user.id, limit: limit,
-                                 fire: answer) {
-        case .registered(let registered): waiter = registered
-        case .overLimit:
-            throw ServiceError(.throttled, "this account already has \(limit) changes/wait requests parked; one "
-                           + "request can watch both the private and the shared database", retryAfter: 1)
-        case .shuttingDown: throw ServiceError(.tryAgainLater, "the server is shutting down")
-        }
-        abandonment.onAbandon { [notifier] in notifier.finish(waiter, .abandoned) }
-        // Registered first, then re-read: a commit that landed before the registration is seen here.
-        let now = try storage.read(deadline: context.deadline) { tx in try databases.compactMap { try tx.database(id: $0.id) } }
-        if now.contains(where: { $0.lastSeq > cursors[$0.id]! }) { notifier.finish(waiter, .changed) }
+        return WaitPlan(timeoutSeconds: timeout, cursors: cursors,
+                        behind: databases.contains { $0.lastSeq > cursors[$0.id]! })
+    }
+
+    /// Whether any watched database's log moved past its cursor (read again after the waiter is registered,
+    /// so a commit that landed before the registration is seen).
+    public func moved(_ plan: WaitPlan, deadline: RequestDeadline?) throws -> Bool {
+        let now = try storage.read(deadline: deadline) { tx in try plan.cursors.keys.compactMap { try tx.database(id: $0) } }
+        return now.contains { $0.lastSeq > plan.cursors[$0.id]! }
     }
 
     /// `changes/database` in the shared database: the caller's log of shared zones. A zone whose every
     /// share the caller lost (removed, left, share deleted) is reported deleted.
-    private func sharedDatabaseChanges(_ context: RequestContext, token: SyncToken?, limit: Int) throws -> JSON {
-        try storage.read(deadline: context.deadline) { tx in
-            let database = try tx.database(context.databaseKey)
+    private func sharedDatabaseChanges(_ caller: Caller, token: SyncToken?, limit: Int) throws -> JSON {
+        try storage.read(deadline: caller.deadline) { tx in
+            let database = try tx.database(caller.databaseKey)
             let cursor = try databaseCursor(token, database)
             let entries = try tx.sharedZoneChanges(databaseID: database.id, after: cursor, limit: limit)
             let moreComing = entries.count == limit && entries.last.map { $0.databaseSeq < database.lastSeq } == true
             let position = moreComing ? entries.last!.databaseSeq : database.lastSeq
-            let accepted = Set(try tx.participations(userID: context.user.id, status: .accepted)
+            let accepted = Set(try tx.participations(userID: caller.user.id, status: .accepted)
                 .map(\.share.zoneRowID))
             var reported: [Int64: JSON] = [:]
             var order: [Int64] = []
@@ -266,7 +253,7 @@ extension LatticeService {
     /// `admit` is asked for each record before it joins the page (the response budget); the first it refuses
     /// ends the page there, the share's position staying before it, and `moreComing` is set.
     func shareFeedPage(_ request: [String: JSON], _ resolved: ResolvedZone, zone: StoredZone, limit: Int,
-                       context: RequestContext, _ tx: any StorageTransaction,
+                       caller: Caller, _ tx: any StorageTransaction,
                        admit: (StoredRecord) throws -> Bool) throws -> ZoneFeedPage {
         var token = ShareFeedToken.State()
         if let json = request["syncToken"] {
@@ -316,7 +303,7 @@ extension LatticeService {
         var lostShares: [SyncMessage.LostShare] = []
         for (shareID, cursor) in token.positions.sorted(by: { $0.key < $1.key }) where !granted.contains(shareID) {
             token.positions[shareID] = nil
-            guard let share = try lostShare(shareID, zone: zone, context: context, tx) else { continue }
+            guard let share = try shares.lostShare(shareID, zone: zone, caller: caller, tx) else { continue }
             if let root = share.rootRecordName {
                 lostShares.append(SyncMessage.LostShare(rootRecordName: root, shareRecordName: share.recordName))
             }
@@ -328,8 +315,8 @@ extension LatticeService {
                 moreComing = true
                 continue
             }
-            guard let share = try lostShare(shareID, zone: zone, context: context, tx),
-                  let loss = try lostShareDrain(share, context: context, tx) else {
+            guard let share = try shares.lostShare(shareID, zone: zone, caller: caller, tx),
+                  let loss = try shares.lostShareDrain(share, caller: caller, tx) else {
                 token.drains[shareID] = nil
                 continue
             }
@@ -338,7 +325,7 @@ extension LatticeService {
             var had: [String: Bool] = [:]
             for entry in entries where entry.seq <= drain.bound {
                 after = entry.seq
-                if entry.member, try hadRecord(entry.recordName, loss, tx, known: &had) {
+                if entry.member, try shares.hadRecord(entry.recordName, loss, tx, known: &had) {
                     removed.append(entry.recordName)
                 }
             }
@@ -394,4 +381,82 @@ enum ShareFeedToken {
         }
         return state
     }
+}
+
+/// One page of one zone's feed, as `changes/zone` and `deltas/pull` answer it.
+struct ZoneFeedPage {
+    let zoneID: ZoneID
+    /// Records changed since the token (tombstones included), in log order.
+    var records: [StoredRecord]
+    /// Records that left what the caller may see (moved out of a share, or of a share the caller lost).
+    var removed: [String]
+    /// Hierarchy shares the caller lost since the token.
+    var lostShares: [SyncMessage.LostShare]
+    let syncToken: String
+    let moreComing: Bool
+}
+
+extension Feeds {
+    /// One zone's page of changes since the request's token: the zone's log, or for a participant of
+    /// hierarchy shares the shares' own logs. `request` is one item of `changes/zone`'s `zones`, or the body
+    /// of `deltas/pull`.
+    ///
+    /// `admit` is asked for each record, in order, before it joins the page (the caller renders it and counts
+    /// it against the response budget); the first one it refuses ends the page before it, with `moreComing`
+    /// and a token whose position is the last record answered, so the next page starts at the refused one.
+    func zoneFeedPage(_ request: [String: JSON], zoneID: ZoneID, _ caller: Caller, _ tx: any StorageTransaction,
+                      path: String, defaultLimit: JSON? = nil, maximumLimit: Int? = nil,
+                      admit: (StoredRecord) throws -> Bool = { _ in true }) throws -> ZoneFeedPage {
+        let resolved = try zones.resolveZone(zoneID, caller, tx)
+        let limit = try resultsLimit(request["resultsLimit"] ?? defaultLimit, maximum: maximumLimit)
+        let hierarchy = resolved.grants.contains { $0.share.rootRecordName != nil }
+        let token = try request["syncToken"].map { json -> SyncToken? in
+            guard let text = json.stringValue else { throw ServiceError.badRequest("\(path)syncToken must be a string") }
+            return hierarchy ? nil : try SyncToken(text: text, expected: .zone)
+        } ?? nil
+        guard let zone = resolved.zone else {
+            if resolved.zoneID.zoneName == Names.systemZoneName, token == nil || token?.owner == 0 {
+                return ZoneFeedPage(zoneID: resolved.zoneID, records: [], removed: [], lostShares: [],
+                                    syncToken: SyncToken(log: .zone, owner: 0, position: 0).text, moreComing: false)
+            }
+            throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
+        }
+        if resolved.isShared, hierarchy {
+            return try shareFeedPage(request, resolved, zone: zone, limit: limit, caller: caller, tx, admit: admit)
+        }
+        let cursor = try zoneCursor(token, zone)
+        // Streamed: the rows past the one `admit` refuses are never read.
+        var records: [StoredRecord] = []
+        var cut = false
+        try tx.forEachRecordChange(zoneRowID: zone.rowID, after: cursor, limit: limit) { stored in
+            guard try admit(stored) else {
+                cut = true
+                return false
+            }
+            records.append(stored)
+            return true
+        }
+        let moreComing = cut || (records.count == limit && records.last.map { $0.seq < zone.lastSeq } == true)
+        let syncToken: SyncToken
+        if moreComing, let last = records.last {
+            syncToken = SyncToken(log: .zone, owner: zone.rowID, position: last.seq)
+        } else if moreComing {
+            // Nothing fitted (the budget was spent on earlier zones): the same place again; "from the start"
+            // stays the token that means it, which no purge expires.
+            syncToken = cursor == 0 ? SyncToken(log: .zone, owner: 0, position: 0)
+                                    : SyncToken(log: .zone, owner: zone.rowID, position: cursor)
+        } else {
+            syncToken = SyncToken(log: .zone, owner: zone.rowID, position: zone.lastSeq)
+        }
+        return ZoneFeedPage(zoneID: resolved.zoneID, records: records, removed: [], lostShares: [],
+                            syncToken: syncToken.text, moreComing: moreComing)
+    }
+}
+
+/// What a `changes/wait` watches: per database id the position to wait past, the timeout, and whether a
+/// database is already past its position (answered at once, whatever the timeout).
+public struct WaitPlan: Sendable {
+    public let timeoutSeconds: Int
+    public let cursors: [Int64: Int64]
+    public let behind: Bool
 }

@@ -1,0 +1,68 @@
+import LatticeAPI
+import LatticeCore
+import LatticeStore
+
+/// One area of the operations (records, feeds, deltas, idempotency): a value over the shared core, with
+/// what every area reaches through it, so an area reads as its rules and not as plumbing.
+protocol OperationArea {
+    var core: OperationsCore { get }
+}
+
+extension OperationArea {
+    var configuration: ServiceConfiguration { core.configuration }
+    var storage: any Storage { core.storage }
+    var zones: Zones { Zones(core) }
+    var shares: Shares { Shares(core) }
+    var records: Records { Records(core) }
+
+    /// A fresh stamp from the server's clock.
+    func tick() -> Stamp { core.tick() }
+
+    /// A stored row's frame, checked (a damaged row is an internal error, never an unchecked read).
+    func frame(_ stored: StoredRecord) throws -> RecordFrame { try core.frame(stored) }
+
+    /// The readable model of a frame, for JSON answers.
+    func decode(_ frame: RecordFrame) throws -> Record {
+        do {
+            return try frame.decoded()
+        } catch {
+            throw StorageError.failure("record \(frame.recordName) does not decode: \(error)")
+        }
+    }
+
+    func decode(_ stored: StoredRecord) throws -> Record { try decode(try frame(stored)) }
+
+    /// A stored record as CloudKit's record dictionary plus the server's fields (change tag, created,
+    /// modified), with only the fields named in `desiredKeys` (all when nil); the other keys are always there.
+    func recordJSON(_ stored: StoredRecord, _ record: Record, desiredKeys: Set<String>?) -> JSON {
+        let rendered = record.cloudKitJSON(fields: desiredKeys)
+        guard case .object(var object) = rendered else { return rendered }
+        object["recordChangeTag"] = .string(stored.changeTag)
+        object["created"] = .object(["timestamp": .int(stored.createdMs), "userRecordName": .string(stored.createdBy)])
+        object["modified"] = .object(["timestamp": .int(stored.modifiedMs), "userRecordName": .string(stored.modifiedBy)])
+        return .object(object)
+    }
+
+    /// A request's `desiredKeys`: the field names its answer's records carry (nil when absent: all of them).
+    func parseDesiredKeys(_ body: [String: JSON]) throws -> Set<String>? {
+        guard let json = body["desiredKeys"] else { return nil }
+        guard let array = json.arrayValue, array.allSatisfy({ $0.stringValue != nil }) else {
+            throw ServiceError.badRequest("desiredKeys must be an array of field names")
+        }
+        return Set(array.compactMap(\.stringValue))
+    }
+
+    /// Maps a non-API error (`OperationsCore.serviceError(for:)`).
+    func internalError(_ error: any Error) -> ServiceError { core.serviceError(for: error) }
+
+    /// A request's `resultsLimit`: 1 or more, at most `maximum` (the configured results limit by default),
+    /// that maximum when left out.
+    func resultsLimit(_ json: JSON?, maximum: Int? = nil) throws -> Int {
+        let cap = maximum ?? configuration.maximumResultsLimit
+        guard let json else { return cap }
+        guard let value = json.intValue, value >= 1 else { throw ServiceError.badRequest("resultsLimit must be a positive integer") }
+        return Int(min(value, Int64(cap)))
+    }
+}
+
+extension Records: OperationArea {}
