@@ -1,5 +1,6 @@
-// `lattice-bench push`: the server's side of a binary push alone, in-process: `LatticeService.respond(to:)`
-// on `deltas/push` requests of new records (no HTTP, no client engine), one at a time, next to the storage
+// `lattice-bench push`: the server's side of a push alone, in-process: `LatticeService.respond(to:)` on
+// `deltas/push` (or, with `--wire json`, `records/modify` with CRDT states as the engine's JSON path sends
+// them) requests of new records (no HTTP, no client engine), one at a time, next to the storage
 // ceiling of the same frames in the same process. For profiling the writer's turn (`perf record -g`).
 
 import Foundation
@@ -11,16 +12,20 @@ struct PushProfileOptions {
     var batch = 200
     var pushes = 200
     var users = 4
+    /// `binary` (`deltas/push`) or `json` (`records/modify` with CRDT states, `desiredKeys: []`).
+    var wire = "binary"
     var help = false
 
     static let usage = """
-        usage: lattice-bench push [--batch B] [--pushes N] [--users U]
+        usage: lattice-bench push [--batch B] [--pushes N] [--users U] [--wire binary|json]
 
         Starts the service in-process on a fresh SQLite data directory (WAL, synchronous=FULL, the default
         limits without the rate limit), signs up U accounts (default 4) with one zone each, and sends N
         (default 200) binary deltas/push requests of B new records (default 200; the sync benchmark's Item
         shape) straight to LatticeService.respond(to:), one at a time, round-robin over the accounts, each
-        with a clientOperationID as the engine sends. The requests are built before the clock starts. Then
+        with a clientOperationID as the engine sends. With --wire json the same records go as records/modify
+        bodies of CRDT states (forceUpdate, atomic false, desiredKeys []), as the engine's JSON path sends
+        them. The requests are built before the clock starts. Then
         it writes the same frames with the storage ceiling of `lattice-bench sync` (B rows per transaction).
         Prints one JSON line: records_per_s, push p50/p99/mean ms, the process's CPU time per push
         (push_cpu_ms, user + system: steadier than the wall clock on a shared machine), ceiling rows/s
@@ -42,6 +47,12 @@ struct PushProfileOptions {
             case "--batch": options.batch = try number("--batch", 1...400)
             case "--pushes": options.pushes = try number("--pushes", 1...100_000)
             case "--users": options.users = try number("--users", 1...64)
+            case "--wire":
+                index += 1
+                guard index < arguments.count, ["binary", "json"].contains(arguments[index]) else {
+                    throw UsageError(message: "--wire must be binary or json")
+                }
+                options.wire = arguments[index]
             case "-h", "--help": options.help = true
             default: throw UsageError(message: "unknown option \(arguments[index])")
             }
@@ -104,6 +115,21 @@ enum PushProfile {
             if push < accounts.count * 4 {
                 ceilingRows += frames.map { CeilingRow(zone: Int64(push + 1), name: $0.recordName, frame: $0.bytes) }
             }
+            if options.wire == "json" {
+                let operations = try frames.map { frame in
+                    JSON.object(["operationType": .string("forceUpdate"), "record": try frame.decoded().cloudKitJSON])
+                }
+                let body = JSON.object([
+                    "zoneID": account.zoneID.cloudKitJSON, "atomic": .bool(false),
+                    "clientOperationID": .string(UUID().uuidString), "operations": .array(operations),
+                    "desiredKeys": .array([]),
+                ])
+                requests.append(HTTPRequest(method: "POST", path: "/database/1/lattice/production/private/records/modify",
+                                            headers: ["Content-Type": "application/json",
+                                                      "Authorization": "Bearer " + account.token],
+                                            body: body.serializedBytes(), remoteAddress: "127.0.0.1"))
+                continue
+            }
             let body = SyncMessage.Push(clientOperationID: UUID().uuidString, atomic: false,
                                         delta: BinaryCodec.encodeDelta(zoneID: account.zoneID, frames: frames)).encoded()
             requests.append(HTTPRequest(method: "POST", path: "/database/1/lattice/production/private/deltas/push",
@@ -121,7 +147,7 @@ enum PushProfile {
             let response = service.respond(to: request)
             latencies.append(Double(monotonicNanoseconds() - start) / 1e6)
             guard response.status == 200 else {
-                throw SystemError.message("deltas/push answered HTTP \(response.status): "
+                throw SystemError.message("\(request.path) answered HTTP \(response.status): "
                                           + String(decoding: response.body.prefix(300), as: UTF8.self))
             }
         }
@@ -137,7 +163,7 @@ enum PushProfile {
         func rounded(_ value: Double, _ places: Double = 100) -> JSONValue { .double((value * places).rounded() / places) }
         return [
             "kind": .string("push_in_process"),
-            "endpoint": .string("deltas/push"),
+            "endpoint": .string(options.wire == "json" ? "records/modify" : "deltas/push"),
             "batch": .integer(options.batch),
             "pushes": .integer(options.pushes),
             "users": .integer(options.users),

@@ -154,7 +154,7 @@ public struct JSONError: Error, Hashable, Sendable, CustomStringConvertible {
     public var description: String { "invalid JSON at byte \(offset): \(message)" }
 }
 
-private struct JSONParser {
+fileprivate struct JSONParser {
     let bytes: [UInt8]
     var index = 0
     static let maximumDepth = 64
@@ -362,5 +362,120 @@ private struct JSONParser {
             throw JSONError(message: "number out of range", offset: start)
         }
         return .double(double)
+    }
+}
+
+/// A pull reader over JSON text, for decoders that read a document in one pass into their own values
+/// instead of a `JSON` tree: the same grammar, strings and numbers as `JSON.parse` (it drives the same
+/// parser), member by member. It does not check duplicate keys; a decoder that must refuse them (as
+/// `JSON.parse` does) checks the keys it reads.
+///
+/// ```swift
+/// var reader = JSONReader(bytes)
+/// try reader.members { reader, key in
+///     if key == "name" { name = try reader.string() } else { try reader.skip() }
+/// }
+/// try reader.end()
+/// ```
+public struct JSONReader {
+    fileprivate var parser: JSONParser
+    /// The depth of the value being read (objects and arrays entered), bounded as `JSON.parse` bounds it.
+    private var depth = 0
+
+    public init(_ bytes: [UInt8]) {
+        parser = JSONParser(bytes: bytes)
+        parser.skipWhitespace()
+    }
+
+    /// The first byte of the next value (whitespace skipped), nil at the end.
+    public var next: UInt8? {
+        mutating get {
+            parser.skipWhitespace()
+            return parser.index < parser.bytes.count ? parser.bytes[parser.index] : nil
+        }
+    }
+
+    /// Reads an object, calling `body` with each key; `body` must read (or skip) the member's value.
+    public mutating func members(_ body: (inout JSONReader, String) throws -> Void) throws {
+        parser.skipWhitespace()
+        guard parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "{") else {
+            throw parser.error("expected an object")
+        }
+        guard depth + 1 < JSONParser.maximumDepth else { throw parser.error("nested too deep") }
+        depth += 1
+        defer { depth -= 1 }
+        parser.index += 1
+        parser.skipWhitespace()
+        if parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "}") {
+            parser.index += 1
+            return
+        }
+        while true {
+            parser.skipWhitespace()
+            guard parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "\"") else {
+                throw parser.error("expected a string key")
+            }
+            let key = try parser.string()
+            parser.skipWhitespace()
+            guard parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: ":") else {
+                throw parser.error("expected ':'")
+            }
+            parser.index += 1
+            try body(&self, key)
+            parser.skipWhitespace()
+            guard parser.index < parser.bytes.count else { throw parser.error("unexpected end of input in an object") }
+            if parser.bytes[parser.index] == UInt8(ascii: ",") { parser.index += 1; continue }
+            if parser.bytes[parser.index] == UInt8(ascii: "}") { parser.index += 1; return }
+            throw parser.error("expected ',' or '}'")
+        }
+    }
+
+    /// Reads an array, calling `body` for each element; `body` must read (or skip) it.
+    public mutating func elements(_ body: (inout JSONReader) throws -> Void) throws {
+        parser.skipWhitespace()
+        guard parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "[") else {
+            throw parser.error("expected an array")
+        }
+        guard depth + 1 < JSONParser.maximumDepth else { throw parser.error("nested too deep") }
+        depth += 1
+        defer { depth -= 1 }
+        parser.index += 1
+        parser.skipWhitespace()
+        if parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "]") {
+            parser.index += 1
+            return
+        }
+        while true {
+            try body(&self)
+            parser.skipWhitespace()
+            guard parser.index < parser.bytes.count else { throw parser.error("unexpected end of input in an array") }
+            if parser.bytes[parser.index] == UInt8(ascii: ",") { parser.index += 1; continue }
+            if parser.bytes[parser.index] == UInt8(ascii: "]") { parser.index += 1; return }
+            throw parser.error("expected ',' or ']'")
+        }
+    }
+
+    /// A string value.
+    public mutating func string() throws -> String {
+        parser.skipWhitespace()
+        guard parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "\"") else {
+            throw parser.error("expected a string")
+        }
+        return try parser.string()
+    }
+
+    /// Any value as a `JSON` tree (for small parts a decoder takes whole).
+    public mutating func value() throws -> JSON {
+        parser.skipWhitespace()
+        return try parser.value(depth: depth)
+    }
+
+    /// Reads past a value.
+    public mutating func skip() throws { _ = try value() }
+
+    /// Checks that only whitespace is left.
+    public mutating func end() throws {
+        parser.skipWhitespace()
+        guard parser.index == parser.bytes.count else { throw parser.error("unexpected text after the JSON value") }
     }
 }

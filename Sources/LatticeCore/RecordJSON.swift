@@ -400,3 +400,82 @@ extension Record {
                   deletion: deletion, parent: parent, fields: fields)
     }
 }
+
+extension RecordFrame {
+    /// What a server adds to a record dictionary: the change tag, and who created and last modified the
+    /// record when (`{"timestamp", "userRecordName"}`).
+    public struct ServerFields: Sendable {
+        public var changeTag: String
+        public var createdMs: Int64, createdBy: String
+        public var modifiedMs: Int64, modifiedBy: String
+
+        public init(changeTag: String, createdMs: Int64, createdBy: String, modifiedMs: Int64, modifiedBy: String) {
+            self.changeTag = changeTag
+            self.createdMs = createdMs
+            self.createdBy = createdBy
+            self.modifiedMs = modifiedMs
+            self.modifiedBy = modifiedBy
+        }
+    }
+
+    /// The record dictionary `decoded().cloudKitJSON(fields: [])` gives, with `server`'s members added,
+    /// written straight into `out` from the frame's header: no field is decoded and no dictionary made, and
+    /// the bytes are those `JSON.serializedBytes` writes for that object (keys sorted). The answer of a
+    /// write that asks for no fields back (`desiredKeys: []`) is made of these.
+    public func appendCloudKitJSONWithoutFields(_ server: ServerFields, into out: inout [UInt8]) {
+        let zoneID = self.zoneID
+        withFrame { frame in
+            let header = FrameHeader(frame)
+            func key(_ name: StaticString) {
+                out.append(UInt8(ascii: "\""))
+                out.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+                out.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+            }
+            func text(_ range: Range<Int>) {
+                JSON.writeString(String(decoding: UnsafeRawBufferPointer(rebasing: frame[range]), as: UTF8.self), into: &out)
+            }
+            func stamp(_ stamp: Stamp) {
+                out.append(UInt8(ascii: "{"))
+                key("counter"); JSON.writeInteger(Int64(stamp.hlc.counter), into: &out)
+                out.append(UInt8(ascii: ",")); key("ms"); JSON.writeInteger(Int64(stamp.hlc.milliseconds), into: &out)
+                out.append(UInt8(ascii: ",")); key("replica"); JSON.writeString(stamp.replica.description, into: &out)
+                out.append(UInt8(ascii: "}"))
+            }
+            func who(_ ms: Int64, _ user: String) {
+                out.append(UInt8(ascii: "{"))
+                key("timestamp"); JSON.writeInteger(ms, into: &out)
+                out.append(UInt8(ascii: ",")); key("userRecordName"); JSON.writeString(user, into: &out)
+                out.append(UInt8(ascii: "}"))
+            }
+            // A deleted record has no parent register (as `Record` drops it).
+            let hasParent = header.deletion == nil && header.parentWhole != nil
+            out.append(UInt8(ascii: "{"))
+            key("crdt"); out.append(UInt8(ascii: "{"))
+            key("created"); stamp(header.created)
+            if let deletion = header.deletion { out.append(UInt8(ascii: ",")); key("deletion"); stamp(deletion) }
+            out.append(UInt8(ascii: ",")); key("generation")
+            JSON.writeInteger(Int64(UInt32(truncatingIfNeeded: header.generation)), into: &out)
+            if hasParent { out.append(UInt8(ascii: ",")); key("parent"); stamp(header.parentStamp) }
+            out.append(UInt8(ascii: "}"))
+            out.append(UInt8(ascii: ",")); key("created"); who(server.createdMs, server.createdBy)
+            out.append(UInt8(ascii: ",")); key("deleted")
+            out.append(contentsOf: header.deletion != nil ? Array("true".utf8) : Array("false".utf8))
+            out.append(UInt8(ascii: ",")); key("fields"); out.append(contentsOf: [UInt8(ascii: "{"), UInt8(ascii: "}")])
+            out.append(UInt8(ascii: ",")); key("modified"); who(server.modifiedMs, server.modifiedBy)
+            if hasParent {
+                out.append(UInt8(ascii: ",")); key("parent")
+                var reader = BinaryReader(frame)
+                reader.offset = header.parentValue
+                // The bytes were validated when the frame was made; nil is a cleared parent.
+                (((try? reader.value()) ?? nil)?.cloudKitJSON ?? .null).write(into: &out)
+            }
+            out.append(UInt8(ascii: ",")); key("recordChangeTag"); JSON.writeString(server.changeTag, into: &out)
+            out.append(UInt8(ascii: ",")); key("recordName"); text(header.name)
+            out.append(UInt8(ascii: ",")); key("recordType"); text(header.type)
+            out.append(UInt8(ascii: ",")); key("zoneID"); out.append(UInt8(ascii: "{"))
+            key("ownerRecordName"); JSON.writeString(zoneID.ownerRecordName, into: &out)
+            out.append(UInt8(ascii: ",")); key("zoneName"); JSON.writeString(zoneID.zoneName, into: &out)
+            out.append(contentsOf: [UInt8(ascii: "}"), UInt8(ascii: "}")])
+        }
+    }
+}

@@ -68,8 +68,9 @@ public struct Idempotency: Sendable, OperationArea {
     /// How a write's answer can be rebuilt on replay.
     enum ReplayForm {
         case whole
-        /// `records/modify` (its body): items in operation order, named by `operations[i].record.recordName`.
-        case records([String: JSON])
+        /// `records/modify`: items in operation order, named by `operations[i].record.recordName`, in the
+        /// request's zone, with the fields `desiredKeys` names.
+        case records(zoneID: JSON?, names: [String], desiredKeys: Set<String>?)
         /// `deltas/push`: items in the delta's order.
         case push(PreparedPush)
     }
@@ -195,7 +196,7 @@ public struct Idempotency: Sendable, OperationArea {
         let count: Int
         switch form {
         case .whole: return [Tag.whole.rawValue] + answer.body
-        case .records(let body): (zoneJSON, count) = (body["zoneID"], body["operations"]?.arrayValue?.count ?? 0)
+        case .records(let zoneID, let names, _): (zoneJSON, count) = (zoneID, names.count)
         case .push(let prepared): (zoneJSON, count) = (Self.zoneJSON(of: prepared), prepared.names.count)
         }
         guard answer.body.count > Self.wholeAnswerLimit,
@@ -256,11 +257,9 @@ public struct Idempotency: Sendable, OperationArea {
             if let index = entry.arrayValue?.first?.intValue, let item = entry.arrayValue?.last { failures[Int(index)] = item }
         }
         switch (tag, form) {
-        case (.records, .records(let body)):
-            let resolved = try zones.resolveZone(body["zoneID"], caller, tx, path: "zoneID")
-            let names = (body["operations"]?.arrayValue ?? []).map { $0["record"]?["recordName"]?.stringValue ?? "" }
+        case (.records, .records(let zoneID, let names, let desiredKeys)):
+            let resolved = try zones.resolveZone(zoneID, caller, tx, path: "zoneID")
             guard names.count == count else { throw StorageError.failure("a remembered records/modify does not match its body") }
-            let desiredKeys = try parseDesiredKeys(body)
             let items: [JSON] = try names.enumerated().map { index, name in
                 let render = { (stored: StoredRecord) throws -> JSON in
                     self.recordJSON(stored, try self.decode(stored), desiredKeys: desiredKeys)

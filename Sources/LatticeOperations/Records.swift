@@ -5,13 +5,7 @@ import LatticeStore
 
 /// One operation of a `records/modify` request.
 struct RecordOperation {
-    enum Kind: String, CaseIterable {
-        case create, update, forceUpdate, replace, forceReplace, delete, forceDelete
-
-        var checksChangeTag: Bool { self == .update || self == .replace || self == .delete }
-        var isDelete: Bool { self == .delete || self == .forceDelete }
-        var isReplace: Bool { self == .replace || self == .forceReplace }
-    }
+    typealias Kind = RecordOperationKind
 
     let kind: Kind
     let recordName: String
@@ -82,10 +76,50 @@ public struct Records: Sendable {
     /// operation over them answers its error as if it had failed in it.
     public func modify(_ caller: Caller, _ body: [String: JSON], replay: ReplayKey?) throws -> Answer {
         let refused = try recordsModifyRefusals(body) // the size caps, before the write lock is taken
-        return try Idempotency(core).batch(caller, replay: replay, form: .records(body), isSmall: {
+        let names = (body["operations"]?.arrayValue ?? []).map { $0["record"]?["recordName"]?.stringValue ?? "" }
+        // What a replay of a large answer needs; when desiredKeys is ill-formed the request fails and
+        // nothing is remembered.
+        let form = Idempotency.ReplayForm.records(zoneID: body["zoneID"], names: names,
+                                                  desiredKeys: (try? parseDesiredKeys(body)) ?? nil)
+        return try Idempotency(core).batch(caller, replay: replay, form: form, isSmall: {
             $0.frameBytes <= Idempotency.wholeAnswerLimit / 2
         }, render: renderModify) { tx, touched in
             try modifyRecordsOutcome(caller, body, tx, &touched, refused: refused)
+        }
+    }
+
+    /// `records/modify` of CRDT states read in one pass (`RecordStatesRequest`): the same checks, join and
+    /// answer as the body read as a tree, with each state's frame made before the write transaction.
+    public func modify(_ caller: Caller, _ request: RecordStatesRequest, replay: ReplayKey?) throws -> Answer {
+        // Encoded outside the writer; an encoding error is thrown where the tree read throws it (in the plan).
+        let frames = request.operations.map { operation in
+            Result { try RecordFrame(encoding: operation.state.record) }
+        }
+        let names = request.operations.map(\.recordName)
+        let form = Idempotency.ReplayForm.records(zoneID: request.zoneID, names: names, desiredKeys: request.desiredKeys)
+        return try Idempotency(core).batch(caller, replay: replay, form: form, isSmall: {
+            $0.frameBytes <= Idempotency.wholeAnswerLimit / 2
+        }, render: renderModify) { tx, touched in
+            let resolved = try zones.resolveZone(request.zoneID, caller, tx, path: "zoneID", creatingDefault: true)
+            guard let zone = resolved.zone else {
+                throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
+            }
+            let outcomes = try writeBatch(names: names, atomic: request.atomic, zone: zone, resolved: resolved,
+                                          caller: caller, tx, &touched) { index, shareRecordNames in
+                let operation = request.operations[index]
+                let path = "operations[\(index)].record"
+                let requestedParent: String?? = operation.state.parent.map { $0 == .null ? nil : $0["recordName"]?.stringValue ?? "" }
+                return try plan(operation.recordName, kind: operation.type,
+                                createsMissing: operation.type == .create || operation.type == .forceUpdate,
+                                requestedParent: requestedParent, changeTag: operation.state.changeTag, zone: zone,
+                                resolved: resolved, shareRecordNames: shareRecordNames, caller: caller,
+                                tx: tx) { existing, live in
+                    let incoming = try checkedState(operation.state.record, frame: frames[index].get(),
+                                                    zoneID: resolved.zoneID, path: path)
+                    return try join(incoming, into: existing, live: live, kind: operation.type, path: path)
+                }
+            }
+            return ModifyOutcome(zoneRowID: zone.rowID, names: names, outcomes: outcomes, desiredKeys: request.desiredKeys)
         }
     }
 
@@ -120,19 +154,40 @@ public struct Records: Sendable {
     /// answer hundreds of times the size of the request. With `desiredKeys: []` no record carries fields,
     /// and none is counted.
     func renderModify(_ outcome: ModifyOutcome) throws -> Answer {
+        // No fields asked for: each record's header is all its item needs, written straight as bytes.
+        if outcome.desiredKeys?.isEmpty == true { return Self.renderWithoutFields(outcome) }
         var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
-        let noFields = outcome.desiredKeys?.isEmpty == true
         let items: [JSON] = try zip(outcome.outcomes, outcome.names).map { result, name in
             switch result {
             case .success(let write):
-                guard noFields || budget.admit(bytes: write.frame.bytes.count) else {
-                    return Self.recordWithoutFields(write.stored)
-                }
+                guard budget.admit(bytes: write.frame.bytes.count) else { return Self.recordWithoutFields(write.stored) }
                 return recordJSON(write.stored, try decode(write.frame), desiredKeys: outcome.desiredKeys)
             case .failure(let error): return error.json(item: (key: "recordName", value: name))
             }
         }
         return Answer(.object(["records": .array(items)]))
+    }
+
+    /// `{"records": [...]}` of a write that asked for no fields (`desiredKeys: []`): the same bytes as the
+    /// tree of each record without fields would serialize to, written from the frames' headers.
+    static func renderWithoutFields(_ outcome: ModifyOutcome) -> Answer {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(16 + outcome.outcomes.count * 420)
+        bytes.append(contentsOf: #"{"records":["#.utf8)
+        for (index, (result, name)) in zip(outcome.outcomes, outcome.names).enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            switch result {
+            case .success(let write):
+                let stored = write.stored
+                write.frame.appendCloudKitJSONWithoutFields(.init(changeTag: stored.changeTag, createdMs: stored.createdMs,
+                                                                  createdBy: stored.createdBy, modifiedMs: stored.modifiedMs,
+                                                                  modifiedBy: stored.modifiedBy), into: &bytes)
+            case .failure(let error):
+                bytes.append(contentsOf: error.json(item: (key: "recordName", value: name)).serializedBytes())
+            }
+        }
+        bytes.append(contentsOf: "]}".utf8)
+        return Answer(bytes: bytes)
     }
 
     func atomicFlag(_ value: JSON?) throws -> Bool {
@@ -384,13 +439,20 @@ public struct Records: Sendable {
         } catch {
             throw ServiceError.badRequest("\(operation.path).\(error.description)")
         }
+        return try checkedState(incoming, frame: try RecordFrame(encoding: incoming), zoneID: zoneID, path: operation.path)
+    }
+
+    /// The checks of an incoming state once decoded, in the order the write makes them: its zone is the
+    /// request's, its clock within the drift bound, its values in their domains.
+    private func checkedState(_ incoming: Record, frame: @autoclosure () throws -> RecordFrame, zoneID: ZoneID,
+                              path: String) throws -> RecordFrame {
         guard incoming.id.zoneID == zoneID else {
-            throw ServiceError.badRequest("\(operation.path).zoneID differs from the request's zone")
+            throw ServiceError.badRequest("\(path).zoneID differs from the request's zone")
         }
-        try observe(incoming.maximumHLC, path: operation.path)
-        let frame = try RecordFrame(encoding: incoming)
+        try observe(incoming.maximumHLC, path: path)
+        let frame = try frame()
         if let violation = frame.domainViolation {
-            throw ServiceError.badRequest("record \(operation.recordName) field \(violation.field): \(violation.reason)")
+            throw ServiceError.badRequest("record \(incoming.id.recordName) field \(violation.field): \(violation.reason)")
         }
         return frame
     }

@@ -20,6 +20,10 @@ public struct ServiceConfiguration: Sendable {
     /// Elements in one list field of a write (and in any one array of a record in a request), checked
     /// before any work is done: LIMIT_EXCEEDED above it.
     public var maximumListElements = 50_000
+    /// `records/modify` bodies of CRDT states are read in one pass (`RecordStatesRequest`), any other as a
+    /// JSON tree. Off, every body is read as a tree: the answers are the same (RecordStatesTests compares
+    /// them), only slower.
+    public var readsRecordStatesInOnePass = true
     /// Fields in one record of a write, checked before any work is done: LIMIT_EXCEEDED above it.
     public var maximumFieldsPerRecord = 1_000
     /// Bytes of stored record state per database (private database of a user, or the public one);

@@ -83,6 +83,7 @@ extension LatticeService {
         }
         // deltas/push has a binary body: its envelope carries what a JSON body would (clientOperationID, atomic).
         var push: SyncMessage.Push? = nil
+        var states: RecordStatesRequest? = nil
         var body: [String: JSON]
         switch route.body {
         case .deltaPush:
@@ -90,13 +91,22 @@ extension LatticeService {
             body = ["atomic": .bool(envelope.atomic)]
             if let id = envelope.clientOperationID { body["clientOperationID"] = .string(id) }
             push = envelope
+        case .recordStates:
+            // CRDT states (what a syncing client sends) are read in one pass; any other body as JSON.
+            if configuration.readsRecordStatesInOnePass {
+                let caps = RecordStateCaps(maximumFields: configuration.maximumFieldsPerRecord,
+                                           maximumListElements: configuration.maximumListElements)
+                states = RecordStatesRequest.read(request.body, maximumOperations: configuration.maximumOperations, caps: caps)
+            }
+            body = states == nil ? try parseBody(request) : [:]
         case .json:
             body = try parseBody(request)
         }
         let context = RequestContext(user: user, kind: kind, environment: environment, body: body,
-                                     rawBody: request.body, path: request.path, push: push, deadline: deadline,
-                                     tokenID: tokenID)
-        if route.growth.adds(body) { try checkDiskBudget(route.operationName) }
+                                     rawBody: request.body, path: request.path, push: push, states: states,
+                                     deadline: deadline, tokenID: tokenID)
+        // States never delete: they always add data.
+        if states != nil || route.growth.adds(body) { try checkDiskBudget(route.operationName) }
         try perform(self, context, request.abandonment, respond)
     }
 

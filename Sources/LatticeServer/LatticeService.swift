@@ -167,6 +167,8 @@ struct RequestContext {
     let path: String
     /// The envelope of a `deltas/push` (its body is binary, not JSON).
     var push: SyncMessage.Push? = nil
+    /// A `records/modify` body of CRDT states, read in one pass (`body` is then empty).
+    var states: RecordStatesRequest? = nil
     /// When the request's work must stop (`ServiceConfiguration.requestDeadlineMilliseconds`).
     var deadline: RequestDeadline? = nil
     /// The id of the bearer token the request was made with.

@@ -126,6 +126,9 @@ struct Route: Sendable {
         case json
         /// A binary `SyncMessage.Push` (`deltas/push`); its envelope stands in for the JSON fields.
         case deltaPush
+        /// `records/modify`: read in one pass when every operation carries a CRDT state
+        /// (`RecordStatesRequest`), else as a JSON object.
+        case recordStates
     }
 
     enum Handler: Sendable {
@@ -262,8 +265,14 @@ extension LatticeService {
         .database("zones/modify", growth: .unlessOnlyDeletes(["delete"])) { service, context in
             try service.idempotent(context) { try service.zones.modifyZones(context.caller, context.body, $0, &$1) }
         },
-        .database("records/modify", growth: .unlessOnlyDeletes(["delete", "forceDelete"])) { service, context in
-            .answer(try Records(service.core).modify(context.caller, context.body, replay: try service.replayKey(context)))
+        .database("records/modify", body: .recordStates, growth: .unlessOnlyDeletes(["delete", "forceDelete"])) { service, context in
+            if let states = context.states {
+                let replay = try states.clientOperationID.flatMap { id in
+                    try ReplayKey.of(["clientOperationID": id], operation: context.path, bytes: context.rawBody)
+                }
+                return .answer(try Records(service.core).modify(context.caller, states, replay: replay))
+            }
+            return .answer(try Records(service.core).modify(context.caller, context.body, replay: try service.replayKey(context)))
         },
         .database("records/lookup") { service, context in .json(try Records(service.core).lookup(context.caller, context.body)) },
         .database("records/query") { service, context in .json(try Records(service.core).query(context.caller, context.body)) },
