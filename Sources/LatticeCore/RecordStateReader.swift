@@ -51,6 +51,44 @@ extension Record {
                 state.fields = fields
                 return
             }
+            if key == "zoneID" {
+                // `{"zoneName", "ownerRecordName"}` member by member (both needed: no default owner here).
+                guard reader.next == UInt8(ascii: "{") else { refused = true; return try reader.skip() }
+                var zoneName: JSON?, owner: JSON?
+                var zoneKeys = KeySet()
+                try reader.members { reader, key in
+                    guard !refused, zoneKeys.insert(key) else { refused = true; return try reader.skip() }
+                    let value = try reader.value()
+                    if value.largestArray > caps.maximumListElements { refused = true }
+                    if key == "zoneName" { zoneName = value } else if key == "ownerRecordName" { owner = value }
+                }
+                guard let zoneName = zoneName?.stringValue, let owner = owner?.stringValue,
+                      let zone = try? ZoneID(zoneName: zoneName, ownerRecordName: owner) else { refused = true; return }
+                state.zone = zone
+                return
+            }
+            if key == "crdt" {
+                // `{"generation", "created", "deletion"?, "parent"?}` member by member.
+                guard reader.next == UInt8(ascii: "{") else { refused = true; return try reader.skip() }
+                var crdtKeys = KeySet()
+                state.hasCRDT = true
+                try reader.members { reader, key in
+                    guard !refused, crdtKeys.insert(key) else { refused = true; return try reader.skip() }
+                    switch key {
+                    case "created", "deletion", "parent":
+                        // Present, a stamp must be a valid one (null included: it is not absent).
+                        guard let stamp = try readStamp(&reader, caps: caps, refused: &refused) else { refused = true; return }
+                        if key == "created" { state.created = stamp } else if key == "deletion" { state.deletion = stamp } else {
+                            state.parentStamp = stamp
+                        }
+                    default:
+                        let value = try reader.value()
+                        if value.largestArray > caps.maximumListElements { refused = true }
+                        if key == "generation" { state.generation = value }
+                    }
+                }
+                return
+            }
             // Every other member is read whole (they are small); its arrays count against the cap too, read
             // or ignored.
             let value = try reader.value()
@@ -58,8 +96,6 @@ extension Record {
             switch key {
             case "recordName": state.recordName = value
             case "recordType": state.recordType = value
-            case "zoneID": state.zoneID = value
-            case "crdt": state.crdt = value
             case "deleted": state.deleted = value
             case "parent": state.parent = value
             case "recordChangeTag": state.changeTag = value
@@ -75,7 +111,7 @@ extension Record {
     private static func readField(_ name: String, _ reader: inout JSONReader, caps: RecordStateCaps) throws -> Field? {
         guard Names.isValid(name, kind: .fieldName), reader.next == UInt8(ascii: "{") else { return nil }
         var value: JSON?, type: JSON?
-        var stamp: JSON?, entries: [RawEntry?]?, context: [Stamp]?, contextValid = true
+        var stamp: Stamp?, entries: [RawEntry?]?, context: [Stamp]?, contextValid = true
         var hasCRDT = false
         var keys = KeySet()
         var refused = false
@@ -91,7 +127,10 @@ extension Record {
                 try reader.members { reader, key in
                     guard !refused, crdtKeys.insert(key) else { refused = true; return try reader.skip() }
                     switch key {
-                    case "stamp": stamp = try reader.value()
+                    case "stamp":
+                        // A register's stamp: present, it must be a valid one.
+                        guard let read = try readStamp(&reader, caps: caps, refused: &refused) else { refused = true; return }
+                        stamp = read
                     case "entries":
                         guard reader.next == UInt8(ascii: "[") else { refused = true; return try reader.skip() }
                         var read: [RawEntry?] = []
@@ -117,13 +156,12 @@ extension Record {
             }
         }
         guard !refused, hasCRDT else { return nil }
-        if (value?.largestArray ?? 0) > caps.maximumListElements || (type?.largestArray ?? 0) > caps.maximumListElements
-            || (stamp?.largestArray ?? 0) > caps.maximumListElements {
+        if (value?.largestArray ?? 0) > caps.maximumListElements || (type?.largestArray ?? 0) > caps.maximumListElements {
             return nil
         }
         if let stamp {
             // A register: `value` null is a cleared one; a missing value is refused (as a tree read does).
-            guard let stamp = Stamp(jsonOrNil: stamp), let value else { return nil }
+            guard let value else { return nil }
             guard value != .null else { return Field(name: name, state: .register(LWWRegister(value: nil, stamp: stamp))) }
             guard let typeName = type?.stringValue ?? FieldValue.inferredType(value), !typeName.hasSuffix("_LIST"),
                   let valueType = ValueType(cloudKitName: typeName),
@@ -213,27 +251,23 @@ extension Record {
 /// The members of a record dictionary `Record.readState` keeps, turned into the record as
 /// `Record(cloudKitJSON:zoneID:)` would make it (nil wherever that would throw).
 private struct StateMembers {
-    var recordName: JSON?, recordType: JSON?, zoneID: JSON?, crdt: JSON?, deleted: JSON?, parent: JSON?, changeTag: JSON?
+    var recordName: JSON?, recordType: JSON?, deleted: JSON?, parent: JSON?, changeTag: JSON?
+    /// The dictionary's zone id, read and checked (both names given).
+    var zone: ZoneID?
+    /// The `crdt` object's members, each stamp read and checked.
+    var hasCRDT = false
+    var generation: JSON?, created: Stamp?, deletion: Stamp?, parentStamp: Stamp?
     var fields: [Field]?
 
     func record() -> RecordStateRead? {
-        // The zone id is the dictionary's own, with both names: a default owner is never needed.
-        guard let recordName = recordName?.stringValue, let recordType = recordType?.stringValue,
-              let zoneJSON = zoneID, let zone = try? ZoneID(cloudKitJSON: zoneJSON, defaultOwner: nil, path: "zoneID"),
-              let crdt = crdt?.objectValue,
-              let generation = crdt["generation"]?.intValue, (1...Int64(UInt32.max)).contains(generation),
-              let created = crdt["created"].flatMap(Stamp.init(jsonOrNil:)) else { return nil }
-        var deletion: Stamp? = nil
-        if let json = crdt["deletion"] {
-            guard let stamp = Stamp(jsonOrNil: json) else { return nil }
-            deletion = stamp
-        }
+        guard let recordName = recordName?.stringValue, let recordType = recordType?.stringValue, let zone, hasCRDT,
+              let generation = generation?.intValue, (1...Int64(UInt32.max)).contains(generation),
+              let created else { return nil }
         guard let id = try? RecordID(recordName: recordName, zoneID: zone),
               (try? Names.validate(recordType, kind: .recordType)) != nil else { return nil }
         if let deleted, deleted != .bool(deletion != nil) { return nil }
         var parentRegister: LWWRegister? = nil
-        if let parentStamp = crdt["parent"] {
-            guard let stamp = Stamp(jsonOrNil: parentStamp) else { return nil }
+        if let stamp = parentStamp {
             var value: ScalarValue? = nil
             if let parent, parent != .null {
                 guard case .reference(let reference)? = try? ScalarValue(cloudKitJSON: parent, type: .reference, path: "parent"),
@@ -283,12 +317,6 @@ private struct KeySet {
 }
 
 extension Stamp {
-    /// `Stamp(json:path:)` without its error: nil where it throws.
-    init?(jsonOrNil json: JSON) {
-        guard let object = json.objectValue else { return nil }
-        self.init(ms: object["ms"], counter: object["counter"], replica: object["replica"])
-    }
-
     /// A stamp from the members of its JSON object, checked as `Stamp(json:path:)` checks them.
     init?(ms: JSON?, counter: JSON?, replica: JSON?) {
         guard let ms = ms?.intValue, let counter = counter?.intValue, let replicaText = replica?.stringValue,
