@@ -434,13 +434,7 @@ extension RecordFrame {
             func text(_ range: Range<Int>) {
                 JSON.writeString(String(decoding: UnsafeRawBufferPointer(rebasing: frame[range]), as: UTF8.self), into: &out)
             }
-            func stamp(_ stamp: Stamp) {
-                out.append(UInt8(ascii: "{"))
-                key("counter"); JSON.writeInteger(Int64(stamp.hlc.counter), into: &out)
-                out.append(UInt8(ascii: ",")); key("ms"); JSON.writeInteger(Int64(stamp.hlc.milliseconds), into: &out)
-                out.append(UInt8(ascii: ",")); key("replica"); JSON.writeString(stamp.replica.description, into: &out)
-                out.append(UInt8(ascii: "}"))
-            }
+            func stamp(_ stamp: Stamp) { stamp.appendJSON(into: &out) }
             func who(_ ms: Int64, _ user: String) {
                 out.append(UInt8(ascii: "{"))
                 key("timestamp"); JSON.writeInteger(ms, into: &out)
@@ -477,5 +471,108 @@ extension RecordFrame {
             out.append(UInt8(ascii: ",")); key("zoneName"); JSON.writeString(zoneID.zoneName, into: &out)
             out.append(contentsOf: [UInt8(ascii: "}"), UInt8(ascii: "}")])
         }
+    }
+}
+
+extension Record {
+    /// `cloudKitJSON(fields: wanted)` written straight into `out`: the same bytes `serializedBytes()`
+    /// gives for it (keys sorted), with no dictionary made. Clients send their states this way, and answers
+    /// carry records this way.
+    public func appendCloudKitJSON(fields wanted: Set<String>? = nil, into out: inout [UInt8]) {
+        func key(_ name: StaticString) {
+            out.append(UInt8(ascii: "\""))
+            out.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+            out.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+        }
+        func comma() { out.append(UInt8(ascii: ",")) }
+        out.append(UInt8(ascii: "{"))
+        key("crdt"); out.append(UInt8(ascii: "{"))
+        key("created"); created.appendJSON(into: &out)
+        if let deletion { comma(); key("deletion"); deletion.appendJSON(into: &out) }
+        comma(); key("generation"); JSON.writeInteger(Int64(generation), into: &out)
+        if let parentRegister { comma(); key("parent"); parentRegister.stamp.appendJSON(into: &out) }
+        out.append(UInt8(ascii: "}"))
+        comma(); key("deleted"); out.append(contentsOf: isDeleted ? Array("true".utf8) : Array("false".utf8))
+        comma(); key("fields"); out.append(UInt8(ascii: "{"))
+        var first = true
+        for field in fields where wanted?.contains(field.name) ?? true {
+            switch field.state {
+            case .register(let register):
+                if !first { comma() }
+                first = false
+                JSON.writeString(field.name, into: &out)
+                out.append(UInt8(ascii: ":"))
+                out.append(UInt8(ascii: "{"))
+                key("crdt"); out.append(UInt8(ascii: "{")); key("stamp"); register.stamp.appendJSON(into: &out)
+                out.append(UInt8(ascii: "}"))
+                if let value = register.value {
+                    comma(); key("type"); JSON.writeString(value.type.cloudKitName, into: &out)
+                    comma(); key("value"); value.cloudKitJSON.write(into: &out)
+                } else {
+                    comma(); key("value"); out.append(contentsOf: "null".utf8)
+                }
+                out.append(UInt8(ascii: "}"))
+            case .set(let set):
+                guard case .list(let type, let elements)? = field.state.value else { continue }
+                if !first { comma() }
+                first = false
+                JSON.writeString(field.name, into: &out)
+                out.append(UInt8(ascii: ":"))
+                out.append(UInt8(ascii: "{"))
+                key("crdt"); out.append(UInt8(ascii: "{"))
+                key("context"); out.append(UInt8(ascii: "["))
+                for (index, entry) in set.context.entries.enumerated() {
+                    if index > 0 { comma() }
+                    Stamp(hlc: entry.hlc, replica: entry.replica).appendJSON(into: &out)
+                }
+                out.append(UInt8(ascii: "]"))
+                comma(); key("entries"); out.append(UInt8(ascii: "["))
+                for (index, entry) in set.entries.enumerated() {
+                    if index > 0 { comma() }
+                    out.append(UInt8(ascii: "{"))
+                    key("stamp"); entry.dot.appendJSON(into: &out)
+                    if entry.element.type != type { comma(); key("type"); JSON.writeString(entry.element.type.cloudKitName, into: &out) }
+                    comma(); key("value"); entry.element.cloudKitJSON.write(into: &out)
+                    out.append(UInt8(ascii: "}"))
+                }
+                out.append(contentsOf: [UInt8(ascii: "]"), UInt8(ascii: "}")])
+                comma(); key("type"); JSON.writeString(type.cloudKitName + "_LIST", into: &out)
+                comma(); key("value"); out.append(UInt8(ascii: "["))
+                for (index, element) in elements.enumerated() {
+                    if index > 0 { comma() }
+                    element.cloudKitJSON.write(into: &out)
+                }
+                out.append(contentsOf: [UInt8(ascii: "]"), UInt8(ascii: "}")])
+            }
+        }
+        out.append(UInt8(ascii: "}"))
+        if let parentRegister { comma(); key("parent"); (parentRegister.value?.cloudKitJSON ?? .null).write(into: &out) }
+        comma(); key("recordName"); JSON.writeString(id.recordName, into: &out)
+        comma(); key("recordType"); JSON.writeString(recordType, into: &out)
+        comma(); key("zoneID"); out.append(UInt8(ascii: "{"))
+        key("ownerRecordName"); JSON.writeString(id.zoneID.ownerRecordName, into: &out)
+        comma(); key("zoneName"); JSON.writeString(id.zoneID.zoneName, into: &out)
+        out.append(contentsOf: [UInt8(ascii: "}"), UInt8(ascii: "}")])
+    }
+}
+
+extension Stamp {
+    /// `json` written straight into `out` (`{"counter", "ms", "replica"}`, as `serializedBytes` writes it).
+    func appendJSON(into out: inout [UInt8]) {
+        out.append(contentsOf: #"{"counter":"#.utf8)
+        JSON.writeInteger(Int64(hlc.counter), into: &out)
+        out.append(contentsOf: #","ms":"#.utf8)
+        JSON.writeInteger(Int64(hlc.milliseconds), into: &out)
+        out.append(contentsOf: #","replica":""#.utf8)
+        // Sixteen lower-case hex digits (`ReplicaID.description`), no String made.
+        let digits: StaticString = "0123456789abcdef"
+        var value = replica.rawValue
+        var hex = [UInt8](repeating: 0, count: 16)
+        for index in stride(from: 15, through: 0, by: -1) {
+            hex[index] = digits.utf8Start[Int(value & 0xF)]
+            value >>= 4
+        }
+        out.append(contentsOf: hex)
+        out.append(contentsOf: #""}"#.utf8)
     }
 }

@@ -28,3 +28,19 @@ struct FrameJSONTests {
         #expect(deleted > 50 && parented > 50, "deleted \(deleted), with parent \(parented)")
     }
 }
+
+extension FrameJSONTests {
+    @Test("a record written straight as bytes equals its dictionary serialized, all fields or some")
+    func recordBytes() throws {
+        let seed: UInt64 = 0xB17E_5A12
+        print("[frame json] record bytes seed \(seed)")
+        var rng = SplitMix64(seed: seed)
+        for _ in 0 ..< 3_000 {
+            let record = RandomRecord.make(&rng)
+            let wanted: Set<String>? = rng.chance(30) ? Set(RandomRecord.registerNames.filter { _ in rng.bool() }) : nil
+            var bytes: [UInt8] = []
+            record.appendCloudKitJSON(fields: wanted, into: &bytes)
+            #expect(bytes == record.cloudKitJSON(fields: wanted).serializedBytes(), "\(String(decoding: bytes, as: UTF8.self))")
+        }
+    }
+}
