@@ -13,6 +13,8 @@ protocol StorageColumn {
     var text: String? { get }
     /// The bytes, empty for NULL or another type.
     var bytes: [UInt8] { get }
+    /// Whether the value is NULL.
+    var isNull: Bool { get }
 }
 
 /// A backend's transaction that maps rows of its `Column` type with the shared mappings below.
@@ -87,6 +89,23 @@ extension StorageRowMapping {
                                        row: key),
             status: try Self.parse(AcceptanceStatus.self, row[4], table: "share_participants", column: "status", row: key),
             modifiedMs: row[5].integer)
+    }
+
+    static var deviceColumns: String {
+        "device_code_hash, user_code_hash, address, device_name, status, user_id, interval_seconds, last_poll_ms, "
+            + "created_ms, expires_ms"
+    }
+
+    /// A row of `deviceColumns` of `device_authorizations`.
+    /// - Throws: `StorageError.damagedRow` for a status no `DeviceAuthorizationStatus` spells.
+    func deviceAuthorization(_ row: [Column]) throws -> StoredDeviceAuthorization {
+        StoredDeviceAuthorization(
+            deviceCodeHash: row[0].bytes, userCodeHash: row[1].bytes, address: row[2].text ?? "",
+            deviceName: row[3].text ?? "",
+            status: try Self.parse(DeviceAuthorizationStatus.self, row[4], table: "device_authorizations", column: "status",
+                                   row: "created_ms \(row[8].integer)"),
+            userID: row[5].isNull ? nil : row[5].integer, intervalSeconds: row[6].integer, lastPollMs: row[7].integer,
+            createdMs: row[8].integer, expiresMs: row[9].integer)
     }
 
     /// The case a stored spelling names.

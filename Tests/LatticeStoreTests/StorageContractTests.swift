@@ -980,6 +980,15 @@ struct StorageContractTests {
             }
             expectDamaged { _ = try storage.read { try $0.share(publicID: "sh_2") } }
             expectDamaged { _ = try storage.read { try $0.shares(zoneRowID: shared.zoneRowID) } }
+            // A device sign-in whose status no case spells is damaged too, never read as denied.
+            try storage.write { tx throws in
+                try tx.insertRows(table: "device_authorizations", [[
+                    .blob([1, 2, 3]), .blob([4, 5, 6]), .text("127.0.0.1"), .text("laptop"), .text("approvedMaybe"), .null,
+                    .integer(5), .integer(0), .integer(1), .integer(9_999_999),
+                ]])
+            }
+            expectDamaged { _ = try storage.read { try $0.deviceAuthorization(deviceCodeHash: [1, 2, 3]) } }
+            expectDamaged { _ = try storage.read { try $0.deviceAuthorization(userCodeHash: [4, 5, 6]) } }
         }
     }
 

@@ -1202,17 +1202,6 @@ final class PostgresTransaction: StorageTransaction, StorageBookkeeping, Storage
 
     // MARK: Device authorizations
 
-    private static let deviceColumns = "device_code_hash, user_code_hash, address, device_name, status, user_id, "
-        + "interval_seconds, last_poll_ms, created_ms, expires_ms"
-
-    private func deviceAuthorization(_ row: [PostgresValue]) -> StoredDeviceAuthorization {
-        StoredDeviceAuthorization(deviceCodeHash: row[0].bytes, userCodeHash: row[1].bytes, address: row[2].text ?? "",
-                                  deviceName: row[3].text ?? "",
-                                  status: DeviceAuthorizationStatus(rawValue: row[4].text ?? "") ?? .denied,
-                                  userID: row[5].isNull ? nil : row[5].integer, intervalSeconds: row[6].integer,
-                                  lastPollMs: row[7].integer, createdMs: row[8].integer, expiresMs: row[9].integer)
-    }
-
     func insertDeviceAuthorization(_ authorization: NewDeviceAuthorization) throws {
         // ON CONFLICT DO NOTHING: a taken code is reported without aborting the transaction.
         let inserted = try rows("INSERT INTO device_authorizations(\(Self.deviceColumns)) "
@@ -1226,12 +1215,12 @@ final class PostgresTransaction: StorageTransaction, StorageBookkeeping, Storage
 
     func deviceAuthorization(deviceCodeHash: [UInt8]) throws -> StoredDeviceAuthorization? {
         try rows("SELECT \(Self.deviceColumns) FROM device_authorizations WHERE device_code_hash = $1" + lock,
-                 [.bytea(deviceCodeHash)]).first.map(deviceAuthorization)
+                 [.bytea(deviceCodeHash)]).first.map { try deviceAuthorization($0) }
     }
 
     func deviceAuthorization(userCodeHash: [UInt8]) throws -> StoredDeviceAuthorization? {
         try rows("SELECT \(Self.deviceColumns) FROM device_authorizations WHERE user_code_hash = $1" + lock,
-                 [.bytea(userCodeHash)]).first.map(deviceAuthorization)
+                 [.bytea(userCodeHash)]).first.map { try deviceAuthorization($0) }
     }
 
     func liveDeviceAuthorizations(address: String?, nowMs: Int64) throws -> Int {
@@ -1264,7 +1253,7 @@ final class PostgresTransaction: StorageTransaction, StorageBookkeeping, Storage
         try rows("UPDATE device_authorizations SET status = $1 WHERE device_code_hash = $2 AND status = $3 "
                  + "AND expires_ms > $4 RETURNING \(Self.deviceColumns)",
                  [.text(DeviceAuthorizationStatus.issued.rawValue), .bytea(deviceCodeHash),
-                  .text(DeviceAuthorizationStatus.approved.rawValue), .integer(nowMs)]).first.map(deviceAuthorization)
+                  .text(DeviceAuthorizationStatus.approved.rawValue), .integer(nowMs)]).first.map { try deviceAuthorization($0) }
     }
 
     func forgetDeviceAuthorizations(expiredAt nowMs: Int64) throws -> Int {

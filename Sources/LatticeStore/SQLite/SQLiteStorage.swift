@@ -430,19 +430,6 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
 
     // MARK: Device authorizations
 
-    private static let deviceColumns = "device_code_hash, user_code_hash, address, device_name, status, user_id, "
-        + "interval_seconds, last_poll_ms, created_ms, expires_ms"
-
-    private func deviceAuthorization(_ row: [SQLiteValue]) -> StoredDeviceAuthorization {
-        var userID: Int64? = nil
-        if case .integer(let value) = row[5] { userID = value }
-        return StoredDeviceAuthorization(deviceCodeHash: row[0].blob, userCodeHash: row[1].blob, address: row[2].text ?? "",
-                                         deviceName: row[3].text ?? "",
-                                         status: DeviceAuthorizationStatus(rawValue: row[4].text ?? "") ?? .denied,
-                                         userID: userID, intervalSeconds: row[6].integer, lastPollMs: row[7].integer,
-                                         createdMs: row[8].integer, expiresMs: row[9].integer)
-    }
-
     func insertDeviceAuthorization(_ authorization: NewDeviceAuthorization) throws {
         let inserted = try run("INSERT INTO device_authorizations(\(Self.deviceColumns)) "
                                + "VALUES (?, ?, ?, ?, ?, NULL, ?, 0, ?, ?) ON CONFLICT DO NOTHING",
@@ -455,12 +442,12 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
 
     func deviceAuthorization(deviceCodeHash: [UInt8]) throws -> StoredDeviceAuthorization? {
         try rows("SELECT \(Self.deviceColumns) FROM device_authorizations WHERE device_code_hash = ?",
-                 [.blob(deviceCodeHash)]).first.map(deviceAuthorization)
+                 [.blob(deviceCodeHash)]).first.map { try deviceAuthorization($0) }
     }
 
     func deviceAuthorization(userCodeHash: [UInt8]) throws -> StoredDeviceAuthorization? {
         try rows("SELECT \(Self.deviceColumns) FROM device_authorizations WHERE user_code_hash = ?",
-                 [.blob(userCodeHash)]).first.map(deviceAuthorization)
+                 [.blob(userCodeHash)]).first.map { try deviceAuthorization($0) }
     }
 
     func liveDeviceAuthorizations(address: String?, nowMs: Int64) throws -> Int {
@@ -490,7 +477,7 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
         try rows("UPDATE device_authorizations SET status = ? WHERE device_code_hash = ? AND status = ? AND expires_ms > ? "
                  + "RETURNING \(Self.deviceColumns)",
                  [.text(DeviceAuthorizationStatus.issued.rawValue), .blob(deviceCodeHash),
-                  .text(DeviceAuthorizationStatus.approved.rawValue), .integer(nowMs)]).first.map(deviceAuthorization)
+                  .text(DeviceAuthorizationStatus.approved.rawValue), .integer(nowMs)]).first.map { try deviceAuthorization($0) }
     }
 
     func forgetDeviceAuthorizations(expiredAt nowMs: Int64) throws -> Int {
@@ -1101,6 +1088,7 @@ extension StorageError {
 
 extension SQLiteValue: StorageColumn {
     var bytes: [UInt8] { blob }
+    var isNull: Bool { self == .null }
 }
 
 extension SQLiteValue {
