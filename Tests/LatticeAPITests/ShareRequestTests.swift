@@ -125,7 +125,7 @@ struct ShareRequestTests {
     func answers() throws {
         let metadata = ShareMetadata(shareRecordName: "S", title: "T", zoneID: WireZoneID(zoneName: "Z", ownerRecordName: "_o"),
                                      ownerRecordName: "_o", ownerName: "olga", linkPermission: .readOnly,
-                                     publicPermission: .none, currentStatus: .removed)
+                                     publicPermission: .none, currentStatus: .removed, participantStatus: .removed)
         let links = ShareLinksResponse(results: [.success(metadata), .failure(ServiceError(.accessDenied, "no"))])
         let json = links.json
         #expect(json["results"]?.arrayValue?[1]["value"] == .string(""))
