@@ -72,7 +72,7 @@ let package = Package(
         // The client library (CKSyncEngine-like): local replica (its own SQLite file), pending changes, sync
         // state, transport. Links SQLite and Foundation only: never the server, libpq or libmicrohttpd
         // (ModuleDependencyTests fails if it does).
-        .target(name: "LatticeSync", dependencies: ["LatticeCore", "LatticeSQLite"]),
+        .target(name: "LatticeSync", dependencies: ["LatticeCore", "LatticeAPI", "LatticeSQLite"]),
 
         // Shared lists (the CLI's and the web client's model) on top of the client library.
         .target(name: "LatticeLists", dependencies: ["LatticeCore", "LatticeSync"]),

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 import LatticeLists
 import LatticeSync
@@ -68,7 +69,8 @@ func runLogIn(_ arguments: [String]) throws {
     let engine = try options.openEngine(creating: true)
     try checkSwitch(engine, server: server) { server in
         let client = ServerClient(transport: try HTTPTransport(serverURL: server))
-        return try client.call("private", "users/current", .object([:]), token: token)["userRecordName"]?.stringValue
+        return CurrentUserResponse(json: try client.call("private", "users/current", CurrentUserRequest().json, token: token))?
+            .userRecordName
     }
     let account = try AccountClient(serverURL: server).signIn(token: token)
     try engine.signIn(account)
@@ -188,13 +190,13 @@ private func runWebLogIn(_ options: ClientOptions) throws {
     }
     let engine = try options.openEngine()
     guard let account = engine.account else { throw CommandFailure(SyncError.notSignedIn.description) }
-    let reply = try callServer(engine, "private", "tokens/signinLink", .object([:]))
-    guard let url = reply["url"]?.stringValue else { throw CommandFailure("the server sent no sign-in link") }
+    let reply = try callServer(engine, "private", "tokens/signinLink", SignInLinkRequest().json)
+    guard let link = SignInLinkResponse(json: reply) else { throw CommandFailure("the server sent no sign-in link") }
     if options.json {
-        var object: [String: JSON] = ["url": .string(url), "name": .string(account.name)]
-        if let expires = reply["expires"]?["timestamp"] { object["expires"] = expires }
+        var object: [String: JSON] = ["url": .string(link.url), "name": .string(account.name)]
+        if let expires = link.info.expiresMs { object["expires"] = .int(expires) }
         return printJSON(.object(object))
     }
-    print(url)
+    print(link.url)
     writeStandardError("open this link in a browser to sign in as \(account.name); it works once, within 10 minutes\n")
 }

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 import LatticeLists
 import LatticeSync
@@ -39,12 +40,12 @@ func runDeviceLogIn(_ options: ClientOptions, server: String) throws {
     // Over the waiting sign-ins of this address the wait is minutes: say so at once rather than retry.
     var once = client
     once.maximumAttempts = 1
-    let started = try once.post("/auth/device/start", .object(["deviceName": .string(name)]), token: nil)
-    guard let deviceCode = started["deviceCode"]?.stringValue, let userCode = started["userCode"]?.stringValue,
-          let expiresIn = started["expiresIn"]?.intValue else {
+    let reply = try once.post("/auth/device/start", DeviceStartRequest(deviceName: name).json, token: nil)
+    guard let started = DeviceStartResponse(json: reply), reply["expiresIn"]?.intValue != nil else {
         throw CommandFailure("the server sent no device sign-in code (is \(server) a Lattice server?)")
     }
-    var interval = max(1, started["interval"]?.intValue ?? 5)
+    let (deviceCode, userCode, expiresIn) = (started.deviceCode, started.userCode, started.expiresIn)
+    var interval = max(1, reply["interval"] == nil ? 5 : started.interval)
     notice("to sign this device (\(name)) in, run this on a device already signed in to the account:", options)
     notice("", options)
     notice("    lattice devices approve \(userCode)", options)
@@ -58,8 +59,8 @@ func runDeviceLogIn(_ options: ClientOptions, server: String) throws {
         guard Date() < deadline else { throw CommandFailure("the code \(userCode) expired before it was approved") }
         Thread.sleep(forTimeInterval: Double(interval))
         do {
-            token = try client.post("/auth/device/token", .object(["deviceCode": .string(deviceCode)]), token: nil)["token"]?
-                .stringValue
+            token = DeviceTokenResponse(json: try client.post("/auth/device/token",
+                                                              DeviceTokenRequest(deviceCode: deviceCode).json, token: nil))?.token
             if token == nil { throw CommandFailure("the server answered the approved sign-in without a token") }
         } catch let error as ServerError {
             switch error.serverErrorCode {
@@ -80,7 +81,8 @@ func runDeviceLogIn(_ options: ClientOptions, server: String) throws {
     do {
         try checkSwitch(engine, server: server) { server in
             let client = ServerClient(transport: try HTTPTransport(serverURL: server))
-            return try client.call("private", "users/current", .object([:]), token: token)["userRecordName"]?.stringValue
+            return CurrentUserResponse(json: try client.call("private", "users/current", CurrentUserRequest().json, token: token))?
+                .userRecordName
         }
     } catch {
         // This home keeps its account: the new token is not left behind unused.
@@ -127,35 +129,34 @@ func runDevices(_ arguments: [String]) throws {
         try listDevices(engine, options)
     case "approve", "deny":
         let code = operand ?? ""
-        var body: [String: JSON] = ["userCode": .string(code)]
-        if subcommand == "deny" { body["deny"] = .bool(true) }
-        if let name = try options.parsed.value("name") { body["deviceName"] = .string(name) }
+        let request = DeviceApproveRequest(userCode: code, deny: subcommand == "deny",
+                                           deviceName: try options.parsed.value("name"))
         guard let account = engine.account else { throw CommandFailure(SyncError.notSignedIn.description) }
         var client = ServerClient(transport: try HTTPTransport(serverURL: account.serverURL))
         client.maximumAttempts = 1 // too many wrong codes is a wait of up to an hour: said at once, not retried
-        let reply = try client.post("/auth/device/approve", .object(body), token: account.token)
+        let reply = try client.post("/auth/device/approve", request.json, token: account.token)
         if options.json { return printJSON(reply) }
-        let device = reply["deviceName"]?.stringValue ?? "the device"
-        if reply["approved"] == .bool(true) {
-            print("approved \(device) (\(reply["userCode"]?.stringValue ?? code)): it signs in within a few seconds")
+        let answer = DeviceApproveResponse(json: reply)
+        let device = answer?.deviceName ?? "the device"
+        if answer?.approved == true {
+            print("approved \(device) (\(answer?.userCode ?? code)): it signs in within a few seconds")
         } else {
-            print("denied \(device) (\(reply["userCode"]?.stringValue ?? code))")
+            print("denied \(device) (\(answer?.userCode ?? code))")
         }
     case "revoke":
         let wanted = operand ?? ""
-        let tokens = try callServer(engine, "private", "tokens/list", .object([:]))["tokens"]?.arrayValue ?? []
-        let ids = tokens.compactMap { $0["tokenID"]?.stringValue }
+        let tokens = try listTokens(engine)
+        let ids = tokens.map(\.info.tokenID)
         let matches = ids.contains(wanted) ? [wanted] : ids.filter { $0.hasPrefix(wanted) }
         guard matches.count == 1, let id = matches.first else {
             throw CommandFailure(matches.isEmpty ? "no device or token \(wanted) in this account (lattice devices lists them)"
                                  : "\(wanted) names \(matches.count) tokens: \(matches.joined(separator: ", "))")
         }
-        let isThisDevice = tokens.first { $0["tokenID"]?.stringValue == id }?["current"] == .bool(true)
-        let reply = try callServer(engine, "private", "tokens/revoke",
-                                   .object(["tokens": .array([.object(["tokenID": .string(id)])])]))
-        guard reply["tokens"]?.arrayValue?.first?["revoked"] == .bool(true) else {
-            throw CommandFailure("the server did not revoke \(id): "
-                                 + (reply["tokens"]?.arrayValue?.first?["reason"]?.stringValue ?? "no reason given"))
+        let isThisDevice = tokens.first { $0.info.tokenID == id }?.current == true
+        let reply = try callServer(engine, "private", "tokens/revoke", TokensRevokeRequest(tokenIDs: [id]).json)
+        let first = TokensRevokeResponse(json: reply)?.tokens.first
+        guard let first, first.revoked else {
+            throw CommandFailure("the server did not revoke \(id): " + (first?.error?.reason ?? "no reason given"))
         }
         if options.json { return printJSON(.object(["id": .string(id), "revoked": .bool(true)])) }
         print("revoked \(id): the device using it is signed out")
@@ -166,30 +167,31 @@ func runDevices(_ arguments: [String]) throws {
 }
 
 private func listDevices(_ engine: SyncEngine, _ options: ClientOptions) throws {
-    let tokens = try callServer(engine, "private", "tokens/list", .object([:]))["tokens"]?.arrayValue ?? []
-    func time(_ json: JSON?) -> String {
-        guard let ms = json?["timestamp"]?.intValue else { return "never" }
+    let tokens = try listTokens(engine)
+    func time(_ ms: Int64?) -> String {
+        guard let ms else { return "never" }
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withFullDate, .withTime, .withColonSeparatorInTime, .withDashSeparatorInDate]
         return formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)) + "Z"
     }
     if options.json {
         return printJSON(.array(tokens.map { token in
-            var object: [String: JSON] = ["id": token["tokenID"] ?? .null, "kind": token["kind"] ?? .null,
-                                          "created": token["created"]?["timestamp"] ?? .null,
-                                          "expired": token["expired"] ?? .bool(false),
-                                          "thisDevice": token["current"] ?? .bool(false)]
-            object["name"] = token["deviceName"] ?? .null
-            object["expires"] = token["expires"]?["timestamp"] ?? .null
-            return .object(object)
+            .object(["id": .string(token.info.tokenID), "kind": .string(token.kind), "created": .int(token.info.createdMs),
+                     "expired": .bool(token.expired), "thisDevice": .bool(token.current),
+                     "name": token.info.deviceName.map(JSON.string) ?? .null,
+                     "expires": token.info.expiresMs.map(JSON.int) ?? .null])
         }))
     }
     var rows = [["ID", "KIND", "NAME", "CREATED", "EXPIRES", ""]]
     for token in tokens {
-        let expires = token["expired"] == .bool(true) ? "expired" : time(token["expires"])
-        rows.append([token["tokenID"]?.stringValue ?? "?", token["kind"]?.stringValue ?? "?",
-                     token["deviceName"]?.stringValue ?? "-", time(token["created"]), expires,
-                     token["current"] == .bool(true) ? "this device" : ""])
+        let expires = token.expired ? "expired" : time(token.info.expiresMs)
+        rows.append([token.info.tokenID, token.kind, token.info.deviceName ?? "-", time(token.info.createdMs), expires,
+                     token.current ? "this device" : ""])
     }
     alignedRows(rows).forEach { print($0) }
+}
+
+/// The account's tokens (`tokens/list`), oldest first.
+private func listTokens(_ engine: SyncEngine) throws -> [TokenListing] {
+    TokensListResponse(json: try callServer(engine, "private", "tokens/list", TokensListRequest().json))?.tokens ?? []
 }

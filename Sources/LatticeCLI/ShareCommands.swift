@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 import LatticeLists
 import LatticeSync
@@ -10,7 +11,7 @@ import Glibc
 // records/resolve|accept, then a sync so this device's copy of the share record (who has access) follows.
 
 /// The share a command is about: where to send the call and which share record it names.
-private struct ShareTarget {
+private struct ShareSelection {
     /// `private` for your own zones, `shared` for a zone someone shared with you (administrators).
     let database: String
     let zoneName: String
@@ -22,14 +23,15 @@ private struct ShareTarget {
 
     var label: String { list.map { "\"\($0.title)\"" } ?? "zone \(zoneName)" }
 
-    /// The body's `zoneID` and `shareRecordName`, plus `extra`.
-    func body(_ extra: [String: JSON] = [:]) -> JSON {
-        var zoneID: [String: JSON] = ["zoneName": .string(zoneName)]
-        if database == "shared" { zoneID["ownerRecordName"] = .string(ownerRecordName) }
-        var body = extra
-        body["zoneID"] = .object(zoneID)
-        if let shareRecordName { body["shareRecordName"] = .string(shareRecordName) }
-        return .object(body)
+    /// The request's `zoneID` (the owner named only in the shared database) and `shareRecordName`.
+    var request: ShareTarget {
+        ShareTarget(zoneID: WireZoneID(zoneName: zoneName, ownerRecordName: database == "shared" ? ownerRecordName : nil),
+                    shareRecordName: shareRecordName)
+    }
+
+    /// `shares/modify` with one participant operation.
+    func modify(_ operation: ParticipantOperation, userName: String) -> JSON {
+        ShareModifyRequest(target: request, participants: [ShareParticipantChange(operation, .userName(userName))]).json
     }
 
     var idJSON: [String: JSON] {
@@ -58,7 +60,7 @@ private func syncOrFail(_ engine: SyncEngine) throws {
 
 /// Finds the share of LIST (or of --zone ZONE). A share this device has not fetched yet is fetched once.
 private func shareTarget(_ operands: [String], _ options: ClientOptions, _ engine: SyncEngine, _ lists: Lists) throws
-    -> ShareTarget {
+    -> ShareSelection {
     if let zoneName = try options.parsed.value("zone") {
         guard operands.isEmpty else { throw UsageError("give LIST or --zone ZONE, not both") }
         guard let zone = try engine.zones().first(where: { $0.database == "private" && $0.zoneName == zoneName }) else {
@@ -71,7 +73,7 @@ private func shareTarget(_ operands: [String], _ options: ClientOptions, _ engin
                 name = shareRecordName(for: nil, among: try engine.records(in: fetched))
             }
         }
-        return ShareTarget(database: "private", zoneName: zoneName, ownerRecordName: zone.ownerRecordName,
+        return ShareSelection(database: "private", zoneName: zoneName, ownerRecordName: zone.ownerRecordName,
                            shareRecordName: name, list: nil)
     }
     guard let query = operands.first else { throw UsageError("missing LIST (or --zone ZONE)") }
@@ -85,7 +87,7 @@ private func shareTarget(_ operands: [String], _ options: ClientOptions, _ engin
     guard let name else {
         throw CommandFailure("\"\(list.title)\" is not shared; lattice share create \(list.id) shares it")
     }
-    return ShareTarget(database: list.zone.database, zoneName: list.zone.zoneName,
+    return ShareSelection(database: list.zone.database, zoneName: list.zone.zoneName,
                        ownerRecordName: list.ownerRecordName, shareRecordName: name, list: list)
 }
 
@@ -149,8 +151,9 @@ func runShare(_ arguments: [String]) throws {
             return permission
         } ?? "none"
         let (engine, lists) = try options.openLists()
-        var body: [String: JSON] = ["publicPermission": .string(publicPermission)]
         let zoneName: String
+        let title: String
+        var rootRecordName: String?
         var list: ListSummary?
         if let name = try options.parsed.value("zone") {
             guard operands.isEmpty else { throw UsageError("give LIST or --zone ZONE, not both") }
@@ -158,7 +161,7 @@ func runShare(_ arguments: [String]) throws {
                 throw CommandFailure("you have no zone \(name)")
             }
             zoneName = name
-            body["title"] = .string(name)
+            title = name
         } else {
             let query = try options.operands(operands, "LIST")[0]
             let found = try lists.resolve(query)
@@ -166,15 +169,16 @@ func runShare(_ arguments: [String]) throws {
                 throw CommandFailure("\"\(found.title)\" belongs to \(ownerLabel(found)); only the owner shares it")
             }
             zoneName = found.zone.zoneName
-            body["rootRecordName"] = .string(found.id)
-            body["title"] = .string(found.title)
+            rootRecordName = found.id
+            title = found.title
             list = found
         }
-        body["zoneID"] = .object(["zoneName": .string(zoneName)])
+        let body = ShareCreateRequest(zoneID: WireZoneID(zoneName: zoneName), rootRecordName: rootRecordName, title: title,
+                                      publicPermission: SharePermission(rawValue: publicPermission))
         try syncOrFail(engine) // the list (and a zone made offline) must be on the server first
-        let share = try callServer(engine, "private", "shares/create", .object(body))
+        let share = ShareDescription(json: try callServer(engine, "private", "shares/create", body.json))
         let outcome = try refresh(engine, lists, options)
-        let recordName = share["shareRecordName"]?.stringValue ?? ""
+        let recordName = share?.shareRecordName ?? ""
         var ids: [String: JSON] = ["id": .string(recordName), "publicPermission": .string(publicPermission)]
         if let list { ids["list"] = .string(list.id) } else { ids["zone"] = .string(zoneName) }
         let what = list.map { "\"\($0.title)\"" } ?? "every list of zone \(zoneName)"
@@ -191,21 +195,20 @@ func runShare(_ arguments: [String]) throws {
             }
             return permission
         } ?? "readOnly"
-        var participant: [String: JSON] = ["operation": .string("invite"), "userName": .string(values[1]),
-                                           "permission": .string(permission)]
-        if let role = try options.parsed.value("role") {
-            guard role == "administrator" else { throw UsageError("--role must be administrator") }
-            participant["role"] = .string("administrator")
+        var role = ShareRole.privateUser
+        if let word = try options.parsed.value("role") {
+            guard word == "administrator" else { throw UsageError("--role must be administrator") }
+            role = .administrator
         }
         let (engine, lists) = try options.openLists()
         let target = try shareTarget(viaZone ? [] : [values[0]], options, engine, lists)
         _ = try callServer(engine, target.database, "shares/modify",
-                            target.body(["participants": .array([.object(participant)])]))
+                           target.modify(.invite(SharePermission(rawValue: permission) ?? .readOnly, role: role), userName: values[1]))
         let outcome = try refresh(engine, lists, options)
         let link = target.list.map { "lattice share url \($0.id)" } ?? "lattice share url --zone \(target.zoneName)"
         try report(options, outcome, target.idJSON.merging(["user": .string(values[1])]) { first, _ in first },
                    "invited \(values[1]) to \(target.label) with \(permissionWord(permission)) access"
-                       + (participant["role"] == nil ? "" : " as an administrator")
+                       + (role == .administrator ? " as an administrator" : "")
                        + "; they join with the share's link (\(link))")
 
     case "set-permission":
@@ -215,9 +218,8 @@ func runShare(_ arguments: [String]) throws {
         }
         let (engine, lists) = try options.openLists()
         let target = try shareTarget(viaZone ? [] : [values[0]], options, engine, lists)
-        _ = try callServer(engine, target.database, "shares/modify", target.body(["participants": .array([.object([
-            "operation": .string("setPermission"), "userName": .string(values[1]), "permission": .string(permission),
-        ])])]))
+        _ = try callServer(engine, target.database, "shares/modify",
+                           target.modify(.setPermission(SharePermission(rawValue: permission) ?? .readOnly), userName: values[1]))
         let outcome = try refresh(engine, lists, options)
         try report(options, outcome, target.idJSON.merging(["user": .string(values[1])]) { first, _ in first },
                    "\(values[1]) now has \(permissionWord(permission)) access to \(target.label)")
@@ -226,9 +228,7 @@ func runShare(_ arguments: [String]) throws {
         let values = try take("LIST", "USER")
         let (engine, lists) = try options.openLists()
         let target = try shareTarget(viaZone ? [] : [values[0]], options, engine, lists)
-        _ = try callServer(engine, target.database, "shares/modify", target.body(["participants": .array([.object([
-            "operation": .string("remove"), "userName": .string(values[1]),
-        ])])]))
+        _ = try callServer(engine, target.database, "shares/modify", target.modify(.remove, userName: values[1]))
         let outcome = try refresh(engine, lists, options)
         try report(options, outcome, target.idJSON.merging(["user": .string(values[1])]) { first, _ in first },
                    "removed \(values[1]) from \(target.label)")
@@ -237,58 +237,58 @@ func runShare(_ arguments: [String]) throws {
         let values = try take("LIST")
         let (engine, lists) = try options.openLists()
         let target = try shareTarget(viaZone ? [] : [values[0]], options, engine, lists)
-        let share = try callServer(engine, target.database, "shares/lookup", target.body())
-        let participants = share["participants"]?.arrayValue ?? []
+        guard let share = ShareDescription(json: try callServer(engine, target.database, "shares/lookup", target.request.json))
+        else { throw CommandFailure("the server's answer was not understood") }
+        let participants = share.participants
         if options.json {
             return printJSON(.object([
-                "id": share["shareRecordName"] ?? .null, "publicPermission": share["publicPermission"] ?? .null,
+                "id": .string(share.shareRecordName), "publicPermission": .string(share.publicPermission.rawValue),
                 "participants": .array(participants.map { participant in
-                    .object(["name": participant["name"] ?? .null,
-                             "userRecordName": participant["userRecordName"] ?? .null,
-                             "role": participant["role"] ?? .null, "permission": participant["permission"] ?? .null,
-                             "status": participant["acceptanceStatus"] ?? .null])
+                    .object(["name": .string(participant.name), "userRecordName": .string(participant.userRecordName),
+                             "role": .string(participant.role.rawValue), "permission": .string(participant.permission.rawValue),
+                             "status": .string(participant.acceptanceStatus.rawValue)])
                 }),
             ]))
         }
-        let publicPermission = share["publicPermission"]?.stringValue ?? "none"
+        let publicPermission = share.publicPermission.rawValue
         let access = publicPermission == "none" ? "invited users only"
                                                 : "anyone with the link, \(permissionWord(publicPermission))"
         print("\(target.label): " + access)
         var rows = [["NAME", "ROLE", "ACCESS", "STATUS"]]
         for participant in participants {
-            rows.append([participant["name"]?.stringValue ?? "", permissionWord(participant["role"]?.stringValue ?? ""),
-                         participant["role"]?.stringValue == "owner" ? "owner"
-                             : permissionWord(participant["permission"]?.stringValue ?? ""),
-                         participant["acceptanceStatus"]?.stringValue ?? ""])
+            rows.append([participant.name, permissionWord(participant.role.rawValue),
+                         participant.role == .owner ? "owner" : permissionWord(participant.permission.rawValue),
+                         participant.acceptanceStatus.rawValue])
         }
         alignedRows(rows, indent: "  ").forEach { print($0) }
 
     case "url":
         let values = try take("LIST")
-        var body: [String: JSON] = [:]
+        var permission: SharePermission?
         if let word = try options.parsed.value("permission") {
-            guard let permission = apiPermission(word) else {
+            guard let chosen = apiPermission(word).flatMap(SharePermission.init(rawValue:)) else {
                 throw UsageError("--permission must be read-only or read-write")
             }
-            body["permission"] = .string(permission)
+            permission = chosen
         }
-        if let expires = try options.parsed.value("expires") {
-            body["expiresInSeconds"] = .int(try durationSeconds(expires))
-        }
-        if let uses = try options.parsed.integer("max-uses", in: 1...1_000_000) { body["maxUses"] = .int(Int64(uses)) }
-        if options.parsed.flag("rotate") { body["rotate"] = .bool(true) }
+        let expiresInSeconds = try options.parsed.value("expires").map(durationSeconds)
+        let maxUses = try options.parsed.integer("max-uses", in: 1...1_000_000)
+        let rotate: Bool? = options.parsed.flag("rotate") ? true : nil
         let (engine, lists) = try options.openLists()
         let target = try shareTarget(viaZone ? [] : [values[0]], options, engine, lists)
-        let reply = try callServer(engine, target.database, "shares/url", target.body(body))
-        guard let url = reply["url"]?.stringValue else { throw CommandFailure("the server sent no URL") }
+        let request = ShareURLRequest(target: target.request, permission: permission, expiresInSeconds: expiresInSeconds,
+                                      maxUses: maxUses, rotate: rotate)
+        let reply = try callServer(engine, target.database, "shares/url", request.json)
+        guard let answer = ShareURLResponse(json: reply) else { throw CommandFailure("the server sent no URL") }
+        let url = answer.url
         if options.json { return printJSON(.object(["url": .string(url)])) }
         print(url)
-        var details = ["grants \(permissionWord(reply["permission"]?.stringValue ?? "readOnly")) access"]
-        if let expires = reply["expiresAt"]?.intValue {
+        var details = ["grants \(permissionWord(answer.permission.rawValue)) access"]
+        if let expires = answer.expiresAt {
             let date = Date(timeIntervalSince1970: Double(expires))
             details.append("expires \(ISO8601DateFormatter().string(from: date))")
         }
-        if let uses = reply["maxUses"]?.intValue {
+        if let uses = answer.maxUses {
             details.append("usable by at most \(uses) \(uses == 1 ? "person" : "people")")
         }
         if options.parsed.flag("rotate") { details.append("older links of this share no longer work") }
@@ -301,7 +301,7 @@ func runShare(_ arguments: [String]) throws {
         guard target.database == "private" else {
             throw CommandFailure("only the owner deletes the share of \(target.label); lattice share leave leaves it")
         }
-        _ = try callServer(engine, "private", "shares/delete", target.body())
+        _ = try callServer(engine, "private", "shares/delete", target.request.json)
         let outcome = try refresh(engine, lists, options)
         try report(options, outcome, target.idJSON, "\(target.label) is no longer shared")
 
@@ -313,7 +313,7 @@ func runShare(_ arguments: [String]) throws {
             throw CommandFailure("\"\(list.title)\" is yours; lattice share delete stops sharing it")
         }
         let target = try shareTarget([list.id], options, engine, lists)
-        _ = try callServer(engine, "shared", "shares/leave", target.body())
+        _ = try callServer(engine, "shared", "shares/leave", target.request.json)
         let outcome = try refresh(engine, lists, options)
         try report(options, outcome, ["id": .string(list.id)], "left \"\(list.title)\" of \(ownerLabel(list))")
     }
@@ -331,28 +331,26 @@ func runAccept(_ arguments: [String]) throws {
     }
     let (engine, lists) = try options.openLists()
     let account = engine.account!
-    let link = JSON.object(["shortGUIDs": .array([.object(["value": .string(url)])])])
+    let link = ShareLinksRequest(links: [url]).json
     let metadata = try shareMetadata(callServer(engine, "shared", "records/resolve", link), url: url, account: account)
 
-    let title = metadata["title"]?.stringValue ?? ""
-    let ownerName = metadata["ownerIdentity"]?["name"]?.stringValue ?? ""
-    let ownerRecordName = metadata["ownerIdentity"]?["userRecordName"]?.stringValue
-        ?? metadata["zoneID"]?["ownerRecordName"]?.stringValue ?? ""
-    let zoneName = metadata["zoneID"]?["zoneName"]?.stringValue ?? ""
-    let root = metadata["rootRecordName"]?.stringValue
-    let permission = metadata["participantPermission"]?.stringValue ?? "none"
+    let title = metadata.title
+    let ownerName = metadata.ownerName
+    let ownerRecordName = metadata.ownerRecordName
+    let zoneName = metadata.zoneID.zoneName
+    let root = metadata.rootRecordName
+    let permission = metadata.participantPermission.rawValue
     if ownerRecordName == account.userRecordName {
         throw CommandFailure("this is your own share: its lists are already yours")
     }
     if permission == "none" {
-        let removed = metadata["participantStatus"]?.stringValue == "removed"
-            || metadata["currentStatus"]?.stringValue == "removed"
+        let removed = metadata.participantStatus == .removed || metadata.currentStatus == .removed
         throw CommandFailure(removed
                              ? "you were removed from this share; ask \(ownerName) to invite you again"
                              : "this share is not public and you are not invited")
     }
     let what = root == nil ? "every list of \(ownerName)'s zone \(zoneName)" : "the list \"\(title)\""
-    let already = metadata["currentStatus"]?.stringValue == "accepted"
+    let already = metadata.currentStatus == .accepted
     let summary = "\(what), shared by \(ownerName): you would get \(permissionWord(permission)) access"
         + (already ? " (you have already joined)" : "")
     notice(summary, options)
@@ -362,7 +360,7 @@ func runAccept(_ arguments: [String]) throws {
         guard answer == "y" || answer == "yes" else { throw CommandFailure("not joined") }
     }
     let accepted = try shareMetadata(callServer(engine, "shared", "records/accept", link), url: url, account: account)
-    let granted = accepted["participantPermission"]?.stringValue ?? permission
+    let granted = accepted.participantPermission.rawValue
     try engine.rememberUserName(ownerRecordName, ownerName)
 
     let outcome = options.noSync ? SyncOutcome(pending: try engine.pendingCount())
@@ -398,21 +396,25 @@ private func acceptedJSON(_ list: ListSummary) -> JSON {
 }
 
 /// The one result of records/resolve or records/accept; a link the server does not honour is one clear error.
-private func shareMetadata(_ reply: JSON, url: String, account: Account) throws -> JSON {
-    guard let result = reply["results"]?.arrayValue?.first else {
+private func shareMetadata(_ reply: JSON, url: String, account: Account) throws -> ShareMetadata {
+    guard let result = ShareLinksResponse(json: reply)?.results.first else {
         throw CommandFailure("the server's answer was not understood")
     }
-    guard let code = result["serverErrorCode"]?.stringValue else { return result }
-    switch ServerErrorCode(rawValue: code) {
-    case .accessDenied?, .notFound?, .badRequest?:
+    let error: ServiceError
+    switch result {
+    case .success(let metadata): return metadata
+    case .failure(let failure): error = failure
+    }
+    switch error.code {
+    case .accessDenied, .notFound, .badRequest:
         var message = "this share link is invalid, expired or revoked"
         if let host = URL(string: url)?.host, let server = URL(string: account.serverURL)?.host, host != server {
             message += " (it does not come from your server \(account.serverURL))"
         }
         throw CommandFailure(message)
-    case .permissionFailure?:
-        throw CommandFailure(result["reason"]?.stringValue ?? "you cannot join this share")
+    case .permissionFailure:
+        throw CommandFailure(error.reason.isEmpty ? "you cannot join this share" : error.reason)
     default:
-        throw CommandFailure("the server refused the link: \(result["reason"]?.stringValue ?? code) (\(code))")
+        throw CommandFailure("the server refused the link: \(error.reason) (\(error.code.rawValue))")
     }
 }

@@ -44,14 +44,11 @@ public struct Accounts: Sendable {
             throw ServiceError(.accessDenied, "registration is closed on this server; the administrator adds users "
                            + "with lattice admin add-user")
         }
-        guard let name = body["name"]?.stringValue else { throw ServiceError.badRequest("expected {\"name\": \"...\"}") }
-        let lifetime = try lifetimeSeconds(body["lifetimeSeconds"])
+        let request = try SignUpRequest(json: .object(body))
         try core.checkDiskBudget("sign-up")
-        let account = try createAccount(name: name, lifetimeSeconds: lifetime, signUpFrom: origin)
-        var object: [String: JSON] = ["userRecordName": .string(account.user.recordName), "name": .string(account.user.name),
-                                      "token": .string(account.token.text)]
-        for (key, value) in tokenJSONFields(account.tokenInfo) { object[key] = value }
-        return .object(object)
+        let account = try createAccount(name: request.name, lifetimeSeconds: request.lifetimeSeconds, signUpFrom: origin)
+        return SignUpResponse(userRecordName: account.user.recordName, name: account.user.name, token: account.token.text,
+                              tokenInfo: tokenInfo(account.tokenInfo)).json
     }
 
     /// Creates a user with a fresh token (for sign-up and `lattice admin add-user`).
@@ -138,23 +135,14 @@ public struct Accounts: Sendable {
         return lifetime.map { nowMs + $0 * 1000 }
     }
 
-    /// `lifetimeSeconds`: a whole number of seconds, 60 to ten years.
-    package func lifetimeSeconds(_ json: JSON?) throws -> Int64? {
-        guard let json else { return nil }
-        guard let value = json.intValue, (60...315_360_000).contains(value) else {
-            throw ServiceError.badRequest("lifetimeSeconds must be a whole number of seconds from 60 to 315360000 (ten years)")
-        }
-        return value
-    }
-
     /// A token as the API shows it: id, created, expiry, and the device's name for a device's token. Never
     /// the secret or its hash.
-    package func tokenJSONFields(_ token: StoredToken) -> [String: JSON] {
-        var object: [String: JSON] = ["tokenID": .string(token.id), "created": .object(["timestamp": .int(token.createdMs)])]
-        if let expires = token.expiresMs { object["expires"] = .object(["timestamp": .int(expires)]) }
-        if let name = token.name { object["deviceName"] = .string(name) }
-        return object
+    package func tokenInfo(_ token: StoredToken) -> TokenInfo {
+        TokenInfo(tokenID: token.id, createdMs: token.createdMs, expiresMs: token.expiresMs, deviceName: token.name)
     }
+
+    /// ``tokenInfo(_:)``'s members, for answers built elsewhere (`tokens/signinLink`).
+    package func tokenJSONFields(_ token: StoredToken) -> [String: JSON] { tokenInfo(token).members }
 
     // MARK: Tokens
 
@@ -164,25 +152,20 @@ public struct Accounts: Sendable {
         try requirePrivate(caller, "tokens/list")
         let tokens = try core.storage.read(deadline: caller.deadline) { tx in try tx.tokens(userID: caller.user.id) }
         let now = core.configuration.now()
-        return .object(["tokens": .array(tokens.map { token in
-            var object = tokenJSONFields(token)
-            object["kind"] = .string(TokenKind(id: token.id).rawValue)
-            object["current"] = .bool(token.id == caller.tokenID)
-            object["expired"] = .bool(token.expiresMs.map { $0 <= now } ?? false)
-            return .object(object)
-        })])
+        return TokensListResponse(tokens: tokens.map { token in
+            TokenListing(info: tokenInfo(token), kind: TokenKind(id: token.id).rawValue, current: token.id == caller.tokenID,
+                         expired: token.expiresMs.map { $0 <= now } ?? false)
+        }).json
     }
 
     /// `tokens/create {"lifetimeSeconds"?}` (private database): another token for the caller (a second
     /// device). The secret is in this answer only.
     public func createToken(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
         try requirePrivate(caller, "tokens/create")
-        let lifetime = try lifetimeSeconds(body["lifetimeSeconds"])
+        let request = try TokenCreateRequest(json: .object(body))
         try core.checkDiskBudget("tokens/create")
-        let issued = try issueToken(userID: caller.user.id, lifetimeSeconds: lifetime)
-        var object = tokenJSONFields(issued.info)
-        object["token"] = .string(issued.token.text)
-        return .object(object)
+        let issued = try issueToken(userID: caller.user.id, lifetimeSeconds: request.lifetimeSeconds)
+        return IssuedTokenResponse(info: tokenInfo(issued.info), token: issued.token.text).json
     }
 
     /// `tokens/revoke {"tokens"?: [{"tokenID"}], "current"?: true, "all"?: true}` (private database):
@@ -191,50 +174,35 @@ public struct Accounts: Sendable {
     /// or NOT_FOUND (also for another user's token id).
     public func revokeTokens(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
         try requirePrivate(caller, "tokens/revoke")
-        let named = try RequestBody.items(body, "tokens", limit: core.configuration.maximumResultsLimit, optional: true)
-        let current = try flag(body["current"], "current")
-        let all = try flag(body["all"], "all")
-        guard !named.isEmpty || current || all else {
-            throw ServiceError.badRequest("name tokens to revoke: {\"tokens\": [{\"tokenID\": ...}]}, {\"current\": true} "
-                                      + "or {\"all\": true}")
-        }
+        let request = try TokensRevokeRequest(json: .object(body), limits: RequestLimits(
+            maximumOperations: core.configuration.maximumOperations, maximumResultsLimit: core.configuration.maximumResultsLimit))
         let user = caller.user
-        let results: [JSON] = try core.write(deadline: caller.deadline) { tx, _ in
-            var results: [JSON] = []
-            if all {
+        let results: [TokenRevocation] = try core.write(deadline: caller.deadline) { tx, _ in
+            var results: [TokenRevocation] = []
+            if request.all {
                 for token in try tx.tokens(userID: user.id) {
                     guard try tx.deleteToken(id: token.id) else { continue }
-                    results.append(.object(["tokenID": .string(token.id), "revoked": .bool(true)]))
+                    results.append(TokenRevocation(tokenID: token.id))
                 }
                 return results
             }
-            var ids: [String] = []
-            for (index, item) in named.enumerated() {
-                guard let id = item["tokenID"]?.stringValue else { throw ServiceError.badRequest("tokens[\(index)].tokenID is missing") }
-                ids.append(id)
-            }
-            if current, let id = caller.tokenID, !ids.contains(id) { ids.append(id) }
+            var ids = request.tokenIDs
+            if request.current, let id = caller.tokenID, !ids.contains(id) { ids.append(id) }
             for id in ids {
                 if let token = try tx.token(id: id), token.userID == user.id, try tx.deleteToken(id: id) {
-                    results.append(.object(["tokenID": .string(id), "revoked": .bool(true)]))
+                    results.append(TokenRevocation(tokenID: id))
                 } else {
-                    results.append(ServiceError(.notFound, "you have no token \(id.prefix(64))").json(item: (key: "tokenID", value: id)))
+                    results.append(TokenRevocation(tokenID: id, error: ServiceError(.notFound, "you have no token \(id.prefix(64))")))
                 }
             }
             return results
         }
-        core.log("tokens revoked: user \(user.name), \(results.filter { $0["revoked"] == .bool(true) }.count)")
-        return .object(["tokens": .array(results)])
+        core.log("tokens revoked: user \(user.name), \(results.filter(\.revoked).count)")
+        return TokensRevokeResponse(tokens: results).json
     }
 
     private func requirePrivate(_ caller: Caller, _ operation: String) throws {
         guard caller.database == .private else { throw ServiceError.badRequest("\(operation) is a private database operation") }
-    }
-
-    private func flag(_ json: JSON?, _ name: String) throws -> Bool {
-        guard let json else { return false }
-        guard let value = json.boolValue else { throw ServiceError.badRequest("\(name) must be true or false") }
-        return value
     }
 
     /// Revokes tokens with the data directory's storage (`lattice admin revoke-token`): one token by id, or

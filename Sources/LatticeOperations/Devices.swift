@@ -27,8 +27,8 @@ public struct Devices: Sendable {
     public init(_ core: OperationsCore) { self.core = core }
 
     /// 20 consonants, no vowels (no words) and none of the look-alikes: RFC 8628, section 6.1.
-    package static let userCodeAlphabet = Array("BCDFGHJKLMNPQRSTVWXZ")
-    static let userCodeLength = 8
+    package static let userCodeAlphabet = DeviceUserCode.alphabet
+    static let userCodeLength = DeviceUserCode.length
     static let deviceCodePrefix = "ld_"
     /// How much sooner than its interval a poll may come (the nodes' clocks differ a little).
     static let pollToleranceMilliseconds: Int64 = 1_000
@@ -52,17 +52,7 @@ public struct Devices: Sendable {
     }
 
     /// `BCDFGHJK` as people read it: `BCDF-GHJK`.
-    static func displayedUserCode(_ code: String) -> String {
-        String(code.prefix(userCodeLength / 2)) + "-" + String(code.dropFirst(userCodeLength / 2))
-    }
-
-    /// The normal form of a typed user code (any case, dashes and spaces ignored), or nil when it cannot be
-    /// a user code at all.
-    static func normalizedUserCode(_ typed: String) -> String? {
-        let letters = typed.uppercased().filter { $0 != "-" && $0 != " " }
-        guard letters.count == userCodeLength, letters.allSatisfy(userCodeAlphabet.contains) else { return nil }
-        return letters
-    }
+    static func displayedUserCode(_ code: String) -> String { DeviceUserCode.displayed(code) }
 
     static func userCodeHash(_ normalized: String) -> [UInt8] {
         Secrets.sha256(Array(("lattice device user code v1 " + normalized).utf8))
@@ -71,21 +61,10 @@ public struct Devices: Sendable {
     static func deviceCodeHash(_ deviceCode: String) -> [UInt8] { Secrets.sha256(Array(deviceCode.utf8)) }
 
     /// A device code as a client sent it, if it is shaped like one (`ld_` and 64 lowercase hex digits).
-    static func validDeviceCode(_ text: String?) -> String? {
-        guard let text, text.hasPrefix(deviceCodePrefix), text.utf8.count == deviceCodePrefix.utf8.count + 64,
+    static func validDeviceCode(_ text: String) -> String? {
+        guard text.hasPrefix(deviceCodePrefix), text.utf8.count == deviceCodePrefix.utf8.count + 64,
               text.utf8.dropFirst(deviceCodePrefix.utf8.count).allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) })
         else { return nil }
-        return text
-    }
-
-    /// A device's name: 1 to 64 characters (Unicode scalars, as JSON Schema counts them), none of them a
-    /// control character; spaces at either end dropped.
-    static func deviceName(_ json: JSON?, default fallback: String?) throws -> String? {
-        guard let json else { return fallback }
-        guard let text = json.stringValue?.trimmingCharacters(in: .whitespaces), (1...64).contains(text.unicodeScalars.count),
-              !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-            throw ServiceError.badRequest("deviceName must be 1 to 64 characters without control characters")
-        }
         return text
     }
 
@@ -94,7 +73,7 @@ public struct Devices: Sendable {
     /// `POST /auth/device/start {"deviceName"?}` (no token; throttled per address): a new device
     /// authorization. Refused over the live authorizations of the address or of the server.
     public func startDeviceAuthorization(_ body: [String: JSON], from origin: ClientOrigin) throws -> JSON {
-        let name = try Self.deviceName(body["deviceName"], default: "device") ?? "device"
+        let name = try DeviceStartRequest(json: .object(body)).deviceName ?? "device"
         try core.checkDiskBudget("device sign-in")
         let now = core.configuration.now()
         let lifetime = core.configuration.deviceCodeLifetimeSeconds
@@ -135,12 +114,9 @@ public struct Devices: Sendable {
             throw StorageError.failure("no free device user code in 4 draws")
         }
         let shown = Self.displayedUserCode(userCode)
-        return .object([
-            "deviceCode": .string(deviceCode), "userCode": .string(shown),
-            "verificationURI": .string(core.publicURL),
-            "message": .string("On a device signed in to your account, run: lattice devices approve \(shown)"),
-            "expiresIn": .int(lifetime), "interval": .int(interval), "deviceName": .string(name),
-        ])
+        return DeviceStartResponse(deviceCode: deviceCode, userCode: shown, verificationURI: core.publicURL,
+                                   message: "On a device signed in to your account, run: lattice devices approve \(shown)",
+                                   expiresIn: lifetime, interval: interval, deviceName: name).json
     }
 
     /// `POST /auth/device/token {"deviceCode"}` (no token; throttled per address): the new device's poll.
@@ -149,12 +125,7 @@ public struct Devices: Sendable {
     public func pollDeviceAuthorization(_ body: [String: JSON]) throws -> JSON {
         let gone = ServiceError(.expiredToken, "this device code is unknown or expired; run lattice login --server again "
                             + "for a new code")
-        guard let deviceCode = Self.validDeviceCode(body["deviceCode"]?.stringValue) else {
-            guard body["deviceCode"]?.stringValue != nil else {
-                throw ServiceError.badRequest("expected {\"deviceCode\": \"ld_...\"} from POST /auth/device/start")
-            }
-            throw gone
-        }
+        guard let deviceCode = Self.validDeviceCode(try DeviceTokenRequest(json: .object(body)).deviceCode) else { throw gone }
         let hash = Self.deviceCodeHash(deviceCode)
         let now = core.configuration.now()
         let outcome: Result<JSON, ServiceError> = try core.storage.write(deadline: core.freshDeadline()) { tx in
@@ -186,12 +157,8 @@ public struct Devices: Sendable {
                     return .failure(ServiceError(.expiredToken, "this device code was exchanged for a token already; it works once"))
                 }
                 let (token, info) = try issueDeviceToken(userID: userID, name: claimed.deviceName, nowMs: now, tx)
-                var object = Accounts(core).tokenJSONFields(info)
-                object["token"] = .string(token.text)
-                object["name"] = .string(user.name)
-                object["userRecordName"] = .string(user.recordName)
-                object["deviceName"] = .string(claimed.deviceName)
-                return .success(.object(object))
+                return .success(DeviceTokenResponse(info: Accounts(core).tokenInfo(info), token: token.text, name: user.name,
+                                                    userRecordName: user.recordName, deviceName: claimed.deviceName).json)
             }
         }
         let response = try outcome.get()
@@ -222,19 +189,10 @@ public struct Devices: Sendable {
     /// account and the address; past either limit, THROTTLED until the window moves on.
     public func decideDeviceAuthorization(_ body: [String: JSON], user: UserAccount, from origin: ClientOrigin) throws
         -> JSON {
-        guard let typed = body["userCode"]?.stringValue else {
-            throw ServiceError.badRequest("expected {\"userCode\": \"XXXX-XXXX\"}, the code the new device shows")
-        }
-        guard let code = Self.normalizedUserCode(typed) else {
-            throw ServiceError.badRequest("a user code is 8 letters (such as BCDF-GHJK) of BCDFGHJKLMNPQRSTVWXZ")
-        }
-        let deny: Bool
-        switch body["deny"] {
-        case nil: deny = false
-        case .bool(let value)?: deny = value
-        default: throw ServiceError.badRequest("deny must be true or false")
-        }
-        let rename = try Self.deviceName(body["deviceName"], default: nil)
+        let request = try DeviceApproveRequest(json: .object(body))
+        let code = request.userCode
+        let deny = request.deny
+        let rename = request.deviceName
         let address = origin.limitKey
         let now = core.configuration.now()
         let window = core.configuration.deviceApprovalFailureWindowMilliseconds
@@ -275,7 +233,6 @@ public struct Devices: Sendable {
         }
         let (name, expires) = try outcome.get()
         core.log("device sign-in \(deny ? "denied" : "approved"): user \(user.name), device \(name)")
-        return .object(["userCode": .string(shown), "deviceName": .string(name), "approved": .bool(!deny),
-                        "expires": .object(["timestamp": .int(expires)])])
+        return DeviceApproveResponse(userCode: shown, deviceName: name, approved: !deny, expiresMs: expires).json
     }
 }

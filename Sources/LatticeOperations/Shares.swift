@@ -248,18 +248,17 @@ public struct Shares: Sendable {
 
     // MARK: shares/*
 
-    private func shareRecordName(_ body: [String: JSON]) throws -> String? {
-        guard let json = body["shareRecordName"] else { return nil }
-        guard let name = json.stringValue else { throw ServiceError.badRequest("shareRecordName must be a string") }
-        return name
+    /// A request's zone id with the caller filled in for a missing owner.
+    private func zoneID(_ wire: WireZoneID, _ caller: Caller) throws -> ZoneID {
+        try wire.resolved(defaultOwner: caller.database == .public ? Zones.publicOwner : caller.user.recordName)
     }
 
     /// Finds the share a `shares/*` request is about, with the caller's standing in it.
-    private func targetShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, creatingDefault: Bool = false) throws
+    private func targetShare(_ caller: Caller, _ target: ShareTarget, _ tx: any StorageTransaction) throws
         -> (resolved: ResolvedZone, share: StoredShare, roster: ShareRoster) {
-        let resolved = try zones.resolveZone(body["zoneID"], caller, tx, path: "zoneID")
+        let resolved = try zones.resolveZone(zoneID(target.zoneID, caller), caller, tx)
         guard let zone = resolved.zone else { throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist") }
-        let wanted = try shareRecordName(body)
+        let wanted = target.shareRecordName
         let candidates = caller.database == .shared ? resolved.grants.map(\.share) : try tx.shares(zoneRowID: zone.rowID)
         let matches = candidates.filter { wanted == nil || $0.recordName == wanted }
         guard let share = matches.first else { throw ServiceError(.notFound, "no such share in zone \(zone.name)") }
@@ -278,29 +277,22 @@ public struct Shares: Sendable {
     package func createShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
         -> JSON {
         guard caller.database == .private else { throw ServiceError.badRequest("shares are created in the owner's private database") }
-        let resolved = try zones.resolveZone(body["zoneID"], caller, tx, path: "zoneID")
+        let request = try ShareCreateRequest(json: .object(body))
+        let resolved = try zones.resolveZone(zoneID(request.zoneID, caller), caller, tx)
         guard resolved.zoneID.zoneName != Names.systemZoneName else {
             throw ServiceError.badRequest("the default zone cannot be shared (as in CloudKit); use a custom zone")
         }
         guard let zone = resolved.zone else {
             throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
         }
-        var root: String?
-        if let json = body["rootRecordName"] {
-            guard let name = json.stringValue else { throw ServiceError.badRequest("rootRecordName must be a string") }
-            guard let stored = try tx.record(zoneRowID: zone.rowID, name: name), !stored.deleted else {
-                throw ServiceError(.notFound, "record \(name) does not exist")
+        let root = request.rootRecordName
+        if let root {
+            guard let stored = try tx.record(zoneRowID: zone.rowID, name: root), !stored.deleted else {
+                throw ServiceError(.notFound, "record \(root) does not exist")
             }
-            root = name
         }
-        let title = try body["title"].map { json -> String in
-            guard let text = json.stringValue, text.utf8.count <= 1024 else {
-                throw ServiceError.badRequest("title must be a string of at most 1024 bytes")
-            }
-            return text
-        } ?? ""
-        let publicPermission = try permissionValue(body["publicPermission"], path: "publicPermission",
-                                                   allowNone: true) ?? .none
+        let title = request.title ?? ""
+        let publicPermission = request.publicPermission ?? .none
         let existing = try tx.shares(zoneRowID: zone.rowID)
         if let root {
             if existing.contains(where: { $0.rootRecordName == nil }) {
@@ -348,8 +340,9 @@ public struct Shares: Sendable {
     /// `shares/lookup {"zoneID", "shareRecordName"?}`: the share and its participants, for the owner and
     /// accepted participants.
     package func lookupShare(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
-        try core.storage.read(deadline: caller.deadline) { tx in
-            let (resolved, share, roster) = try targetShare(caller, body, tx)
+        let request = try ShareLookupRequest(json: .object(body))
+        return try core.storage.read(deadline: caller.deadline) { tx in
+            let (resolved, share, roster) = try targetShare(caller, request, tx)
             return try shareJSON(share, roster, zone: try resolved.existingZone(), tx)
         }
     }
@@ -360,48 +353,31 @@ public struct Shares: Sendable {
     /// `{"operation": "setPermission", ..., "permission"}`, `{"operation": "remove", ...}`.
     package func modifyShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
         -> JSON {
-        var (resolved, share, roster) = try targetShare(caller, body, tx)
+        let request = try ShareModifyRequest(json: .object(body))
+        var (resolved, share, roster) = try targetShare(caller, request.target, tx)
         let before = roster
         let actor = caller.user.id
         guard roster.canManage(actor) else {
             throw ServiceError(.permissionFailure, "only the owner or an administrator changes a share")
         }
-        if let json = body["title"] {
-            guard let title = json.stringValue, title.utf8.count <= 1024 else {
-                throw ServiceError.badRequest("title must be a string of at most 1024 bytes")
-            }
-            share.title = title
-        }
+        if let title = request.title { share.title = title }
         do {
-            if let permission = try permissionValue(body["publicPermission"], path: "publicPermission", allowNone: true) {
+            if let permission = request.publicPermission {
                 try roster.setPublicPermission(permission, by: actor)
             }
-            for (index, item) in try RequestBody.items(body, "participants", limit: 200, optional: true).enumerated() {
-                let path = "participants[\(index)]"
-                let user = try participantUser(item, path: path, tx)
-                switch item["operation"]?.stringValue {
-                case "invite":
-                    guard let permission = try permissionValue(item["permission"], path: path + ".permission", allowNone: false)
-                    else { throw ServiceError.badRequest("\(path).permission is required") }
-                    var role = ShareRole.privateUser
-                    if let roleName = item["role"]?.stringValue {
-                        guard let parsed = ShareRole(rawValue: roleName), parsed == .privateUser || parsed == .administrator else {
-                            throw ServiceError.badRequest("\(path).role must be privateUser or administrator")
-                        }
-                        role = parsed
-                    }
+            for item in request.participants {
+                let change = try item.get()
+                let user = try participantUser(change.user, tx)
+                switch change.operation {
+                case .invite(let permission, let role):
                     if role == .administrator, roster.participant(actor)?.role != .owner {
                         throw ServiceError(.permissionFailure, "only the owner makes administrators")
                     }
                     try roster.invite(user.id, permission: permission, role: role, by: actor)
-                case "setPermission":
-                    guard let permission = try permissionValue(item["permission"], path: path + ".permission", allowNone: false)
-                    else { throw ServiceError.badRequest("\(path).permission is required") }
+                case .setPermission(let permission):
                     try roster.setPermission(of: user.id, to: permission, by: actor)
-                case "remove":
+                case .remove:
                     try roster.remove(user.id, by: actor)
-                default:
-                    throw ServiceError.badRequest("\(path).operation must be invite, setPermission or remove")
                 }
             }
         } catch let error as ShareRuleError {
@@ -416,7 +392,7 @@ public struct Shares: Sendable {
     package func leaveShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
         -> JSON {
         guard caller.database == .shared else { throw ServiceError.badRequest("leave a share through the shared database") }
-        var (resolved, share, roster) = try targetShare(caller, body, tx)
+        var (resolved, share, roster) = try targetShare(caller, try ShareLeaveRequest(json: .object(body)), tx)
         let before = roster
         do throws(ShareRuleError) {
             try roster.remove(caller.user.id, by: caller.user.id)
@@ -425,19 +401,20 @@ public struct Shares: Sendable {
         }
         try saveRoster(roster, of: &share, before: before, caller: caller, tx, &touched)
         try writeShareRecord(share, roster, zone: try resolved.existingZone(), zoneID: resolved.zoneID, caller: caller, tx, &touched)
-        return .object(["left": .bool(true), "zoneID": resolved.zoneID.cloudKitJSON])
+        let zoneID = resolved.zoneID
+        return ShareLeaveResponse(zoneID: WireZoneID(zoneName: zoneID.zoneName, ownerRecordName: zoneID.ownerRecordName)).json
     }
 
     /// `shares/delete {"zoneID", "shareRecordName"?}` (private database, owner only): stops sharing. Every
     /// participant loses access on their next request and sees the zone deleted in their shared database.
     package func deleteShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
         -> JSON {
-        let (resolved, share, roster) = try targetShare(caller, body, tx)
+        let (resolved, share, roster) = try targetShare(caller, try ShareDeleteRequest(json: .object(body)), tx)
         guard caller.database == .private else {
             throw ServiceError(.permissionFailure, "only the owner deletes a share; participants leave with shares/leave")
         }
         try removeShare(share, roster, zone: try resolved.existingZone(), caller: caller, tx, &touched)
-        return .object(["deleted": .bool(true), "shareRecordName": .string(share.recordName)])
+        return ShareDeleteResponse(shareRecordName: share.recordName).json
     }
 
     /// Deletes a share: marks it deleted, revokes every participant and deletes its record.
@@ -465,49 +442,27 @@ public struct Shares: Sendable {
     /// a signed share URL. `rotate` moves the share's URL epoch first, so every older URL stops working.
     package func shareURL(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws -> JSON {
         guard let keyRing = core.keyRing else { throw ServiceError(.internalError, "share links are not configured on this server") }
-        var (resolved, share, roster) = try targetShare(caller, body, tx)
+        let request = try ShareURLRequest(json: .object(body))
+        var (resolved, share, roster) = try targetShare(caller, request.target, tx)
         guard roster.canManage(caller.user.id) else {
             throw ServiceError(.permissionFailure, "only the owner or an administrator makes share URLs")
         }
-        if let rotate = body["rotate"] {
-            guard let flag = rotate.boolValue else { throw ServiceError.badRequest("rotate must be true or false") }
-            if flag {
-                share.urlEpoch += 1
-                try tx.updateShare(share)
-            }
+        if request.rotate == true {
+            share.urlEpoch += 1
+            try tx.updateShare(share)
         }
-        let permission = try permissionValue(body["permission"], path: "permission", allowNone: false)
-            ?? (roster.publicPermission == .none ? .readOnly : roster.publicPermission)
+        let permission = request.permission ?? (roster.publicPermission == .none ? .readOnly : roster.publicPermission)
         let now = core.configuration.now() / 1000
-        var expires: Int64?
-        if let json = body["expiresInSeconds"] {
-            guard let seconds = json.intValue, seconds >= 1, seconds <= 10 * 365 * 86_400 else {
-                throw ServiceError.badRequest("expiresInSeconds must be from 1 to 10 years in seconds")
-            }
-            expires = now + seconds
-        }
-        var maximumUses: Int?
-        if let json = body["maxUses"] {
-            guard let uses = json.intValue, uses >= 1, uses <= 1_000_000 else {
-                throw ServiceError.badRequest("maxUses must be a positive integer")
-            }
-            maximumUses = Int(uses)
-        }
+        let expires = request.expiresInSeconds.map { now + $0 }
+        let maximumUses = request.maxUses
         let owner = resolved.zoneID
         let claims = ShareClaims(issuer: core.publicURL, shareID: share.publicID, zoneName: owner.zoneName,
                                  ownerRecordName: owner.ownerRecordName, issuedAt: now, expiresAt: expires,
                                  maximumUses: maximumUses, tokenID: try ShareClaims.newTokenID(),
                                  permission: permission.rawValue, epoch: share.urlEpoch)
         let token = try keyRing.sign(claims)
-        var result: [String: JSON] = [
-            "url": .string(Self.shareURL(publicURL: core.publicURL, token: token)),
-            "token": .string(token),
-            "permission": .string(permission.rawValue),
-            "epoch": .int(share.urlEpoch),
-        ]
-        if let expires { result["expiresAt"] = .int(expires) }
-        if let maximumUses { result["maxUses"] = .int(Int64(maximumUses)) }
-        return .object(result)
+        return ShareURLResponse(url: Self.shareURL(publicURL: core.publicURL, token: token), token: token,
+                                permission: permission, epoch: share.urlEpoch, expiresAt: expires, maxUses: maximumUses).json
     }
 
     package static func shareURL(publicURL: String, token: String) -> String {
@@ -515,19 +470,6 @@ public struct Shares: Sendable {
     }
 
     // MARK: records/resolve and records/accept
-
-    /// The token of a share link, given as the token itself or the whole URL.
-    private func linkToken(_ json: JSON) -> String? {
-        guard let text = json["value"]?.stringValue ?? json.stringValue else { return nil }
-        if let range = text.range(of: "/share/") { return String(text[range.upperBound...]) }
-        return text
-    }
-
-    /// The error item of a link: `value` is always empty, never the token (a secret), and the item's place
-    /// in `results` says which link failed.
-    private func linkError(_ error: ServiceError) -> JSON {
-        error.json(item: (key: "value", value: ""))
-    }
 
     /// Verifies a link and finds its live share. Every failure is the same error.
     package func verifiedLink(_ token: String, _ tx: any StorageTransaction) throws -> (ShareClaims, StoredShare) {
@@ -562,11 +504,11 @@ public struct Shares: Sendable {
 
     /// `records/resolve {"shortGUIDs": [{"value": token or URL}]}`: what accepting would give, granting nothing.
     package func resolveShares(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
-        let links = try RequestBody.items(body, "shortGUIDs", limit: 20, allowStrings: true)
+        let links = try ShareLinksRequest(json: .object(body)).links
         return try core.storage.read(deadline: caller.deadline) { tx in
-            .object(["results": .array(try links.map { link in
+            ShareLinksResponse(results: try links.map { link -> Result<ShareMetadata, ServiceError> in
                 do {
-                    guard let token = linkToken(link) else { throw ServiceError.badRequest("expected {\"value\": token}") }
+                    let token = try link.get()
                     let (claims, share) = try verifiedLink(token, tx)
                     if let maximum = claims.maximumUses, try tx.linkUses(tokenID: claims.tokenID) >= maximum,
                        try roster(share, tx).access(of: caller.user.id) == .none {
@@ -574,12 +516,12 @@ public struct Shares: Sendable {
                     }
                     let roster = try roster(share, tx)
                     let linkPermission = SharePermission(rawValue: claims.permission) ?? .readOnly
-                    return try shareMetadata(share, roster, claims: claims, user: caller.user.id,
-                                             wouldBe: roster.wouldAccept(caller.user.id, linkPermission: linkPermission), tx)
+                    return .success(try shareMetadata(share, roster, claims: claims, user: caller.user.id,
+                                                      wouldBe: roster.wouldAccept(caller.user.id, linkPermission: linkPermission), tx))
                 } catch let error as ServiceError {
-                    return linkError(error)
+                    return .failure(error)
                 }
-            })])
+            }).json
         }
     }
 
@@ -587,12 +529,12 @@ public struct Shares: Sendable {
     /// a link's `max_uses` counts distinct joins and cannot be exceeded, even by concurrent accepts.
     package func acceptShares(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
         -> JSON {
-        let links = try RequestBody.items(body, "shortGUIDs", limit: 20, allowStrings: true)
-        var results: [JSON] = []
+        let links = try ShareLinksRequest(json: .object(body)).links
+        var results: [Result<ShareMetadata, ServiceError>] = []
         for link in links {
             do {
-                let result = try tx.savepoint { () throws -> JSON in
-                    guard let token = linkToken(link) else { throw ServiceError.badRequest("expected {\"value\": token}") }
+                let result = try tx.savepoint { () throws -> ShareMetadata in
+                    let token = try link.get()
                     try lockLinkTarget(token, tx)
                     var (claims, share) = try verifiedLink(token, tx)
                     var roster = try roster(share, tx)
@@ -621,62 +563,43 @@ public struct Shares: Sendable {
                     claims.maximumUses = nil
                     return try shareMetadata(share, roster, claims: claims, user: caller.user.id, wouldBe: participant, tx)
                 }
-                results.append(result)
+                results.append(.success(result))
             } catch let error as ServiceError {
-                results.append(linkError(error))
+                results.append(.failure(error))
             }
         }
-        return .object(["results": .array(results)])
+        return ShareLinksResponse(results: results).json
     }
 
     // MARK: Rendering
 
     private func shareMetadata(_ share: StoredShare, _ roster: ShareRoster, claims: ShareClaims, user: Int64,
-                               wouldBe: ShareParticipant?, _ tx: any StorageTransaction) throws -> JSON {
+                               wouldBe: ShareParticipant?, _ tx: any StorageTransaction) throws -> ShareMetadata {
         guard let zone = try tx.zone(rowID: share.zoneRowID) else { throw ServiceError(.accessDenied, ShareTokenError.invalid.description) }
         let owner = try tx.user(recordName: zone.ownerRecordName)
-        var object: [String: JSON] = [
-            "shareRecordName": .string(share.recordName),
-            "title": .string(share.title),
-            "zoneID": .object(["zoneName": .string(zone.name), "ownerRecordName": .string(zone.ownerRecordName)]),
-            "ownerIdentity": .object(["userRecordName": .string(zone.ownerRecordName), "name": .string(owner?.name ?? "")]),
-            "linkPermission": .string(claims.permission),
-            "publicPermission": .string(roster.publicPermission.rawValue),
-        ]
-        if let root = share.rootRecordName { object["rootRecordName"] = .string(root) }
-        object["currentStatus"] = .string(roster.participant(user)?.status.rawValue ?? "none")
-        if let wouldBe {
-            object["participantRole"] = .string(wouldBe.role.rawValue)
-            object["participantPermission"] = .string(wouldBe.permission.rawValue)
-            object["participantStatus"] = .string(wouldBe.status.rawValue)
-        } else {
-            object["participantStatus"] = .string(roster.participant(user)?.status.rawValue ?? "none")
-            object["participantPermission"] = .string("none")
-        }
-        return .object(object)
+        let current = roster.participant(user)?.status
+        return ShareMetadata(
+            shareRecordName: share.recordName, title: share.title,
+            zoneID: WireZoneID(zoneName: zone.name, ownerRecordName: zone.ownerRecordName),
+            ownerRecordName: zone.ownerRecordName, ownerName: owner?.name ?? "",
+            linkPermission: SharePermission(rawValue: claims.permission) ?? .readOnly, // verifiedLink checked it
+            publicPermission: roster.publicPermission, rootRecordName: share.rootRecordName, currentStatus: current,
+            participantRole: wouldBe?.role, participantPermission: wouldBe?.permission ?? .none,
+            participantStatus: wouldBe.map(\.status) ?? current)
     }
 
     package func shareJSON(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, _ tx: any StorageTransaction) throws -> JSON {
-        var participants: [JSON] = []
+        var participants: [ShareParticipantDescription] = []
         for participant in roster.participants {
             guard let user = try tx.user(id: participant.userID) else { continue }
-            participants.append(.object([
-                "userRecordName": .string(user.recordName), "name": .string(user.name),
-                "role": .string(participant.role.rawValue), "permission": .string(participant.permission.rawValue),
-                "acceptanceStatus": .string(participant.status.rawValue),
-            ]))
+            participants.append(ShareParticipantDescription(
+                userRecordName: user.recordName, name: user.name, role: participant.role,
+                permission: participant.permission, acceptanceStatus: participant.status))
         }
-        var object: [String: JSON] = [
-            "shareRecordName": .string(share.recordName),
-            "recordType": .string(Self.shareRecordType),
-            "zoneID": .object(["zoneName": .string(zone.name), "ownerRecordName": .string(zone.ownerRecordName)]),
-            "title": .string(share.title),
-            "publicPermission": .string(roster.publicPermission.rawValue),
-            "participants": .array(participants),
-            "urlEpoch": .int(share.urlEpoch),
-        ]
-        if let root = share.rootRecordName { object["rootRecordName"] = .string(root) }
-        return .object(object)
+        return ShareDescription(shareRecordName: share.recordName,
+                                zoneID: WireZoneID(zoneName: zone.name, ownerRecordName: zone.ownerRecordName),
+                                title: share.title, publicPermission: roster.publicPermission, participants: participants,
+                                urlEpoch: share.urlEpoch, rootRecordName: share.rootRecordName).json
     }
 
     /// Keeps the share's `cloudkit.share` record in the owner's zone in step with the share, so it travels
@@ -710,27 +633,15 @@ public struct Shares: Sendable {
         try recordsChanged([share.recordName], in: zone, caller: caller, tx, &touched)
     }
 
-    // MARK: Parsing
-
-    private func permissionValue(_ json: JSON?, path: String, allowNone: Bool) throws -> SharePermission? {
-        guard let json else { return nil }
-        guard let text = json.stringValue, let permission = SharePermission(rawValue: text),
-              allowNone || permission != .none else {
-            throw ServiceError.badRequest("\(path) must be " + (allowNone ? "none, readOnly or readWrite" : "readOnly or readWrite"))
-        }
-        return permission
-    }
-
-    private func participantUser(_ item: JSON, path: String, _ tx: any StorageTransaction) throws -> UserAccount {
-        if let name = item["userName"]?.stringValue {
+        private func participantUser(_ identity: ParticipantIdentity, _ tx: any StorageTransaction) throws -> UserAccount {
+        switch identity {
+        case .userName(let name):
             guard let user = try tx.user(named: name) else { throw ServiceError(.notFound, "no user named \(name)") }
             return user
-        }
-        if let recordName = item["userRecordName"]?.stringValue {
+        case .userRecordName(let recordName):
             guard let user = try tx.user(recordName: recordName) else { throw ServiceError(.notFound, "no user \(recordName)") }
             return user
         }
-        throw ServiceError.badRequest("\(path) needs userName or userRecordName")
     }
 
     package func apiError(_ error: ShareRuleError) -> ServiceError {

@@ -216,7 +216,7 @@ extension LatticeService {
               throttle: .perAddress,
               handler: .plain { service, request, _ in
                   let body = try service.parseBody(request)
-                  if body["session"] == .bool(true) { return try service.signUpWithSession(request, body) }
+                  if SignUpRequest.asksForSession(.object(body)) { return try service.signUpWithSession(request, body) }
                   return .json(try Accounts(service.core).signUp(body, from: request.origin))
               }),
         // Browser sessions (Sessions.swift).
@@ -258,7 +258,7 @@ extension LatticeService {
               }),
 
         .database("users/current") { _, context in
-            .json(.object(["userRecordName": .string(context.user.recordName), "name": .string(context.user.name)]))
+            .json(CurrentUserResponse(userRecordName: context.user.recordName, name: context.user.name).json)
         },
         .database("zones/list") { service, context in .json(try service.zones.listZones(context.caller)) },
         .database("zones/lookup") { service, context in .json(try service.zones.lookupZones(context.caller, context.body)) },

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 
 /// Talks to a Lattice server about an account, for what only works online: signing up, signing in with a
@@ -30,18 +31,16 @@ public struct AccountClient: Sendable {
     /// Creates an account named `name` on the server (`POST /auth/signup`).
     /// - Returns: the new account with its bearer token; nothing is kept here.
     public func signUp(name: String) throws -> Account {
-        let reply = try server.post("/auth/signup", .object(["name": .string(name)]), token: nil)
-        guard let token = reply["token"]?.stringValue, let record = reply["userRecordName"]?.stringValue else {
-            throw SyncError.unexpectedAnswer("signup")
-        }
-        return Account(serverURL: serverURL, token: token, userRecordName: record, name: name)
+        let reply = try server.post("/auth/signup", SignUpRequest(name: name).json, token: nil)
+        guard let answer = SignUpResponse(json: reply) else { throw SyncError.unexpectedAnswer("signup") }
+        return Account(serverURL: serverURL, token: answer.token, userRecordName: answer.userRecordName, name: name)
     }
 
     /// The account an existing token belongs to, checked with `users/current`.
     public func signIn(token: String) throws -> Account {
-        let reply = try server.call("private", "users/current", .object([:]), token: token)
-        guard let record = reply["userRecordName"]?.stringValue else { throw SyncError.unexpectedAnswer("users/current") }
-        return Account(serverURL: serverURL, token: token, userRecordName: record, name: reply["name"]?.stringValue ?? "")
+        let reply = try server.call("private", "users/current", CurrentUserRequest().json, token: token)
+        guard let user = CurrentUserResponse(json: reply) else { throw SyncError.unexpectedAnswer("users/current") }
+        return Account(serverURL: serverURL, token: token, userRecordName: user.userRecordName, name: user.name)
     }
 
     /// Revokes the account's token on the server (`tokens/revoke` with `current`): its next use fails.

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 
 /// An error the server answered with, in its taxonomy (`serverErrorCode`, `reason`).
@@ -100,9 +101,10 @@ public struct ServerClient: Sendable {
 
     /// Revokes `token` itself on the server (`tokens/revoke {"current": true}`): its next use fails.
     public func revokeToken(_ token: String) throws {
-        let answer = try call("private", "tokens/revoke", .object(["current": .bool(true)]), token: token)
-        guard answer["tokens"]?.arrayValue?.first?["revoked"] == .bool(true) else {
-            throw ServerError(code: answer["tokens"]?.arrayValue?.first?["serverErrorCode"]?.stringValue ?? "HTTP_200",
+        let answer = try call("private", "tokens/revoke", TokensRevokeRequest(current: true).json, token: token)
+        let first = TokensRevokeResponse(json: answer)?.tokens.first
+        guard let first, first.revoked else {
+            throw ServerError(code: first?.error?.code.rawValue ?? "HTTP_200",
                               reason: "the server did not revoke the token", status: 200, retryAfter: nil)
         }
     }

@@ -58,7 +58,7 @@ import Testing
             #expect(graph[library] != nil, "\(library) is not a target of the package")
             #expect(dependencies.isDisjoint(with: Self.serverSide),
                     "\(library) depends on \(dependencies.intersection(Self.serverSide).sorted())")
-            #expect(dependencies.isSubset(of: ["LatticeCore", "CMemoryHints", "LatticeSQLite", "CSQLite", "LatticeSync"]),
+            #expect(dependencies.isSubset(of: ["LatticeCore", "LatticeAPI", "CMemoryHints", "LatticeSQLite", "CSQLite", "LatticeSync"]),
                     "\(library) has a dependency beyond the client's: \(dependencies.sorted())")
         }
     }
