@@ -141,9 +141,6 @@ public struct Accounts: Sendable {
         TokenInfo(tokenID: token.id, createdMs: token.createdMs, expiresMs: token.expiresMs, deviceName: token.name)
     }
 
-    /// ``tokenInfo(_:)``'s members, for answers built elsewhere (`tokens/signinLink`).
-    package func tokenJSONFields(_ token: StoredToken) -> [String: JSON] { tokenInfo(token).members }
-
     // MARK: Tokens
 
     /// `tokens/list` (private database): the caller's tokens, oldest first, each by id with its created

@@ -130,13 +130,10 @@ extension LatticeService {
 
     /// The JSON a page gets about its session (and the cookie that holds it, when new).
     func sessionResponse(_ session: BrowserSession, setCookie: Bool) -> HTTPResponse {
-        var object: [String: JSON] = [
-            "userRecordName": .string(session.user.recordName), "name": .string(session.user.name),
-            "sessionID": .string(session.tokenID), "csrfToken": .string(session.csrfValue),
-            "container": .string(configuration.container), "environment": .string("production"),
-        ]
-        if let expires = session.expiresMs { object["expires"] = .object(["timestamp": .int(expires)]) }
-        var response = HTTPResponse.json(.object(object))
+        var response = HTTPResponse.json(SessionResponse(
+            userRecordName: session.user.recordName, name: session.user.name, sessionID: session.tokenID,
+            csrfToken: session.csrfValue, container: configuration.container, environment: "production",
+            expiresMs: session.expiresMs).json)
         if setCookie { response.headers.append(sessionCookieHeader(session.token, expiresMs: session.expiresMs)) }
         return response
     }
@@ -149,7 +146,7 @@ extension LatticeService {
             throw ServiceError(.accessDenied, "registration is closed on this server; the administrator adds users "
                            + "with lattice admin add-user")
         }
-        guard let name = body["name"]?.stringValue else { throw ServiceError.badRequest("expected {\"name\": \"...\"}") }
+        let name = try SignUpRequest(json: .object(body)).name
         try checkDiskBudget("sign-up")
         let account = try Accounts(core).createAccount(name: name, lifetimeSeconds: Self.sessionLifetimeSeconds,
                                                        signUpFrom: request.origin, kind: .session)
@@ -200,16 +197,10 @@ extension LatticeService {
     /// session out on the server.
     func exchangeSignInLink(_ request: HTTPRequest) throws -> HTTPResponse {
         try checkPreSessionRequest(request.head)
-        let body = try parseBody(request)
-        let invalid = ServiceError(.authenticationFailed, "this sign-in link is invalid, expired or already used; "
-                               + "run lattice login --web again for a new one")
-        guard let text = body["secret"]?.stringValue, let secret = BearerToken(text: text) else { throw invalid }
-        let replaceSession: Bool
-        switch body["replaceSession"] {
-        case nil, .null?: replaceSession = false
-        case .bool(let value)?: replaceSession = value
-        default: throw ServiceError.badRequest("replaceSession must be true or false")
-        }
+        let exchange = try SignInLinkExchangeRequest(json: .object(try parseBody(request)))
+        let invalid = SignInLinkExchangeRequest.invalidLink
+        guard let secret = BearerToken(text: exchange.secret) else { throw invalid }
+        let replaceSession = exchange.replaceSession
         // An unknown, revoked or expired cookie is no session to keep: the exchange replaces it.
         let current = try? browserSession(request.head)
         let now = configuration.now()
@@ -254,8 +245,6 @@ extension LatticeService {
             try insertToken(.signInLink, userID: context.user.id, lifetimeSeconds: Self.signInLinkLifetimeSeconds, tx)
         }
         let base = publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL
-        var object = Accounts(core).tokenJSONFields(info)
-        object["url"] = .string(base + "/#signin=" + token.text)
-        return .object(object)
+        return SignInLinkResponse(info: Accounts(core).tokenInfo(info), url: base + "/#signin=" + token.text).json
     }
 }

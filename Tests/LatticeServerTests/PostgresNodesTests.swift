@@ -173,7 +173,7 @@ import Testing
         #expect(a.keyRing.activeKeyID != before)
         let keys = try CLITests.ok("admin", "share-keys", "--database", cluster.database.url, "--json")
         #expect(try keys.json.arrayValue?.count == 2)
-        let retired = try CLITests.lattice("admin", "retire-share-key", before, "--database", cluster.database.url)
+        let retired = try CLITests.lattice("admin", "retire-share-key", "--database", cluster.database.url, "--", before)
         #expect(retired.status == 0, "\(retired)")
         #expect(a.keyRing.keys.first { $0.keyID == before }?.retired == true)
         // $LATTICE_DATABASE_URL serves when neither flag is given.

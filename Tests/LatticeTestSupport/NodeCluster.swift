@@ -66,8 +66,11 @@ public final class NodeCluster {
     }
 
     /// Runs `lattice admin ARGUMENTS --database URL`; returns its outcome.
+    /// `lattice admin` with `arguments`, against the cluster's database. `--database` goes first, after the
+    /// subcommand, so arguments may end with `--` and a value that begins with `--` (a key id can).
     public func admin(_ arguments: [String]) throws -> LatticeCLI.Outcome {
-        let (process, output, errors) = try LatticeCLI.start(["admin"] + arguments + ["--database", databaseURL], home: nil)
+        let command = arguments.prefix(1) + ["--database", databaseURL] + arguments.dropFirst()
+        let (process, output, errors) = try LatticeCLI.start(["admin"] + command, home: nil)
         process.waitUntilExit()
         return LatticeCLI.Outcome(status: process.terminationStatus, stdout: output.finish(), stderr: errors.finish())
     }
