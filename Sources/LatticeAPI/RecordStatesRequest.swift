@@ -113,3 +113,75 @@ public enum RecordOperationKind: String, Sendable, Hashable, CaseIterable {
     /// The operations that take a CRDT state (`record.crdt`): replace takes plain values only, delete none.
     public var takesStates: Bool { self == .create || self == .update || self == .forceUpdate }
 }
+
+extension RecordStatesRequest {
+    /// The body of a `records/modify` of CRDT states, as a client sends it: the same bytes `serializedBytes`
+    /// gives for `{"atomic", "clientOperationID"?, "desiredKeys"?, "operations": [{"operationType", "record"}],
+    /// "zoneID"}`, written straight from the records (`Record.appendCloudKitJSON`), with no tree made.
+    /// `read` reads it back.
+    public static func body(zoneID: ZoneID, _ operations: [(type: RecordOperationKind, record: Record)], atomic: Bool,
+                            desiredKeys: [String]? = nil, clientOperationID: String? = nil) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(96 + operations.count * 640)
+        out.append(contentsOf: #"{"atomic":"#.utf8)
+        out.append(contentsOf: (atomic ? "true" : "false").utf8)
+        if let clientOperationID {
+            out.append(contentsOf: #","clientOperationID":"#.utf8)
+            out.append(contentsOf: JSON.string(clientOperationID).serializedBytes())
+        }
+        if let desiredKeys {
+            out.append(contentsOf: #","desiredKeys":"#.utf8)
+            out.append(contentsOf: JSON.array(desiredKeys.map(JSON.string)).serializedBytes())
+        }
+        out.append(contentsOf: #","operations":["#.utf8)
+        for (index, operation) in operations.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #"{"operationType":""#.utf8)
+            out.append(contentsOf: operation.type.rawValue.utf8)
+            out.append(contentsOf: #"","record":"#.utf8)
+            operation.record.appendCloudKitJSON(into: &out)
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(contentsOf: #"],"zoneID":"#.utf8)
+        out.append(contentsOf: zoneID.cloudKitJSON.serializedBytes())
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+}
+
+/// The items of a batch write's answer (`{"records": [...]}` of `records/modify` or `deltas/push`), read in
+/// one pass keeping only the members a client acts on: which record, its error, its change tag and zone
+/// position. The rest of each item (a record's header, who changed it when) is skipped, not parsed into
+/// a tree.
+public enum BatchAnswerItems {
+    /// The members kept of each item.
+    public static let members: Set<String> = [
+        "recordName", "serverErrorCode", "reason", "retryAfter", "recordChangeTag", "position", "upToDate",
+    ]
+
+    /// Each item as an object of its kept members; nil when the bytes are not such an answer.
+    public static func read(_ bytes: [UInt8]) -> [JSON]? {
+        var reader = JSONReader(bytes)
+        var items: [JSON] = []
+        var found = false
+        do {
+            guard reader.next == UInt8(ascii: "{") else { return nil }
+            try reader.members { reader, key in
+                guard key == "records", reader.next == UInt8(ascii: "[") else { return try reader.skip() }
+                found = true
+                try reader.elements { reader in
+                    guard reader.next == UInt8(ascii: "{") else { return items.append(try reader.value()) }
+                    var kept: [String: JSON] = [:]
+                    try reader.members { reader, key in
+                        if members.contains(key) { kept[key] = try reader.value() } else { try reader.skip() }
+                    }
+                    items.append(.object(kept))
+                }
+            }
+            try reader.end()
+        } catch {
+            return nil
+        }
+        return found ? items : nil
+    }
+}

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 
 /// The signed-in account of a home.
@@ -669,9 +670,7 @@ public final class SyncEngine: @unchecked Sendable {
                                     delta: BinaryCodec.encodeDelta(zoneID: zoneID, frames: frames))
         let response = try client.callBinary(zone.database, "deltas/push", body: push.encoded(),
                                              contentType: SyncMessage.contentType, token: account.token, timeout: 60)
-        guard let reply = try? JSON.parse(response.body), let items = reply["records"]?.arrayValue else {
-            throw SyncError.unexpectedAnswer("deltas/push")
-        }
+        guard let items = BatchAnswerItems.read(response.body) else { throw SyncError.unexpectedAnswer("deltas/push") }
         return items
     }
 
@@ -680,18 +679,13 @@ public final class SyncEngine: @unchecked Sendable {
     /// writes in the answer; what the server joined in from others comes with the next fetch.
     private func modifyFrames(_ frames: [RecordFrame], zoneID: ZoneID, zone: LocalZone, client: ServerClient,
                               account: Account) throws -> [JSON] {
-        let operations = try frames.map { frame in
-            JSON.object(["operationType": .string("forceUpdate"), "record": try frame.decoded().cloudKitJSON])
-        }
-        let body = JSON.object([
-            "zoneID": zoneID.cloudKitJSON,
-            "atomic": .bool(false),
-            "clientOperationID": .string(UUID().uuidString),
-            "operations": .array(operations),
-            "desiredKeys": .array([]),
-        ])
-        return try client.call(zone.database, "records/modify", body, token: account.token, timeout: 60)["records"]?.arrayValue
-            ?? []
+        // Written straight from the records (LatticeAPI's `RecordStatesRequest.body`), no JSON tree made.
+        let body = RecordStatesRequest.body(zoneID: zoneID, try frames.map { (type: .forceUpdate, record: try $0.decoded()) },
+                                            atomic: false, desiredKeys: [], clientOperationID: UUID().uuidString)
+        let response = try client.callBinary(zone.database, "records/modify", body: body, contentType: "application/json",
+                                             token: account.token, timeout: 60)
+        guard let items = BatchAnswerItems.read(response.body) else { throw SyncError.unexpectedAnswer("records/modify") }
+        return items
     }
 
     /// A refused record goes back to the server's state (or away, if the server has none).
