@@ -38,3 +38,11 @@ public enum AcceptanceStatus: String, Sendable, CaseIterable {
     case accepted
     case removed
 }
+
+/// The kind of a database, as in CloudKit: the caller's private one, the public one, or the shared one
+/// (zones others shared with the caller). A wire concept as much as a storage one.
+public enum DatabaseKind: String, Sendable, Hashable, CaseIterable {
+    case `private`
+    case `public`
+    case shared
+}

@@ -1,3 +1,4 @@
+import LatticeCore
 import LatticeStore
 
 /// Who runs an operation: the account, the database it addresses, the id of the token it used, and when

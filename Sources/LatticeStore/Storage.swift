@@ -399,13 +399,6 @@ public protocol MaintenanceStorage {
     func purge(before horizonMs: Int64, operationsBeforeMs: Int64, limit: Int) throws -> PurgeReport
 }
 
-/// The kind of a database, as in CloudKit.
-public enum DatabaseKind: String, Sendable, Hashable, CaseIterable {
-    case `private`
-    case `public`
-    case shared
-}
-
 /// Which database: kind, environment and owner (0 for the public database).
 public struct DatabaseKey: Sendable, Hashable {
     public var kind: DatabaseKind

@@ -1,4 +1,5 @@
 import Foundation
+import LatticeAPI
 import LatticeCore
 
 /// A hierarchy share this device lost while other shares of the same zone stay: the participant was
@@ -122,11 +123,10 @@ extension SyncEngine {
                 start += batch.count
                 let reply: JSON
                 do {
-                    let zoneID = JSON.object(["zoneName": .string(zone.zoneName),
-                                              "ownerRecordName": .string(zone.ownerRecordName)])
-                    reply = try client.call(zone.database, "records/lookup", .object([
-                        "zoneID": zoneID, "records": .array(batch.map { .object(["recordName": .string($0.name)]) }),
-                    ]), token: account.token)
+                    let request = RecordsLookupRequest(
+                        zoneID: WireZoneID(zoneName: zone.zoneName, ownerRecordName: zone.ownerRecordName),
+                        recordNames: batch.map(\.name))
+                    reply = try client.call(zone.database, "records/lookup", request.json, token: account.token)
                 } catch let error as ServerError where error.serverErrorCode == .zoneNotFound {
                     break // the whole zone went away; the next fetch removes it
                 }

@@ -357,11 +357,10 @@ public final class SyncEngine: @unchecked Sendable {
             var removed: [(String, String)] = []
             var token = try store.transaction { try $0.metadata("dbtoken.\(database)") }
             while true {
-                var body: [String: JSON] = [:]
-                if let token { body["syncToken"] = .string(token) }
                 let reply: JSON
                 do {
-                    reply = try client.call(database, "changes/database", .object(body), token: account.token)
+                    reply = try client.call(database, "changes/database", DatabaseChangesRequest(syncToken: token).json,
+                                            token: account.token)
                 } catch let error as ServerError where error.serverErrorCode == .changeTokenExpired {
                     token = nil
                     try store.transaction { try $0.setMetadata("dbtoken.\(database)", nil) }
@@ -468,10 +467,9 @@ public final class SyncEngine: @unchecked Sendable {
     /// `deltas/pull`: one binary page, leaving out the positions of this device's own acknowledged writes.
     private func pullPage(_ zone: LocalZone, zoneID: ZoneID, token: String?, known: [[Int64]], client: ServerClient,
                           account: Account) throws -> ZonePage {
-        var body: [String: JSON] = ["zoneID": zoneID.cloudKitJSON]
-        if let token { body["syncToken"] = .string(token) }
-        if !known.isEmpty { body["known"] = .array(known.map { .array($0.map(JSON.int)) }) }
-        let response = try client.callRaw(zone.database, "deltas/pull", .object(body), token: account.token, timeout: 60)
+        let request = DeltaPullRequest(zoneID: WireZoneID(zoneName: zoneID.zoneName, ownerRecordName: zoneID.ownerRecordName),
+                                       syncToken: token, known: known.compactMap { $0.count == 2 ? $0[0]...$0[1] : nil })
+        let response = try client.callRaw(zone.database, "deltas/pull", request.json, token: account.token, timeout: 60)
         do {
             let pull = try SyncMessage.Pull(decoding: response.body)
             let delta = try EncodedDelta(validating: pull.delta)
@@ -487,10 +485,9 @@ public final class SyncEngine: @unchecked Sendable {
     /// `changes/zone`: one JSON page; CRDT states are turned into frames for the same join.
     private func changesPage(_ zone: LocalZone, zoneID: ZoneID, token: String?, client: ServerClient,
                              account: Account) throws -> ZonePage {
-        var request: [String: JSON] = ["zoneID": zoneID.cloudKitJSON]
-        if let token { request["syncToken"] = .string(token) }
-        let reply = try client.call(zone.database, "changes/zone", .object(["zones": .array([.object(request)])]),
-                                    token: account.token)
+        let request = ZoneChangesRequest(zones: [ZoneChangesItem(
+            zoneID: WireZoneID(zoneName: zoneID.zoneName, ownerRecordName: zoneID.ownerRecordName), syncToken: token)])
+        let reply = try client.call(zone.database, "changes/zone", request.json, token: account.token)
         guard let result = reply["zones"]?.arrayValue?.first else { throw SyncError.unexpectedAnswer("changes/zone") }
         if let code = result["serverErrorCode"]?.stringValue {
             throw ServerError(code: code, reason: result["reason"]?.stringValue ?? "", status: 200, retryAfter: nil)
@@ -567,10 +564,8 @@ public final class SyncEngine: @unchecked Sendable {
         let client = try client(for: account)
         // Zones made offline are created first.
         for zone in try zones() where !zone.onServer && zone.database == "private" {
-            let reply = try client.call("private", "zones/modify", .object(["operations": .array([
-                .object(["operationType": .string("create"),
-                         "zone": .object(["zoneID": .object(["zoneName": .string(zone.zoneName)])])]),
-            ])]), token: account.token)
+            let request = ZonesModifyRequest(operations: [ZoneOperation(.create, WireZoneID(zoneName: zone.zoneName))])
+            let reply = try client.call("private", "zones/modify", request.json, token: account.token)
             if reply["zones"]?.arrayValue?.first?["serverErrorCode"] == nil {
                 try store.transaction { try $0.setOnServer(zone.id) }
             }
@@ -691,10 +686,9 @@ public final class SyncEngine: @unchecked Sendable {
     /// A refused record goes back to the server's state (or away, if the server has none).
     private func revert(_ local: LocalRecord, zone: LocalZone, client: ServerClient, account: Account) throws {
         let zoneID = try ZoneID(zoneName: zone.zoneName, ownerRecordName: zone.ownerRecordName)
-        let reply = try? client.call(zone.database, "records/lookup", .object([
-            "zoneID": zoneID.cloudKitJSON,
-            "records": .array([.object(["recordName": .string(local.name)])]),
-        ]), token: account.token)
+        let request = RecordsLookupRequest(zoneID: WireZoneID(zoneName: zoneID.zoneName, ownerRecordName: zoneID.ownerRecordName),
+                                           recordNames: [local.name])
+        let reply = try? client.call(zone.database, "records/lookup", request.json, token: account.token)
         let server = reply?["records"]?.arrayValue?.first
         try store.transaction { tx in
             if let server, server["crdt"] != nil {
@@ -714,15 +708,14 @@ public final class SyncEngine: @unchecked Sendable {
     public func waitForChanges(timeoutSeconds: Int) throws -> Bool {
         let account = try requireAccount()
         let client = try client(for: account)
-        var databases: [JSON] = []
-        for database in ["private", "shared"] {
-            var item: [String: JSON] = ["database": .string(database)]
-            if let token = try store.transaction({ try $0.metadata("dbtoken.\(database)") }) { item["syncToken"] = .string(token) }
-            databases.append(.object(item))
+        let databases = try [DatabaseKind.private, .shared].map { database in
+            ChangesWaitRequest.Watched(database: database, syncToken: try store.transaction {
+                try $0.metadata("dbtoken.\(database.rawValue)")
+            })
         }
-        let reply = try client.call("private", "changes/wait",
-                                    .object(["databases": .array(databases), "timeout": .int(Int64(timeoutSeconds))]),
-                                    token: account.token, timeout: TimeInterval(timeoutSeconds + 10))
+        let request = ChangesWaitRequest(databases: databases, timeoutSeconds: Int64(timeoutSeconds))
+        let reply = try client.call("private", "changes/wait", request.json, token: account.token,
+                                    timeout: TimeInterval(timeoutSeconds + 10))
         return reply["changed"] == .bool(true)
     }
 }
