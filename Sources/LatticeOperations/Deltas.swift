@@ -119,7 +119,7 @@ extension Deltas {
         guard caller.database != .public else {
             throw ServiceError.badRequest("the public database has no change feed (as in CloudKit)")
         }
-        let known = try knownRanges(body["known"])
+        let known = KnownPositions(ranges: try DeltaPullRequest.known(body["known"]))
         let zoneID = try zones.parseZoneID(body["zoneID"], caller, path: "zoneID")
         // The page stops before the frame that would pass `maximumResponseBytes` (a skipped record counts
         // its name), with `moreComing` and a token that resumes there.
@@ -143,23 +143,6 @@ extension Deltas {
         let delta = BinaryCodec.encodeDelta(zoneID: page.zoneID, frames: frames)
         return SyncMessage.Pull(syncToken: page.syncToken, moreComing: page.moreComing, removed: page.removed,
                                 lostShares: page.lostShares, skipped: skipped, delta: delta).encoded()
-    }
-
-    /// Zone positions a device already holds, as inclusive ranges (at most 1,000, each `from <= to`).
-    private func knownRanges(_ json: JSON?) throws -> KnownPositions {
-        guard let json else { return KnownPositions(ranges: []) }
-        guard let array = json.arrayValue, array.count <= 1_000 else {
-            throw ServiceError.badRequest("known must be an array of at most 1000 [from, to] position ranges")
-        }
-        var ranges: [ClosedRange<Int64>] = []
-        for (index, item) in array.enumerated() {
-            guard let pair = item.arrayValue, pair.count == 2, let from = pair[0].intValue, let to = pair[1].intValue,
-                  from >= 0, from <= to else {
-                throw ServiceError.badRequest("known[\(index)] must be [from, to] with 0 <= from <= to")
-            }
-            ranges.append(from...to)
-        }
-        return KnownPositions(ranges: ranges)
     }
 }
 

@@ -12,16 +12,15 @@ public struct Feeds: Sendable, OperationArea {
     let core: OperationsCore
 
     public init(_ core: OperationsCore) { self.core = core }
+
     /// `changes/database {"syncToken"?, "resultsLimit"?}`: the zones changed (or deleted) since the token.
     public func databaseChanges(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
         guard caller.database != .public else {
             throw ServiceError.badRequest("the public database has no change feed (as in CloudKit)")
         }
-        let limit = try resultsLimit(body["resultsLimit"])
-        let token = try body["syncToken"].map { json in
-            guard let text = json.stringValue else { throw ServiceError.badRequest("syncToken must be a string") }
-            return try SyncToken(text: text, expected: .database)
-        }
+        let request = try DatabaseChangesRequest(json: .object(body), limits: requestLimits)
+        let limit = request.effectiveLimit(requestLimits)
+        let token = try request.syncToken.map { try SyncToken(text: $0, expected: .database) }
         if caller.database == .shared { return try sharedDatabaseChanges(caller, token: token, limit: limit) }
         return try storage.read(deadline: caller.deadline) { tx in
             let database = try tx.database(caller.databaseKey)
@@ -132,42 +131,15 @@ public struct Feeds: Sendable, OperationArea {
         guard caller.database != .public else {
             throw ServiceError.badRequest("changes/wait watches the private or the shared database; the public one has no feed")
         }
-        var timeout = configuration.defaultWaitSeconds
-        if let json = body["timeout"] {
-            guard let seconds = json.intValue, seconds >= 0 else {
-                throw ServiceError.badRequest("timeout must be a non-negative number of seconds")
-            }
-            timeout = Int(min(seconds, Int64(configuration.maximumWaitSeconds)))
-        }
+        let request = try ChangesWaitRequest(json: .object(body))
+        let timeout = request.timeoutSeconds.map { Int(min($0, Int64(configuration.maximumWaitSeconds))) }
+            ?? configuration.defaultWaitSeconds
         // The databases to watch: the request's own with `syncToken`, or several with `databases`, so a device
         // waits on all of them with one parked request.
-        var watched: [(kind: DatabaseKind, token: SyncToken?)] = []
-        if let list = body["databases"] {
-            guard body["syncToken"] == nil else {
-                throw ServiceError.badRequest("give syncToken or databases, not both")
-            }
-            guard let items = list.arrayValue, (1...2).contains(items.count) else {
-                throw ServiceError.badRequest("databases must list one or two of private and shared")
-            }
-            for (index, item) in items.enumerated() {
-                guard let name = item["database"]?.stringValue, let kind = DatabaseKind(rawValue: name), kind != .public,
-                      !watched.contains(where: { $0.kind == kind }) else {
-                    throw ServiceError.badRequest("databases[\(index)].database must be private or shared, each once")
-                }
-                let token = try item["syncToken"].map { json in
-                    guard let text = json.stringValue else {
-                        throw ServiceError.badRequest("databases[\(index)].syncToken must be a string")
-                    }
-                    return try SyncToken(text: text, expected: .database)
-                }
-                watched.append((kind, token))
-            }
-        } else {
-            let token = try body["syncToken"].map { json in
-                guard let text = json.stringValue else { throw ServiceError.badRequest("syncToken must be a string") }
-                return try SyncToken(text: text, expected: .database)
-            }
-            watched.append((caller.database, token))
+        let watched: [(kind: DatabaseKind, token: SyncToken?)] = try (request.databases.map { list in
+            list.map { ($0.database, $0.syncToken) }
+        } ?? [(caller.database, request.syncToken)]).map { kind, text in
+            (kind, try text.map { try SyncToken(text: $0, expected: .database) })
         }
         // The databases must exist so their ids can be watched; reading them inside a write creates them.
         // The request's deadline covers this work, not the parking (the waiter's own timeout bounds that).

@@ -52,6 +52,11 @@ extension OperationArea {
         return Set(array.compactMap(\.stringValue))
     }
 
+    /// The caps typed requests are decoded against.
+    var requestLimits: RequestLimits {
+        RequestLimits(maximumOperations: configuration.maximumOperations, maximumResultsLimit: configuration.maximumResultsLimit)
+    }
+
     /// Maps a non-API error (`OperationsCore.serviceError(for:)`).
     func internalError(_ error: any Error) -> ServiceError { core.serviceError(for: error) }
 

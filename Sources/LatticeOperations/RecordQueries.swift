@@ -11,21 +11,18 @@ extension Records {
     /// A record named twice is refused (BAD_REQUEST naming it). Records past `maximumResponseBytes` of
     /// answer get a per-item LIMIT_EXCEEDED: look them up again in another request.
     public func lookup(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
-        let requested = try RequestBody.items(body, "records", limit: configuration.maximumResultsLimit)
-        try zones.refuseDuplicates(requested.enumerated().compactMap { index, item in
-            item["recordName"]?.stringValue.map { (key: $0, label: $0, path: "records[\(index)].recordName") }
-        }, what: "record")
-        let desiredKeys = try parseDesiredKeys(body)
+        let request = try RecordsLookupRequest(json: .object(body), limits: requestLimits)
+        let desiredKeys = request.desiredKeys.map(Set.init)
         return try storage.read(deadline: caller.deadline) { tx in
             let resolved = try zones.resolveZone(body["zoneID"], caller, tx, path: "zoneID")
             try zones.requireZone(resolved)
             var results: [JSON] = []
             var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
-            for (index, item) in requested.enumerated() {
-                let name = item["recordName"]?.stringValue ?? ""
+            for (index, requestedName) in request.recordNames.enumerated() {
+                let name = requestedName ?? ""
                 do {
                     try caller.deadline.check()
-                    guard item["recordName"]?.stringValue != nil else {
+                    guard requestedName != nil else {
                         throw ServiceError.badRequest("records[\(index)].recordName is missing")
                     }
                     guard let zone = resolved.zone, let stored = try tx.record(zoneRowID: zone.rowID, name: name),
