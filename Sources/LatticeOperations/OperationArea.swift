@@ -71,3 +71,4 @@ extension OperationArea {
 }
 
 extension Records: OperationArea {}
+extension Zones: OperationArea {}

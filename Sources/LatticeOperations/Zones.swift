@@ -135,17 +135,16 @@ public struct Zones: Sendable {
 
     /// `zones/lookup {"zones": [zoneID, ...]}`. A zone named twice is refused (BAD_REQUEST naming it).
     public func lookupZones(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
-        let requested = try RequestBody.items(body, "zones", limit: core.configuration.maximumResultsLimit)
-        try refuseDuplicateZones(requested.map { $0["zoneID"] ?? $0 }, caller, path: { index in
-            requested[index]["zoneID"] == nil ? "zones[\(index)]" : "zones[\(index)].zoneID"
+        let request = try ZonesLookupRequest(json: .object(body), limits: requestLimits)
+        let items = body["zones"]?.arrayValue ?? []
+        try refuseDuplicateZones(items.map { $0["zoneID"] ?? $0 }, caller, path: { index in
+            items[index]["zoneID"] == nil ? "zones[\(index)]" : "zones[\(index)].zoneID"
         })
         return try core.storage.read(deadline: caller.deadline) { tx in
             var results: [JSON] = []
-            for (index, item) in requested.enumerated() {
-                let path = "zones[\(index)]"
+            for (item, decoded) in zip(items, request.zones) {
                 do {
-                    let resolved = try resolveZone(item["zoneID"] ?? item, caller, tx,
-                                                   path: item["zoneID"] == nil ? path : path + ".zoneID")
+                    let resolved = try resolveZone(try zoneID(decoded.get(), caller), caller, tx)
                     if let zone = resolved.zone {
                         results.append(zoneJSON(zone, withToken: caller.database == .private))
                     } else if resolved.zoneID.zoneName == Names.systemZoneName {
@@ -154,11 +153,20 @@ public struct Zones: Sendable {
                         throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
                     }
                 } catch let error as ServiceError {
-                    results.append(error.json(item: (key: "zoneName", value: item["zoneID"]?["zoneName"]?.stringValue
-                                                     ?? item["zoneName"]?.stringValue ?? "")))
+                    results.append(error.json(item: (key: "zoneName", value: ZonesLookupRequest.zoneName(of: item))))
                 }
             }
             return .object(["zones": .array(results)])
+        }
+    }
+
+    /// A zone id as a typed request gives it, with the caller (or the public database's owner) for a
+    /// missing owner.
+    package func zoneID(_ wire: WireZoneID, _ caller: Caller) throws -> ZoneID {
+        do {
+            return try wire.resolved(defaultOwner: caller.database == .public ? Self.publicOwner : caller.user.recordName)
+        } catch {
+            throw ServiceError.badRequest("zoneID: \(error)")
         }
     }
 
@@ -171,26 +179,26 @@ public struct Zones: Sendable {
         guard caller.database == .private else {
             throw ServiceError.badRequest("zones can only be created and deleted in the private database")
         }
-        let operations = try RequestBody.items(body, "operations", limit: core.configuration.maximumOperations)
+        let request = try ZonesModifyRequest(json: .object(body), limits: requestLimits)
+        let items = body["operations"]?.arrayValue ?? []
         var results: [JSON] = []
-        for (index, operation) in operations.enumerated() {
-            let path = "operations[\(index)]"
-            let zoneJSON = operation["zone"]?["zoneID"] ?? operation["zone"]
+        for (item, decoded) in zip(items, request.operations) {
             do {
+                let operation = try decoded.get()
                 let result = try tx.savepoint { () throws -> JSON in
-                    let resolved = try resolveZone(zoneJSON, caller, tx, path: path + ".zone.zoneID")
+                    let resolved = try resolveZone(try zoneID(operation.zoneID, caller), caller, tx)
                     guard resolved.zoneID.zoneName != Names.systemZoneName else {
                         throw ServiceError.badRequest("\(Names.systemZoneName) always exists and cannot be created or deleted")
                     }
-                    switch operation["operationType"]?.stringValue {
-                    case "create":
+                    switch operation.operationType {
+                    case .create:
                         if let zone = resolved.zone { return self.zoneJSON(zone) }
                         let zone = try tx.createZone(databaseID: resolved.database.id, name: resolved.zoneID.zoneName,
                                                      ownerRecordName: resolved.zoneID.ownerRecordName,
                                                      nowMs: core.configuration.now())
                         touched.insert(zone.databaseID)
                         return self.zoneJSON(zone)
-                    case "delete":
+                    case .delete:
                         guard let zone = resolved.zone else {
                             throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
                         }
@@ -201,13 +209,11 @@ public struct Zones: Sendable {
                         try tx.deleteZone(rowID: zone.rowID, nowMs: core.configuration.now())
                         touched.insert(zone.databaseID)
                         return .object(["zoneID": resolved.zoneID.cloudKitJSON, "deleted": .bool(true)])
-                    default:
-                        throw ServiceError.badRequest("\(path).operationType must be create or delete")
                     }
                 }
                 results.append(result)
             } catch let error as ServiceError {
-                results.append(error.json(item: (key: "zoneName", value: zoneJSON?["zoneName"]?.stringValue ?? "")))
+                results.append(error.json(item: (key: "zoneName", value: ZonesModifyRequest.zoneName(of: item))))
             }
         }
         return .object(["zones": .array(results)])
