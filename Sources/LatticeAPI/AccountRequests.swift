@@ -22,18 +22,6 @@ extension RequestReader {
     }
 }
 
-extension ServiceError {
-    /// An error item of a batch answer, or a whole-request error body, as a client reads it back: nil when
-    /// `json` carries no known `serverErrorCode`.
-    public init?(answer json: JSON) {
-        guard let code = json["serverErrorCode"]?.stringValue.flatMap(ServerErrorCode.init(rawValue:)) else { return nil }
-        var fields = json.objectValue ?? [:]
-        for key in ["serverErrorCode", "reason", "uuid", "retryAfter", "serverRecord"] { fields[key] = nil }
-        self.init(code, json["reason"]?.stringValue ?? "", retryAfter: json["retryAfter"]?.intValue.map { Int(clamping: $0) },
-                  serverRecord: json["serverRecord"], fields: fields)
-    }
-}
-
 /// `{"timestamp": ms}`, the API's form of a time.
 private func timestamp(_ milliseconds: Int64) -> JSON { .object(["timestamp": .int(milliseconds)]) }
 
@@ -343,7 +331,7 @@ public struct TokenRevocation: Sendable {
     public init?(json: JSON) {
         guard let id = json["tokenID"]?.stringValue else { return nil }
         tokenID = id
-        error = json["revoked"] == .bool(true) ? nil : ServiceError(answer: json) ?? ServiceError(.internalError, "")
+        error = json["revoked"] == .bool(true) ? nil : ServiceError(json: json) ?? ServiceError(.internalError, "")
     }
 
     public var json: JSON {

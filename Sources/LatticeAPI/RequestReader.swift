@@ -51,9 +51,26 @@ public struct RequestLimits: Sendable, Hashable {
     /// Items per lookup or query answer (`configuration.maximumResultsLimit`).
     public var maximumResultsLimit: Int
 
-    public init(maximumOperations: Int = 400, maximumResultsLimit: Int = 200) {
+    /// Fields per record of a modify operation (`configuration.maximumFieldsPerRecord`).
+    public var maximumFieldsPerRecord: Int
+    /// Elements per array anywhere in a modify operation's record (`configuration.maximumListElements`).
+    public var maximumListElements: Int
+    /// Filters, sort keys and values per filter of a query (`configuration.maximumQueryFilters`,
+    /// `maximumQuerySortKeys`, `maximumFilterValues`).
+    public var maximumQueryFilters: Int
+    public var maximumQuerySortKeys: Int
+    public var maximumFilterValues: Int
+
+    public init(maximumOperations: Int = 400, maximumResultsLimit: Int = 200, maximumFieldsPerRecord: Int = 1_000,
+                maximumListElements: Int = 50_000, maximumQueryFilters: Int = 64, maximumQuerySortKeys: Int = 8,
+                maximumFilterValues: Int = 10_000) {
         self.maximumOperations = maximumOperations
         self.maximumResultsLimit = maximumResultsLimit
+        self.maximumFieldsPerRecord = maximumFieldsPerRecord
+        self.maximumListElements = maximumListElements
+        self.maximumQueryFilters = maximumQueryFilters
+        self.maximumQuerySortKeys = maximumQuerySortKeys
+        self.maximumFilterValues = maximumFilterValues
     }
 }
 
@@ -71,5 +88,28 @@ extension RequestReader {
         guard let json = object["resultsLimit"] else { return nil }
         guard let value = json.intValue, value >= 1 else { throw ServiceError.badRequest("resultsLimit must be a positive integer") }
         return Int(clamping: value)
+    }
+}
+
+extension RequestReader {
+    /// `clientOperationID`, the key of the replay cache (nil when left out).
+    /// - Throws: `clientOperationID must be a string of 1 to 128 bytes`.
+    public func clientOperationID() throws(ServiceError) -> String? {
+        guard let json = object["clientOperationID"] else { return nil }
+        guard let text = json.stringValue, (1...128).contains(text.utf8.count) else {
+            throw ServiceError.badRequest("clientOperationID must be a string of 1 to 128 bytes")
+        }
+        return text
+    }
+
+    /// The zone id under `key` (`zoneID`), as the server's `parseZoneID` reads it.
+    public func zoneID(_ key: String = "zoneID") throws(ServiceError) -> WireZoneID {
+        try WireZoneID(json: object[key], path: key)
+    }
+}
+
+extension RequestWriter {
+    public mutating func set(_ key: String, _ value: [String]?) {
+        if let value { object[key] = .array(value.map(JSON.string)) }
     }
 }

@@ -550,7 +550,7 @@ public struct ShareLinksResponse: Sendable {
     public init?(json: JSON) {
         guard let items = json["results"]?.arrayValue else { return nil }
         results = items.map { item in
-            if let error = ServiceError(answer: item) { return .failure(error) }
+            if let error = ServiceError(json: item) { return .failure(error) }
             guard let metadata = ShareMetadata(json: item) else {
                 return .failure(ServiceError(.internalError, "an answer item that is neither a share nor an error"))
             }
