@@ -60,6 +60,15 @@ public struct DeltaPullRequest: Sendable, Hashable {
         self.known = known
     }
 
+    /// The server's order: `known`, the zone id, `resultsLimit`, `syncToken`.
+    public init(json: JSON) throws(ServiceError) {
+        known = try Self.known(json["known"])
+        zoneID = try WireZoneID(json: json["zoneID"], path: "zoneID")
+        let reader = RequestReader(json)
+        resultsLimit = try reader.resultsLimit()
+        syncToken = try reader.optionalString("syncToken")
+    }
+
     /// `known` as the server reads it first (before the zone id; the token and limit are read with the
     /// page, `ZoneChangesItem`'s rules).
     /// - Throws: `known must be an array of at most 1000 [from, to] position ranges`, `known[i] must be

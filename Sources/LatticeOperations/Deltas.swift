@@ -119,16 +119,17 @@ extension Deltas {
         guard caller.database != .public else {
             throw ServiceError.badRequest("the public database has no change feed (as in CloudKit)")
         }
-        let known = KnownPositions(ranges: try DeltaPullRequest.known(body["known"]))
-        let zoneID = try zones.parseZoneID(body["zoneID"], caller, path: "zoneID")
+        let request = try DeltaPullRequest(json: .object(body))
+        let known = KnownPositions(ranges: request.known)
+        let zoneID = try zones.zoneID(request.zoneID, caller)
         // The page stops before the frame that would pass `maximumResponseBytes` (a skipped record counts
         // its name), with `moreComing` and a token that resumes there.
         var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
         var frames: [RecordFrame] = []
         var skipped: [String] = []
         let page = try storage.read(deadline: caller.deadline) { tx in
-            try Feeds(core).zoneFeedPage(body, zoneID: zoneID, caller, tx, path: "",
-                             maximumLimit: configuration.maximumPullRecords) { stored in
+            try Feeds(core).zoneFeedPage(syncToken: request.syncToken, resultsLimit: request.resultsLimit, zoneID: zoneID,
+                                         caller, tx, maximumLimit: configuration.maximumPullRecords) { stored in
                 try caller.deadline.check()
                 if known.contains(stored.seq) {
                     guard budget.admit(bytes: stored.recordName.utf8.count + 1) else { return false }

@@ -72,36 +72,35 @@ public struct Feeds: Sendable, OperationArea {
         guard caller.database != .public else {
             throw ServiceError.badRequest("the public database has no change feed (as in CloudKit)")
         }
-        let requests = try RequestBody.items(body, "zones", limit: configuration.maximumResultsLimit)
-        try zones.refuseDuplicateZones(requests.map { $0["zoneID"] }, caller, path: { "zones[\($0)].zoneID" })
+        let request = try ZoneChangesRequest(json: .object(body), limits: requestLimits)
+        let items = body["zones"]?.arrayValue ?? []
+        try zones.refuseDuplicateZones(items.map { $0["zoneID"] }, caller, path: { "zones[\($0)].zoneID" })
         return try storage.read(deadline: caller.deadline) { tx in
             var results: [JSON] = []
             var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
-            for (index, request) in requests.enumerated() {
-                let path = "zones[\(index)]"
-                let zoneName = request["zoneID"]?["zoneName"]?.stringValue ?? ""
+            for (index, (item, decoded)) in zip(items, request.zones).enumerated() {
+                let zoneName = item["zoneID"]?["zoneName"]?.stringValue ?? ""
                 // The zone id as the server read it, echoed in an error item; nil when it is ill-formed.
-                var zoneID: ZoneID?
+                let zoneID = try? zones.parseZoneID(item["zoneID"], caller, path: "zones[\(index)].zoneID")
                 do {
-                    let parsed = try zones.parseZoneID(request["zoneID"], caller, path: path + ".zoneID")
-                    zoneID = parsed
+                    let page = try decoded.get()
                     var rendered: [JSON] = []
-                    let page = try zoneFeedPage(request.objectValue ?? [:], zoneID: parsed, caller, tx, path: path + ".",
-                                                defaultLimit: body["resultsLimit"]) { stored in
+                    let feed = try zoneFeedPage(syncToken: page.syncToken, resultsLimit: page.resultsLimit,
+                                                zoneID: try zones.zoneID(page.zoneID, caller), caller, tx) { stored in
                         try caller.deadline.check()
                         let json = recordJSON(stored, try decode(stored), desiredKeys: nil)
                         guard budget.admit(json) else { return false }
                         rendered.append(json)
                         return true
                     }
-                    results.append(pageJSON(page, rendered: rendered))
+                    results.append(pageJSON(feed, rendered: rendered))
                 } catch let error as ServiceError {
-                    var item = error.json(item: (key: "zoneName", value: zoneName))
-                    if case .object(var object) = item, let zoneID {
+                    var answer = error.json(item: (key: "zoneName", value: zoneName))
+                    if case .object(var object) = answer, let zoneID {
                         object["zoneID"] = zoneID.cloudKitJSON
-                        item = .object(object)
+                        answer = .object(object)
                     }
-                    results.append(item)
+                    results.append(answer)
                 }
             }
             return .object(["zones": .array(results)])
@@ -224,14 +223,11 @@ public struct Feeds: Sendable, OperationArea {
     ///
     /// `admit` is asked for each record before it joins the page (the response budget); the first it refuses
     /// ends the page there, the share's position staying before it, and `moreComing` is set.
-    func shareFeedPage(_ request: [String: JSON], _ resolved: ResolvedZone, zone: StoredZone, limit: Int,
+    func shareFeedPage(syncToken: String?, _ resolved: ResolvedZone, zone: StoredZone, limit: Int,
                        caller: Caller, _ tx: any StorageTransaction,
                        admit: (StoredRecord) throws -> Bool) throws -> ZoneFeedPage {
         var token = ShareFeedToken.State()
-        if let json = request["syncToken"] {
-            guard let text = json.stringValue else { throw ServiceError.badRequest("syncToken must be a string") }
-            token = try ShareFeedToken.parse(text)
-        }
+        if let syncToken { token = try ShareFeedToken.parse(syncToken) }
         var records: [StoredRecord] = []
         var removed: [String] = []
         var moreComing = false
@@ -370,22 +366,19 @@ struct ZoneFeedPage {
 
 extension Feeds {
     /// One zone's page of changes since the request's token: the zone's log, or for a participant of
-    /// hierarchy shares the shares' own logs. `request` is one item of `changes/zone`'s `zones`, or the body
-    /// of `deltas/pull`.
+    /// hierarchy shares the shares' own logs. The token and limit are one item of `changes/zone`'s `zones`,
+    /// or `deltas/pull`'s (decoded with their request); the limit is at most `maximumLimit`.
     ///
     /// `admit` is asked for each record, in order, before it joins the page (the caller renders it and counts
     /// it against the response budget); the first one it refuses ends the page before it, with `moreComing`
     /// and a token whose position is the last record answered, so the next page starts at the refused one.
-    func zoneFeedPage(_ request: [String: JSON], zoneID: ZoneID, _ caller: Caller, _ tx: any StorageTransaction,
-                      path: String, defaultLimit: JSON? = nil, maximumLimit: Int? = nil,
-                      admit: (StoredRecord) throws -> Bool = { _ in true }) throws -> ZoneFeedPage {
+    func zoneFeedPage(syncToken: String?, resultsLimit: Int?, zoneID: ZoneID, _ caller: Caller, _ tx: any StorageTransaction,
+                      maximumLimit: Int? = nil, admit: (StoredRecord) throws -> Bool = { _ in true }) throws -> ZoneFeedPage {
         let resolved = try zones.resolveZone(zoneID, caller, tx)
-        let limit = try resultsLimit(request["resultsLimit"] ?? defaultLimit, maximum: maximumLimit)
+        let cap = maximumLimit ?? configuration.maximumResultsLimit
+        let limit = min(resultsLimit ?? cap, cap)
         let hierarchy = resolved.grants.contains { $0.share.rootRecordName != nil }
-        let token = try request["syncToken"].map { json -> SyncToken? in
-            guard let text = json.stringValue else { throw ServiceError.badRequest("\(path)syncToken must be a string") }
-            return hierarchy ? nil : try SyncToken(text: text, expected: .zone)
-        } ?? nil
+        let token = hierarchy ? nil : try syncToken.map { try SyncToken(text: $0, expected: .zone) }
         guard let zone = resolved.zone else {
             if resolved.zoneID.zoneName == Names.systemZoneName, token == nil || token?.owner == 0 {
                 return ZoneFeedPage(zoneID: resolved.zoneID, records: [], removed: [], lostShares: [],
@@ -394,7 +387,7 @@ extension Feeds {
             throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist")
         }
         if resolved.isShared, hierarchy {
-            return try shareFeedPage(request, resolved, zone: zone, limit: limit, caller: caller, tx, admit: admit)
+            return try shareFeedPage(syncToken: syncToken, resolved, zone: zone, limit: limit, caller: caller, tx, admit: admit)
         }
         let cursor = try zoneCursor(token, zone)
         // Streamed: the rows past the one `admit` refuses are never read.
