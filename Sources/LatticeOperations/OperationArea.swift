@@ -54,7 +54,12 @@ extension OperationArea {
 
     /// The caps typed requests are decoded against.
     var requestLimits: RequestLimits {
-        RequestLimits(maximumOperations: configuration.maximumOperations, maximumResultsLimit: configuration.maximumResultsLimit)
+        RequestLimits(maximumOperations: configuration.maximumOperations, maximumResultsLimit: configuration.maximumResultsLimit,
+                      maximumFieldsPerRecord: configuration.maximumFieldsPerRecord,
+                      maximumListElements: configuration.maximumListElements,
+                      maximumQueryFilters: configuration.maximumQueryFilters,
+                      maximumQuerySortKeys: configuration.maximumQuerySortKeys,
+                      maximumFilterValues: configuration.maximumFilterValues)
     }
 
     /// Maps a non-API error (`OperationsCore.serviceError(for:)`).

@@ -46,32 +46,19 @@ extension Records {
     /// The marker records the sort position of the last record returned, so the next page continues
     /// after it even if records were added or removed in between.
     public func query(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
-        guard let query = body["query"]?.objectValue else { throw ServiceError.badRequest("query is missing") }
-        let recordType = query["recordType"]?.stringValue
-        if query["recordType"] != nil && recordType == nil { throw ServiceError.badRequest("query.recordType must be a string") }
-        // Bounded before any work: filters, sort keys and the values of each filter.
-        let filterJSON = try query["filterBy"].map { try parseArray($0, "query.filterBy") } ?? []
-        guard filterJSON.count <= configuration.maximumQueryFilters else {
-            throw ServiceError(.limitExceeded, "query.filterBy has \(filterJSON.count) filters; the limit is "
-                           + "\(configuration.maximumQueryFilters) per query")
-        }
-        let sortJSON = try query["sortBy"].map { try parseArray($0, "query.sortBy") } ?? []
-        guard sortJSON.count <= configuration.maximumQuerySortKeys else {
-            throw ServiceError(.limitExceeded, "query.sortBy has \(sortJSON.count) sort keys; the limit is "
-                           + "\(configuration.maximumQuerySortKeys) per query")
-        }
-        let filters = try filterJSON.enumerated().map {
-            try QueryFilter(json: $1, path: "query.filterBy[\($0)]", maximumValues: configuration.maximumFilterValues)
-        }
-        let sorts = try sortJSON.enumerated().map { try QuerySort(json: $1, path: "query.sortBy[\($0)]") }
-        let limit = try resultsLimit(body["resultsLimit"])
-        let desiredKeys = try parseDesiredKeys(body)
+        // Bounded before any work (the request's decode): filters, sort keys and the values of each filter.
+        let request = try RecordsQueryRequest(json: .object(body), limits: requestLimits)
+        let query = body["query"]?.objectValue ?? [:]
+        let recordType = request.recordType
+        let filters = request.filters.map(QueryFilter.init)
+        let sorts = request.sorts.map { QuerySort(fieldName: $0.fieldName, ascending: $0.ascending) }
+        let limit = request.effectiveLimit(requestLimits)
+        let desiredKeys = request.desiredKeys.map(Set.init)
         let fingerprint = Secrets.hex(Array(Secrets.sha256(
             Array((body["zoneID"] ?? .null).serializedBytes()) + [0] + Array(JSON.object(query).serializedBytes()))
             .prefix(8)))
         var after: QueryPosition?
-        if let markerJSON = body["continuationMarker"] {
-            guard let marker = markerJSON.stringValue else { throw ServiceError.badRequest("continuationMarker must be a string") }
+        if let marker = request.continuationMarker {
             after = try QueryPosition(marker: marker, fingerprint: fingerprint)
             guard after?.keys.count == sorts.count else {
                 throw ServiceError.badRequest("continuationMarker does not belong to this query")
@@ -133,23 +120,11 @@ extension Records {
             return .object(result)
         }
     }
-
-    private func parseArray(_ json: JSON, _ path: String) throws -> [JSON] {
-        guard let array = json.arrayValue else { throw ServiceError.badRequest("\(path) must be an array") }
-        return array
-    }
 }
 
 /// One `filterBy` condition.
 struct QueryFilter {
-    enum Comparator: String, CaseIterable {
-        case equals = "EQUALS", notEquals = "NOT_EQUALS"
-        case lessThan = "LESS_THAN", lessThanOrEquals = "LESS_THAN_OR_EQUALS"
-        case greaterThan = "GREATER_THAN", greaterThanOrEquals = "GREATER_THAN_OR_EQUALS"
-        case beginsWith = "BEGINS_WITH", notBeginsWith = "NOT_BEGINS_WITH"
-        case listContains = "LIST_CONTAINS", notListContains = "NOT_LIST_CONTAINS"
-        case `in` = "IN", notIn = "NOT_IN"
-    }
+    typealias Comparator = QueryComparator
 
     let fieldName: String
     let comparator: Comparator
@@ -157,33 +132,10 @@ struct QueryFilter {
     /// The candidates of IN and NOT_IN, looked up by hash (`ScalarValue`'s hash agrees with its equality).
     let candidates: Set<ScalarValue>
 
-    /// - Parameter maximumValues: the most elements a list value may have (LIMIT_EXCEEDED above it,
-    ///   checked before they are parsed).
-    init(json: JSON, path: String, maximumValues: Int = .max) throws {
-        guard let fieldName = json["fieldName"]?.stringValue else { throw ServiceError.badRequest("\(path).fieldName is missing") }
-        guard let name = json["comparator"]?.stringValue, let comparator = Comparator(rawValue: name) else {
-            throw ServiceError.badRequest("\(path).comparator must be one of "
-                                      + Comparator.allCases.map(\.rawValue).joined(separator: ", "))
-        }
-        guard let valueJSON = json["fieldValue"] else { throw ServiceError.badRequest("\(path).fieldValue is missing") }
-        if let count = valueJSON["value"]?.arrayValue?.count, count > maximumValues {
-            throw ServiceError(.limitExceeded, "\(path).fieldValue holds \(count) values; the limit is \(maximumValues) per filter")
-        }
-        do {
-            value = try FieldValue(cloudKitJSON: valueJSON, path: path + ".fieldValue")
-        } catch {
-            throw ServiceError.badRequest(error.description)
-        }
-        switch (comparator, value) {
-        case (.in, .scalar), (.notIn, .scalar):
-            throw ServiceError.badRequest("\(path): \(comparator.rawValue) takes a list value")
-        case (.beginsWith, .scalar(let v)), (.notBeginsWith, .scalar(let v)):
-            guard case .string = v else { throw ServiceError.badRequest("\(path): \(comparator.rawValue) takes a STRING") }
-        case (.beginsWith, .list), (.notBeginsWith, .list), (.listContains, .list), (.notListContains, .list):
-            throw ServiceError.badRequest("\(path): \(comparator.rawValue) takes a single value")
-        default:
-            break
-        }
+    /// A filter as the request decoded it (`RecordQueryFilter`: its value checked against its comparator).
+    init(_ filter: RecordQueryFilter) {
+        let fieldName = filter.fieldName, value = filter.value, comparator = filter.comparator
+        self.value = value
         self.fieldName = fieldName
         self.comparator = comparator
         if case .list(_, let elements) = value, comparator == .in || comparator == .notIn {
@@ -228,15 +180,6 @@ struct QueryFilter {
 struct QuerySort {
     let fieldName: String
     let ascending: Bool
-
-    init(json: JSON, path: String) throws {
-        guard let fieldName = json["fieldName"]?.stringValue else { throw ServiceError.badRequest("\(path).fieldName is missing") }
-        if let ascending = json["ascending"], ascending.boolValue == nil {
-            throw ServiceError.badRequest("\(path).ascending must be true or false")
-        }
-        self.fieldName = fieldName
-        ascending = json["ascending"]?.boolValue ?? true
-    }
 }
 
 /// A record's place in a query's order: its sort keys, then its name.
