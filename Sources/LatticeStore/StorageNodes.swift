@@ -113,7 +113,7 @@ public enum StorageTables {
     public static let all: [Table] = [
         ("metadata", ["key", "value"], "key"),
         ("nodes", ["name", "replica_id", "clock_latest", "created_ms"], "name"),
-        ("users", ["id", "record_name", "name", "created_ms"], "id"),
+        ("users", ["id", "record_name", "name", "created_ms", "name_key"], "id"),
         ("tokens", ["hash", "user_id", "created_ms", "id", "expires_ms", "name"], "hash"),
         ("signups", ["address", "created_ms"], "address, created_ms"),
         ("device_authorizations", ["device_code_hash", "user_code_hash", "address", "device_name", "status", "user_id",

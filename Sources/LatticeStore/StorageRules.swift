@@ -4,6 +4,51 @@
 /// created a record, where a share's link epochs start, which deleted zones may be forgotten), it asks
 /// here instead of writing its own copy. `StorageContractTests` holds each backend to these answers.
 public enum StorageRules {
+    // MARK: User names
+
+    /// The replacements that make a user name's key, in order: names whose keys are equal cannot both be
+    /// taken ("Mom" and "mom", "bil1" and "bill", "rnary" and "mary"). User names are ASCII letters, digits
+    /// and `.`, `_`, `-`; these are the look-alikes among them (Unicode's confusables for that set) and
+    /// case. The same chain runs in SQL (`userNameKeySQL`), so a database can key the names it already holds.
+    static let userNameFolds: [(from: String, to: String, beforeLowercasing: Bool)] = [
+        ("I", "l", true), ("1", "l", false), ("0", "o", false), ("rn", "m", false), ("vv", "w", false), ("cl", "d", false),
+    ]
+
+    /// A user name's key: case- and look-alike-insensitive (`userNameFolds`).
+    public static func userNameKey(_ name: String) -> String {
+        var key = name
+        for fold in userNameFolds where fold.beforeLowercasing { key = key.replacingOccurrences(of: fold.from, with: fold.to) }
+        key = String(key.lowercased())
+        for fold in userNameFolds where !fold.beforeLowercasing {
+            key = key.replacingOccurrences(of: fold.from, with: fold.to)
+        }
+        return key
+    }
+
+    /// `userNameKey` of the SQL expression `column`, in SQL both backends run (`replace`, `lower`).
+    static func userNameKeySQL(_ column: String) -> String {
+        var expression = column
+        for fold in userNameFolds where fold.beforeLowercasing { expression = "replace(\(expression), '\(fold.from)', '\(fold.to)')" }
+        expression = "lower(\(expression))"
+        for fold in userNameFolds where !fold.beforeLowercasing {
+            expression = "replace(\(expression), '\(fold.from)', '\(fold.to)')"
+        }
+        return expression
+    }
+
+    /// The migration that keys the names a database holds. Names taken before keys existed that share a key
+    /// keep their accounts: every one after the first gets its key suffixed with `#` and its id, so the
+    /// index stays unique and no new name can take any of those keys.
+    static var userNameKeyMigration: String {
+        """
+        ALTER TABLE users ADD COLUMN name_key TEXT;
+        UPDATE users SET name_key = \(userNameKeySQL("name")) || CASE WHEN EXISTS (SELECT 1 FROM users AS earlier
+            WHERE \(userNameKeySQL("earlier.name")) = \(userNameKeySQL("users.name")) AND earlier.id < users.id)
+            THEN '#' || CAST(id AS TEXT) ELSE '' END;
+        CREATE UNIQUE INDEX users_by_name_key ON users(name_key);
+        """
+    }
+
     // MARK: Records
 
     /// CloudKit's `recordChangeTag` for the record at log position `seq` of zone row `zoneRowID`.

@@ -33,6 +33,41 @@ struct SQLiteTests {
         }
     }
 
+    /// Schema v8 keys the user names a database already holds (`StorageRules.userNameKeyMigration`): names
+    /// that share a key since keys exist ("mom" and "Mom", taken before) keep their accounts, the first by
+    /// its key, each later one by its key and id, and no new name can take either key.
+    @Test func theMigrationKeysTheNamesADatabaseHoldsAndKeepsEarlierLookAlikes() throws {
+        let path = temporaryPath()
+        try SQLiteStorage(path: path).close()
+        // The database as schema v7 had it: no key, and two names that differ only in case.
+        try Connection(path: path).execute("""
+            DROP INDEX users_by_name_key;
+            ALTER TABLE users DROP COLUMN name_key;
+            INSERT INTO users(record_name, name, created_ms) VALUES ('_a', 'mom', 1), ('_b', 'Mom', 2), ('_c', 'ann', 3);
+            PRAGMA user_version = 7;
+            """) // the connection closes when it goes
+        let storage = try SQLiteStorage(path: path)
+        defer { storage.close() }
+        let users = try storage.read { tx throws in
+            try ["_a", "_b", "_c"].map { try #require(try tx.user(recordName: $0)) }
+        }
+        #expect(users.map(\.name) == ["mom", "Mom", "ann"])
+        let keys = try storage.read { tx throws in
+            var rows: [[StorageValue]] = []
+            try tx.exportRows(table: "users") { rows += $0 }
+            return rows.map { $0.last }
+        }
+        #expect(keys == [.text("mom"), .text("mom#\(users[1].id)"), .text("ann")])
+        // Each finds its own account by its exact name; a new look-alike of either is refused.
+        #expect(try storage.read { try $0.user(named: "Mom") }?.recordName == "_b")
+        #expect(try storage.read { try $0.user(named: "mom") }?.recordName == "_a")
+        for taken in ["MOM", "Ann"] {
+            #expect(throws: StorageError.self) {
+                try storage.write { _ = try $0.insertUser(name: taken, recordName: "_d", nowMs: 4) }
+            }
+        }
+    }
+
     /// The counts of the share page are answered from a covering index alone (schema v7), never from the
     /// records' rows: reading `deleted` from a row walks a large record's overflow pages. The plan of each
     /// count statement, exactly as `SQLiteTransaction` runs it, must say COVERING INDEX.

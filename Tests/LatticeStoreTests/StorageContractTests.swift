@@ -143,6 +143,35 @@ struct StorageContractTests {
         }
     }
 
+    /// A user name is taken whatever its case and look-alikes (`StorageRules.userNameKey`): "Ann" and "ANN"
+    /// are "ann", and so is "Ann" spelled with a capital I for the l of "bill" or a zero for an o; looking a
+    /// name up finds the account its key names, the exact name first.
+    @Test(arguments: StorageBackends.all)
+    func userNamesAreUniqueWhateverTheirCaseAndLookAlikes(_ backend: StorageBackend) throws {
+        #expect(StorageRules.userNameKey("Mom") == StorageRules.userNameKey("mom"))
+        #expect(StorageRules.userNameKey("biIl") == StorageRules.userNameKey("bill"))
+        #expect(StorageRules.userNameKey("bi1l") == StorageRules.userNameKey("bill"))
+        #expect(StorageRules.userNameKey("j0e") == StorageRules.userNameKey("Joe"))
+        #expect(StorageRules.userNameKey("rnary") == StorageRules.userNameKey("mary"))
+        #expect(StorageRules.userNameKey("ann") != StorageRules.userNameKey("anna"))
+        try withStorage(backend) { storage in
+            let mom = try storage.write { try $0.insertUser(name: "mom", recordName: Self.ann, nowMs: 1) }
+            for taken in ["Mom", "MOM", "rnom", "m0m"] {
+                expectDuplicate { try storage.write { _ = try $0.insertUser(name: taken, recordName: Self.bob, nowMs: 2) } }
+            }
+            #expect(try storage.read { try $0.user(recordName: Self.bob) } == nil)
+            #expect(try storage.read { try $0.user(named: "MOM") } == mom)
+            #expect(try storage.read { try $0.user(named: "mum") } == nil)
+            // The key is kept in SQL by the same rule (the migration keys the names a database holds).
+            let keyed = try storage.read { tx throws in
+                var rows: [[StorageValue]] = []
+                try tx.exportRows(table: "users") { rows += $0 }
+                return rows
+            }
+            #expect(keyed.first?.last == .text(StorageRules.userNameKey("mom")))
+        }
+    }
+
     @Test(arguments: StorageBackends.all)
     func tokensFindTheirUserAndHashesAreUnique(_ backend: StorageBackend) throws {
         try withStorage(backend) { storage in

@@ -445,6 +445,8 @@ public final class PostgresStorage: Storage, Sendable {
             CREATE INDEX zones_deleted ON zones(id) WHERE deleted = 1;
             CREATE INDEX shares_zone ON shares(zone_id);
             """),
+        // User names are unique whatever their case and look-alikes (`StorageRules.userNameKey`).
+        PostgresMigrator.Migration("v7: user name keys", sql: StorageRules.userNameKeyMigration),
     ])
 
     /// The channel commits are announced on (`NOTIFY`).

@@ -298,15 +298,17 @@ final class PostgresTransaction: StorageTransaction, StorageBookkeeping, Storage
 
     func insertUser(name: String, recordName: String, nowMs: Int64) throws -> UserAccount {
         // ON CONFLICT DO NOTHING: a taken name is reported without aborting the transaction.
-        let inserted = try rows("INSERT INTO users(record_name, name, created_ms) VALUES ($1, $2, $3) "
+        let inserted = try rows("INSERT INTO users(record_name, name, created_ms, name_key) VALUES ($1, $2, $3, $4) "
                                 + "ON CONFLICT DO NOTHING RETURNING id",
-                                [.text(recordName), .text(name), .integer(nowMs)])
+                                [.text(recordName), .text(name), .integer(nowMs), .text(StorageRules.userNameKey(name))])
         guard let id = inserted.first?[0].integer else { throw StorageError.duplicate("a user named \(name)") }
         return UserAccount(id: id, recordName: recordName, name: name, createdMs: nowMs)
     }
 
     func user(named name: String) throws -> UserAccount? {
-        try rows("SELECT \(Self.userColumns) FROM users WHERE name = $1", [.text(name)]).first.map(user)
+        // The name as taken, else the one its key names (a name matches whatever its case and look-alikes).
+        try rows("SELECT \(Self.userColumns) FROM users WHERE name = $1 OR name_key = $2 ORDER BY name = $1 DESC LIMIT 1",
+                 [.text(name), .text(StorageRules.userNameKey(name))]).first.map(user)
     }
 
     func user(recordName: String) throws -> UserAccount? {

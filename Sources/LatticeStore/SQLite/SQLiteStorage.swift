@@ -283,6 +283,8 @@ public final class SQLiteStorage: Storage, Sendable {
             CREATE INDEX records_type ON records(zone_id, record_type, deleted, name) WHERE deleted = 0;
             CREATE INDEX records_parent ON records(zone_id, parent_name, deleted) WHERE deleted = 0 AND parent_name IS NOT NULL;
             """),
+        // User names are unique whatever their case and look-alikes (`StorageRules.userNameKey`).
+        Migrator.Migration("v8: user name keys", sql: StorageRules.userNameKeyMigration),
     ])
 
     /// The node a SQLite deployment runs as (one process), unless told otherwise.
@@ -342,8 +344,8 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
 
     func insertUser(name: String, recordName: String, nowMs: Int64) throws -> UserAccount {
         do {
-            try run("INSERT INTO users(record_name, name, created_ms) VALUES (?, ?, ?)",
-                    [.text(recordName), .text(name), .integer(nowMs)])
+            try run("INSERT INTO users(record_name, name, created_ms, name_key) VALUES (?, ?, ?, ?)",
+                    [.text(recordName), .text(name), .integer(nowMs), .text(StorageRules.userNameKey(name))])
         } catch StorageError.duplicate {
             throw StorageError.duplicate("a user named \(name)")
         }
@@ -351,7 +353,9 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
     }
 
     func user(named name: String) throws -> UserAccount? {
-        try rows("SELECT \(Self.userColumns) FROM users WHERE name = ?", [.text(name)]).first.map(user)
+        // The name as taken, else the one its key names (a name matches whatever its case and look-alikes).
+        try rows("SELECT \(Self.userColumns) FROM users WHERE name = ? OR name_key = ? ORDER BY name = ? DESC LIMIT 1",
+                 [.text(name), .text(StorageRules.userNameKey(name)), .text(name)]).first.map(user)
     }
 
     func user(recordName: String) throws -> UserAccount? {
