@@ -43,15 +43,6 @@ extension OperationArea {
         return .object(object)
     }
 
-    /// A request's `desiredKeys`: the field names its answer's records carry (nil when absent: all of them).
-    func parseDesiredKeys(_ body: [String: JSON]) throws -> Set<String>? {
-        guard let json = body["desiredKeys"] else { return nil }
-        guard let array = json.arrayValue, array.allSatisfy({ $0.stringValue != nil }) else {
-            throw ServiceError.badRequest("desiredKeys must be an array of field names")
-        }
-        return Set(array.compactMap(\.stringValue))
-    }
-
     /// The caps typed requests are decoded against.
     var requestLimits: RequestLimits {
         RequestLimits(maximumOperations: configuration.maximumOperations, maximumResultsLimit: configuration.maximumResultsLimit,
@@ -64,15 +55,6 @@ extension OperationArea {
 
     /// Maps a non-API error (`OperationsCore.serviceError(for:)`).
     func internalError(_ error: any Error) -> ServiceError { core.serviceError(for: error) }
-
-    /// A request's `resultsLimit`: 1 or more, at most `maximum` (the configured results limit by default),
-    /// that maximum when left out.
-    func resultsLimit(_ json: JSON?, maximum: Int? = nil) throws -> Int {
-        let cap = maximum ?? configuration.maximumResultsLimit
-        guard let json else { return cap }
-        guard let value = json.intValue, value >= 1 else { throw ServiceError.badRequest("resultsLimit must be a positive integer") }
-        return Int(min(value, Int64(cap)))
-    }
 }
 
 extension Records: OperationArea {}

@@ -80,7 +80,7 @@ public struct Records: Sendable {
         // What a replay of a large answer needs; when desiredKeys is ill-formed the request fails and
         // nothing is remembered.
         let form = Idempotency.ReplayForm.records(zoneID: body["zoneID"], names: names,
-                                                  desiredKeys: (try? parseDesiredKeys(body)) ?? nil)
+                                                  desiredKeys: (try? RequestReader(body).desiredKeys())?.map(Set.init))
         return try Idempotency(core).batch(caller, replay: replay, form: form, isSmall: {
             $0.frameBytes <= Idempotency.wholeAnswerLimit / 2
         }, render: renderModify) { tx, touched in
@@ -128,10 +128,10 @@ public struct Records: Sendable {
     /// writer is not held for it.
     func modifyRecordsOutcome(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction,
                               _ touched: inout Set<Int64>, refused: [Int: ServiceError] = [:]) throws -> ModifyOutcome {
-        let operationsJSON = try RequestBody.items(body, "operations", limit: configuration.maximumOperations)
+        let operationsJSON = try RequestReader(body).items("operations", limit: configuration.maximumOperations)
         guard !operationsJSON.isEmpty else { throw ServiceError.badRequest("operations is empty") }
         let atomic = try atomicFlag(body["atomic"])
-        let desiredKeys = try parseDesiredKeys(body)
+        let desiredKeys = try RequestReader(body).desiredKeys().map(Set.init)
         let resolved = try zones.resolveZone(body["zoneID"], caller, tx, path: "zoneID", creatingDefault: true)
         guard let zone = resolved.zone else {
             throw ServiceError(.zoneNotFound, "zone \(resolved.zoneID.zoneName) does not exist; create it with zones/modify")
@@ -479,7 +479,7 @@ public struct Records: Sendable {
     /// per array anywhere in it (LIMIT_EXCEEDED for that operation, answered by `modify`). One walk
     /// over the request, O(its size).
     func recordsModifyRefusals(_ body: [String: JSON]) throws -> [Int: ServiceError] {
-        let operations = try RequestBody.items(body, "operations", limit: configuration.maximumOperations)
+        let operations = try RequestReader(body).items("operations", limit: configuration.maximumOperations)
         var refused: [Int: ServiceError] = [:]
         for (index, json) in operations.enumerated() {
             guard let record = json["record"]?.objectValue else { continue } // parseOperation names the problem
