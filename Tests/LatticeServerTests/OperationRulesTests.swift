@@ -107,7 +107,7 @@ import Testing
                         == other["reason"]?.stringValue, "\(user.name) \(label)")
             }
         }
-        #expect(w.everything() == before)
+        w.expectUnchanged(since: before)
     }
 
     // MARK: - Participant changes
@@ -186,14 +186,14 @@ import Testing
         let two = w.owner("shares/modify", ["participants": .array([RulesWorld.invite(guests[95], "readOnly"),
                                                                     RulesWorld.invite(guests[96], "readOnly")])])
         #expect(two.status == 409 && two.code == "TOO_MANY_PARTICIPANTS", "\(two.json.serialized())")
-        #expect(w.everything() == before)
+        w.expectUnchanged(since: before)
 
         w.expectOK(w.owner("shares/modify", ["participants": .array([RulesWorld.invite(guests[95], "readOnly")])]), "the 100th")
         #expect(w.activeParticipants() == 100)
         before = w.everything()
         let last = w.owner("shares/modify", ["participants": .array([RulesWorld.invite(guests[96], "readOnly")])])
         #expect(last.status == 409 && last.code == "TOO_MANY_PARTICIPANTS", "\(last.json.serialized())")
-        #expect(w.everything() == before)
+        w.expectUnchanged(since: before)
         #expect(w.roster()["guest96"] == nil)
     }
 
@@ -209,7 +209,7 @@ import Testing
         // The refusal is all or nothing: bob's removal in the same request did not happen either.
         let mixed = w.owner("shares/modify", ["participants": .array([RulesWorld.remove(w.bob), RulesWorld.remove(w.ann)])])
         #expect(mixed.code == "PERMISSION_FAILURE", "\(mixed.json.serialized())")
-        #expect(w.everything() == before)
+        w.expectUnchanged(since: before)
         #expect(w.roster()["ann"] == "owner readWrite accepted")
     }
 
@@ -228,7 +228,7 @@ import Testing
         }
         let batch = w.sharedModify(writes, as: w.carol, atomic: false)
         #expect(batch.records.map(itemCode) == Array(repeating: "PERMISSION_FAILURE", count: writes.count), "\(batch.json.serialized())")
-        #expect(w.everything() == before)
+        w.expectUnchanged(since: before)
     }
 
     // MARK: - Quotas
@@ -324,6 +324,44 @@ import Testing
         #expect(annAfter - annBefore < 1_000, "ann was charged \(annAfter - annBefore) bytes for one small record")
     }
 
+    @Test func aParticipantsWriteCountsAgainstTheOwnersQuotaNotTheirs() throws {
+        let probe = try RulesWorld()
+        let seeded = try ReplayCacheTests.privateBytes(probe.h, "ann")
+        let quota = seeded + Int64(QuotaWorld.blobLength) / 2
+        let w = try RulesWorld { $0.quotaBytesPerDatabase = quota }
+        let before = w.everything()
+        let bobBytes = try ReplayCacheTests.privateBytes(w.h, "bob")
+        let blob = operation("create", "stop2", fields: ["blob": value(.string(String(repeating: "z", count: QuotaWorld.blobLength)))],
+                             extra: parentRef("day1"))
+        let refused = w.sharedModify([blob], as: w.bob)
+        #expect(refused.records.map(itemCode) == ["QUOTA_EXCEEDED"], "\(refused.json.serialized())")
+        w.expectUnchanged(since: before)
+        #expect(try ReplayCacheTests.privateBytes(w.h, "bob") == bobBytes)
+        // A small one fits in what is left.
+        w.expectOK(w.sharedModify([operation("create", "stop2", extra: parentRef("day1"))], as: w.bob), "a small record")
+        #expect(try ReplayCacheTests.privateBytes(w.h, "ann") <= quota)
+    }
+
+    @Test func rosterChangesThatGrowTheShareRecordPastTheQuotaAreRefused() throws {
+        let probe = try RulesWorld()
+        let seeded = try ReplayCacheTests.privateBytes(probe.h, "ann")
+        let quota = seeded + 300
+        let w = try RulesWorld { $0.quotaBytesPerDatabase = quota }
+        var guests: [RulesWorld.User] = []
+        for index in 0..<40 { guests.append(try w.signUp("guest\(index)")) }
+        let before = w.everything()
+        let reply = w.owner("shares/modify", ["participants": .array(guests.map { RulesWorld.invite($0, "readOnly") })])
+        let used = try ReplayCacheTests.privateBytes(w.h, "ann")
+        print("[rules] quota \(quota), seeded \(seeded), after 40 invitations \(used): \(reply.status) \(reply.code ?? "OK")")
+        // A product bug, reported with this test: Shares writes the share record (Shares.writeShareRecord) without
+        // the quota check Records.writeBatch makes, so the invitations are saved and the database goes over.
+        withKnownIssue("shares/modify does not check quotaBytesPerDatabase when the share record grows") {
+            #expect(reply.code == "QUOTA_EXCEEDED", "\(reply.status) \(reply.code ?? "OK"): the database holds \(used) of \(quota) bytes")
+            #expect(used <= quota)
+            w.expectUnchanged(since: before)
+        }
+    }
+
     // MARK: - Atomic batches
 
     @Test func anAtomicBatchWithOneFailureWritesNothingAndAnswersEveryOtherItemAtomicError() throws {
@@ -335,7 +373,7 @@ import Testing
         #expect(reply.records.map(itemCode) == ["ATOMIC_ERROR", "ATOMIC_ERROR", "NOT_FOUND", "ATOMIC_ERROR"], "\(reply.json.serialized())")
         #expect(reply.records.map { $0["recordName"]?.stringValue } == ["fresh", "loose", "ghost", "spare"])
         #expect(reply.records.filter { itemCode($0) == "ATOMIC_ERROR" }.allSatisfy { $0["reason"]?.stringValue?.contains("atomic") == true })
-        #expect(w.everything() == before)
+        w.expectUnchanged(since: before)
         #expect(try w.zoneSeq() == seq)
     }
 
@@ -364,7 +402,7 @@ import Testing
         let batch = [operation("forceUpdate", "stop1", recordType: nil, fields: ["title": value(.string("bob"))]),
                      operation("forceUpdate", "spare", recordType: nil, fields: ["title": value(.string("bob"))])]
         #expect(w.sharedModify(batch, as: w.bob).records.map(itemCode) == ["ATOMIC_ERROR", "NOT_FOUND"])
-        #expect(w.everything() == before)
+        w.expectUnchanged(since: before)
         #expect(try w.zoneSeq() == seq)
         let token = before.participantFeedToken(w.carol)
         #expect(w.sharedModify(batch, as: w.bob, atomic: false).records.map(itemCode) == ["OK", "NOT_FOUND"])
@@ -387,7 +425,7 @@ import Testing
         let atomic = w.h.push(try DeltaBytes.push(zoneID, states), token: w.ann.token)
         #expect(atomic.status == 200 && atomic.records.map(itemCode) == ["BAD_REQUEST", "ATOMIC_ERROR", "ATOMIC_ERROR"],
                 "\(atomic.json.serialized())")
-        #expect(w.everything() == before)
+        w.expectUnchanged(since: before)
         #expect(try w.zoneSeq() == seq)
 
         let partial = w.h.push(try DeltaBytes.push(zoneID, states, atomic: false), token: w.ann.token)
@@ -414,7 +452,7 @@ import Testing
         _ = w.h.push(try DeltaBytes.push(zoneID, [try device.make("q1"), try device.make("spare", type: "Note")]), token: w.ann.token)
         #expect(try w.zoneSeq() == seq)
         #expect(w.h.call("changes/database", token: w.ann.token)["syncToken"] == databaseToken)
-        #expect(w.everything() == before)
+        w.expectUnchanged(since: before)
         for user in [w.bob, w.carol, w.dave] {
             #expect(w.feed(as: user, since: before.participantFeedToken(user)).names.isEmpty, "\(user.name)")
         }
@@ -632,7 +670,25 @@ struct RulesWorld {
         let participants: [String: ParticipantView]
 
         func participantFeedToken(_ user: User) -> String? { participants[user.name]?.feedToken }
+
+        /// The parts that differ from `other`, by name (for a short failure message).
+        func changes(since other: Everything) -> [String] {
+            var parts: [String] = []
+            if owner != other.owner { parts.append("the owner's zone or logs") }
+            if ownerRecords != other.ownerRecords { parts.append("the owner's records") }
+            if roster != other.roster { parts.append("the roster: \(other.roster) -> \(roster)") }
+            for name in participants.keys.sorted() where participants[name] != other.participants[name] {
+                parts.append("\(name)'s view")
+            }
+            return parts
+        }
         func ownerRecord(_ name: String) -> JSON { ownerRecords[RulesWorld.names.firstIndex(of: name)!] }
+    }
+
+    /// Expects `everything()` to equal `before`, naming what changed if not.
+    func expectUnchanged(since before: Everything, sourceLocation: SourceLocation = #_sourceLocation) {
+        let changes = everything().changes(since: before)
+        #expect(changes.isEmpty, "changed: \(changes.joined(separator: "; "))", sourceLocation: sourceLocation)
     }
 
     func everything() -> Everything {
