@@ -174,6 +174,26 @@ import Testing
         #expect(since.names == [w.shareRecordName: false], "\(since.names)")
     }
 
+    @Test func reinvitingARemovedParticipantMakesThemPendingWithoutAccessUntilTheyAccept() throws {
+        let w = try RulesWorld()
+        let roster = w.roster()
+        w.expectOK(w.owner("shares/modify", ["participants": .array([RulesWorld.remove(w.bob)])]), "remove bob")
+        w.expectOK(w.owner("shares/modify", ["participants": .array([RulesWorld.invite(w.bob, "readOnly")])]), "invite again")
+        var expected = roster
+        expected["bob"] = "privateUser readOnly pending"
+        #expect(w.roster() == expected)
+        #expect(w.shared("records/lookup", ["records": .array([.object(["recordName": .string("trip")])])], as: w.bob).code
+                == "ZONE_NOT_FOUND")
+        #expect(w.accept(try w.link(), as: w.bob)["participantStatus"]?.stringValue == "accepted")
+        expected["bob"] = "privateUser readOnly accepted"
+        #expect(w.roster() == expected)
+        // Back in at the permission of the new invitation, not the old one.
+        let records = w.ownerRecords()
+        let write = w.sharedModify([operation("forceUpdate", "stop1", recordType: nil, fields: ["title": value(.string("bob"))])], as: w.bob)
+        #expect(write.records.map(itemCode) == ["PERMISSION_FAILURE"])
+        #expect(w.ownerRecords() == records)
+    }
+
     @Test func theHundredAndFirstParticipantIsRefusedAndNothingIsWritten() throws {
         let w = try RulesWorld()
         // ann, bob, carol and dave: 4. 95 more make 99; a request adding two is refused whole.
