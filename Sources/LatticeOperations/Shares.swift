@@ -384,7 +384,11 @@ public struct Shares: Sendable {
             throw apiError(error)
         }
         try saveRoster(roster, of: &share, before: before, caller: caller, tx, &touched)
-        try writeShareRecord(share, roster, zone: try resolved.existingZone(), zoneID: resolved.zoneID, caller: caller, tx, &touched)
+        // Only a change that takes access away (removals, publicPermission none) passes a full quota.
+        let onlyTakesAway = request.title == nil && (request.publicPermission ?? SharePermission.none) == SharePermission.none
+            && request.participants.allSatisfy { if case .success(let change) = $0, case .remove = change.operation { true } else { false } }
+        try writeShareRecord(share, roster, zone: try resolved.existingZone(), zoneID: resolved.zoneID, caller: caller,
+                             checksQuota: !onlyTakesAway, tx, &touched)
         return try shareJSON(share, roster, zone: try resolved.existingZone(), tx)
     }
 
@@ -400,7 +404,8 @@ public struct Shares: Sendable {
             throw apiError(error)
         }
         try saveRoster(roster, of: &share, before: before, caller: caller, tx, &touched)
-        try writeShareRecord(share, roster, zone: try resolved.existingZone(), zoneID: resolved.zoneID, caller: caller, tx, &touched)
+        try writeShareRecord(share, roster, zone: try resolved.existingZone(), zoneID: resolved.zoneID, caller: caller,
+                             checksQuota: false, tx, &touched)
         let zoneID = resolved.zoneID
         return ShareLeaveResponse(zoneID: WireZoneID(zoneName: zoneID.zoneName, ownerRecordName: zoneID.ownerRecordName)).json
     }
@@ -604,8 +609,15 @@ public struct Shares: Sendable {
 
     /// Keeps the share's `cloudkit.share` record in the owner's zone in step with the share, so it travels
     /// in the zone's feeds (and reappears there on every participant change, as in CloudKit).
+    ///
+    /// The record counts against the owner's database quota like any other: when `checksQuota` is true
+    /// (the change adds data: a share made, a title, an invitation, a link accepted) and the record grows
+    /// past `quotaBytesPerDatabase`, it throws QUOTA_EXCEEDED and the caller's transaction writes nothing.
+    /// Changes that only take access away (a removal, a leave) pass unchecked, so a full database can
+    /// always shed participants.
     package func writeShareRecord(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, zoneID: ZoneID,
-                          caller: Caller, _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
+                          caller: Caller, checksQuota: Bool = true, _ tx: any StorageTransaction,
+                          _ touched: inout Set<Int64>) throws {
         let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName).map(core.frame)
         var edit: RecordEdit
         if let stored, !stored.isDeleted {
@@ -625,6 +637,15 @@ public struct Shares: Sendable {
         }
         try edit.setList("participants", to: summaries, at: core.tick())
         guard let record = try edit.applied() else { return }
+        let growth = Int64(record.bytes.count) - Int64(stored?.bytes.count ?? 0)
+        if checksQuota, growth > 0 {
+            let used = try tx.database(id: zone.databaseID)?.bytesUsed ?? 0
+            let quota = core.configuration.quotaBytesPerDatabase
+            guard used + growth <= quota else {
+                throw ServiceError(.quotaExceeded, "the share record would bring the database to \(used + growth) bytes; "
+                                   + "its quota is \(quota)")
+            }
+        }
         let ownerName = try tx.user(id: share.ownerID)?.recordName ?? caller.user.recordName
         _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
             recordName: share.recordName, recordType: Self.shareRecordType, frame: record.bytes,

@@ -373,13 +373,20 @@ import Testing
         let reply = w.owner("shares/modify", ["participants": .array(guests.map { RulesWorld.invite($0, "readOnly") })])
         let used = try ReplayCacheTests.privateBytes(w.h, "ann")
         print("[rules] quota \(quota), seeded \(seeded), after 40 invitations \(used): \(reply.status) \(reply.code ?? "OK")")
-        // A product bug, reported with this test: Shares writes the share record (Shares.writeShareRecord) without
-        // the quota check Records.writeBatch makes, so the invitations are saved and the database goes over.
-        withKnownIssue("shares/modify does not check quotaBytesPerDatabase when the share record grows") {
-            #expect(reply.code == "QUOTA_EXCEEDED", "\(reply.status) \(reply.code ?? "OK"): the database holds \(used) of \(quota) bytes")
-            #expect(used <= quota)
-            w.expectUnchanged(since: before)
-        }
+        #expect(reply.code == "QUOTA_EXCEEDED", "\(reply.status) \(reply.code ?? "OK"): the database holds \(used) of \(quota) bytes")
+        #expect(used <= quota)
+        w.expectUnchanged(since: before)
+    }
+
+    @Test func aFullDatabaseCanStillShedParticipantsButNotTakeNewOnes() throws {
+        let probe = try RulesWorld()
+        let seeded = try ReplayCacheTests.privateBytes(probe.h, "ann")
+        let w = try RulesWorld { $0.quotaBytesPerDatabase = seeded }
+        let guest = try w.signUp("guest")
+        let invited = w.owner("shares/modify", ["participants": .array([RulesWorld.invite(guest, "readOnly")])])
+        #expect(invited.code == "QUOTA_EXCEEDED", "\(invited.status) \(invited.code ?? "OK")")
+        w.expectOK(w.owner("shares/modify", ["participants": .array([RulesWorld.remove(w.bob)])]), "removing bob from a full database")
+        #expect(try ReplayCacheTests.privateBytes(w.h, "ann") <= seeded + 200, "a removal may grow the record by its tombstones only")
     }
 
     // MARK: - Atomic batches
