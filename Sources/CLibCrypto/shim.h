@@ -4,3 +4,7 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <openssl/opensslv.h>
+#include <openssl/x509.h>
+#include <openssl/bn.h>
+#include <openssl/ec.h>
+#include <openssl/rsa.h>

@@ -126,7 +126,7 @@ public final class Ed25519Key: @unchecked Sendable {
 }
 
 /// One `EVP_MD_CTX`, freed when the operation ends.
-private final class DigestContext {
+final class DigestContext {
     let pointer: OpaquePointer
 
     init() throws(CryptoError) {
