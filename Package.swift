@@ -34,6 +34,11 @@ let package = Package(
             pkgConfig: "libmicrohttpd",
             providers: [.apt(["libmicrohttpd-dev"])]
         ),
+        .systemLibrary(
+            name: "CZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
         // Our own C: non-variadic wrappers for variadic or macro-only C APIs.
         .target(name: "CHTTPShims", dependencies: ["CMicroHTTPD"]),
 
@@ -66,7 +71,7 @@ let package = Package(
         .target(
             name: "LatticeServer",
             dependencies: ["LatticeCore", "LatticeAPI", "LatticeOperations", "LatticeStore", "LatticeSharing", "CMicroHTTPD",
-                           "CHTTPShims"]
+                           "CHTTPShims", "CZlib"]
         ),
 
         // The client library (CKSyncEngine-like): local replica (its own SQLite file), pending changes, sync
@@ -126,7 +131,7 @@ let package = Package(
         .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore", "CLibCrypto"]),
         .testTarget(
             name: "SystemLibraryTests",
-            dependencies: ["CSQLite", "CLibCrypto", "CMicroHTTPD", "CHTTPShims"]
+            dependencies: ["CSQLite", "CLibCrypto", "CMicroHTTPD", "CHTTPShims", "CZlib"]
         ),
     ],
     swiftLanguageModes: [.v6]

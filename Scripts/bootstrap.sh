@@ -8,7 +8,7 @@ set -euo pipefail
 # 127.0.0.1, and installing the test tools must not leave a web server listening on port 80. The same
 # goes for postgresql-15: the tests initdb a throwaway cluster of their own (Scripts/postgres-test-cluster.sh),
 # and no system-wide cluster is started.
-packages=(libsqlite3-dev libssl-dev libmicrohttpd-dev libpq-dev pkg-config)
+packages=(libsqlite3-dev libssl-dev libmicrohttpd-dev libpq-dev zlib1g-dev pkg-config)
 if [ "${1:-}" = "--tests" ]; then packages+=(nginx postgresql-15 haproxy); fi
 missing=()
 for package in "${packages[@]}"; do

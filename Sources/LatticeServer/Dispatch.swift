@@ -13,7 +13,16 @@ extension LatticeService {
 
     /// Dispatch from the route table (`apiRoutes`, Routes.swift): the table says which handler answers,
     /// whether it needs a token, where it runs and which limiter it takes from.
-    public func handle(_ request: HTTPRequest, respond: @escaping HTTPResponder) {
+    public func handle(_ request: HTTPRequest, respond plainly: @escaping HTTPResponder) {
+        // Database answers go gzip-compressed to clients that accept it. Not the /auth/ answers and pages,
+        // which hold session secrets beside what a request sends (BREACH), nor the share pages (a link's token).
+        let respond: HTTPResponder
+        if request.path.hasPrefix("/database/") {
+            let accepting = request.headers["accept-encoding"]
+            respond = { response in plainly(response.compressed(accepting: accepting)) }
+        } else {
+            respond = plainly
+        }
         do {
             try route(request, respond: respond)
         } catch let error as ServiceError {
