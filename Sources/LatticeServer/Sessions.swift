@@ -166,12 +166,26 @@ extension LatticeService {
 
     // MARK: Routes
 
-    /// `GET /auth/session`: the signed-in browser's account and CSRF value.
+    /// `GET /auth/session`: the signed-in browser's account and CSRF value. A session used with less than
+    /// half its lifetime left is renewed here: its expiry moves to a full lifetime from now (capped by
+    /// `--token-lifetime`) and the cookie is sent again with the new `Max-Age`. The secret, and so the CSRF
+    /// value other tabs hold, stay the same. The web client asks on every load and every few hours.
     func currentSession(_ request: HTTPRequest) throws -> HTTPResponse {
-        guard let session = try browserSession(request.head) else {
+        guard var session = try browserSession(request.head) else {
             throw ServiceError(.authenticationRequired, "not signed in: no session cookie")
         }
-        return sessionResponse(session, setCookie: false)
+        let now = configuration.now()
+        guard let expires = session.expiresMs,
+              let renewed = Accounts(core).tokenExpiry(Self.sessionLifetimeSeconds, nowMs: now),
+              expires - now < (renewed - now) / 2, renewed > expires else {
+            return sessionResponse(session, setCookie: false)
+        }
+        let tokenID = session.tokenID
+        guard try write({ tx, _ in try tx.extendToken(id: tokenID, expiresMs: renewed) }) else {
+            throw ServiceError(.authenticationFailed, "the session is unknown or was signed out; sign in again")
+        }
+        session = BrowserSession(user: session.user, tokenID: session.tokenID, token: session.token, expiresMs: renewed)
+        return sessionResponse(session, setCookie: true)
     }
 
     /// `POST /auth/signout`: revokes the session on the server and clears the cookie.

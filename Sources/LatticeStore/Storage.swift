@@ -191,6 +191,8 @@ public protocol AccountStorage {
     func token(id: String) throws -> StoredToken?
     /// Revokes (deletes) a token; returns whether it existed.
     func deleteToken(id: String) throws -> Bool
+    /// Moves a token's expiry to `expiresMs` (a browser session renewed while used); returns whether it existed.
+    func extendToken(id: String, expiresMs: Int64) throws -> Bool
     /// Revokes every token of a user; returns how many there were.
     func deleteTokens(userID: Int64) throws -> Int
 

@@ -114,6 +114,44 @@ import Testing
         #expect(h.raw("GET", "/auth/session", headers: ["Cookie": session.cookie]).code == "AUTHENTICATION_FAILED")
     }
 
+    @Test func aSessionInUseRenewsAndAnIdleOneExpires() throws {
+        let h = try ServiceHarness()
+        let session = try Self.signUp(h, "bob")
+        let day: Int64 = 86_400_000
+        func ask() -> ServiceHarness.Reply { h.raw("GET", "/auth/session", headers: ["Cookie": session.cookie]) }
+        // Early in its life, asking changes nothing and sends no cookie.
+        h.clock.advance(2 * day)
+        let early = ask()
+        #expect(early.status == 200 && early.response.header("Set-Cookie") == nil)
+        let firstExpiry = try #require(early["expires"]?["timestamp"]?.intValue)
+        // Past half its life (30 days), asking renews it: a full lifetime from now, the same secret and CSRF value.
+        h.clock.advance(14 * day)
+        let renewed = ask()
+        #expect(renewed.status == 200)
+        let cookie = try #require(renewed.response.header("Set-Cookie"), "a renewal sends the cookie again")
+        #expect(cookie.hasPrefix(session.cookie + ";") && cookie.contains("Max-Age=\(30 * 86_400);"), "\(cookie)")
+        #expect(renewed["csrfToken"]?.stringValue == session.csrf)
+        let renewedExpiry = try #require(renewed["expires"]?["timestamp"]?.intValue)
+        #expect(renewedExpiry == h.clock.now + 30 * day && renewedExpiry > firstExpiry)
+        // Used every few weeks, it lasts well past the first 30 days.
+        h.clock.advance(20 * day)
+        #expect(Self.call(h, "users/current", session, csrf: session.csrf)["name"] == .string("bob"), "day 36")
+        #expect(ask().response.header("Set-Cookie") != nil)
+        // Left alone for a full lifetime, it expires.
+        h.clock.advance(30 * day + 1)
+        #expect(ask().code == "AUTHENTICATION_FAILED")
+        #expect(Self.call(h, "users/current", session, csrf: session.csrf).code == "AUTHENTICATION_FAILED")
+    }
+
+    @Test func renewalNeverOutlivesTheServersTokenLifetime() throws {
+        let h = try ServiceHarness { $0.maximumTokenLifetimeSeconds = 4 * 86_400 }
+        let session = try Self.signUp(h, "bob")
+        h.clock.advance(3 * 86_400_000)
+        let renewed = h.raw("GET", "/auth/session", headers: ["Cookie": session.cookie])
+        #expect(renewed["expires"]?["timestamp"]?.intValue == h.clock.now + 4 * 86_400_000, "\(renewed.json.serialized())")
+        #expect(renewed.response.header("Set-Cookie")?.contains("Max-Age=\(4 * 86_400);") == true)
+    }
+
     @Test func theCookieIsSecureOverHttps() throws {
         let h = try ServiceHarness { $0.publicURL = "https://lists.example" }
         var headers = ["Origin": "https://lists.example", "X-Lattice-CSRF": "1"]

@@ -361,6 +361,10 @@ final class PostgresTransaction: StorageTransaction, StorageBookkeeping, Storage
         try run("DELETE FROM tokens WHERE id = $1", [.text(id)]) > 0
     }
 
+    func extendToken(id: String, expiresMs: Int64) throws -> Bool {
+        try run("UPDATE tokens SET expires_ms = $1 WHERE id = $2", [.integer(expiresMs), .text(id)]) > 0
+    }
+
     func deleteTokens(userID: Int64) throws -> Int {
         try run("DELETE FROM tokens WHERE user_id = $1", [.integer(userID)])
     }

@@ -406,6 +406,10 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
         try run("DELETE FROM tokens WHERE id = ?", [.text(id)]) > 0
     }
 
+    func extendToken(id: String, expiresMs: Int64) throws -> Bool {
+        try run("UPDATE tokens SET expires_ms = ? WHERE id = ?", [.integer(expiresMs), .text(id)]) > 0
+    }
+
     func deleteTokens(userID: Int64) throws -> Int {
         try run("DELETE FROM tokens WHERE user_id = ?", [.integer(userID)])
     }

@@ -106,6 +106,11 @@ private struct RecordingTransaction: StorageTransaction {
         return try base.deleteToken(id: id)
     }
 
+    func extendToken(id: String, expiresMs: Int64) throws -> Bool {
+        note("extendToken")
+        return try base.extendToken(id: id, expiresMs: expiresMs)
+    }
+
     func deleteTokens(userID: Int64) throws -> Int {
         note("deleteTokens")
         return try base.deleteTokens(userID: userID)
