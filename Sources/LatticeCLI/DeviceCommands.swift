@@ -50,6 +50,9 @@ func runDeviceLogIn(_ options: ClientOptions, server: String) throws {
     notice("", options)
     notice("    lattice devices approve \(userCode)", options)
     notice("", options)
+    if started.verificationURI.hasSuffix("/web/devices.html") {
+        notice("or open \(started.verificationURI) in a browser signed in to the account and type the code there", options)
+    }
     notice("the code works once, within \(max(1, expiresIn / 60)) minutes; waiting for the approval (Ctrl-C stops)", options)
     fflush(nil) // flush stdout: the code must show now, also when stdout is a pipe
     let deadline = Date().addingTimeInterval(Double(expiresIn) + 30)

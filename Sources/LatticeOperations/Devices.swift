@@ -114,8 +114,14 @@ public struct Devices: Sendable {
             throw StorageError.failure("no free device user code in 4 draws")
         }
         let shown = Self.displayedUserCode(userCode)
-        return DeviceStartResponse(deviceCode: deviceCode, userCode: shown, verificationURI: core.publicURL,
-                                   message: "On a device signed in to your account, run: lattice devices approve \(shown)",
+        // RFC 8628's verification URI is where the person types the code: the devices page when this server
+        // serves the web pages, else the server itself (approve from the CLI).
+        let base = core.publicURL.hasSuffix("/") ? String(core.publicURL.dropLast()) : core.publicURL
+        let page = core.configuration.webRoot == nil ? nil : base + "/web/devices.html"
+        let message = "On a device signed in to your account, run: lattice devices approve \(shown)"
+            + (page.map { ", or open \($0) in a browser signed in to it and type the code" } ?? "")
+        return DeviceStartResponse(deviceCode: deviceCode, userCode: shown, verificationURI: page ?? core.publicURL,
+                                   message: message,
                                    expiresIn: lifetime, interval: interval, deviceName: name).json
     }
 

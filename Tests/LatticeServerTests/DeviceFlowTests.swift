@@ -48,6 +48,17 @@ import Glibc
         return send(h, "/auth/device/approve", .object(body), token: token, address: address)
     }
 
+    @Test func withTheWebPagesTheCodeIsTypedOnTheDevicesPage() throws {
+        let web = try ServiceHarness { $0.webRoot = temporaryDirectory() }
+        let reply = Self.send(web, "/auth/device/start", .object(["deviceName": .string("phone")]))
+        #expect(reply["verificationURI"]?.stringValue == web.service.publicURL + "/web/devices.html")
+        #expect(reply["message"]?.stringValue?.contains("open \(web.service.publicURL)/web/devices.html") == true)
+        let bare = try ServiceHarness { $0.webRoot = nil }
+        let plain = Self.send(bare, "/auth/device/start", .object(["deviceName": .string("phone")]))
+        #expect(plain["verificationURI"]?.stringValue == bare.service.publicURL)
+        #expect(plain["message"]?.stringValue?.contains("devices.html") == false)
+    }
+
     @Test func aStartedDeviceIsApprovedAndGetsItsOwnNamedTokenExactlyOnce() throws {
         let h = try ServiceHarness()
         let alice = try h.signUp("alice")
