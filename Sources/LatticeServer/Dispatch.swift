@@ -14,11 +14,18 @@ extension LatticeService {
     /// Dispatch from the route table (`apiRoutes`, Routes.swift): the table says which handler answers,
     /// whether it needs a token, where it runs and which limiter it takes from.
     public func handle(_ request: HTTPRequest, respond plainly: @escaping HTTPResponder) {
-        // Database answers go gzip-compressed to clients that accept it. Not the /auth/ answers and pages,
-        // which hold session secrets beside what a request sends (BREACH), nor the share pages (a link's token).
+        // Database answers and the web files go gzip-compressed to clients that accept it. Not the /auth/
+        // answers and the pages made per request (sign-in, share pages), which hold secrets beside what a
+        // request sends (BREACH).
         let respond: HTTPResponder
-        if request.path.hasPrefix("/database/") {
+        var request = request
+        if request.path.hasPrefix("/database/") || request.path.hasPrefix("/web/") {
             let accepting = request.headers["accept-encoding"]
+            // A web file's compressed form has its own entity tag (`"…-gzip"`); the file's handler knows
+            // only the plain one, so a revalidation of the compressed form asks it about that.
+            if let condition = request.headers["if-none-match"] {
+                request.headers["if-none-match"] = HTTPResponse.plainEntityTags(condition)
+            }
             respond = { response in plainly(response.compressed(accepting: accepting)) }
         } else {
             respond = plainly

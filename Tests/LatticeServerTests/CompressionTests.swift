@@ -1,6 +1,7 @@
 import Foundation
 import LatticeCore
 @testable import LatticeServer
+import LatticeTestSupport
 import Testing
 
 /// Database answers are gzip-compressed for clients that accept it (issue 30: the web client's first load).
@@ -92,6 +93,31 @@ import Testing
         let signup = h.service.respond(to: HTTPRequest(method: "POST", path: "/auth/signup", headers: headers,
                                                        body: Array(#"{"name": "bea"}"#.utf8), remoteAddress: "127.0.0.1"))
         #expect(signup.status == 200 && signup.header("Content-Encoding") == nil, "answers with secrets are never compressed")
+    }
+
+    @Test func aWebFileIsGzippedWithItsOwnEntityTagAndStillRevalidates() throws {
+        let root = temporaryDirectory()
+        let script = String(repeating: "export const greeting = 'hello';\n", count: 200)
+        try script.write(toFile: root + "/app.js", atomically: true, encoding: .utf8)
+        let h = try ServiceHarness { $0.webRoot = root }
+        func get(_ headers: [String: String]) -> HTTPResponse {
+            h.service.respond(to: HTTPRequest(method: "GET", path: "/web/app.js", headers: headers, remoteAddress: "127.0.0.1"))
+        }
+        let plain = get([:])
+        let zipped = get(["accept-encoding": "gzip"])
+        #expect(plain.status == 200 && zipped.status == 200)
+        #expect(plain.header("Content-Encoding") == nil && zipped.header("Content-Encoding") == "gzip")
+        #expect(try Self.gunzip(zipped.body) == plain.body)
+        let plainTag = try #require(plain.header("ETag")), zippedTag = try #require(zipped.header("ETag"))
+        #expect(zippedTag == String(plainTag.dropLast()) + "-gzip\"", "\(plainTag) \(zippedTag)")
+        // Each form revalidates with its own tag: 304, naming the tag of the form it stands for.
+        let again = get(["accept-encoding": "gzip", "if-none-match": zippedTag])
+        #expect(again.status == 304 && again.header("ETag") == zippedTag && again.body.isEmpty)
+        let plainAgain = get(["if-none-match": plainTag])
+        #expect(plainAgain.status == 304 && plainAgain.header("ETag") == plainTag)
+        // A changed file matches neither.
+        try (script + "// changed\n").write(toFile: root + "/app.js", atomically: true, encoding: .utf8)
+        #expect(get(["accept-encoding": "gzip", "if-none-match": zippedTag]).status == 200)
     }
 
     @Test func gzipRoundTripsBytesOfEverySize() throws {

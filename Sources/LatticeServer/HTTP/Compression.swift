@@ -58,16 +58,42 @@ extension HTTPResponse {
     /// This answer gzip-compressed when the request accepts gzip and the answer is compressible text of at
     /// least `Gzip.minimumLength` bytes without an encoding of its own; with `Vary: Accept-Encoding` on
     /// every answer it could have compressed, so a cache keeps the two forms apart.
+    ///
+    /// A compressed answer's `ETag` becomes `"…-gzip"`, so the two forms never share a strong tag; a 304
+    /// to a client that accepts gzip carries that tag too (the form it would have been sent).
     func compressed(accepting acceptEncoding: String?) -> HTTPResponse {
+        if status == 304 {
+            guard Gzip.isAccepted(acceptEncoding), let tag = header("ETag") else { return self }
+            var response = self
+            response.setHeader("ETag", Self.gzipEntityTag(tag))
+            response.headers.append((name: "Vary", value: "Accept-Encoding"))
+            return response
+        }
         guard let type = header("Content-Type")?.lowercased(),
               Self.compressibleTypes.contains(where: { type.hasPrefix($0) }),
-              header("Content-Encoding") == nil, status != 204, status != 304 else { return self }
+              header("Content-Encoding") == nil, status != 204 else { return self }
         var response = self
         response.headers.append((name: "Vary", value: "Accept-Encoding"))
         guard body.count >= Gzip.minimumLength, Gzip.isAccepted(acceptEncoding),
               let gzipped = Gzip.compress(body), gzipped.count < body.count else { return response }
         response.body = gzipped
         response.headers.append((name: "Content-Encoding", value: "gzip"))
+        if let tag = header("ETag") { response.setHeader("ETag", Self.gzipEntityTag(tag)) }
         return response
+    }
+
+    /// `"abc"` as `"abc-gzip"` (a weak `W/"abc"` as `W/"abc-gzip"`).
+    static func gzipEntityTag(_ tag: String) -> String {
+        tag.hasSuffix("\"") ? String(tag.dropLast()) + "-gzip\"" : tag
+    }
+
+    /// An `If-None-Match` value with every `-gzip` tag named as its plain form.
+    static func plainEntityTags(_ condition: String) -> String {
+        condition.replacingOccurrences(of: "-gzip\"", with: "\"")
+    }
+
+    private mutating func setHeader(_ name: String, _ value: String) {
+        headers.removeAll { $0.name.lowercased() == name.lowercased() }
+        headers.append((name: name, value: value))
     }
 }
