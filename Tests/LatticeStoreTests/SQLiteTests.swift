@@ -41,6 +41,9 @@ struct SQLiteTests {
         try SQLiteStorage(path: path).close()
         // The database as schema v7 had it: no key, and two names that differ only in case.
         try Connection(path: path).execute("""
+            DROP TABLE passkeys;
+            DROP TABLE passkey_ceremonies;
+            DROP TABLE recovery_codes;
             DROP INDEX users_by_name_key;
             ALTER TABLE users DROP COLUMN name_key;
             INSERT INTO users(record_name, name, created_ms) VALUES ('_a', 'mom', 1), ('_b', 'Mom', 2), ('_c', 'ann', 3);

@@ -1644,3 +1644,97 @@ struct StorageContractTests {
     }
 }
 
+
+// MARK: Passkeys, their ceremonies and recovery codes
+
+extension StorageContractTests {
+    private func passkey(_ byte: UInt8, user: Int64 = 1, createdMs: Int64 = 1_000) -> NewPasskey {
+        NewPasskey(credentialID: Array(repeating: byte, count: 16), userID: user, publicKey: [0xA5, byte], algorithm: -7,
+                   signCount: 3, name: "key \(byte)", createdMs: createdMs)
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func passkeysAreFoundByCredentialListedPerUserAndTheirCounterOnlyGrows(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            try storage.write { tx throws in
+                try tx.insertPasskey(passkey(1, createdMs: 2_000))
+                try tx.insertPasskey(passkey(2, createdMs: 1_000))
+                try tx.insertPasskey(passkey(3, user: 2))
+            }
+            expectDuplicate { try storage.write { try $0.insertPasskey(passkey(1, user: 2)) } }
+            try storage.read { tx throws in
+                #expect(try tx.passkey(credentialID: Array(repeating: 1, count: 16)) == StoredPasskey(passkey: passkey(1, createdMs: 2_000), lastUsedMs: nil))
+                #expect(try tx.passkey(credentialID: [9]) == nil)
+                #expect(try tx.passkeys(userID: 1).map(\.passkey.name) == ["key 2", "key 1"], "oldest first")
+                #expect(try tx.passkeys(userID: 3).isEmpty)
+            }
+            let id = Array(repeating: UInt8(1), count: 16)
+            try storage.write { tx throws in
+                #expect(try tx.recordPasskeySignIn(credentialID: id, signCount: 4, nowMs: 5_000))
+                #expect(try !tx.recordPasskeySignIn(credentialID: id, signCount: 4, nowMs: 6_000), "a counter that did not grow")
+                #expect(try !tx.recordPasskeySignIn(credentialID: id, signCount: 2, nowMs: 6_000))
+                #expect(try tx.recordPasskeySignIn(credentialID: id, signCount: 0, nowMs: 7_000), "no counter kept")
+                #expect(try !tx.renamePasskey(credentialID: id, userID: 2, name: "stolen"), "only the owner renames")
+                #expect(try tx.renamePasskey(credentialID: id, userID: 1, name: "Phone"))
+                #expect(try !tx.deletePasskey(credentialID: Array(repeating: 3, count: 16), userID: 1), "only the owner deletes")
+                #expect(try tx.deletePasskey(credentialID: Array(repeating: 2, count: 16), userID: 1))
+            }
+            try storage.read { tx throws in
+                let stored = try #require(try tx.passkey(credentialID: id))
+                #expect(stored.passkey.signCount == 0 && stored.lastUsedMs == 7_000 && stored.passkey.name == "Phone")
+                #expect(try tx.passkeys(userID: 1).count == 1 && tx.passkeys(userID: 2).count == 1)
+            }
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func aCeremonyIsTakenOnceWhileLiveCountedPerAddressAndForgotten(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            func ceremony(_ byte: UInt8, _ purpose: PasskeyCeremonyPurpose = .signIn, address: String = "10.0.0.1",
+                          expiresMs: Int64 = 301_000) -> PasskeyCeremony {
+                PasskeyCeremony(challengeHash: Array(repeating: byte, count: 32), purpose: purpose, userID: purpose == .register ? 7 : nil,
+                                address: address, name: purpose == .signUp ? "ann" : nil, createdMs: 1_000, expiresMs: expiresMs)
+            }
+            try storage.write { tx throws in
+                try tx.insertPasskeyCeremony(ceremony(1, .signUp))
+                try tx.insertPasskeyCeremony(ceremony(2, .register, address: "10.0.0.2"))
+                try tx.insertPasskeyCeremony(ceremony(3, expiresMs: 100_000))
+            }
+            expectDuplicate { try storage.write { try $0.insertPasskeyCeremony(ceremony(1)) } }
+            try storage.read { tx throws in
+                #expect(try tx.livePasskeyCeremonies(address: "10.0.0.1", nowMs: 2_000) == 2)
+                #expect(try tx.livePasskeyCeremonies(address: nil, nowMs: 2_000) == 3)
+                #expect(try tx.livePasskeyCeremonies(address: nil, nowMs: 100_000) == 2, "expired at expiresMs exactly")
+            }
+            try storage.write { tx throws in
+                #expect(try tx.takePasskeyCeremony(challengeHash: Array(repeating: 1, count: 32), nowMs: 2_000) == ceremony(1, .signUp))
+                #expect(try tx.takePasskeyCeremony(challengeHash: Array(repeating: 1, count: 32), nowMs: 2_000) == nil, "once")
+                #expect(try tx.takePasskeyCeremony(challengeHash: Array(repeating: 3, count: 32), nowMs: 100_000) == nil, "expired")
+                #expect(try tx.takePasskeyCeremony(challengeHash: Array(repeating: 2, count: 32), nowMs: 2_000)?.userID == 7)
+                #expect(try tx.forgetPasskeyCeremonies(expiredAt: 100_000) == 1)
+                #expect(try tx.livePasskeyCeremonies(address: nil, nowMs: 0) == 0)
+            }
+        }
+    }
+
+    @Test(arguments: StorageBackends.all)
+    func aRecoveryCodeWorksOnceAndNewCodesReplaceTheOldOnes(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let first = (1...3).map { Array(repeating: UInt8($0), count: 32) }
+            try storage.write { tx throws in
+                try tx.replaceRecoveryCodes(userID: 5, hashes: first, nowMs: 1_000)
+                try tx.replaceRecoveryCodes(userID: 6, hashes: [Array(repeating: 9, count: 32)], nowMs: 1_000)
+            }
+            try storage.write { tx throws in
+                #expect(try tx.useRecoveryCode(hash: first[1], nowMs: 2_000) == 5)
+                #expect(try tx.useRecoveryCode(hash: first[1], nowMs: 3_000) == nil, "used once")
+                #expect(try tx.useRecoveryCode(hash: Array(repeating: 8, count: 32), nowMs: 3_000) == nil)
+                #expect(try tx.unusedRecoveryCodes(userID: 5) == 2)
+                try tx.replaceRecoveryCodes(userID: 5, hashes: [Array(repeating: 4, count: 32)], nowMs: 4_000)
+                #expect(try tx.useRecoveryCode(hash: first[0], nowMs: 5_000) == nil, "replaced")
+                #expect(try tx.unusedRecoveryCodes(userID: 5) == 1)
+                #expect(try tx.unusedRecoveryCodes(userID: 6) == 1, "another account's codes stay")
+            }
+        }
+    }
+}

@@ -78,6 +78,13 @@ struct StorageNodesContractTests {
                 deviceCodeHash: [6], userCodeHash: [7], address: "127.0.0.2", deviceName: "it's \"quoted\"",
                 intervalSeconds: 10, createdMs: 13, expiresMs: 600_013))
             try tx.recordDeviceApprovalFailure(key: "user:\(ann.id)", nowMs: 14)
+            try tx.insertPasskey(NewPasskey(credentialID: [8, 0, 8], userID: ann.id, publicKey: [0xA5, 1], algorithm: -7, signCount: 2,
+                                            name: "it's \"quoted\"", createdMs: 14))
+            _ = try tx.recordPasskeySignIn(credentialID: [8, 0, 8], signCount: 3, nowMs: 15)
+            try tx.insertPasskeyCeremony(PasskeyCeremony(challengeHash: [9, 9], purpose: .signUp, userID: nil, address: "127.0.0.1",
+                                                         name: "cy", createdMs: 14, expiresMs: 300_014))
+            try tx.replaceRecoveryCodes(userID: ann.id, hashes: [[1, 2], [3, 4]], nowMs: 14)
+            _ = try tx.useRecoveryCode(hash: [3, 4], nowMs: 15)
             let database = try tx.database(DatabaseKey(kind: .private, environment: "production", ownerID: ann.id))
             let zone = try tx.createZone(databaseID: database.id, name: "Lists", ownerRecordName: ann.recordName, nowMs: 14)
             _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(recordName: "root", recordType: "List", frame: [9, 0, 9],

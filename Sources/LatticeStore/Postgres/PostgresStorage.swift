@@ -447,6 +447,8 @@ public final class PostgresStorage: Storage, Sendable {
             """),
         // User names are unique whatever their case and look-alikes (`StorageRules.userNameKey`).
         PostgresMigrator.Migration("v7: user name keys", sql: StorageRules.userNameKeyMigration),
+        PostgresMigrator.Migration("v8: passkeys, passkey ceremonies, recovery codes",
+                                   sql: PasskeyTables.migration(blob: "BYTEA", integer: "BIGINT")),
     ])
 
     /// The channel commits are announced on (`NOTIFY`).

@@ -1266,6 +1266,83 @@ final class PostgresTransaction: StorageTransaction, StorageBookkeeping, Storage
         try run("DELETE FROM device_authorizations WHERE expires_ms <= $1", [.integer(nowMs)])
     }
 
+    // MARK: Passkeys (Passkeys.swift)
+
+    func insertPasskey(_ passkey: NewPasskey) throws {
+        let inserted = try run("INSERT INTO passkeys(\(Self.passkeyColumns)) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL) "
+                               + "ON CONFLICT DO NOTHING",
+                               [.bytea(passkey.credentialID), .integer(passkey.userID), .bytea(passkey.publicKey),
+                                .integer(passkey.algorithm), .integer(passkey.signCount), .text(passkey.name), .integer(passkey.createdMs)])
+        if inserted == 0 { throw StorageError.duplicate("a passkey with this credential id") }
+    }
+
+    func passkey(credentialID: [UInt8]) throws -> StoredPasskey? {
+        try rows("SELECT \(Self.passkeyColumns) FROM passkeys WHERE credential_id = $1", [.bytea(credentialID)]).first.map(passkey)
+    }
+
+    func passkeys(userID: Int64) throws -> [StoredPasskey] {
+        try rows("SELECT \(Self.passkeyColumns) FROM passkeys WHERE user_id = $1 ORDER BY created_ms, credential_id",
+                 [.integer(userID)]).map(passkey)
+    }
+
+    func recordPasskeySignIn(credentialID: [UInt8], signCount: Int64, nowMs: Int64) throws -> Bool {
+        try run("UPDATE passkeys SET sign_count = $1, last_used_ms = $2 WHERE credential_id = $3 AND ($1 = 0 OR sign_count < $1)",
+                [.integer(signCount), .integer(nowMs), .bytea(credentialID)]) > 0
+    }
+
+    func renamePasskey(credentialID: [UInt8], userID: Int64, name: String) throws -> Bool {
+        try run("UPDATE passkeys SET name = $1 WHERE credential_id = $2 AND user_id = $3",
+                [.text(name), .bytea(credentialID), .integer(userID)]) > 0
+    }
+
+    func deletePasskey(credentialID: [UInt8], userID: Int64) throws -> Bool {
+        try run("DELETE FROM passkeys WHERE credential_id = $1 AND user_id = $2", [.bytea(credentialID), .integer(userID)]) > 0
+    }
+
+    func insertPasskeyCeremony(_ ceremony: PasskeyCeremony) throws {
+        let inserted = try run("INSERT INTO passkey_ceremonies(\(Self.ceremonyColumns)) VALUES ($1, $2, $3, $4, $5, $6, $7) "
+                               + "ON CONFLICT DO NOTHING",
+                               [.bytea(ceremony.challengeHash), .text(ceremony.purpose.rawValue),
+                                ceremony.userID.map { .integer($0) } ?? .null, .text(ceremony.address),
+                                ceremony.name.map { .text($0) } ?? .null, .integer(ceremony.createdMs), .integer(ceremony.expiresMs)])
+        if inserted == 0 { throw StorageError.duplicate("a passkey ceremony with this challenge") }
+    }
+
+    func takePasskeyCeremony(challengeHash: [UInt8], nowMs: Int64) throws -> PasskeyCeremony? {
+        try rows("DELETE FROM passkey_ceremonies WHERE challenge_hash = $1 AND expires_ms > $2 RETURNING \(Self.ceremonyColumns)",
+                 [.bytea(challengeHash), .integer(nowMs)]).first.map { try ceremony($0) }
+    }
+
+    func livePasskeyCeremonies(address: String?, nowMs: Int64) throws -> Int {
+        let found = if let address {
+            try rows("SELECT COUNT(*) FROM passkey_ceremonies WHERE address = $1 AND expires_ms > $2", [.text(address), .integer(nowMs)])
+        } else {
+            try rows("SELECT COUNT(*) FROM passkey_ceremonies WHERE expires_ms > $1", [.integer(nowMs)])
+        }
+        return Int(found.first?.first?.integer ?? 0)
+    }
+
+    func forgetPasskeyCeremonies(expiredAt nowMs: Int64) throws -> Int {
+        try run("DELETE FROM passkey_ceremonies WHERE expires_ms <= $1", [.integer(nowMs)])
+    }
+
+    func replaceRecoveryCodes(userID: Int64, hashes: [[UInt8]], nowMs: Int64) throws {
+        try run("DELETE FROM recovery_codes WHERE user_id = $1", [.integer(userID)])
+        for hash in hashes {
+            try run("INSERT INTO recovery_codes(code_hash, user_id, created_ms, used_ms) VALUES ($1, $2, $3, NULL)",
+                    [.bytea(hash), .integer(userID), .integer(nowMs)])
+        }
+    }
+
+    func useRecoveryCode(hash: [UInt8], nowMs: Int64) throws -> Int64? {
+        try rows("UPDATE recovery_codes SET used_ms = $1 WHERE code_hash = $2 AND used_ms IS NULL RETURNING user_id",
+                 [.integer(nowMs), .bytea(hash)]).first?.first?.integer
+    }
+
+    func unusedRecoveryCodes(userID: Int64) throws -> Int {
+        Int(try rows("SELECT COUNT(*) FROM recovery_codes WHERE user_id = $1 AND used_ms IS NULL", [.integer(userID)]).first?.first?.integer ?? 0)
+    }
+
     func recordDeviceApprovalFailure(key: String, nowMs: Int64) throws {
         try run("INSERT INTO device_approval_failures(key, created_ms) VALUES ($1, $2)", [.text(key), .integer(nowMs)])
     }

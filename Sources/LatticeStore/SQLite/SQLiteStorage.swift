@@ -285,6 +285,9 @@ public final class SQLiteStorage: Storage, Sendable {
             """),
         // User names are unique whatever their case and look-alikes (`StorageRules.userNameKey`).
         Migrator.Migration("v8: user name keys", sql: StorageRules.userNameKeyMigration),
+        // Passkeys, their ceremonies and recovery codes (Passkeys.swift).
+        Migrator.Migration("v9: passkeys, passkey ceremonies, recovery codes",
+                           sql: PasskeyTables.migration(blob: "BLOB", integer: "INTEGER")),
     ])
 
     /// The node a SQLite deployment runs as (one process), unless told otherwise.
@@ -490,6 +493,83 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
 
     func forgetDeviceAuthorizations(expiredAt nowMs: Int64) throws -> Int {
         try run("DELETE FROM device_authorizations WHERE expires_ms <= ?", [.integer(nowMs)])
+    }
+
+    // MARK: Passkeys (Passkeys.swift)
+
+    func insertPasskey(_ passkey: NewPasskey) throws {
+        let inserted = try run("INSERT INTO passkeys(\(Self.passkeyColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, NULL) "
+                               + "ON CONFLICT DO NOTHING",
+                               [.blob(passkey.credentialID), .integer(passkey.userID), .blob(passkey.publicKey),
+                                .integer(passkey.algorithm), .integer(passkey.signCount), .text(passkey.name), .integer(passkey.createdMs)])
+        if inserted == 0 { throw StorageError.duplicate("a passkey with this credential id") }
+    }
+
+    func passkey(credentialID: [UInt8]) throws -> StoredPasskey? {
+        try rows("SELECT \(Self.passkeyColumns) FROM passkeys WHERE credential_id = ?", [.blob(credentialID)]).first.map(passkey)
+    }
+
+    func passkeys(userID: Int64) throws -> [StoredPasskey] {
+        try rows("SELECT \(Self.passkeyColumns) FROM passkeys WHERE user_id = ? ORDER BY created_ms, credential_id",
+                 [.integer(userID)]).map(passkey)
+    }
+
+    func recordPasskeySignIn(credentialID: [UInt8], signCount: Int64, nowMs: Int64) throws -> Bool {
+        try run("UPDATE passkeys SET sign_count = ?, last_used_ms = ? WHERE credential_id = ? AND (? = 0 OR sign_count < ?)",
+                [.integer(signCount), .integer(nowMs), .blob(credentialID), .integer(signCount), .integer(signCount)]) > 0
+    }
+
+    func renamePasskey(credentialID: [UInt8], userID: Int64, name: String) throws -> Bool {
+        try run("UPDATE passkeys SET name = ? WHERE credential_id = ? AND user_id = ?",
+                [.text(name), .blob(credentialID), .integer(userID)]) > 0
+    }
+
+    func deletePasskey(credentialID: [UInt8], userID: Int64) throws -> Bool {
+        try run("DELETE FROM passkeys WHERE credential_id = ? AND user_id = ?", [.blob(credentialID), .integer(userID)]) > 0
+    }
+
+    func insertPasskeyCeremony(_ ceremony: PasskeyCeremony) throws {
+        let inserted = try run("INSERT INTO passkey_ceremonies(\(Self.ceremonyColumns)) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                               + "ON CONFLICT DO NOTHING",
+                               [.blob(ceremony.challengeHash), .text(ceremony.purpose.rawValue),
+                                ceremony.userID.map { .integer($0) } ?? .null, .text(ceremony.address),
+                                ceremony.name.map { .text($0) } ?? .null, .integer(ceremony.createdMs), .integer(ceremony.expiresMs)])
+        if inserted == 0 { throw StorageError.duplicate("a passkey ceremony with this challenge") }
+    }
+
+    func takePasskeyCeremony(challengeHash: [UInt8], nowMs: Int64) throws -> PasskeyCeremony? {
+        try rows("DELETE FROM passkey_ceremonies WHERE challenge_hash = ? AND expires_ms > ? RETURNING \(Self.ceremonyColumns)",
+                 [.blob(challengeHash), .integer(nowMs)]).first.map { try ceremony($0) }
+    }
+
+    func livePasskeyCeremonies(address: String?, nowMs: Int64) throws -> Int {
+        let found = if let address {
+            try rows("SELECT COUNT(*) FROM passkey_ceremonies WHERE address = ? AND expires_ms > ?", [.text(address), .integer(nowMs)])
+        } else {
+            try rows("SELECT COUNT(*) FROM passkey_ceremonies WHERE expires_ms > ?", [.integer(nowMs)])
+        }
+        return Int(found.first?.first?.integer ?? 0)
+    }
+
+    func forgetPasskeyCeremonies(expiredAt nowMs: Int64) throws -> Int {
+        try run("DELETE FROM passkey_ceremonies WHERE expires_ms <= ?", [.integer(nowMs)])
+    }
+
+    func replaceRecoveryCodes(userID: Int64, hashes: [[UInt8]], nowMs: Int64) throws {
+        try run("DELETE FROM recovery_codes WHERE user_id = ?", [.integer(userID)])
+        for hash in hashes {
+            try run("INSERT INTO recovery_codes(code_hash, user_id, created_ms, used_ms) VALUES (?, ?, ?, NULL)",
+                    [.blob(hash), .integer(userID), .integer(nowMs)])
+        }
+    }
+
+    func useRecoveryCode(hash: [UInt8], nowMs: Int64) throws -> Int64? {
+        try rows("UPDATE recovery_codes SET used_ms = ? WHERE code_hash = ? AND used_ms IS NULL RETURNING user_id",
+                 [.integer(nowMs), .blob(hash)]).first?.first?.integer
+    }
+
+    func unusedRecoveryCodes(userID: Int64) throws -> Int {
+        Int(try rows("SELECT COUNT(*) FROM recovery_codes WHERE user_id = ? AND used_ms IS NULL", [.integer(userID)]).first?.first?.integer ?? 0)
     }
 
     func recordDeviceApprovalFailure(key: String, nowMs: Int64) throws {

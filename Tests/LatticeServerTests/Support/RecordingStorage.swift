@@ -131,6 +131,73 @@ private struct RecordingTransaction: StorageTransaction {
         return try base.forgetSignUps(before: beforeMs)
     }
 
+    // MARK: Passkeys
+
+    func insertPasskey(_ passkey: NewPasskey) throws {
+        note("insertPasskey")
+        return try base.insertPasskey(passkey)
+    }
+
+    func passkey(credentialID: [UInt8]) throws -> StoredPasskey? {
+        note("passkey")
+        return try base.passkey(credentialID: credentialID)
+    }
+
+    func passkeys(userID: Int64) throws -> [StoredPasskey] {
+        note("passkeys")
+        return try base.passkeys(userID: userID)
+    }
+
+    func recordPasskeySignIn(credentialID: [UInt8], signCount: Int64, nowMs: Int64) throws -> Bool {
+        note("recordPasskeySignIn")
+        return try base.recordPasskeySignIn(credentialID: credentialID, signCount: signCount, nowMs: nowMs)
+    }
+
+    func renamePasskey(credentialID: [UInt8], userID: Int64, name: String) throws -> Bool {
+        note("renamePasskey")
+        return try base.renamePasskey(credentialID: credentialID, userID: userID, name: name)
+    }
+
+    func deletePasskey(credentialID: [UInt8], userID: Int64) throws -> Bool {
+        note("deletePasskey")
+        return try base.deletePasskey(credentialID: credentialID, userID: userID)
+    }
+
+    func insertPasskeyCeremony(_ ceremony: PasskeyCeremony) throws {
+        note("insertPasskeyCeremony")
+        return try base.insertPasskeyCeremony(ceremony)
+    }
+
+    func takePasskeyCeremony(challengeHash: [UInt8], nowMs: Int64) throws -> PasskeyCeremony? {
+        note("takePasskeyCeremony")
+        return try base.takePasskeyCeremony(challengeHash: challengeHash, nowMs: nowMs)
+    }
+
+    func livePasskeyCeremonies(address: String?, nowMs: Int64) throws -> Int {
+        note("livePasskeyCeremonies")
+        return try base.livePasskeyCeremonies(address: address, nowMs: nowMs)
+    }
+
+    func forgetPasskeyCeremonies(expiredAt nowMs: Int64) throws -> Int {
+        note("forgetPasskeyCeremonies")
+        return try base.forgetPasskeyCeremonies(expiredAt: nowMs)
+    }
+
+    func replaceRecoveryCodes(userID: Int64, hashes: [[UInt8]], nowMs: Int64) throws {
+        note("replaceRecoveryCodes")
+        return try base.replaceRecoveryCodes(userID: userID, hashes: hashes, nowMs: nowMs)
+    }
+
+    func useRecoveryCode(hash: [UInt8], nowMs: Int64) throws -> Int64? {
+        note("useRecoveryCode")
+        return try base.useRecoveryCode(hash: hash, nowMs: nowMs)
+    }
+
+    func unusedRecoveryCodes(userID: Int64) throws -> Int {
+        note("unusedRecoveryCodes")
+        return try base.unusedRecoveryCodes(userID: userID)
+    }
+
     func insertDeviceAuthorization(_ authorization: NewDeviceAuthorization) throws {
         note("insertDeviceAuthorization")
         return try base.insertDeviceAuthorization(authorization)
