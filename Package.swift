@@ -101,7 +101,8 @@ let package = Package(
         // PostgreSQL databases and clusters, a raw HTTP/1.1 client and a real `lattice serve` process. In no
         // product: the shipped libraries and executables do not contain it.
         .target(
-            name: "LatticeTestSupport", dependencies: ["LatticeCore", "LatticeStore", "LatticeSync", "CPostgres"],
+            name: "LatticeTestSupport", dependencies: ["LatticeCore", "LatticeStore", "LatticeSync", "LatticeSharing", "CPostgres",
+                                                       "CLibCrypto"],
             path: "Tests/LatticeTestSupport"
         ),
 
@@ -128,7 +129,7 @@ let package = Package(
             dependencies: ["LatticeSync", "LatticeLists", "LatticeAPI", "LatticeOperations", "LatticeServer", "LatticeSharing",
                            "LatticeStore", "LatticeCore", "LatticeTestSupport"]
         ),
-        .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore", "CLibCrypto"]),
+        .testTarget(name: "LatticeSharingTests", dependencies: ["LatticeSharing", "LatticeCore", "CLibCrypto", "LatticeTestSupport"]),
         .testTarget(
             name: "SystemLibraryTests",
             dependencies: ["CSQLite", "CLibCrypto", "CMicroHTTPD", "CHTTPShims", "CZlib"]

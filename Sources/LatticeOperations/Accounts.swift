@@ -59,8 +59,11 @@ public struct Accounts: Sendable {
     /// - Throws: `ServiceError` BAD_REQUEST for an illegal name, EXISTS for a taken one, THROTTLED over a
     ///   sign-up limit.
     ///   - kind: the first token's kind: a bearer token, or a browser session (`Sessions.swift`).
+    /// `also` runs in the same transaction once the user exists (a passkey and recovery codes made with
+    /// the account): if it throws, no account is made.
     public func createAccount(name: String, lifetimeSeconds: Int64? = nil, signUpFrom origin: ClientOrigin? = nil,
-                              kind: TokenKind = .bearer) throws -> NewAccount {
+                              kind: TokenKind = .bearer,
+                              also: (UserAccount, any StorageTransaction) throws -> Void = { _, _ in }) throws -> NewAccount {
         try Self.validateUserName(name)
         let token = try BearerToken.generate()
         let tokenID = try kind.newID()
@@ -74,6 +77,7 @@ public struct Accounts: Sendable {
                 let new = NewToken(hash: token.storedHash, id: tokenID, userID: user.id, createdMs: now, expiresMs: expires)
                 try tx.insertToken(new)
                 if let origin { try tx.recordSignUp(address: origin.limitKey, nowMs: now) }
+                try also(user, tx)
                 return (user, StoredToken(id: tokenID, userID: user.id, createdMs: now, expiresMs: expires))
             }
             if let origin { core.log("sign-up: user \(name) from \(origin.address.isEmpty ? "-" : origin.address)") }

@@ -87,6 +87,10 @@ public struct ServiceConfiguration: Sendable {
     /// Device authorizations live at once on the whole server, every node together (so the table stays
     /// bounded whoever asks); nil: no limit.
     public var deviceAuthorizationsGlobal: Int? = 1_000
+    /// Passkey ceremonies (sign-up, registration, sign-in challenges) one client address may have live at once.
+    public var passkeyCeremoniesPerAddress = 20
+    /// Passkey ceremonies live at once on the whole server, every node together (the table stays bounded).
+    public var passkeyCeremoniesGlobal = 10_000
     /// Failed approvals (a wrong or stale user code) one account may make per `deviceApprovalFailureWindowMilliseconds`.
     public var deviceApprovalFailuresPerAccount = 10
     /// Failed approvals from one client address per `deviceApprovalFailureWindowMilliseconds`, whatever the account.

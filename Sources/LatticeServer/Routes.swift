@@ -249,6 +249,46 @@ extension LatticeService {
                   .json(try Devices(service.core).decideDeviceAuthorization(try service.parseBody(request), user: caller.user,
                                                                             from: request.origin))
               }),
+        // Passkeys and recovery codes (PasskeySessions.swift, LatticeOperations' Passkeys.swift). The finishing
+        // routes count a refusal as a failed sign-in of the address.
+        Route(method: "POST", pattern: RoutePattern("/auth/passkey/signup/options"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, request, _ in try service.passkeySignUpOptions(request) }),
+        Route(method: "POST", pattern: RoutePattern("/auth/passkey/signup"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, request, _ in
+                  try service.countingFailedSignIns(from: request.remoteAddress) { try service.passkeySignUp(request) }
+              }),
+        Route(method: "POST", pattern: RoutePattern("/auth/passkey/signin/options"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, request, _ in try service.passkeySignInOptions(request) }),
+        Route(method: "POST", pattern: RoutePattern("/auth/passkey/signin"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, request, _ in
+                  try service.countingFailedSignIns(from: request.remoteAddress) { try service.passkeySignIn(request) }
+              }),
+        Route(method: "POST", pattern: RoutePattern("/auth/passkey/register/options"), authentication: .bearerOrSession, lane: .pool,
+              throttle: .perAccount, handler: .account { service, request, caller in
+                  .json(try Passkeys(service.core).registrationOptions(user: caller.user, from: request.origin))
+              }),
+        Route(method: "POST", pattern: RoutePattern("/auth/passkey/register"), authentication: .bearerOrSession, lane: .pool,
+              throttle: .perAccount, handler: .account { service, request, caller in
+                  .json(try Passkeys(service.core).finishRegistration(try service.parseBody(request), user: caller.user))
+              }),
+        Route(method: "POST", pattern: RoutePattern("/auth/passkeys/list"), authentication: .bearerOrSession, lane: .pool,
+              throttle: .perAccount, handler: .account { service, _, caller in .json(try Passkeys(service.core).list(user: caller.user)) }),
+        Route(method: "POST", pattern: RoutePattern("/auth/passkeys/rename"), authentication: .bearerOrSession, lane: .pool,
+              throttle: .perAccount, handler: .account { service, request, caller in
+                  .json(try Passkeys(service.core).rename(try service.parseBody(request), user: caller.user))
+              }),
+        Route(method: "POST", pattern: RoutePattern("/auth/passkeys/delete"), authentication: .bearerOrSession, lane: .pool,
+              throttle: .perAccount, handler: .account { service, request, caller in
+                  .json(try Passkeys(service.core).delete(try service.parseBody(request), user: caller.user))
+              }),
+        Route(method: "POST", pattern: RoutePattern("/auth/recovery/codes"), authentication: .bearerOrSession, lane: .pool,
+              throttle: .perAccount, handler: .account { service, _, caller in
+                  .json(try Passkeys(service.core).newRecoveryCodes(user: caller.user))
+              }),
+        Route(method: "POST", pattern: RoutePattern("/auth/recovery"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, request, _ in
+                  try service.countingFailedSignIns(from: request.remoteAddress) { try service.recoverySignIn(request) }
+              }),
         Route(method: "GET", pattern: RoutePattern("/.well-known/jwks.json"), authentication: .none, lane: .inline,
               throttle: .none, handler: .plain { service, _, _ in try service.jwksResponse() }),
         // JSON for API clients; an HTML page (WebPages.swift) for a browser (`Accept: text/html`).

@@ -129,11 +129,13 @@ extension LatticeService {
     }
 
     /// The JSON a page gets about its session (and the cookie that holds it, when new).
-    func sessionResponse(_ session: BrowserSession, setCookie: Bool) -> HTTPResponse {
-        var response = HTTPResponse.json(SessionResponse(
+    func sessionResponse(_ session: BrowserSession, setCookie: Bool, extra: [String: JSON] = [:]) -> HTTPResponse {
+        var object = SessionResponse(
             userRecordName: session.user.recordName, name: session.user.name, sessionID: session.tokenID,
             csrfToken: session.csrfValue, container: configuration.container, environment: "production",
-            expiresMs: session.expiresMs).json)
+            expiresMs: session.expiresMs).json.objectValue ?? [:]
+        object.merge(extra) { _, new in new }
+        var response = HTTPResponse.json(.object(object))
         if setCookie { response.headers.append(sessionCookieHeader(session.token, expiresMs: session.expiresMs)) }
         return response
     }
@@ -148,16 +150,21 @@ extension LatticeService {
         }
         let name = try SignUpRequest(json: .object(body)).name
         try checkDiskBudget("sign-up")
+        var codes: [String] = []
         let account = try Accounts(core).createAccount(name: name, lifetimeSeconds: Self.sessionLifetimeSeconds,
-                                                       signUpFrom: request.origin, kind: .session)
+                                                       signUpFrom: request.origin, kind: .session) { user, tx in
+            codes = try Passkeys(core).replaceRecoveryCodes(userID: user.id, tx)
+        }
+        // The recovery codes are in this answer once: the page shows them to be saved.
         return sessionResponse(BrowserSession(user: account.user, tokenID: account.tokenInfo.id, token: account.token,
-                                              expiresMs: account.tokenInfo.expiresMs), setCookie: true)
+                                              expiresMs: account.tokenInfo.expiresMs), setCookie: true,
+                               extra: ["recoveryCodes": .array(codes.map(JSON.string))])
     }
 
     /// Requests that make a session (sign-up, the link exchange) carry no cookie yet: they must come from
     /// this server's pages (so another site cannot sign a browser in to its own account) and carry the
     /// `X-Lattice-CSRF` header (any value), which a cross-site form cannot send.
-    private func checkPreSessionRequest(_ head: HTTPRequestHead) throws {
+    func checkPreSessionRequest(_ head: HTTPRequestHead) throws {
         try checkSameOrigin(head)
         guard let value = head.header(Self.csrfHeader), !value.isEmpty else {
             throw ServiceError(.accessDenied, "send X-Lattice-CSRF (any value) with a request that makes a browser session")

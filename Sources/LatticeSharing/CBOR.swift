@@ -15,6 +15,11 @@ public indirect enum CBOR: Sendable, Hashable {
     public struct Pair: Sendable, Hashable {
         public let key: CBOR
         public let value: CBOR
+
+        public init(key: CBOR, value: CBOR) {
+            self.key = key
+            self.value = value
+        }
     }
 
     /// The value under an integer key (COSE) or a text key (attestation objects), nil when absent.

@@ -1,4 +1,5 @@
 import LatticeSharing
+import LatticeTestSupport
 import Testing
 
 @Suite struct VerifyingKeyTests {

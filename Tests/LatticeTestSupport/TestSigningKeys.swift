@@ -3,12 +3,12 @@ import LatticeSharing
 
 /// A P-256 or RSA key pair made by libcrypto for tests: it signs what a passkey or an identity provider
 /// would, and gives its public numbers as COSE and JWK carry them.
-final class TestSigningKey: @unchecked Sendable {
+public final class TestSigningKey: @unchecked Sendable {
     // @unchecked: no lock; `pkey` is set once in init and only read (each signature has its own context).
     private let pkey: OpaquePointer
-    let algorithm: SignatureAlgorithm
+    public let algorithm: SignatureAlgorithm
 
-    init(_ algorithm: SignatureAlgorithm, rsaBits: Int32 = 2_048) {
+    public init(_ algorithm: SignatureAlgorithm, rsaBits: Int32 = 2_048) {
         self.algorithm = algorithm
         let context = EVP_PKEY_CTX_new_id(algorithm == .es256 ? EVP_PKEY_EC : EVP_PKEY_RSA, nil)!
         defer { EVP_PKEY_CTX_free(context) }
@@ -39,18 +39,18 @@ final class TestSigningKey: @unchecked Sendable {
     }
 
     /// P-256: the 32-byte coordinates.
-    var x: [UInt8] { Self.padded(number("qx"), to: 32) }
-    var y: [UInt8] { Self.padded(number("qy"), to: 32) }
+    public var x: [UInt8] { Self.padded(number("qx"), to: 32) }
+    public var y: [UInt8] { Self.padded(number("qy"), to: 32) }
     /// RSA: the modulus and exponent.
-    var modulus: [UInt8] { number("n") }
-    var exponent: [UInt8] { number("e") }
+    public var modulus: [UInt8] { number("n") }
+    public var exponent: [UInt8] { number("e") }
 
-    func verifyingKey() throws -> VerifyingKey {
+    public func verifyingKey() throws -> VerifyingKey {
         algorithm == .es256 ? try VerifyingKey.p256(x: x, y: y) : try VerifyingKey.rsa(modulus: modulus, exponent: exponent)
     }
 
     /// A SHA-256 signature of `message`: DER for ES256 (as WebAuthn), PKCS #1 v1.5 for RS256.
-    func sign(_ message: [UInt8]) -> [UInt8] {
+    public func sign(_ message: [UInt8]) -> [UInt8] {
         let context = EVP_MD_CTX_new()!
         defer { EVP_MD_CTX_free(context) }
         precondition(EVP_DigestSignInit(context, nil, EVP_sha256(), nil, pkey) == 1)
@@ -62,7 +62,7 @@ final class TestSigningKey: @unchecked Sendable {
     }
 
     /// An ES256 signature as JOSE writes it: `r || s`, 32 bytes each.
-    func signJOSE(_ message: [UInt8]) -> [UInt8] {
+    public func signJOSE(_ message: [UInt8]) -> [UInt8] {
         let der = sign(message)
         guard algorithm == .es256 else { return der }
         // SEQUENCE { INTEGER r, INTEGER s }, short lengths for P-256.
