@@ -27,7 +27,7 @@ export async function currentSession() {
 }
 
 /** Requests that make a session carry X-Lattice-CSRF (any value) and come from this origin. */
-async function postWithoutSession(path, body) {
+export async function postWithoutSession(path, body) {
   return answer(await fetch(path, {
     method: 'POST', credentials: 'same-origin',
     headers: { 'Content-Type': 'application/json', 'X-Lattice-CSRF': 'new-session' },
@@ -54,6 +54,15 @@ export class Api {
   async call(database, operation, body = {}, signal = undefined) {
     return answer(await fetch(this.base + database + '/' + operation, {
       method: 'POST', credentials: 'same-origin', signal,
+      headers: { 'Content-Type': 'application/json', 'X-Lattice-CSRF': this.session.csrfToken },
+      body: JSON.stringify(body),
+    }));
+  }
+
+  /** A POST to an account route outside /database/ (`/auth/passkeys/list`, say), with the CSRF value. */
+  async post(path, body = {}) {
+    return answer(await fetch(path, {
+      method: 'POST', credentials: 'same-origin',
       headers: { 'Content-Type': 'application/json', 'X-Lattice-CSRF': this.session.csrfToken },
       body: JSON.stringify(body),
     }));

@@ -669,6 +669,10 @@ async function start() {
     if (list && list !== state.openList && lists().some((l) => l.id === list)) open(list);
   });
   document.body.dataset.ready = 'true';
+  const recovered = sessionStorage.getItem('lattice.recoveryNotice');
+  if (recovered) { sessionStorage.removeItem('lattice.recoveryNotice'); notice(recovered); }
+  // A session renews while used (GET /auth/session past half its life): ask every six hours while open.
+  setInterval(() => { currentSession().catch(() => {}); }, 6 * 3600 * 1000);
   watch();
 }
 

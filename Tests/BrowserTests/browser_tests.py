@@ -167,14 +167,24 @@ def screenshot(driver, name):
     print(f"  screenshot {os.path.relpath(path, ROOT)}")
 
 
+def save_recovery_codes(driver):
+    """After a sign-up the page shows ten recovery codes once: tick 'I saved these codes', Continue."""
+    wait_for(driver, lambda d: d.find_elements(By.ID, "recovery-continue"), "the recovery codes after sign-up")
+    check(len(driver.find_elements(By.CSS_SELECTOR, "#recovery-code-list code")) == 10, "ten recovery codes")
+    driver.find_element(By.ID, "recovery-saved").click()
+    driver.find_element(By.ID, "recovery-continue").click()
+
+
 def sign_up_through(driver, share_url, name):
-    """Opens a share link signed out, signs up from it and comes back to it, then joins."""
+    """Opens a share link signed out, signs up from it (without a passkey: this browser has no
+    authenticator; passkey_tests.py has the passkey sign-ups) and comes back to it, then joins."""
     driver.get(share_url)
     wait_for(driver, lambda d: d.find_elements(By.LINK_TEXT, "Sign up to join"), "the share page offers sign-up")
     driver.find_element(By.LINK_TEXT, "Sign up to join").click()
     field = wait_for(driver, lambda d: d.find_element(By.ID, "signup-name"), "the sign-up page")
     field.send_keys(name)
     driver.find_element(By.CSS_SELECTOR, "#signup-form button[type=submit]").click()
+    save_recovery_codes(driver)
     wait_for(driver, lambda d: "/share/" in d.current_url and d.find_elements(By.ID, "join"),
              f"{name} is back on the same share page with a Join button")
     check(driver.current_url == share_url, f"came back to {driver.current_url}, not the link")
@@ -781,7 +791,13 @@ def main():
             wait_for(kb, lambda d: d.find_elements(By.ID, "signup-name"), "the sign-in page")
             tab_to(kb, has_id("signup-name"), "the user name field")
             press(kb, "kim")
-            tab_to(kb, lambda i: i["tag"] == "button" and i["name"] == "Sign up", "the Sign up button")
+            tab_to(kb, lambda i: i["tag"] == "button" and i["name"] == "Sign up without a passkey", "the Sign up button")
+            press(kb, Keys.ENTER)
+            # The recovery codes: tick "I saved these codes" and continue, by keyboard.
+            wait_for(kb, lambda d: d.find_elements(By.ID, "recovery-continue"), "the recovery codes")
+            tab_to(kb, has_id("recovery-saved"), "the 'I saved these codes' box")
+            press(kb, Keys.SPACE)
+            tab_to(kb, has_id("recovery-continue"), "Continue")
             press(kb, Keys.ENTER)
             wait_ready(kb, "kim")
             tab_to(kb, has_id("new-list-title"), "the new list field")
@@ -989,6 +1005,7 @@ def main():
             hb.get(server.url + "/#signup&next=" + urllib.parse.quote("//evil.example/share/x", safe=""))
             field = wait_for(hb, lambda d: d.find_element(By.ID, "signup-name"), "the sign-up page")
             field.send_keys("ivan", Keys.ENTER)
+            save_recovery_codes(hb)
             wait_ready(hb, "ivan")
             check(hb.current_url.startswith(server.url + "/") and "evil" not in hb.current_url, f"sign-up went to {hb.current_url}")
             print(f"  {len(attempts) + 4} redirect attempts refused")
@@ -1067,6 +1084,7 @@ def main():
             drivers.append(nb)
             nb.get(server.url + "/")
             wait_for(nb, lambda d: d.find_element(By.ID, "signup-name"), "the sign-in page").send_keys("nora", Keys.ENTER)
+            save_recovery_codes(nb)
             wait_ready(nb, "nora")
 
             def signed_in_as(d):
