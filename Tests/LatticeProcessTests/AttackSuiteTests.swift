@@ -606,6 +606,74 @@ struct AttackSuiteTests {
         }
     }
 
+    // MARK: Passkey and recovery-code sign-in flooding (issue 30)
+
+    /// The headers of a page of this server asking for a session (pre-session routes).
+    static func pageHeaders(_ port: UInt16) -> [String: String] {
+        ["Origin": "http://127.0.0.1:\(port)", "X-Lattice-CSRF": "flood"]
+    }
+
+    /// How many answers of the tally were a 2xx.
+    static func served(_ tally: AnswerTally) -> Int {
+        tally.counts.filter { $0.key.hasPrefix("2") }.values.reduce(0, +)
+    }
+
+    @Test func passkeyCeremonyFloodFromOneAddress() throws {
+        try run("passkey challenge flood: 600 POST /auth/passkey/signin/options from one address", subnet: 30, expectations: { tally in
+            [tally.counts.keys.contains { $0.hasPrefix("429") } ? nil : "challenges were never throttled (429): \(tally.summary)",
+             Self.served(tally) <= 20 ? nil : "\(Self.served(tally)) challenges issued to one address (at most 20 live)"]
+        }) { context in
+            context.startProbe()
+            flood(port: context.port, threads: 2, sources: context.sources(1), seconds: Self.floodSeconds, maximumRequests: 300,
+                  tally: context.tally) { [port = context.port] _, _ in
+                ("/auth/passkey/signin/options", Self.pageHeaders(port), Array("{}".utf8))
+            }
+        }
+    }
+
+    @Test func passkeyCeremonyFloodFromManyAddresses() throws {
+        try run("passkey challenge flood: 20 addresses x 40 POST /auth/passkey/signup/options", subnet: 31, expectations: { tally in
+            [Self.served(tally) <= 20 * 20 ? nil : "\(Self.served(tally)) challenges issued to 20 addresses (at most 20 live each)"]
+        }) { context in
+            context.startProbe()
+            flood(port: context.port, threads: 20, sources: context.sources(20), seconds: Self.floodSeconds, maximumRequests: 40,
+                  tally: context.tally) { [port = context.port] thread, index in
+                ("/auth/passkey/signup/options", Self.pageHeaders(port),
+                 JSON.object(["name": .string("pk-\(thread)-\(index)")]).serializedBytes())
+            }
+        }
+    }
+
+    @Test func forgedPasskeyAndRecoveryCodeFlood() throws {
+        try run("sign-in forgeries: 1,000 forged passkey assertions and recovery-code guesses from one address", subnet: 32,
+                expectations: { tally in
+            [tally.counts.keys.contains { $0.hasPrefix("429") } ? nil : "forgeries were never throttled (429): \(tally.summary)",
+             Self.served(tally) == 0 ? nil : "\(Self.served(tally)) forgeries signed in"]
+        }) { context in
+            context.startProbe()
+            flood(port: context.port, threads: 2, sources: context.sources(1), seconds: Self.floodSeconds, maximumRequests: 500,
+                  tally: context.tally) { [port = context.port] thread, index in
+                if thread == 0 {
+                    // A well-formed assertion of a challenge the server never issued, signed by nobody.
+                    let client = JSON.object(["type": .string("webauthn.get"), "origin": .string("http://127.0.0.1:\(port)"),
+                                              "challenge": .string(Base64URL.encode(Array(repeating: UInt8(index % 256), count: 32)))])
+                    let credential = JSON.object([
+                        "type": .string("public-key"), "rawId": .string(Base64URL.encode([UInt8(index % 256), 1, 2, 3])),
+                        "response": .object([
+                            "clientDataJSON": .string(Base64URL.encode(client.serializedBytes())),
+                            "authenticatorData": .string(Base64URL.encode([UInt8](repeating: 0, count: 37))),
+                            "signature": .string(Base64URL.encode([UInt8](repeating: 1, count: 70))),
+                        ]),
+                    ])
+                    return ("/auth/passkey/signin", Self.pageHeaders(port), JSON.object(["credential": credential]).serializedBytes())
+                }
+                let alphabet = Array("23456789ABCDEFGHJKMNPQRSTVWXYZ")
+                let code = String((0..<12).map { alphabet[(index / (1 << ($0 % 8)) + $0) % alphabet.count] })
+                return ("/auth/recovery", Self.pageHeaders(port), JSON.object(["code": .string(code)]).serializedBytes())
+            }
+        }
+    }
+
     // MARK: The costliest joins (issue 29, first hole)
 
     /// The attacker's zone `Contexts` with record `ctx` stored as the widest causal context the caps allow
