@@ -51,7 +51,7 @@ function show(answer) {
       try {
         show(await api.post('/auth/passkeys/delete', { passkeyID: passkey.passkeyID }));
         say(`Removed the passkey ${passkey.name}.`);
-        $('passkeys-heading').focus();
+        $('passkeys-section').focus();
       } catch (error) { say(error.reason, true); }
     });
     row.append(name, meta, rename, remove);
@@ -117,7 +117,7 @@ async function newCodes() {
     await showRecoveryCodes($('codes-place'), recoveryCodes);
     opener.hidden = false;
     show(await api.post('/auth/passkeys/list', {}));
-    $('codes-heading').focus();
+    $('codes-section').focus();
   } catch (error) { say(error.reason, true); }
 }
 

@@ -63,7 +63,7 @@ async function showTokens() {
           await api.call('private', 'tokens/revoke', { tokens: [{ tokenID: token.tokenID }] });
           say(`Signed out ${label}.`);
           await showTokens();
-          $('list-heading').focus();
+          $('list-section').focus();
         } catch (error) {
           say(error.reason, true);
         }
@@ -104,7 +104,7 @@ async function decide(deny) {
 }
 
 async function start() {
-  $('list-heading').tabIndex = -1;
+  $('list-section').tabIndex = -1; // a focus target after a sign-out, named by its heading
   const session = await currentSession().catch(() => null);
   if (!session) { $('signed-out').hidden = false; return; }
   api = new Api(session);

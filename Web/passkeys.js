@@ -75,7 +75,7 @@ export function showRecoveryCodes(place, codes) {
     section.setAttribute('aria-labelledby', 'recovery-heading');
     const heading = document.createElement('h2');
     heading.id = 'recovery-heading';
-    heading.tabIndex = -1;
+    section.tabIndex = -1; // the focus goes to the section, named by its heading
     heading.textContent = 'Save your recovery codes';
     const help = document.createElement('p');
     help.textContent = 'If you lose every device you sign in with, each of these codes signs you in once. '
@@ -134,6 +134,6 @@ export function showRecoveryCodes(place, codes) {
     next.addEventListener('click', () => { URL.revokeObjectURL(download.href); section.remove(); resolve(); });
     section.append(heading, help, list, actions, status, saved, next);
     place.replaceChildren(section);
-    heading.focus();
+    section.focus();
   });
 }

@@ -438,6 +438,19 @@ def check_accessibility(driver, page, phone=False):
     return found
 
 
+def shoot_both(driver, name):
+    """Screenshots of the page at 1280 x 800 (`name`.png) and 390 x 844 (`name`-phone.png), each checked for
+    accessibility (names, contrast, no sideways scrolling on the phone)."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
+    check_accessibility(driver, name)
+    screenshot(driver, name + ".png")
+    phone(driver, True)
+    check_accessibility(driver, name, phone=True)
+    screenshot(driver, name + "-phone.png")
+    phone(driver, False)
+
+
 def phone(driver, on):
     """A phone-sized viewport (390 x 844 CSS pixels, mobile) or back to the window's own."""
     if on:

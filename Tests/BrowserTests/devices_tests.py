@@ -82,6 +82,7 @@ def main():
             check("ivy" in whoami, f"the new device is ivy's: {whoami}")
             wait_for(driver, lambda d: "Device: Ivy's laptop" in d.find_element(By.ID, "tokens").text,
                      "the device is listed")
+            bt.shoot_both(driver, "devices")
             check(driver.find_element(By.ID, "user-code").get_attribute("value") == "", "the code field is cleared")
 
         def deny_a_code():

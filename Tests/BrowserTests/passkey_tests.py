@@ -90,8 +90,11 @@ def main():
         def sign_up_with_a_passkey():
             phone.get(server.url + "/")
             wait_for(phone, lambda d: d.find_element(By.ID, "signup-passkey").is_displayed(), "the passkey sign-up button")
+            bt.shoot_both(phone, "signin")
             phone.find_element(By.ID, "signup-name").send_keys("pia")
             phone.find_element(By.ID, "signup-passkey").click()
+            wait_for(phone, lambda d: d.find_elements(By.ID, "recovery-code-list"), "the recovery codes are shown")
+            bt.shoot_both(phone, "recovery-codes")
             state["codes"] = save_codes(phone)
             bt.wait_ready(phone, "pia")
             check(len(phone.get_credentials()) == 1, "the authenticator holds one passkey")
@@ -160,7 +163,7 @@ def main():
             fresh = save_codes(tablet)
             check(set(fresh).isdisjoint(state["codes"]), "a new set")
             state["codes"] = fresh
-            bt.screenshot(tablet, "account.png")
+            bt.shoot_both(tablet, "account")
 
         def a_passkey_sign_up_from_a_share_link_comes_back_to_it():
             owner = bt.CLI(os.path.join(directory, "quinn"))
