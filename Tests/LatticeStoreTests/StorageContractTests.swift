@@ -1738,3 +1738,42 @@ extension StorageContractTests {
         }
     }
 }
+
+// MARK: External identities and OpenID Connect sign-ins
+
+extension StorageContractTests {
+    @Test(arguments: StorageBackends.all)
+    func anIdentityIsLinkedToOneAccountAndASignInIsTakenOnce(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            try storage.write { tx throws in
+                try tx.linkIdentity(issuer: "https://a.example", subject: "s1", userID: 5, nowMs: 1_000)
+                try tx.linkIdentity(issuer: "https://b.example", subject: "s1", userID: 6, nowMs: 1_000)
+            }
+            expectDuplicate { try storage.write { try $0.linkIdentity(issuer: "https://a.example", subject: "s1", userID: 7, nowMs: 2_000) } }
+            try storage.write { tx throws in
+                #expect(try tx.useIdentity(issuer: "https://a.example", subject: "s1", nowMs: 3_000) == 5)
+                #expect(try tx.useIdentity(issuer: "https://a.example", subject: "S1", nowMs: 3_000) == nil, "subjects are exact")
+                #expect(try tx.identities(userID: 5) == 1 && tx.identities(userID: 7) == 0)
+            }
+            func login(_ byte: UInt8, address: String = "10.0.0.1", expiresMs: Int64 = 601_000) -> OIDCLogin {
+                OIDCLogin(stateHash: Array(repeating: byte, count: 32), issuer: "https://a.example", nonce: "n\(byte)", verifier: "v\(byte)",
+                          nextPath: "/", linkUserID: byte == 2 ? 5 : nil, address: address, createdMs: 1_000, expiresMs: expiresMs)
+            }
+            try storage.write { tx throws in
+                try tx.insertOIDCLogin(login(1))
+                try tx.insertOIDCLogin(login(2, address: "10.0.0.2"))
+                try tx.insertOIDCLogin(login(3, expiresMs: 100_000))
+            }
+            expectDuplicate { try storage.write { try $0.insertOIDCLogin(login(1)) } }
+            try storage.write { tx throws in
+                #expect(try tx.liveOIDCLogins(address: "10.0.0.1", nowMs: 2_000) == 2)
+                #expect(try tx.liveOIDCLogins(address: nil, nowMs: 100_000) == 2)
+                #expect(try tx.takeOIDCLogin(stateHash: Array(repeating: 1, count: 32), nowMs: 2_000) == login(1))
+                #expect(try tx.takeOIDCLogin(stateHash: Array(repeating: 1, count: 32), nowMs: 2_000) == nil, "once")
+                #expect(try tx.takeOIDCLogin(stateHash: Array(repeating: 3, count: 32), nowMs: 100_000) == nil, "expired")
+                #expect(try tx.takeOIDCLogin(stateHash: Array(repeating: 2, count: 32), nowMs: 2_000)?.linkUserID == 5)
+                #expect(try tx.forgetOIDCLogins(expiredAt: 100_000) == 1)
+            }
+        }
+    }
+}

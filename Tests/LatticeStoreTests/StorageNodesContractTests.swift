@@ -85,6 +85,9 @@ struct StorageNodesContractTests {
                                                          name: "cy", createdMs: 14, expiresMs: 300_014))
             try tx.replaceRecoveryCodes(userID: ann.id, hashes: [[1, 2], [3, 4]], nowMs: 14)
             _ = try tx.useRecoveryCode(hash: [3, 4], nowMs: 15)
+            try tx.linkIdentity(issuer: "https://id.example", subject: "it's \"quoted\"", userID: ann.id, nowMs: 14)
+            try tx.insertOIDCLogin(OIDCLogin(stateHash: [7, 7], issuer: "https://id.example", nonce: "n", verifier: "v",
+                                             nextPath: "/share/x", linkUserID: nil, address: "127.0.0.1", createdMs: 14, expiresMs: 600_014))
             let database = try tx.database(DatabaseKey(kind: .private, environment: "production", ownerID: ann.id))
             let zone = try tx.createZone(databaseID: database.id, name: "Lists", ownerRecordName: ann.recordName, nowMs: 14)
             _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(recordName: "root", recordType: "List", frame: [9, 0, 9],

@@ -449,6 +449,8 @@ public final class PostgresStorage: Storage, Sendable {
         PostgresMigrator.Migration("v7: user name keys", sql: StorageRules.userNameKeyMigration),
         PostgresMigrator.Migration("v8: passkeys, passkey ceremonies, recovery codes",
                                    sql: PasskeyTables.migration(blob: "BYTEA", integer: "BIGINT")),
+        PostgresMigrator.Migration("v9: external identities, OpenID Connect sign-ins",
+                                   sql: IdentityTables.migration(blob: "BYTEA", integer: "BIGINT")),
     ])
 
     /// The channel commits are announced on (`NOTIFY`).

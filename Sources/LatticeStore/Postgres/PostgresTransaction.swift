@@ -1266,6 +1266,51 @@ final class PostgresTransaction: StorageTransaction, StorageBookkeeping, Storage
         try run("DELETE FROM device_authorizations WHERE expires_ms <= $1", [.integer(nowMs)])
     }
 
+    // MARK: External identities (ExternalIdentities.swift)
+
+    func linkIdentity(issuer: String, subject: String, userID: Int64, nowMs: Int64) throws {
+        let inserted = try run("INSERT INTO external_identities(issuer, subject, user_id, created_ms, last_used_ms) "
+                               + "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                               [.text(issuer), .text(subject), .integer(userID), .integer(nowMs), .integer(nowMs)])
+        if inserted == 0 { throw StorageError.duplicate("an external identity linked already") }
+    }
+
+    func useIdentity(issuer: String, subject: String, nowMs: Int64) throws -> Int64? {
+        try rows("UPDATE external_identities SET last_used_ms = $1 WHERE issuer = $2 AND subject = $3 RETURNING user_id",
+                 [.integer(nowMs), .text(issuer), .text(subject)]).first?.first?.integer
+    }
+
+    func identities(userID: Int64) throws -> Int {
+        Int(try rows("SELECT COUNT(*) FROM external_identities WHERE user_id = $1", [.integer(userID)]).first?.first?.integer ?? 0)
+    }
+
+    func insertOIDCLogin(_ login: OIDCLogin) throws {
+        let inserted = try run("INSERT INTO oidc_logins(\(Self.oidcLoginColumns)) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+                               + "ON CONFLICT DO NOTHING",
+                               [.bytea(login.stateHash), .text(login.issuer), .text(login.nonce), .text(login.verifier),
+                                .text(login.nextPath), login.linkUserID.map { .integer($0) } ?? .null, .text(login.address),
+                                .integer(login.createdMs), .integer(login.expiresMs)])
+        if inserted == 0 { throw StorageError.duplicate("an OpenID Connect sign-in with this state") }
+    }
+
+    func takeOIDCLogin(stateHash: [UInt8], nowMs: Int64) throws -> OIDCLogin? {
+        try rows("DELETE FROM oidc_logins WHERE state_hash = $1 AND expires_ms > $2 RETURNING \(Self.oidcLoginColumns)",
+                 [.bytea(stateHash), .integer(nowMs)]).first.map(oidcLogin)
+    }
+
+    func liveOIDCLogins(address: String?, nowMs: Int64) throws -> Int {
+        let found = if let address {
+            try rows("SELECT COUNT(*) FROM oidc_logins WHERE address = $1 AND expires_ms > $2", [.text(address), .integer(nowMs)])
+        } else {
+            try rows("SELECT COUNT(*) FROM oidc_logins WHERE expires_ms > $1", [.integer(nowMs)])
+        }
+        return Int(found.first?.first?.integer ?? 0)
+    }
+
+    func forgetOIDCLogins(expiredAt nowMs: Int64) throws -> Int {
+        try run("DELETE FROM oidc_logins WHERE expires_ms <= $1", [.integer(nowMs)])
+    }
+
     // MARK: Passkeys (Passkeys.swift)
 
     func insertPasskey(_ passkey: NewPasskey) throws {

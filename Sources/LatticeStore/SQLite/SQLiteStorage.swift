@@ -288,6 +288,9 @@ public final class SQLiteStorage: Storage, Sendable {
         // Passkeys, their ceremonies and recovery codes (Passkeys.swift).
         Migrator.Migration("v9: passkeys, passkey ceremonies, recovery codes",
                            sql: PasskeyTables.migration(blob: "BLOB", integer: "INTEGER")),
+        // Accounts of OpenID Connect providers and their sign-ins under way (ExternalIdentities.swift).
+        Migrator.Migration("v10: external identities, OpenID Connect sign-ins",
+                           sql: IdentityTables.migration(blob: "BLOB", integer: "INTEGER")),
     ])
 
     /// The node a SQLite deployment runs as (one process), unless told otherwise.
@@ -493,6 +496,51 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
 
     func forgetDeviceAuthorizations(expiredAt nowMs: Int64) throws -> Int {
         try run("DELETE FROM device_authorizations WHERE expires_ms <= ?", [.integer(nowMs)])
+    }
+
+    // MARK: External identities (ExternalIdentities.swift)
+
+    func linkIdentity(issuer: String, subject: String, userID: Int64, nowMs: Int64) throws {
+        let inserted = try run("INSERT INTO external_identities(issuer, subject, user_id, created_ms, last_used_ms) "
+                               + "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                               [.text(issuer), .text(subject), .integer(userID), .integer(nowMs), .integer(nowMs)])
+        if inserted == 0 { throw StorageError.duplicate("an external identity linked already") }
+    }
+
+    func useIdentity(issuer: String, subject: String, nowMs: Int64) throws -> Int64? {
+        try rows("UPDATE external_identities SET last_used_ms = ? WHERE issuer = ? AND subject = ? RETURNING user_id",
+                 [.integer(nowMs), .text(issuer), .text(subject)]).first?.first?.integer
+    }
+
+    func identities(userID: Int64) throws -> Int {
+        Int(try rows("SELECT COUNT(*) FROM external_identities WHERE user_id = ?", [.integer(userID)]).first?.first?.integer ?? 0)
+    }
+
+    func insertOIDCLogin(_ login: OIDCLogin) throws {
+        let inserted = try run("INSERT INTO oidc_logins(\(Self.oidcLoginColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                               + "ON CONFLICT DO NOTHING",
+                               [.blob(login.stateHash), .text(login.issuer), .text(login.nonce), .text(login.verifier),
+                                .text(login.nextPath), login.linkUserID.map { .integer($0) } ?? .null, .text(login.address),
+                                .integer(login.createdMs), .integer(login.expiresMs)])
+        if inserted == 0 { throw StorageError.duplicate("an OpenID Connect sign-in with this state") }
+    }
+
+    func takeOIDCLogin(stateHash: [UInt8], nowMs: Int64) throws -> OIDCLogin? {
+        try rows("DELETE FROM oidc_logins WHERE state_hash = ? AND expires_ms > ? RETURNING \(Self.oidcLoginColumns)",
+                 [.blob(stateHash), .integer(nowMs)]).first.map(oidcLogin)
+    }
+
+    func liveOIDCLogins(address: String?, nowMs: Int64) throws -> Int {
+        let found = if let address {
+            try rows("SELECT COUNT(*) FROM oidc_logins WHERE address = ? AND expires_ms > ?", [.text(address), .integer(nowMs)])
+        } else {
+            try rows("SELECT COUNT(*) FROM oidc_logins WHERE expires_ms > ?", [.integer(nowMs)])
+        }
+        return Int(found.first?.first?.integer ?? 0)
+    }
+
+    func forgetOIDCLogins(expiredAt nowMs: Int64) throws -> Int {
+        try run("DELETE FROM oidc_logins WHERE expires_ms <= ?", [.integer(nowMs)])
     }
 
     // MARK: Passkeys (Passkeys.swift)

@@ -131,6 +131,43 @@ private struct RecordingTransaction: StorageTransaction {
         return try base.forgetSignUps(before: beforeMs)
     }
 
+    // MARK: External identities
+
+    func linkIdentity(issuer: String, subject: String, userID: Int64, nowMs: Int64) throws {
+        note("linkIdentity")
+        return try base.linkIdentity(issuer: issuer, subject: subject, userID: userID, nowMs: nowMs)
+    }
+
+    func useIdentity(issuer: String, subject: String, nowMs: Int64) throws -> Int64? {
+        note("useIdentity")
+        return try base.useIdentity(issuer: issuer, subject: subject, nowMs: nowMs)
+    }
+
+    func identities(userID: Int64) throws -> Int {
+        note("identities")
+        return try base.identities(userID: userID)
+    }
+
+    func insertOIDCLogin(_ login: OIDCLogin) throws {
+        note("insertOIDCLogin")
+        return try base.insertOIDCLogin(login)
+    }
+
+    func takeOIDCLogin(stateHash: [UInt8], nowMs: Int64) throws -> OIDCLogin? {
+        note("takeOIDCLogin")
+        return try base.takeOIDCLogin(stateHash: stateHash, nowMs: nowMs)
+    }
+
+    func liveOIDCLogins(address: String?, nowMs: Int64) throws -> Int {
+        note("liveOIDCLogins")
+        return try base.liveOIDCLogins(address: address, nowMs: nowMs)
+    }
+
+    func forgetOIDCLogins(expiredAt nowMs: Int64) throws -> Int {
+        note("forgetOIDCLogins")
+        return try base.forgetOIDCLogins(expiredAt: nowMs)
+    }
+
     // MARK: Passkeys
 
     func insertPasskey(_ passkey: NewPasskey) throws {
