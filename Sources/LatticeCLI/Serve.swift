@@ -8,6 +8,7 @@ let serveUsage = """
            lattice serve --database URL --public-url URL [--node-name NAME] [--database-pool N] ...
                          [--container NAME] [--registration open|closed] [--tombstone-horizon-days N]
                          [--trusted-proxy ADDRESS|CIDR]... [--access-log PATH|off]
+                         [--oidc-issuer URL --oidc-client-id ID [--oidc-client-secret-file PATH]]...
                          [--connections N] [--per-address-connections N] [--workers N]
                          [--workers-per-client N] [--header-timeout S] [--body-timeout S]
                          [--body-budget-mib N] [--parked-waits-per-user N] [--shutdown-grace S]
@@ -42,6 +43,11 @@ let serveUsage = """
       --container NAME           the container served at /database/1/NAME/... (default lattice)
       --registration MODE        open: POST /auth/signup creates accounts (default);
                                  closed: only `lattice admin add-user` does
+      --oidc-issuer URL          an OpenID Connect provider people may sign in with (its issuer, as
+                                 its discovery document names it); repeatable, each followed by its
+      --oidc-client-id ID        client id at that provider (this server's redirect URI there is
+                                 PUBLIC-URL/auth/oidc/callback), and, for a confidential client,
+      --oidc-client-secret-file PATH  a file holding its client secret (one line)
       --tombstone-horizon-days N deleted records are purged after N days (default 30); older sync
                                  tokens then get CHANGE_TOKEN_EXPIRED
       --signup-per-address N     accounts POST /auth/signup makes per client address per hour
@@ -129,6 +135,7 @@ func runServe(_ arguments: [String]) throws {
                                                                "max-query-sort-keys", "max-filter-values",
                                                                "max-list-elements", "max-fields-per-record",
                                                                "trusted-proxy", "access-log", "connections",
+                                                               "oidc-issuer", "oidc-client-id", "oidc-client-secret-file",
                                                                "per-address-connections", "workers",
                                                                "workers-per-client", "header-timeout", "body-timeout",
                                                                "body-budget-mib", "parked-waits-per-user",
@@ -157,6 +164,7 @@ func runServe(_ arguments: [String]) throws {
         guard !container.isEmpty, !container.contains("/") else { throw UsageError("--container must be a name without /") }
         options.service.container = container
     }
+    options.service.oidcProviders = try oidcProviders(parsed)
     switch try parsed.value("registration") ?? "open" {
     case "open": options.service.registrationOpen = true
     case "closed": options.service.registrationOpen = false
@@ -434,5 +442,36 @@ func storageLocation(_ parsed: ParsedArguments) throws -> StorageLocation {
                                                poolSize: try parsed.integer("database-pool", in: 1...1024))
     } catch let problem as StorageLocation.OptionProblem {
         throw UsageError(problem.description)
+    }
+}
+
+/// The `--oidc-issuer URL --oidc-client-id ID [--oidc-client-secret-file PATH]` groups, in order: as many
+/// client ids as issuers; secret files, when given, one per issuer.
+private func oidcProviders(_ parsed: ParsedArguments) throws -> [OIDCProviderConfiguration] {
+    let issuers = parsed.values["oidc-issuer"] ?? [], clients = parsed.values["oidc-client-id"] ?? []
+    let secrets = parsed.values["oidc-client-secret-file"] ?? []
+    guard issuers.count == clients.count else {
+        throw UsageError("give each --oidc-issuer its --oidc-client-id (\(issuers.count) issuers, \(clients.count) client ids)")
+    }
+    guard secrets.isEmpty || secrets.count == issuers.count else {
+        throw UsageError("give every --oidc-issuer an --oidc-client-secret-file, or none (\(issuers.count) issuers, \(secrets.count) files)")
+    }
+    guard Set(issuers).count == issuers.count else { throw UsageError("an --oidc-issuer is given twice") }
+    return try issuers.indices.map { index in
+        let issuer = issuers[index]
+        guard let url = URL(string: issuer), ["https", "http"].contains(url.scheme ?? ""), url.host != nil, url.query == nil,
+              url.fragment == nil else {
+            throw UsageError("--oidc-issuer must be an http(s) URL without query or fragment, not \(issuer)")
+        }
+        guard !clients[index].isEmpty, clients[index].utf8.count <= 255 else { throw UsageError("--oidc-client-id must be 1 to 255 bytes") }
+        var secret: String? = nil
+        if !secrets.isEmpty {
+            guard let text = try? String(contentsOfFile: secrets[index], encoding: .utf8) else {
+                throw UsageError("cannot read --oidc-client-secret-file \(secrets[index])")
+            }
+            secret = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard secret?.isEmpty == false else { throw UsageError("--oidc-client-secret-file \(secrets[index]) is empty") }
+        }
+        return OIDCProviderConfiguration(issuer: issuer, clientID: clients[index], clientSecret: secret)
     }
 }

@@ -174,7 +174,7 @@ public struct Devices: Sendable {
 
     /// A device token (kind `device`, named) for `userID`, in the poll's transaction. The per-user cap is
     /// checked under the same lock `issueToken` takes.
-    private func issueDeviceToken(userID: Int64, name: String, nowMs: Int64, _ tx: any StorageTransaction) throws
+    package func issueDeviceToken(userID: Int64, name: String, nowMs: Int64, _ tx: any StorageTransaction) throws
         -> (BearerToken, StoredToken) {
         try core.serialize("tokens", tx)
         guard try tx.tokens(userID: userID).count < core.configuration.maximumTokensPerUser else {

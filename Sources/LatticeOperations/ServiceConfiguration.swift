@@ -13,6 +13,8 @@ public struct ServiceConfiguration: Sendable {
     public var nodeName: String = "main"
     /// Whether `POST /auth/signup` creates accounts; when false, `lattice admin add-user` does.
     public var registrationOpen = true
+    /// The OpenID Connect providers people may sign in with (`--oidc-issuer URL --oidc-client-id ID`).
+    public var oidcProviders: [OIDCProviderConfiguration] = []
     /// Operations per `records/modify` or `zones/modify` request.
     public var maximumOperations = 400
     /// Bytes per request body: 2 MB, checked before the body is buffered.

@@ -45,6 +45,8 @@ public final class LatticeService: HTTPHandler, Sendable {
     // the same way: each is a value over `core`).
     var zones: Zones { Zones(core) }
     var shares: Shares { Shares(core) }
+    /// Sign-in through OpenID Connect providers: one per service, for its per-node cache of their keys.
+    let openIDConnect: OpenIDConnect
 
     /// - Parameter log: where internal errors are written (never to clients).
     public init(storage: any Storage, configuration: ServiceConfiguration = ServiceConfiguration(),
@@ -55,6 +57,7 @@ public final class LatticeService: HTTPHandler, Sendable {
         core = try OperationsCore(storage: storage, configuration: configuration, keyRing: keyRing, log: log) { positions in
             for (id, position) in positions { notifier.notify(databaseID: id, position: position) }
         }
+        openIDConnect = OpenIDConnect(core, providers: configuration.oidcProviders)
         limiter = configuration.rateLimit.map(RateLimiter.init)
         authenticationFailures = configuration.failedAuthenticationLimit.map(RateLimiter.init)
         // Other nodes' commits wake this node's long polls (a single-process backend delivers nothing).

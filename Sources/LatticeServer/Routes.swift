@@ -289,6 +289,21 @@ extension LatticeService {
               throttle: .perAddress, handler: .plain { service, request, _ in
                   try service.countingFailedSignIns(from: request.remoteAddress) { try service.recoverySignIn(request) }
               }),
+        // Sign-in through OpenID Connect providers (OIDCSessions.swift, LatticeOperations' OpenIDConnect.swift).
+        Route(method: "GET", pattern: RoutePattern("/auth/oidc/providers"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, _, _ in service.oidcProviders() }),
+        Route(method: "GET", pattern: RoutePattern("/auth/oidc/start"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, request, _ in try service.oidcStart(request) }),
+        Route(method: "GET", pattern: RoutePattern("/auth/oidc/callback"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, request, _ in
+                  try service.countingFailedSignIns(from: request.remoteAddress) { service.oidcCallback(request) }
+              }),
+        Route(method: "POST", pattern: RoutePattern("/auth/oidc/token"), authentication: .none, lane: .pool,
+              throttle: .perAddress, handler: .plain { service, request, _ in
+                  try service.countingFailedSignIns(from: request.remoteAddress) {
+                      .json(try service.openIDConnect.exchange(try service.parseBody(request)))
+                  }
+              }),
         Route(method: "GET", pattern: RoutePattern("/.well-known/jwks.json"), authentication: .none, lane: .inline,
               throttle: .none, handler: .plain { service, _, _ in try service.jwksResponse() }),
         // JSON for API clients; an HTML page (WebPages.swift) for a browser (`Accept: text/html`).

@@ -141,7 +141,8 @@ extension LatticeService {
         }
     }
 
-    private func page(status: Int, title: String, body: String) -> HTTPResponse {
+    /// An HTML page of this server, `extraHead` added to its head (a refresh, say).
+    func page(status: Int, title: String, body: String, extraHead: String = "") -> HTTPResponse {
         let text = """
             <!doctype html>
             <html lang="en">
@@ -152,6 +153,7 @@ extension LatticeService {
             <link rel="icon" href="/web/favicon.svg" type="image/svg+xml">
             <link rel="stylesheet" href="/web/style.css">
             <script type="module" src="/web/share.js"></script>
+            \(extraHead)
             </head>
             <body>
             <main class="page share">
