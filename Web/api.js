@@ -106,6 +106,17 @@ export function rememberNext(value) {
   if (next) localStorage.setItem(NEXT_KEY, JSON.stringify({ path: next, until: Date.now() + NEXT_LIFETIME_MS }));
 }
 
+/** The remembered share page, if it is still fresh and safe, without forgetting it; else null. */
+export function peekNext() {
+  const stored = localStorage.getItem(NEXT_KEY);
+  try {
+    const { path, until } = JSON.parse(stored || 'null') || {};
+    return typeof until === 'number' && until > Date.now() ? safeNext(path) : null;
+  } catch (_) {
+    return null;
+  }
+}
+
 /** The remembered share page, once (it is forgotten here), if it is still fresh and safe; else null. */
 export function takeNext() {
   const stored = localStorage.getItem(NEXT_KEY);
