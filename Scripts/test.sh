@@ -10,6 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash Scripts/bootstrap.sh --tests
+# The tests' OpenID Connect provider needs joserfc (PyPI) in .build/oidc-venv.
+bash Scripts/oidc-provider.sh --install-only
 swift build --build-tests
 
 # A throwaway PostgreSQL cluster (initdb as the postgres system user, a unix socket in a temporary directory,

@@ -90,6 +90,9 @@ public final class OpenIDConnect: Sendable {
     let core: OperationsCore
     public let providers: [OIDCProviderConfiguration]
     private let metadata: Mutex<[String: ProviderMetadata]>
+    /// Held while a provider is discovered, so requests arriving together wait for one discovery (bounded
+    /// by the fetch's 10 s) instead of each fetching.
+    private let discovery = Mutex<Int>(0)
 
     public static let loginLifetimeMilliseconds: Int64 = 10 * 60 * 1000
     static let keyRefreshMilliseconds: Int64 = 60 * 1000
@@ -118,6 +121,11 @@ public final class OpenIDConnect: Sendable {
     /// The provider's metadata, discovered once per node (and again after a failure).
     func metadata(_ provider: OIDCProviderConfiguration) throws -> ProviderMetadata {
         if let known = metadata.withLock({ $0[provider.issuer] }) { return known }
+        return try discovery.withLock { _ in try discover(provider) }
+    }
+
+    private func discover(_ provider: OIDCProviderConfiguration) throws -> ProviderMetadata {
+        if let known = metadata.withLock({ $0[provider.issuer] }) { return known } // discovered while this one waited
         let base = provider.issuer.hasSuffix("/") ? String(provider.issuer.dropLast()) : provider.issuer
         let document = try ProviderHTTP.getJSON(base + "/.well-known/openid-configuration")
         guard document["issuer"]?.stringValue == provider.issuer,
@@ -146,10 +154,18 @@ public final class OpenIDConnect: Sendable {
     func verify(_ idToken: String, _ provider: OIDCProviderConfiguration, nonce: String?) throws -> IDTokenClaims {
         var known = try metadata(provider)
         let now = core.configuration.now()
-        if let kid = IDTokenVerifier.keyID(of: idToken), !known.keys.keys.contains(where: { $0.id == kid }),
-           known.keysRefreshedMs.map({ now - $0 >= Self.keyRefreshMilliseconds }) ?? true {
+        // Whether this request fetches the keys again, decided under the lock: of requests arriving together
+        // with unknown kids, one fetches (the time is taken before the fetch, so a failing one counts too).
+        let refreshes = IDTokenVerifier.keyID(of: idToken).map { kid in
+            metadata.withLock { cache -> Bool in
+                guard let entry = cache[provider.issuer], !entry.keys.keys.contains(where: { $0.id == kid }),
+                      entry.keysRefreshedMs.map({ now - $0 >= Self.keyRefreshMilliseconds }) ?? true else { return false }
+                cache[provider.issuer]?.keysRefreshedMs = now
+                return true
+            }
+        } ?? false
+        if refreshes {
             known.keysRefreshedMs = now
-            metadata.withLock { $0[provider.issuer]?.keysRefreshedMs = now } // also when the fetch fails
             known.keys = try keySet(known.jwksURI)
             let refreshed = known
             metadata.withLock { $0[provider.issuer] = refreshed }

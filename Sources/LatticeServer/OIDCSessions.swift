@@ -35,8 +35,9 @@ extension LatticeService {
         })]))
     }
 
-    /// `GET /auth/oidc/start?provider=N&next=PATH`: to the provider, with the binding cookie. A signed-in
-    /// browser links the provider's identity to its account.
+    /// `GET /auth/oidc/start?provider=N&next=PATH`: to the provider, with the binding cookie (a browser gets
+    /// a 303; a program, `Accept` without text/html, `{"location"}`). A signed-in browser links the
+    /// provider's identity to its account.
     func oidcStart(_ request: HTTPRequest) throws -> HTTPResponse {
         guard let index = Self.queryValue(request.query, "provider").flatMap(Int.init) else {
             throw ServiceError.badRequest("expected ?provider=N (GET /auth/oidc/providers lists them)")
@@ -45,17 +46,28 @@ extension LatticeService {
         let (url, nonce) = try openIDConnect.start(provider: index, next: Self.safeNextPath(Self.queryValue(request.query, "next")),
                                                    linkUserID: current?.user.id, from: request.origin)
         let secure = publicURL.lowercased().hasPrefix("https:") ? "; Secure" : ""
-        return HTTPResponse(status: 303, headers: [
-            (name: "Location", value: url), (name: "Cache-Control", value: "no-store"),
-            (name: "Set-Cookie", value: "\(Self.oidcCookie)=\(nonce); Path=/auth/oidc/; Max-Age=600; HttpOnly; SameSite=Lax\(secure)"),
-        ])
+        let cookie = (name: "Set-Cookie", value: "\(Self.oidcCookie)=\(nonce); Path=/auth/oidc/; Max-Age=600; HttpOnly; SameSite=Lax\(secure)")
+        guard Self.wantsHTML(request) else {
+            var response = HTTPResponse.json(.object(["location": .string(url)]))
+            response.headers.append(cookie)
+            return response
+        }
+        var response = HTTPResponse.json(.object(["location": .string(url)]), status: 303)
+        response.headers += [(name: "Location", value: url), cookie]
+        return response
     }
 
     /// `GET /auth/oidc/callback?code&state`: the provider's answer. Signed in, the page goes on (a refresh
-    /// from this origin, so the new `SameSite=Strict` session cookie is sent); refused, it says why.
-    func oidcCallback(_ request: HTTPRequest) -> HTTPResponse {
+    /// from this origin, so the new `SameSite=Strict` session cookie is sent); refused, it says why. A
+    /// program (`Accept` without text/html) gets the session's JSON, or the error.
+    func oidcCallback(_ request: HTTPRequest) throws -> HTTPResponse {
         let clear = (name: "Set-Cookie", value: "\(Self.oidcCookie)=; Path=/auth/oidc/; Max-Age=0; HttpOnly; SameSite=Lax")
-        func failure(_ status: Int, _ reason: String) -> HTTPResponse {
+        let browser = Self.wantsHTML(request)
+        func failure(_ status: Int, _ reason: String) throws -> HTTPResponse {
+            guard browser else {
+                let code = ServerErrorCode.allCases.first { $0.httpStatus == status } ?? .badRequest
+                throw ServiceError(code, reason)
+            }
             var response = page(status: status, title: "Sign-in failed", body: """
                 <h1>Sign-in failed</h1>
                 <p id="reason">\(html(reason))</p>
@@ -65,17 +77,22 @@ extension LatticeService {
             return response
         }
         if let error = Self.queryValue(request.query, "error") {
-            return failure(401, "The identity provider did not sign you in (\(error.prefix(100))).")
+            return try failure(401, "The identity provider did not sign you in (\(error.prefix(100))).")
         }
         guard let code = Self.queryValue(request.query, "code"), let state = Self.queryValue(request.query, "state"),
               code.utf8.count <= 2_048, state.utf8.count <= 256 else {
-            return failure(400, "The identity provider's answer lacks its code or state.")
+            return try failure(400, "The identity provider's answer lacks its code or state.")
         }
         let nonce = request.header("cookie")?.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
             .first { $0.hasPrefix(Self.oidcCookie + "=") }.map { String($0.dropFirst(Self.oidcCookie.count + 1)) }
         do {
             let (user, next) = try openIDConnect.finish(code: code, state: state, browserNonce: nonce)
-            let session = try startSession(for: user, replacing: request)
+            let session = try startSession(for: user, replacing: request, extra: ["next": .string(next)])
+            guard browser else {
+                var response = session
+                response.headers.append(clear)
+                return response
+            }
             var response = page(status: 200, title: "Signed in", body: """
                 <h1>Signed in as \(html(user.name))</h1>
                 <p><a class="button" href="\(html(next))" id="continue">Continue</a></p>
@@ -85,10 +102,11 @@ extension LatticeService {
             log("OpenID Connect sign-in: user \(user.name)")
             return response
         } catch let error as ServiceError {
+            if !browser { throw error }
             if error.code == .authenticationFailed { _ = failedSignIn(error, address: request.remoteAddress) }
-            return failure(error.code.httpStatus, error.reason)
+            return try failure(error.code.httpStatus, error.reason)
         } catch {
-            return failure(500, internalError(error).reason)
+            return try failure(500, internalError(error).reason)
         }
     }
 }

@@ -296,7 +296,7 @@ extension LatticeService {
               throttle: .perAddress, handler: .plain { service, request, _ in try service.oidcStart(request) }),
         Route(method: "GET", pattern: RoutePattern("/auth/oidc/callback"), authentication: .none, lane: .pool,
               throttle: .perAddress, handler: .plain { service, request, _ in
-                  try service.countingFailedSignIns(from: request.remoteAddress) { service.oidcCallback(request) }
+                  try service.countingFailedSignIns(from: request.remoteAddress) { try service.oidcCallback(request) }
               }),
         Route(method: "POST", pattern: RoutePattern("/auth/oidc/token"), authentication: .none, lane: .pool,
               throttle: .perAddress, handler: .plain { service, request, _ in

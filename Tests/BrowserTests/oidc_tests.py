@@ -116,10 +116,8 @@ def main():
                 def redirect_request(self, *args, **kwargs):
                     return None
             opener = urllib.request.build_opener(NoRedirect)
-            try:
-                opener.open(server.url + start, timeout=10)
-            except urllib.error.HTTPError as redirect:
-                authorize = redirect.headers["Location"]
+            # A program (no text/html in Accept) gets the provider's URL as JSON; a browser would get a 303.
+            authorize = json.loads(opener.open(server.url + start, timeout=10).read())["location"]
             try:
                 opener.open(authorize, timeout=10)
             except urllib.error.HTTPError as redirect:

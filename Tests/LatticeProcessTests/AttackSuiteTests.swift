@@ -221,11 +221,11 @@ struct AttackSuiteTests {
 
     /// Runs `attack` against a fresh server with the probe running, records and prints the row, and checks
     /// the pass criteria plus the attack's own `expectations` (each a failure message, or nil when met).
-    func run(_ name: String, subnet: Int, probeDuringSetup: Bool = false,
+    func run(_ name: String, subnet: Int, probeDuringSetup: Bool = false, serverArguments: [String] = [],
              expectations: (AnswerTally) -> [String?] = { _ in [] },
              attack: (Context) throws -> Void) throws {
         let fixture = try Self.fixture.get()
-        let server = try AttackServer(data: fixture.data)
+        let server = try AttackServer(data: fixture.data, extra: serverArguments)
         defer { server.stop() }
         let ready = try LoopbackClient(port: server.port).send(method: "GET", path: "/healthz")
         #expect(ready.status == 200)
@@ -671,6 +671,29 @@ struct AttackSuiteTests {
                 let code = String((0..<12).map { alphabet[(index / (1 << ($0 % 8)) + $0) % alphabet.count] })
                 return ("/auth/recovery", Self.pageHeaders(port), JSON.object(["code": .string(code)]).serializedBytes())
             }
+        }
+    }
+
+    @Test func openIDConnectSignInFlood() throws {
+        let provider = try OIDCProviderProcess(clientIDs: ["lattice-app"])
+        defer { provider.stop() }
+        let tokens = try (0..<8).map { _ in try provider.mint("unknown-kid", audience: "lattice-app") }
+        try run("OpenID Connect flood: 1,000 sign-in starts and forged ID tokens (unknown kids) from one address", subnet: 33,
+                serverArguments: ["--oidc-issuer", provider.issuer, "--oidc-client-id", "lattice-app"], expectations: { tally in
+            let counts = (try? provider.counts()) ?? [:]
+            return [tally.counts.keys.contains { $0.hasPrefix("429") } ? nil : "the flood was never throttled (429): \(tally.summary)",
+                    Self.served(tally) <= 10 ? nil : "\(Self.served(tally)) sign-ins started by one address (at most 10 under way)",
+                    (counts["/jwks"] ?? 0) <= 2 && (counts["/.well-known/openid-configuration"] ?? 0) <= 1 ? nil
+                        : "the provider was hammered: \(counts)"]
+        }) { context in
+            context.startProbe()
+            flood(port: context.port, threads: 2, sources: context.sources(1), seconds: Self.floodSeconds, maximumRequests: 500,
+                  tally: context.tally) { [issuer = provider.issuer] thread, index in
+                if thread == 0 { return ("GET /auth/oidc/start?provider=0", [:], []) }
+                return ("/auth/oidc/token", [:], JSON.object(["issuer": .string(issuer),
+                                                              "idToken": .string(tokens[index % tokens.count])]).serializedBytes())
+            }
+            print("  provider requests: \((try? provider.counts()) ?? [:])")
         }
     }
 

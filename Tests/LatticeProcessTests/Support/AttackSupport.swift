@@ -540,7 +540,10 @@ func flood(port: UInt16, threads: Int, sources: [String], seconds: Double, maxim
                 index += 1
                 do {
                     if client == nil { client = try LoopbackClient(port: port, source: source, timeoutSeconds: requestTimeout) }
-                    let reply = try client!.send(path: request.path, headers: request.headers, body: request.body)
+                    // A path written "GET /..." is sent as a GET; every other request is a POST.
+                    let isGet = request.path.hasPrefix("GET ")
+                    let reply = try client!.send(method: isGet ? "GET" : "POST", path: isGet ? String(request.path.dropFirst(4)) : request.path,
+                                                 headers: request.headers, body: request.body)
                     tally.add(reply)
                     if reply.headers["connection"]?.lowercased() == "close" { client = nil }
                 } catch let failure as LoopbackFailure {
