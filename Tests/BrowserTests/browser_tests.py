@@ -54,12 +54,14 @@ def check(condition, message):
 
 
 class Server:
-    def __init__(self, directory):
+    """`lattice serve` on 127.0.0.1 with the web pages; `extra` adds flags (a port, a public URL, providers)."""
+
+    def __init__(self, directory, extra=(), port=0):
         env = dict(os.environ, LATTICE_WEB_ROOT=WEB)
         self.log = open(os.path.join(directory, "server.log"), "wb")
-        self.process = subprocess.Popen([LATTICE, "serve", "--data", os.path.join(directory, "data"), "--port", "0",
+        self.process = subprocess.Popen([LATTICE, "serve", "--data", os.path.join(directory, "data"), "--port", str(port),
                                          # more than the default 5 sign-ups from 127.0.0.1 (every person here)
-                                         "--signup-per-address", "0"],
+                                         "--signup-per-address", "0", *extra],
                                         stdout=subprocess.PIPE, stderr=self.log, env=env)
         line = self.process.stdout.readline().decode()
         check(line.startswith("listening on "), f"lattice serve said {line!r}")
@@ -102,6 +104,21 @@ def browser():
     driver.set_page_load_timeout(30)
     driver.set_script_timeout(30)
     return driver
+
+
+def run_suite(label, tests):
+    """Runs (name, function) pairs in order, printing ok or FAIL for each; returns the list of outcomes."""
+    results = []
+    for name, body in tests:
+        begin = time.monotonic()
+        try:
+            body()
+            results.append(True)
+            print(f"ok   {label}: {name} ({time.monotonic() - begin:.1f} s)")
+        except Exception as error:  # noqa: BLE001 - report and go on
+            results.append(False)
+            print(f"FAIL {label}: {name}: {error}")
+    return results
 
 
 def wait_for(driver, condition, message, timeout=WAIT):

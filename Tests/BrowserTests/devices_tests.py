@@ -124,18 +124,10 @@ def main():
             wait_for(driver, lambda d: d.find_element(By.ID, "signed-out").is_displayed(), "the signed-out note")
             check(not driver.find_element(By.ID, "add-section").is_displayed(), "no approval form signed out")
 
-        for name, body in [("approve a code", approve_a_code), ("deny a code", deny_a_code),
+        results = bt.run_suite("devices", [("approve a code", approve_a_code), ("deny a code", deny_a_code),
                            ("a wrong code is refused with the reason", a_wrong_code_is_refused_with_the_reason),
                            ("sign a device out", sign_a_device_out),
-                           ("signed out, the page says so", signed_out_the_page_says_so)]:
-            begin = time.monotonic()
-            try:
-                body()
-                results.append(True)
-                print(f"ok   devices: {name} ({time.monotonic() - begin:.1f} s)")
-            except Exception as error:  # noqa: BLE001 - report and go on
-                results.append(False)
-                print(f"FAIL devices: {name}: {error}")
+                           ("signed out, the page says so", signed_out_the_page_says_so)])
     finally:
         if driver:
             driver.quit()

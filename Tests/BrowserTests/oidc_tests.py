@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -48,30 +47,10 @@ class Provider:
         self.process.wait(timeout=10)
 
 
-class Server:
-    def __init__(self, directory, issuer):
-        self.log = open(os.path.join(directory, "server.log"), "wb")
-        self.process = subprocess.Popen([bt.LATTICE, "serve", "--data", os.path.join(directory, "data"), "--port", "0",
-                                         "--signup-per-address", "0", "--oidc-issuer", issuer, "--oidc-client-id", "lattice-web"],
-                                        stdout=subprocess.PIPE, stderr=self.log, env=dict(os.environ, LATTICE_WEB_ROOT=bt.WEB))
-        line = self.process.stdout.readline().decode()
-        check(line.startswith("listening on "), f"lattice serve said {line!r}")
-        self.url = line.split()[2].rstrip("/")
-        threading.Thread(target=lambda: [None for _ in self.process.stdout], daemon=True).start()
-
-    def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self.log.close()
-
-
 def main():
     directory = tempfile.mkdtemp(prefix="lattice-oidc-")
     provider = Provider(directory)
-    server = Server(directory, provider.issuer)
+    server = bt.Server(directory, ["--oidc-issuer", provider.issuer, "--oidc-client-id", "lattice-web"])
     results, drivers = [], []
 
     def new_browser():
@@ -151,15 +130,7 @@ def main():
                  ("another person with the same name gets their own account", another_person_with_the_same_name_gets_their_own_account),
                  ("a callback carried to another browser is refused", a_callback_carried_to_another_browser_is_refused),
                  ("a person from a share link comes back to it", a_person_from_a_share_link_comes_back_to_it)]
-        for name, body in tests:
-            begin = time.monotonic()
-            try:
-                body()
-                results.append(True)
-                print(f"ok   oidc: {name} ({time.monotonic() - begin:.1f} s)")
-            except Exception as error:  # noqa: BLE001 - report and go on
-                results.append(False)
-                print(f"FAIL oidc: {name}: {error}")
+        results = bt.run_suite("oidc", tests)
     finally:
         for driver in drivers:
             try:

@@ -11,10 +11,8 @@ Scripts/browser-tests.sh (the environment of browser_tests.py, whose helpers it 
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 from selenium.webdriver.common.by import By
@@ -25,30 +23,15 @@ import browser_tests as bt  # noqa: E402
 from browser_tests import check, wait_for  # noqa: E402
 
 
-class LocalhostServer:
-    """`lattice serve` on 127.0.0.1 with the public URL http://localhost:PORT (a WebAuthn RP ID)."""
-
-    def __init__(self, directory):
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-        probe.close()
-        self.url = f"http://localhost:{port}"
-        self.log = open(os.path.join(directory, "server.log"), "wb")
-        self.process = subprocess.Popen([bt.LATTICE, "serve", "--data", os.path.join(directory, "data"), "--port", str(port),
-                                         "--public-url", self.url, "--signup-per-address", "0"],
-                                        stdout=subprocess.PIPE, stderr=self.log, env=dict(os.environ, LATTICE_WEB_ROOT=bt.WEB))
-        line = self.process.stdout.readline().decode()
-        check(line.startswith("listening on "), f"lattice serve said {line!r}")
-        threading.Thread(target=lambda: [None for _ in self.process.stdout], daemon=True).start()
-
-    def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self.log.close()
+def localhost_server(directory):
+    """`lattice serve` on 127.0.0.1 whose public URL is http://localhost:PORT (a WebAuthn RP ID)."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    server = bt.Server(directory, ["--public-url", f"http://localhost:{port}"], port=port)
+    server.url = f"http://localhost:{port}"
+    return server
 
 
 def with_authenticator(driver):
@@ -75,7 +58,7 @@ def save_codes(driver):
 
 def main():
     directory = tempfile.mkdtemp(prefix="lattice-passkeys-")
-    server = LocalhostServer(directory)
+    server = localhost_server(directory)
     results, drivers = [], []
     state = {}
 
@@ -189,15 +172,7 @@ def main():
                  ("a recovery code signs in once and never again", a_recovery_code_signs_in_once_and_never_again),
                  ("the account page adds and removes a passkey", the_account_page_adds_and_removes_a_passkey),
                  ("a passkey sign-up from a share link comes back to it", a_passkey_sign_up_from_a_share_link_comes_back_to_it)]
-        for name, body in tests:
-            begin = time.monotonic()
-            try:
-                body()
-                results.append(True)
-                print(f"ok   passkeys: {name} ({time.monotonic() - begin:.1f} s)")
-            except Exception as error:  # noqa: BLE001 - report and go on
-                results.append(False)
-                print(f"FAIL passkeys: {name}: {error}")
+        results = bt.run_suite("passkeys", tests)
     finally:
         for driver in drivers:
             try:
