@@ -49,7 +49,25 @@ extension LatticeService {
     /// `GET /share/{token}`: an HTML page for a browser, else the JSON note for API clients.
     func shareLink(_ request: HTTPRequest, token: String) throws -> HTTPResponse {
         guard Self.wantsHTML(request) else { return shareLinkResponse() }
+        // A link pasted with the sentence around it ("…/share/eyJ….", or in brackets or quotes): the token
+        // itself never ends so (a JWS ends in base64url), so the page moves to the link without them.
+        let trimmed = Self.withoutTrailingPunctuation(token)
+        if trimmed != token, !trimmed.isEmpty {
+            return HTTPResponse(status: 301, headers: [(name: "Location", value: "/share/" + trimmed),
+                                                      (name: "Cache-Control", value: "no-store")])
+        }
         return try sharePage(request, token: token)
+    }
+
+    /// Punctuation a messaging app or a sentence leaves after a link, as typed or percent-encoded.
+    static let trailingPunctuation = [".", ",", ")", "]", "}", ">", "!", "?", "'", "\"", ";", ":", "*",
+                                      "%22", "%27", "%29", "%3E", "%3e", "%5D", "%5d", "%7D", "%7d"]
+
+    /// `token` without the punctuation `trailingPunctuation` lists at its end (bounded: the token's length).
+    static func withoutTrailingPunctuation(_ token: String) -> String {
+        var text = Substring(token)
+        while let suffix = trailingPunctuation.first(where: { text.hasSuffix($0) }) { text = text.dropLast(suffix.count) }
+        return String(text)
     }
 
     /// What a share page shows, decided from the link, the share and the viewer.
@@ -100,7 +118,9 @@ extension LatticeService {
     func sharePage(_ request: HTTPRequest, token: String) throws -> HTTPResponse {
         let url = Shares.shareURL(publicURL: publicURL, token: token)
         let next = "/share/" + token
-        let terminal = "<p class=\"terminal\">In a terminal: <code>lattice accept \(html(url))</code></p>"
+        // Folded: a phone's screen is for the page; a terminal user opens it.
+        let terminal = "<details class=\"terminal\"><summary>Join from a terminal</summary>"
+            + "<p>Run <code>lattice accept \(html(url))</code></p></details>"
         let signIn = "<p class=\"actions\" id=\"signin-actions\"><a class=\"button\" href=\"/#signup&amp;next=\(html(next))\">Sign up to join</a> "
             + "<a class=\"button secondary\" href=\"/#next=\(html(next))\">Sign in</a></p>"
         let cause = ShareTokenError.invalid.description

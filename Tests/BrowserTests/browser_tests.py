@@ -583,7 +583,14 @@ def main():
             check(bob.find_element(By.ID, "owner").text == "Shared by alice", "who shared it")
             check(bob.find_element(By.ID, "access").text == "You can view and edit this list.", "the access in words")
             check(bob.find_element(By.ID, "count").text == "2 items", "how many items")
-            check(f"lattice accept {groceries}" in page_text(bob), "the terminal command")
+            check(f"lattice accept {groceries}" not in page_text(bob), "the terminal command is folded away")
+            bob.find_element(By.CSS_SELECTOR, "details.terminal summary").click()
+            check(f"lattice accept {groceries}" in page_text(bob), "the terminal command, unfolded")
+            # The link as a sentence or a messaging app leaves it: trailing punctuation is dropped.
+            for tail in [".", ").", "%22", "!?"]:
+                bob.get(groceries + tail)
+                wait_for(bob, lambda d: d.current_url == groceries and d.find_elements(By.ID, "title"),
+                         f"the link with {tail!r} after it opens the share page")
             screenshot(bob, "share-page.png")
             sign_up_through(bob, groceries, "bob")
             check(sorted(i[0] for i in items_on_page(bob)) == sorted(["Milk", XSS_ITEM]), f"bob's items: {items_on_page(bob)}")

@@ -318,7 +318,8 @@ import Testing
         #expect(html.contains("Shared by <strong>ann</strong>"))
         #expect(html.contains("You can view and edit this list."))
         #expect(html.contains("1 item<"))
-        #expect(html.contains("lattice accept \(url)"))
+        #expect(html.contains("<details class=\"terminal\"><summary>Join from a terminal</summary><p>Run <code>lattice accept \(url)</code>"),
+                "the terminal command is folded behind a disclosure")
         #expect(!html.contains("<script>")) // no inline script
         // API clients keep the JSON note.
         for accept in [nil, "application/json", "*/*"] as [String?] {
@@ -341,6 +342,21 @@ import Testing
     /// stay what the old code showed: live records only (a deleted Item, a tombstone, is not counted), of
     /// type Item only for a zone-wide share (a List or Note is not), and only the root's own children (not
     /// grandchildren, not a child moved away).
+    @Test func aShareLinkWithTrailingPunctuationMovesToTheLinkWithout() {
+        #expect(LatticeService.withoutTrailingPunctuation("eyJa.eyJb.c2ln).") == "eyJa.eyJb.c2ln")
+        #expect(LatticeService.withoutTrailingPunctuation("eyJa.eyJb.c2ln%22%3E") == "eyJa.eyJb.c2ln")
+        #expect(LatticeService.withoutTrailingPunctuation("eyJa.eyJb.c2ln-_") == "eyJa.eyJb.c2ln-_", "base64url stays")
+        #expect(LatticeService.withoutTrailingPunctuation("...") == "")
+    }
+
+    @Test func aPunctuatedShareLinkRedirectsAndAMadeUpOneIsInvalid() throws {
+        let h = try ServiceHarness()
+        let reply = h.raw("GET", "/share/eyJa.eyJb.c2ln).", headers: ["Accept": "text/html"])
+        #expect(reply.status == 301 && reply.response.header("Location") == "/share/eyJa.eyJb.c2ln")
+        let page = h.raw("GET", "/share/eyJa.eyJb.c2ln", headers: ["Accept": "text/html"])
+        #expect(page.status == 404, "a made-up token is the invalid-link page, not a redirect")
+    }
+
     @Test func theSharePageCountsItemsWithoutLoadingRecords() throws {
         var recorder: RecordingStorage?
         let h = try ServiceHarness(wrapStorage: { backend in
