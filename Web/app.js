@@ -17,8 +17,8 @@ const state = {
   /** list ids on screen, to notice the ones that go */
   shownLists: new Map(),
   openList: null,
-  /** list ids this page deleted itself (no "was removed" notice) */
-  deletedHere: new Set(),
+  /** list id -> what this page did to it ("Deleted", "Left"), so its going is said as such */
+  deletedHere: new Map(),
   sharePanel: null,
   /** whether the last fetch brought anything */
   changed: false,
@@ -260,7 +260,7 @@ function rename(list, title) {
 }
 
 function deleteList(list) {
-  state.deletedHere.add(list.id);
+  state.deletedHere.set(list.id, 'Deleted');
   const names = [...items(list).map((i) => i.id), list.id];
   return modify(list, names.map((name) => ({ operationType: 'forceDelete', record: { recordName: name } })),
     () => { for (const name of names) list.zone.records.delete(name); });
@@ -356,7 +356,8 @@ function renderAll() {
   const now = new Map(all.map((l) => [l.id, l.title]));
   for (const [id, title] of state.shownLists) {
     if (now.has(id)) continue;
-    if (state.deletedHere.has(id)) { state.deletedHere.delete(id); notice(`Deleted “${title}”.`); }
+    // Gone by this page's own hand: deleted (own list) or left (a list shared with us), said as such.
+    if (state.deletedHere.has(id)) { notice(`${state.deletedHere.get(id)} “${title}”.`); state.deletedHere.delete(id); }
     else notice(`“${title}” is no longer available: it was deleted, or you were removed from its share.`);
     if (state.openList === id) { state.openList = null; state.sharePanel = null; }
   }
@@ -622,7 +623,7 @@ function renderPanelParticipants() {
 async function leave(list) {
   try {
     await state.api.call('shared', 'shares/leave', shareBody(list));
-    state.deletedHere.add(list.id);
+    state.deletedHere.set(list.id, 'Left');
     await refresh();
   } catch (error) { notice('Not left: ' + (error.reason || error.message), true); }
 }

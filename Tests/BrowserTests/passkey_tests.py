@@ -164,6 +164,12 @@ def main():
             visitor.find_element(By.ID, "signup-passkey").click()
             save_codes(visitor)
             wait_for(visitor, lambda d: d.current_url == link and d.find_elements(By.ID, "join"), "back on the share page")
+            # Joined, then left: the page says "Left", not "Deleted".
+            visitor.find_element(By.ID, "join").click()
+            leave = wait_for(visitor, lambda d: d.find_element(By.ID, "leave"), "the list opens with Leave")
+            leave.click()
+            wait_for(visitor, lambda d: d.find_element(By.ID, "leave"), "Leave asks again").click()
+            wait_for(visitor, lambda d: "Left “Picnic”." in d.find_element(By.ID, "notice").text, "the notice says Left")
 
         tests = [("sign up with a passkey", sign_up_with_a_passkey),
                  ("sign out and in again with the passkey", sign_out_and_in_again_with_the_passkey),
