@@ -46,8 +46,11 @@ import Glibc
         let data = directory + "/server"
         let alice = directory + "/alice", bob = directory + "/bob", carolHome = directory + "/carol"
 
-        // The SQLite deployment, made through the CLI and the API.
-        let sqlite = try ServerUnderTest(data: data, extra: ["--access-log", "off"])
+        // The SQLite deployment, made through the CLI and the API (with an identity provider, for its tables).
+        let provider = try OIDCProviderProcess(clientIDs: ["lattice-app"])
+        defer { provider.stop() }
+        let sqlite = try ServerUnderTest(data: data, extra: ["--access-log", "off", "--oidc-issuer", provider.issuer,
+                                                             "--oidc-client-id", "lattice-app"])
         let url = "http://127.0.0.1:\(sqlite.port)"
         let aliceToken = try #require(try CLITests.ok("signup", "alice", "--server", url, "--json", home: alice)
             .json["token"]?.stringValue)
@@ -77,6 +80,32 @@ import Glibc
             method: "POST", path: "/auth/device/approve", headers: ["Authorization": "Bearer " + aliceToken],
             body: Array(#"{"userCode": "BCDF-GHJK"}"#.utf8))
         #expect(wrongCode.status == 404)
+        // A browser sign-up with a passkey (its recovery codes too), a passkey challenge left waiting, an
+        // app's ID token exchanged (an external identity) and a provider sign-in left under way.
+        let page = ["Origin": url, "X-Lattice-CSRF": "new-session"]
+        let options = try JSON.parse(try RawHTTPClient(port: sqlite.port).send(
+            method: "POST", path: "/auth/passkey/signup/options", headers: page, body: Array(#"{"name": "dora"}"#.utf8)).body)
+        let challenge = try #require(options["challenge"]?.stringValue.flatMap(Base64URL.decode), "\(options.serialized())")
+        var authenticator = TestAuthenticator(.es256, signCount: 1)
+        authenticator.rpID = "127.0.0.1"
+        authenticator.origin = url
+        let registration = JSON.object(["credential": .object([
+            "rawId": .string(Base64URL.encode(authenticator.credentialID)), "type": .string("public-key"),
+            "response": .object([
+                "clientDataJSON": .string(Base64URL.encode(authenticator.clientData("webauthn.create", challenge))),
+                "attestationObject": .string(Base64URL.encode(authenticator.attestationObject(
+                    authenticator.authenticatorData(flags: 0x45, attested: true)))),
+            ])])])
+        let dora = try RawHTTPClient(port: sqlite.port).send(method: "POST", path: "/auth/passkey/signup", headers: page,
+                                                             body: registration.serializedBytes())
+        #expect(dora.status == 200, "\(String(decoding: dora.body, as: UTF8.self))")
+        _ = try RawHTTPClient(port: sqlite.port).send(method: "POST", path: "/auth/passkey/signin/options", headers: page,
+                                                      body: Array("{}".utf8))
+        let exchanged = try RawHTTPClient(port: sqlite.port).send(method: "POST", path: "/auth/oidc/token", body: JSON.object([
+            "issuer": .string(provider.issuer), "idToken": .string(try provider.mint("good", audience: "lattice-app"))]).serializedBytes())
+        #expect(exchanged.status == 200, "\(String(decoding: exchanged.body, as: UTF8.self))")
+        let started = try RawHTTPClient(port: sqlite.port).send(method: "GET", path: "/auth/oidc/start?provider=0")
+        #expect(started.status == 200)
 
         // Sync tokens issued before the move: alice's database and zone feeds, bob's shared database.
         let databaseFeed = try Self.post(sqlite.port, Self.privateDatabase + "changes/database", token: aliceToken, .object([:]))

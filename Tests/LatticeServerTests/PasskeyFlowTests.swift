@@ -163,6 +163,7 @@ import Testing
         headers["Cookie"] = session.cookie
         headers["X-Lattice-CSRF"] = session.csrf
         var laptop = Self.authenticator()
+        h.clock.advance(1_000) // added later than the phone's: listed after it
         let options = Self.post(h, "/auth/passkey/register/options", .object([:]), headers: headers)
         #expect(options.status == 200 && options["excludeCredentials"]?.arrayValue?.count == 1, "\(options.json.serialized())")
         let added = Self.post(h, "/auth/passkey/register", Self.registration(laptop, try Self.challenge(options), name: "Laptop"),
