@@ -160,6 +160,45 @@ async function refresh(always = false) {
   if (state.changed || always) render();
 }
 
+// MARK: Invitations
+
+/** Shows the pending invitations (shares/invitations) with Accept and Decline; an older server shows none. */
+async function loadInvitations() {
+  let invitations = [];
+  try {
+    invitations = (await state.api.call('shared', 'shares/invitations', {})).invitations || [];
+  } catch (_) {
+    return; // offline, or a server without invitations: nothing to show
+  }
+  const list = $('invitation-list');
+  list.replaceChildren(...invitations.map((invitation, index) => {
+    const what = `“${invitation.title || 'A list'}” from ${invitation.ownerName}`;
+    const access = invitation.permission === 'readWrite' ? 'can edit' : 'can view';
+    const text = el('span', { dir: 'auto', text: `${what} (${access})` });
+    const accept = el('button', { type: 'button', class: 'button small', id: `invitation-accept-${index}`, text: 'Accept',
+      'aria-label': `Accept ${what}`, onclick: async () => {
+        try {
+          const reply = await state.api.call('shared', 'records/accept', { shortGUIDs: [{ value: invitation.url }] });
+          const result = (reply.results || [])[0] || {};
+          if (result.serverErrorCode) throw new ApiError(result.serverErrorCode, result.reason, 200);
+          notice(`Joined ${what}.`);
+          await refresh(true);
+          await loadInvitations();
+        } catch (error) { notice('Not joined: ' + (error.reason || error.message), true); }
+      } });
+    const decline = el('button', { type: 'button', class: 'button small secondary', id: `invitation-decline-${index}`, text: 'Decline',
+      'aria-label': `Decline ${what}`, onclick: async () => {
+        try {
+          await state.api.call('shared', 'shares/decline', { zoneID: invitation.zoneID, shareRecordName: invitation.shareRecordName });
+          notice(`Declined ${what}.`);
+          await loadInvitations();
+        } catch (error) { notice('Not declined: ' + (error.reason || error.message), true); }
+      } });
+    return el('li', { class: 'invitation' }, text, accept, decline);
+  }));
+  $('invitations').hidden = invitations.length === 0;
+}
+
 async function watch() {
   for (;;) {
     try {
@@ -670,6 +709,9 @@ async function start() {
     if (list && list !== state.openList && lists().some((l) => l.id === list)) open(list);
   });
   document.body.dataset.ready = 'true';
+  // Invitations are not in the change feeds (the invitee has no access yet): asked now and every minute.
+  loadInvitations();
+  setInterval(loadInvitations, 60 * 1000);
   const recovered = sessionStorage.getItem('lattice.recoveryNotice');
   if (recovered) { sessionStorage.removeItem('lattice.recoveryNotice'); notice(recovered); }
   // A session renews while used (GET /auth/session past half its life): ask every six hours while open.

@@ -392,6 +392,75 @@ public struct Shares: Sendable {
         return try shareJSON(share, roster, zone: try resolved.existingZone(), tx)
     }
 
+    // MARK: Invitations
+
+    /// How long the link an invitation carries works (any valid link lets a pending invitee accept).
+    static let invitationLinkSeconds: Int64 = 7 * 86_400
+
+    /// `shares/invitations {}` (shared database): the caller's pending invitations, newest first, at most
+    /// 100, each with a signed link that `records/accept` takes (it makes a pending invitee accepted).
+    package func invitations(_ caller: Caller) throws -> JSON {
+        guard caller.database == .shared else { throw ServiceError.badRequest("invitations are listed in the shared database") }
+        guard let keyRing = core.keyRing else { throw ServiceError(.internalError, "share links are not configured on this server") }
+        return try core.storage.read(deadline: caller.deadline) { tx in
+            let pending = try tx.participations(userID: caller.user.id, status: .pending).filter { !$0.share.deleted }
+                .sorted { $0.participant.modifiedMs > $1.participant.modifiedMs }.prefix(100)
+            var items: [JSON] = []
+            let now = core.configuration.now() / 1000
+            for (share, participant) in pending {
+                guard let zone = try tx.zone(rowID: share.zoneRowID), !zone.deleted else { continue }
+                let claims = ShareClaims(issuer: core.publicURL, shareID: share.publicID, zoneName: zone.name,
+                                         ownerRecordName: zone.ownerRecordName, issuedAt: now, expiresAt: now + Self.invitationLinkSeconds,
+                                         maximumUses: nil, tokenID: try ShareClaims.newTokenID(),
+                                         permission: participant.permission.rawValue, epoch: share.urlEpoch)
+                items.append(.object([
+                    "zoneID": .object(["zoneName": .string(zone.name), "ownerRecordName": .string(zone.ownerRecordName)]),
+                    "shareRecordName": .string(share.recordName), "title": .string(share.title),
+                    "ownerName": .string(try tx.user(id: share.ownerID)?.name ?? ""),
+                    "permission": .string(participant.permission.rawValue),
+                    "url": .string(Self.shareURL(publicURL: core.publicURL, token: try keyRing.sign(claims))),
+                ]))
+            }
+            return .object(["invitations": .array(items)])
+        }
+    }
+
+    /// `shares/decline {"zoneID", "shareRecordName"?}` (shared database): the caller turns a pending
+    /// invitation down and becomes `removed` (only a new invitation lets them in); the owner sees it in the
+    /// roster. NOT_FOUND when they have no pending invitation to such a share.
+    package func declineInvitation(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction,
+                                   _ touched: inout Set<Int64>) throws -> JSON {
+        guard caller.database == .shared else { throw ServiceError.badRequest("invitations are declined in the shared database") }
+        let target = try ShareTarget(json: .object(body))
+        var matches: [StoredShare] = []
+        for (share, _) in try tx.participations(userID: caller.user.id, status: .pending) where !share.deleted {
+            guard target.shareRecordName == nil || share.recordName == target.shareRecordName,
+                  let zone = try tx.zone(rowID: share.zoneRowID), !zone.deleted, zone.name == target.zoneID.zoneName,
+                  target.zoneID.ownerRecordName == nil || zone.ownerRecordName == target.zoneID.ownerRecordName else { continue }
+            matches.append(share)
+        }
+        guard let found = matches.first else { throw ServiceError(.notFound, "you have no pending invitation to that share") }
+        guard matches.count == 1 else { throw ServiceError.badRequest("several invitations match; name one with shareRecordName") }
+        guard var share = try tx.share(id: found.id), !share.deleted, let zone = try tx.zone(rowID: share.zoneRowID) else {
+            throw ServiceError(.notFound, "you have no pending invitation to that share")
+        }
+        var roster = try roster(share, tx)
+        let before = roster
+        guard roster.participant(caller.user.id)?.status == .pending else {
+            throw ServiceError(.notFound, "you have no pending invitation to that share")
+        }
+        do throws(ShareRuleError) {
+            try roster.remove(caller.user.id, by: caller.user.id)
+        } catch {
+            throw apiError(error)
+        }
+        try saveRoster(roster, of: &share, before: before, caller: caller, tx, &touched)
+        let zoneID = try ZoneID(zoneName: zone.name, ownerRecordName: zone.ownerRecordName)
+        try writeShareRecord(share, roster, zone: zone, zoneID: zoneID, caller: caller, checksQuota: false, tx, &touched)
+        return .object(["zoneID": .object(["zoneName": .string(zone.name), "ownerRecordName": .string(zone.ownerRecordName)]),
+                        "shareRecordName": .string(share.recordName), "declined": .bool(true)])
+    }
+
     /// `shares/leave {"zoneID", "shareRecordName"?}` (shared database): the caller leaves the share.
     package func leaveShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
         -> JSON {

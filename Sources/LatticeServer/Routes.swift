@@ -353,6 +353,10 @@ extension LatticeService {
         .database("shares/leave") { service, context in
             try service.idempotent(context) { try service.shares.leaveShare(context.caller, context.body, $0, &$1) }
         },
+        .database("shares/invitations") { service, context in .json(try service.shares.invitations(context.caller)) },
+        .database("shares/decline") { service, context in
+            try service.idempotent(context) { try service.shares.declineInvitation(context.caller, context.body, $0, &$1) }
+        },
         .database("shares/delete") { service, context in
             try service.idempotent(context) { try service.shares.deleteShare(context.caller, context.body, $0, &$1) }
         },
