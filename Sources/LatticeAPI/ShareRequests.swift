@@ -302,10 +302,13 @@ public struct ShareLinksRequest: Sendable {
         }
     }
 
-    /// The token of a share link given as the token itself or the whole URL.
+    /// The token of a share link given as the token itself or the whole URL, without the punctuation a
+    /// sentence left after it (`ShareLinkText`). A short link (`…/s/{code}`) stays as it is: the server looks
+    /// its code up.
     public static func token(fromLink text: String) -> String {
-        guard let range = text.range(of: "/share/") else { return text }
-        return String(text[range.upperBound...])
+        let trimmed = ShareLinkText.withoutTrailingPunctuation(text)
+        guard let range = trimmed.firstRange(of: "/share/") else { return trimmed }
+        return String(trimmed[range.upperBound...])
     }
 
     public var json: JSON {
@@ -432,6 +435,9 @@ public struct ShareDeleteResponse: Sendable, Hashable {
 /// The answer to `shares/url`: a signed URL and its token, what it grants, and its limits.
 public struct ShareURLResponse: Sendable, Hashable {
     public var url: String
+    /// `{public URL}/s/{code}`: a short link that points at `url` (`GET /s/{code}`), nil from a server without
+    /// short links.
+    public var shortURL: String?
     public var token: String
     public var permission: SharePermission
     public var epoch: Int64
@@ -439,9 +445,10 @@ public struct ShareURLResponse: Sendable, Hashable {
     public var expiresAt: Int64?
     public var maxUses: Int?
 
-    public init(url: String, token: String, permission: SharePermission, epoch: Int64, expiresAt: Int64? = nil,
-                maxUses: Int? = nil) {
+    public init(url: String, shortURL: String? = nil, token: String, permission: SharePermission, epoch: Int64,
+                expiresAt: Int64? = nil, maxUses: Int? = nil) {
         self.url = url
+        self.shortURL = shortURL
         self.token = token
         self.permission = permission
         self.epoch = epoch
@@ -452,7 +459,7 @@ public struct ShareURLResponse: Sendable, Hashable {
     public init?(json: JSON) {
         guard let url = json["url"]?.stringValue,
               let permission = json["permission"]?.stringValue.flatMap(SharePermission.init(rawValue:)) else { return nil }
-        self.init(url: url, token: json["token"]?.stringValue ?? "", permission: permission,
+        self.init(url: url, shortURL: json["shortURL"]?.stringValue, token: json["token"]?.stringValue ?? "", permission: permission,
                   epoch: json["epoch"]?.intValue ?? 0, expiresAt: json["expiresAt"]?.intValue,
                   maxUses: json["maxUses"]?.intValue.map { Int(clamping: $0) })
     }
@@ -460,6 +467,7 @@ public struct ShareURLResponse: Sendable, Hashable {
     public var json: JSON {
         var object: [String: JSON] = ["url": .string(url), "token": .string(token), "permission": .string(permission.rawValue),
                                       "epoch": .int(epoch)]
+        if let shortURL { object["shortURL"] = .string(shortURL) }
         if let expiresAt { object["expiresAt"] = .int(expiresAt) }
         if let maxUses { object["maxUses"] = .int(Int64(maxUses)) }
         return .object(object)

@@ -399,13 +399,14 @@ public struct Shares: Sendable {
 
     /// `shares/invitations {}` (shared database): the caller's pending invitations, newest first, at most
     /// 100, each with a signed link that `records/accept` takes (it makes a pending invitee accepted).
-    package func invitations(_ caller: Caller) throws -> JSON {
+    package func invitations(_ caller: Caller, _ body: [String: JSON] = [:]) throws -> JSON {
+        _ = try ShareInvitationsRequest(json: .object(body))
         guard caller.database == .shared else { throw ServiceError.badRequest("invitations are listed in the shared database") }
         guard let keyRing = core.keyRing else { throw ServiceError(.internalError, "share links are not configured on this server") }
         return try core.storage.read(deadline: caller.deadline) { tx in
             let pending = try tx.participations(userID: caller.user.id, status: .pending).filter { !$0.share.deleted }
-                .sorted { $0.participant.modifiedMs > $1.participant.modifiedMs }.prefix(100)
-            var items: [JSON] = []
+                .sorted { $0.participant.modifiedMs > $1.participant.modifiedMs }.prefix(ShareInvitationsResponse.maximumCount)
+            var items: [ShareInvitation] = []
             let now = core.configuration.now() / 1000
             for (share, participant) in pending {
                 guard let zone = try tx.zone(rowID: share.zoneRowID), !zone.deleted else { continue }
@@ -413,15 +414,13 @@ public struct Shares: Sendable {
                                          ownerRecordName: zone.ownerRecordName, issuedAt: now, expiresAt: now + Self.invitationLinkSeconds,
                                          maximumUses: nil, tokenID: try ShareClaims.newTokenID(),
                                          permission: participant.permission.rawValue, epoch: share.urlEpoch)
-                items.append(.object([
-                    "zoneID": .object(["zoneName": .string(zone.name), "ownerRecordName": .string(zone.ownerRecordName)]),
-                    "shareRecordName": .string(share.recordName), "title": .string(share.title),
-                    "ownerName": .string(try tx.user(id: share.ownerID)?.name ?? ""),
-                    "permission": .string(participant.permission.rawValue),
-                    "url": .string(Self.shareURL(publicURL: core.publicURL, token: try keyRing.sign(claims))),
-                ]))
+                items.append(ShareInvitation(
+                    zoneID: WireZoneID(zoneName: zone.name, ownerRecordName: zone.ownerRecordName),
+                    shareRecordName: share.recordName, title: share.title,
+                    ownerName: try tx.user(id: share.ownerID)?.name ?? "", permission: participant.permission,
+                    url: Self.shareURL(publicURL: core.publicURL, token: try keyRing.sign(claims))))
             }
-            return .object(["invitations": .array(items)])
+            return ShareInvitationsResponse(invitations: items).json
         }
     }
 
@@ -465,7 +464,23 @@ public struct Shares: Sendable {
     package func leaveShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
         -> JSON {
         guard caller.database == .shared else { throw ServiceError.badRequest("leave a share through the shared database") }
-        var (resolved, share, roster) = try targetShare(caller, try ShareLeaveRequest(json: .object(body)), tx)
+        let target = try ShareLeaveRequest(json: .object(body))
+        var (resolved, share, roster): (ResolvedZone, StoredShare, ShareRoster)
+        do {
+            (resolved, share, roster) = try targetShare(caller, target, tx)
+        } catch let error as ServiceError where error.code == .notFound || error.code == .zoneNotFound {
+            // A pending invitee has no access yet, so the zone is not in their shared database: leaving an
+            // invitation is declining it (they become removed, as a participant who leaves does).
+            let declined: JSON
+            do {
+                declined = try tx.savepoint { try declineInvitation(caller, body, tx, &touched) }
+            } catch let declineError as ServiceError where declineError.code == .notFound {
+                throw error
+            }
+            return ShareLeaveResponse(zoneID: WireZoneID(
+                zoneName: declined["zoneID"]?["zoneName"]?.stringValue ?? target.zoneID.zoneName,
+                ownerRecordName: declined["zoneID"]?["ownerRecordName"]?.stringValue)).json
+        }
         let before = roster
         do throws(ShareRuleError) {
             try roster.remove(caller.user.id, by: caller.user.id)
@@ -500,6 +515,7 @@ public struct Shares: Sendable {
         }
         share.deleted = true
         try tx.updateShare(share)
+        _ = try tx.pruneShortLinks(shareID: share.id, keeping: 0)
         if let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName), !stored.deleted {
             var edit = try RecordEdit(editing: try core.frame(stored))
             edit.delete(at: core.tick())
@@ -524,6 +540,8 @@ public struct Shares: Sendable {
         if request.rotate == true {
             share.urlEpoch += 1
             try tx.updateShare(share)
+            // The old links' short codes would answer as invalid anyway; they go so they cost nothing.
+            _ = try tx.pruneShortLinks(shareID: share.id, keeping: 0)
         }
         let permission = request.permission ?? (roster.publicPermission == .none ? .readOnly : roster.publicPermission)
         let now = core.configuration.now() / 1000
@@ -535,7 +553,8 @@ public struct Shares: Sendable {
                                  maximumUses: maximumUses, tokenID: try ShareClaims.newTokenID(),
                                  permission: permission.rawValue, epoch: share.urlEpoch)
         let token = try keyRing.sign(claims)
-        return ShareURLResponse(url: Self.shareURL(publicURL: core.publicURL, token: token), token: token,
+        let shortURL = try makeShortLink(token: token, share: share, tx)
+        return ShareURLResponse(url: Self.shareURL(publicURL: core.publicURL, token: token), shortURL: shortURL, token: token,
                                 permission: permission, epoch: share.urlEpoch, expiresAt: expires, maxUses: maximumUses).json
     }
 
@@ -582,7 +601,7 @@ public struct Shares: Sendable {
         return try core.storage.read(deadline: caller.deadline) { tx in
             ShareLinksResponse(results: try links.map { link -> Result<ShareMetadata, ServiceError> in
                 do {
-                    let token = try link.get()
+                    let token = try linkToken(try link.get(), tx)
                     let (claims, share) = try verifiedLink(token, tx)
                     if let maximum = claims.maximumUses, try tx.linkUses(tokenID: claims.tokenID) >= maximum,
                        try roster(share, tx).access(of: caller.user.id) == .none {
@@ -608,7 +627,7 @@ public struct Shares: Sendable {
         for link in links {
             do {
                 let result = try tx.savepoint { () throws -> ShareMetadata in
-                    let token = try link.get()
+                    let token = try linkToken(try link.get(), tx)
                     try lockLinkTarget(token, tx)
                     var (claims, share) = try verifiedLink(token, tx)
                     var roster = try roster(share, tx)

@@ -311,6 +311,12 @@ extension LatticeService {
               throttle: .perAddress, hidesPath: true, handler: .plain { service, request, parameters in
                   try service.shareLink(request, token: parameters["token"] ?? "")
               }),
+        // A short share link (WebPages.swift, LatticeOperations' ShortLinks.swift): a browser goes on to the share
+        // page of the signed link it points at; an API client gets that link.
+        Route(method: "GET", pattern: RoutePattern("/s/{code...}"), authentication: .none, lane: .pool,
+              throttle: .perAddress, hidesPath: true, handler: .plain { service, request, parameters in
+                  try service.shortLink(request, code: parameters["code"] ?? "")
+              }),
 
         .database("users/current") { _, context in
             .json(CurrentUserResponse(userRecordName: context.user.recordName, name: context.user.name).json)
@@ -353,7 +359,7 @@ extension LatticeService {
         .database("shares/leave") { service, context in
             try service.idempotent(context) { try service.shares.leaveShare(context.caller, context.body, $0, &$1) }
         },
-        .database("shares/invitations") { service, context in .json(try service.shares.invitations(context.caller)) },
+        .database("shares/invitations") { service, context in .json(try service.shares.invitations(context.caller, context.body)) },
         .database("shares/decline") { service, context in
             try service.idempotent(context) { try service.shares.declineInvitation(context.caller, context.body, $0, &$1) }
         },

@@ -59,15 +59,34 @@ extension LatticeService {
         return try sharePage(request, token: token)
     }
 
-    /// Punctuation a messaging app or a sentence leaves after a link, as typed or percent-encoded.
-    static let trailingPunctuation = [".", ",", ")", "]", "}", ">", "!", "?", "'", "\"", ";", ":", "*",
-                                      "%22", "%27", "%29", "%3E", "%3e", "%5D", "%5d", "%7D", "%7d"]
+    /// `token` without the punctuation a sentence or a messaging app leaves after a link (`ShareLinkText`).
+    static func withoutTrailingPunctuation(_ token: String) -> String { ShareLinkText.withoutTrailingPunctuation(token) }
 
-    /// `token` without the punctuation `trailingPunctuation` lists at its end (bounded: the token's length).
-    static func withoutTrailingPunctuation(_ token: String) -> String {
-        var text = Substring(token)
-        while let suffix = trailingPunctuation.first(where: { text.hasSuffix($0) }) { text = text.dropLast(suffix.count) }
-        return String(text)
+    /// `GET /s/{code}`: a short link. A browser is sent on to the share page of the signed link it points at
+    /// (`?via={code}` lets that page show the short link again); an API client gets `ShortLinkResolution`. A
+    /// code that is unknown, or points at a revoked link or a share no longer shared, answers as an invalid
+    /// signed link does: the same page, or ACCESS_DENIED.
+    func shortLink(_ request: HTTPRequest, code: String) throws -> HTTPResponse {
+        let wantsPage = Self.wantsHTML(request)
+        let resolution: ShortLinkResolution
+        do {
+            resolution = try shares.resolveShortLink(code, deadline: freshDeadline())
+        } catch let error as ServiceError where error.code == .accessDenied && wantsPage {
+            return invalidLinkPage()
+        }
+        guard wantsPage else { return .json(resolution.json) }
+        let token = ShareLinksRequest.token(fromLink: resolution.url)
+        let shortCode = resolution.shortURL.split(separator: "/").last.map(String.init) ?? ""
+        return HTTPResponse(status: 303, headers: [(name: "Location", value: "/share/\(token)?via=\(shortCode)"),
+                                                  (name: "Cache-Control", value: "no-store")])
+    }
+
+    /// The short link a share page was reached by (`?via={code}`), when that code points at this very token.
+    func shortURLShown(_ request: HTTPRequest, token: String) -> String? {
+        guard let via = Self.queryValue(request.query, "via"), let code = ShortLinkCode.normalized(via) else { return nil }
+        let link = try? storage.read(deadline: freshDeadline()) { tx in try tx.shortLink(code: code) }
+        guard let link = link ?? nil, link.token == token else { return nil }
+        return Shares.shortURL(publicURL: publicURL, code: code)
     }
 
     /// What a share page shows, decided from the link, the share and the viewer.
@@ -116,21 +135,16 @@ extension LatticeService {
     }
 
     func sharePage(_ request: HTTPRequest, token: String) throws -> HTTPResponse {
-        let url = Shares.shareURL(publicURL: publicURL, token: token)
+        let url = shortURLShown(request, token: token) ?? Shares.shareURL(publicURL: publicURL, token: token)
         let next = "/share/" + token
         // Folded: a phone's screen is for the page; a terminal user opens it.
         let terminal = "<details class=\"terminal\"><summary>Join from a terminal</summary>"
             + "<p>Run <code>lattice accept \(html(url))</code></p></details>"
         let signIn = "<p class=\"actions\" id=\"signin-actions\"><a class=\"button\" href=\"/#signup&amp;next=\(html(next))\">Sign up to join</a> "
             + "<a class=\"button secondary\" href=\"/#next=\(html(next))\">Sign in</a></p>"
-        let cause = ShareTokenError.invalid.description
         switch try sharePageState(request, token: token) {
         case .invalid:
-            return page(status: 404, title: "This link does not work", body: """
-                <h1>This link does not work</h1>
-                <p class="cause">\(html(cause.prefix(1).uppercased() + cause.dropFirst())).</p>
-                <p>Ask the person who sent it for a new link.</p>
-                """)
+            return invalidLinkPage()
         case .notForYou(let signedIn):
             return page(status: 403, title: "This link is not for you", body: """
                 <h1>This link is not for you</h1>
@@ -159,6 +173,16 @@ extension LatticeService {
                 \(terminal)
                 """)
         }
+    }
+
+    /// The page of a share link (signed or short) that does not work, whatever the cause.
+    func invalidLinkPage() -> HTTPResponse {
+        let cause = ShareTokenError.invalid.description
+        return page(status: 404, title: "This link does not work", body: """
+            <h1>This link does not work</h1>
+            <p class="cause">\(html(cause.prefix(1).uppercased() + cause.dropFirst())).</p>
+            <p>Ask the person who sent it for a new link.</p>
+            """)
     }
 
     /// An HTML page of this server, `extraHead` added to its head (a refresh, say).

@@ -86,3 +86,21 @@ extension Secrets {
 }
 
 private func isLowerHex(_ c: UInt8) -> Bool { (c >= 48 && c <= 57) || (c >= 97 && c <= 102) }
+
+extension Secrets {
+    /// `length` characters drawn uniformly from `alphabet` (at most 256 characters) by the CSPRNG: a short
+    /// code people type (a short share link's, say).
+    public static func randomString(length: Int, alphabet: [Character]) throws(CryptoError) -> String {
+        precondition(!alphabet.isEmpty && alphabet.count <= 256, "an alphabet of 1 to 256 characters")
+        // Bytes at or above the largest multiple of the alphabet's size are drawn again, so no character is
+        // likelier than another.
+        let limit = 256 - 256 % alphabet.count
+        var out = ""
+        while out.count < length {
+            for byte in try randomBytes(length * 2) where Int(byte) < limit && out.count < length {
+                out.append(alphabet[Int(byte) % alphabet.count])
+            }
+        }
+        return out
+    }
+}

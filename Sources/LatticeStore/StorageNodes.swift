@@ -139,6 +139,7 @@ public enum StorageTables {
         ("share_participants", ["share_id", "user_id", "role", "permission", "status", "modified_ms"],
          "share_id, user_id"),
         ("share_link_uses", ["token_id", "share_id", "uses"], "token_id"),
+        ("share_short_links", ["code", "share_id", "token", "created_ms"], "code"),
         ("share_records", ["share_id", "record_name", "member", "seq"], "share_id, seq"),
         ("shared_zones", ["database_id", "share_id", "deleted", "db_seq"], "database_id, share_id"),
     ]

@@ -1146,6 +1146,41 @@ struct StorageContractTests {
         }
     }
 
+    /// Short links: a code points at one share's token; a taken code is a duplicate and changes nothing;
+    /// pruning keeps a share's newest codes and leaves other shares' alone.
+    @Test(arguments: StorageBackends.all)
+    func shortLinksPointAtTokensAndPruneOldestFirst(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (first, second) = try storage.write { tx throws in
+                let owner = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1)
+                let zone = try makeZone(tx)
+                return (try tx.insertShare(share(zone, "sh_1", record: "S1", root: "A", ownerID: owner.id)).id,
+                        try tx.insertShare(share(zone, "sh_2", record: "S2", root: "B", ownerID: owner.id)).id)
+            }
+            try storage.write { tx throws in
+                for index in 1...4 {
+                    try tx.insertShortLink(code: "code\(index)", shareID: first, token: "token-\(index)", nowMs: Int64(index))
+                }
+                try tx.insertShortLink(code: "other", shareID: second, token: "token-x", nowMs: 1)
+            }
+            expectDuplicate { try storage.write { try $0.insertShortLink(code: "code1", shareID: second, token: "t", nowMs: 9) } }
+            try storage.read { tx throws in
+                #expect(try tx.shortLink(code: "code1")?.token == "token-1")
+                #expect(try tx.shortLink(code: "code1")?.shareID == first, "the duplicate changed nothing")
+                #expect(try tx.shortLink(code: "nope") == nil)
+            }
+            #expect(try storage.write { try $0.pruneShortLinks(shareID: first, keeping: 2) } == 2)
+            try storage.read { tx throws in
+                #expect(try tx.shortLink(code: "code1") == nil && tx.shortLink(code: "code2") == nil)
+                #expect(try tx.shortLink(code: "code3")?.token == "token-3" && tx.shortLink(code: "code4") != nil)
+                #expect(try tx.shortLink(code: "other")?.token == "token-x")
+            }
+            #expect(try storage.write { try $0.pruneShortLinks(shareID: first, keeping: 0) } == 2)
+            #expect(try storage.read { try $0.shortLink(code: "code4") } == nil)
+            #expect(try storage.read { try $0.shortLink(code: "other") } != nil)
+        }
+    }
+
     @Test(arguments: StorageBackends.all)
     func aShareLogKeepsEachRecordAtItsLatestPosition(_ backend: StorageBackend) throws {
         try withStorage(backend) { storage in

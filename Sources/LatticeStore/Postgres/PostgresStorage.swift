@@ -451,6 +451,8 @@ public final class PostgresStorage: Storage, Sendable {
                                    sql: PasskeyTables.migration(blob: "BYTEA", integer: "BIGINT")),
         PostgresMigrator.Migration("v9: external identities, OpenID Connect sign-ins",
                                    sql: IdentityTables.migration(blob: "BYTEA", integer: "BIGINT")),
+        PostgresMigrator.Migration("v10: short share links",
+                                   sql: ShortLinkTables.migration(integer: "BIGINT", text: "text COLLATE \"C\"")),
     ])
 
     /// The channel commits are announced on (`NOTIFY`).

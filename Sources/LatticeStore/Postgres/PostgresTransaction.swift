@@ -814,6 +814,24 @@ final class PostgresTransaction: StorageTransaction, StorageBookkeeping, Storage
                 + "ON CONFLICT(token_id) DO UPDATE SET uses = share_link_uses.uses + 1", [.text(tokenID), .integer(shareID)])
     }
 
+    func insertShortLink(code: String, shareID: Int64, token: String, nowMs: Int64) throws {
+        let inserted = try run("INSERT INTO share_short_links(code, share_id, token, created_ms) VALUES ($1, $2, $3, $4) "
+                               + "ON CONFLICT DO NOTHING", [.text(code), .integer(shareID), .text(token), .integer(nowMs)])
+        if inserted == 0 { throw StorageError.duplicate("a short link with this code") }
+    }
+
+    func shortLink(code: String) throws -> (shareID: Int64, token: String)? {
+        try rows("SELECT share_id, token FROM share_short_links WHERE code = $1", [.text(code)]).first.map {
+            (shareID: $0[0].integer, token: $0[1].text ?? "")
+        }
+    }
+
+    func pruneShortLinks(shareID: Int64, keeping: Int) throws -> Int {
+        try run("DELETE FROM share_short_links WHERE share_id = $1 AND code NOT IN (SELECT code FROM share_short_links "
+                + "WHERE share_id = $1 ORDER BY created_ms DESC, code LIMIT $2)",
+                [.integer(shareID), .integer(Int64(max(0, keeping)))])
+    }
+
     func setShareMembership(shareID: Int64, recordName: String, member: Bool) throws {
         let seqRows = try write("UPDATE shares SET last_seq = last_seq + 1 WHERE id = $1 RETURNING last_seq",
                                 [.integer(shareID)], changes: [.share(shareID)])

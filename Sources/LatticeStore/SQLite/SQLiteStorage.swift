@@ -291,6 +291,8 @@ public final class SQLiteStorage: Storage, Sendable {
         // Accounts of OpenID Connect providers and their sign-ins under way (ExternalIdentities.swift).
         Migrator.Migration("v10: external identities, OpenID Connect sign-ins",
                            sql: IdentityTables.migration(blob: "BLOB", integer: "INTEGER")),
+        // Short share links (ShortLinks.swift).
+        Migrator.Migration("v11: short share links", sql: ShortLinkTables.migration(integer: "INTEGER", text: "TEXT")),
     ])
 
     /// The node a SQLite deployment runs as (one process), unless told otherwise.
@@ -1004,6 +1006,24 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
     func recordLinkUse(tokenID: String, shareID: Int64) throws {
         try run("INSERT INTO share_link_uses(token_id, share_id, uses) VALUES (?, ?, 1) "
                 + "ON CONFLICT(token_id) DO UPDATE SET uses = uses + 1", [.text(tokenID), .integer(shareID)])
+    }
+
+    func insertShortLink(code: String, shareID: Int64, token: String, nowMs: Int64) throws {
+        let inserted = try run("INSERT INTO share_short_links(code, share_id, token, created_ms) VALUES (?, ?, ?, ?) "
+                               + "ON CONFLICT DO NOTHING", [.text(code), .integer(shareID), .text(token), .integer(nowMs)])
+        if inserted == 0 { throw StorageError.duplicate("a short link with this code") }
+    }
+
+    func shortLink(code: String) throws -> (shareID: Int64, token: String)? {
+        try rows("SELECT share_id, token FROM share_short_links WHERE code = ?", [.text(code)]).first.map {
+            (shareID: $0[0].integer, token: $0[1].text ?? "")
+        }
+    }
+
+    func pruneShortLinks(shareID: Int64, keeping: Int) throws -> Int {
+        try run("DELETE FROM share_short_links WHERE share_id = ? AND code NOT IN (SELECT code FROM share_short_links "
+                + "WHERE share_id = ? ORDER BY created_ms DESC, code LIMIT ?)",
+                [.integer(shareID), .integer(shareID), .integer(Int64(max(0, keeping)))])
     }
 
     func setShareMembership(shareID: Int64, recordName: String, member: Bool) throws {

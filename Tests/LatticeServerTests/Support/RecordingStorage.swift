@@ -439,6 +439,21 @@ private struct RecordingTransaction: StorageTransaction {
         return try base.recordLinkUse(tokenID: tokenID, shareID: shareID)
     }
 
+    func insertShortLink(code: String, shareID: Int64, token: String, nowMs: Int64) throws {
+        note("insertShortLink")
+        try base.insertShortLink(code: code, shareID: shareID, token: token, nowMs: nowMs)
+    }
+
+    func shortLink(code: String) throws -> (shareID: Int64, token: String)? {
+        note("shortLink")
+        return try base.shortLink(code: code)
+    }
+
+    func pruneShortLinks(shareID: Int64, keeping: Int) throws -> Int {
+        note("pruneShortLinks")
+        return try base.pruneShortLinks(shareID: shareID, keeping: keeping)
+    }
+
     func setShareMembership(shareID: Int64, recordName: String, member: Bool) throws {
         note("setShareMembership")
         return try base.setShareMembership(shareID: shareID, recordName: recordName, member: member)
