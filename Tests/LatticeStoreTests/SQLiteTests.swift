@@ -46,6 +46,7 @@ struct SQLiteTests {
             DROP TABLE recovery_codes;
             DROP TABLE external_identities;
             DROP TABLE oidc_logins;
+            DROP TABLE share_short_links;
             DROP INDEX users_by_name_key;
             ALTER TABLE users DROP COLUMN name_key;
             INSERT INTO users(record_name, name, created_ms) VALUES ('_a', 'mom', 1), ('_b', 'Mom', 2), ('_c', 'ann', 3);
