@@ -77,8 +77,9 @@ extension LatticeService {
         guard wantsPage else { return .json(resolution.json) }
         let token = ShareLinksRequest.token(fromLink: resolution.url)
         let shortCode = resolution.shortURL.split(separator: "/").last.map(String.init) ?? ""
-        return HTTPResponse(status: 303, headers: [(name: "Location", value: "/share/\(token)?via=\(shortCode)"),
-                                                  (name: "Cache-Control", value: "no-store")])
+        var response = HTTPResponse.json(resolution.json, status: 303)
+        response.headers.append((name: "Location", value: "/share/\(token)?via=\(shortCode)"))
+        return response
     }
 
     /// The short link a share page was reached by (`?via={code}`), when that code points at this very token.
