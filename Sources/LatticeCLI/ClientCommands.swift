@@ -157,7 +157,7 @@ let shareUsage = """
     participants, url and delete. The share of a list is the share rooted at it, else its zone's
     zone-wide share. Administrators of a list shared with them manage it the same way. Sharing needs
     the server.
-    --json: share url gives {"url"}; share participants {"id","publicPermission","participants":
+    --json: share url gives {"url","shortURL"}; share participants {"id","publicPermission","participants":
     [{"name","userRecordName","role","permission","status"}]}; the others the affected ids, e.g.
     {"id": share record name, "list"|"zone", ...}.
 
@@ -169,6 +169,7 @@ let shareUsage = """
 let acceptUsage = """
     usage: lattice accept URL [--yes] [--home DIR] [--json]
 
+    URL is a share link, long (.../share/...) or short (.../s/...); punctuation pasted after it is ignored.
     Shows a share link's title, owner and the access it grants, asks "Join? [y/N]" (on a terminal;
     otherwise --yes is required), joins, syncs and shows the joined list(s). A link that was rotated,
     deleted, used up or expired fails with exit status 1; declining exits with status 1.
@@ -196,7 +197,7 @@ let explainUsage = """
 let clientCommandUsages: [String: String] = [
     "signup": signupUsage, "login": loginUsage, "logout": logoutUsage, "whoami": whoamiUsage, "sync": syncUsage, "watch": watchUsage,
     "lists": listsUsage, "list": listUsage, "share": shareUsage, "accept": acceptUsage, "explain": explainUsage,
-    "devices": devicesUsage,
+    "devices": devicesUsage, "invitations": invitationsUsage,
 ]
 
 /// Runs a client command. Server and connection errors become messages for people.
@@ -215,6 +216,7 @@ func runClientCommand(_ command: String, _ arguments: [String]) throws {
         case "accept": try runAccept(arguments)
         case "explain": try runExplain(arguments)
         case "devices": try runDevices(arguments)
+        case "invitations": try runInvitations(arguments)
         default: throw UsageError("unknown command '\(command)'")
         }
     } catch let error as ServerError {

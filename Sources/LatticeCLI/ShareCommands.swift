@@ -281,9 +281,14 @@ func runShare(_ arguments: [String]) throws {
         let reply = try callServer(engine, target.database, "shares/url", request.json)
         guard let answer = ShareURLResponse(json: reply) else { throw CommandFailure("the server sent no URL") }
         let url = answer.url
-        if options.json { return printJSON(.object(["url": .string(url)])) }
+        if options.json {
+            var object: [String: JSON] = ["url": .string(url)]
+            if let short = answer.shortURL { object["shortURL"] = .string(short) }
+            return printJSON(.object(object))
+        }
         print(url)
         var details = ["grants \(permissionWord(answer.permission.rawValue)) access"]
+        if let short = answer.shortURL { details.insert("short link (easier to send): \(short)", at: 0) }
         if let expires = answer.expiresAt {
             let date = Date(timeIntervalSince1970: Double(expires))
             details.append("expires \(ISO8601DateFormatter().string(from: date))")

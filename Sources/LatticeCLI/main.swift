@@ -30,7 +30,8 @@ let usage = """
       share url LIST [--permission P] [--expires DURATION] [--max-uses N] [--rotate]
       share delete LIST
       share leave LIST                            leave a list shared with you
-      accept URL [--yes]                          show a share link, join it and sync
+      accept URL [--yes]                          show a share link (long or short), join it and sync
+      invitations [accept N | decline N]          lists you were invited to; answer one
 
     Account and sync:
       signup NAME --server URL                    create an account; the token stays in the home
@@ -88,7 +89,8 @@ do {
         try runServe(arguments)
     case "admin":
         try runAdmin(arguments)
-    case "signup", "login", "logout", "whoami", "sync", "watch", "lists", "list", "share", "accept", "explain", "devices":
+    case "signup", "login", "logout", "whoami", "sync", "watch", "lists", "list", "share", "accept", "explain", "devices",
+         "invitations":
         try runClientCommand(command, arguments)
     case "demo":
         let parsed = try ParsedArguments(arguments, valueOptions: [], flagOptions: ["json"])
