@@ -8,11 +8,10 @@ public enum ShareLinkText {
     public static let trailingPunctuation = [".", ",", ")", "]", "}", ">", "!", "?", "'", "\"", ";", ":", "*",
                                              "%22", "%27", "%29", "%3E", "%3e", "%5D", "%5d", "%7D", "%7d"]
 
-    /// `text` without the punctuation `trailingPunctuation` lists at its end, and without surrounding blanks.
-    /// Bounded by the text's length.
+    /// `text` without the punctuation `trailingPunctuation` lists at its end (blanks are not punctuation: a
+    /// link with them stays invalid). Bounded by the text's length.
     public static func withoutTrailingPunctuation(_ text: String) -> String {
-        var rest = Substring(text).drop { $0 == " " || $0 == "\n" || $0 == "\t" }
-        while let last = rest.last, last == " " || last == "\n" || last == "\t" { rest = rest.dropLast() }
+        var rest = Substring(text)
         while let suffix = trailingPunctuation.first(where: { rest.hasSuffix($0) }) { rest = rest.dropLast(suffix.count) }
         return String(rest)
     }

@@ -410,6 +410,7 @@ enum MatrixEndpoint: String, CaseIterable {
             return zoneVisible ? "PERMISSION_FAILURE" : "ZONE_NOT_FOUND"
         case .sharesLeave:
             if owner { return "BAD_REQUEST" } // the owner has nothing to leave; a share is deleted instead
+            if row.caller == .pending && target == .inShare { return "OK" } // declines the invitation (issue 30)
             return zoneVisible ? "OK" : "ZONE_NOT_FOUND"
         case .resolve:
             return target == .unshared ? "·" : "OK"
