@@ -101,6 +101,7 @@ struct StorageNodesContractTests {
             try tx.saveParticipant(StoredParticipant(shareID: share.id, userID: bob.id, role: .privateUser,
                                                      permission: .readOnly, status: .accepted, modifiedMs: 18))
             try tx.recordLinkUse(tokenID: "jti-1", shareID: share.id)
+            try tx.insertShortLink(code: "k7m2p9q4rs", shareID: share.id, token: "it's.a.token", nowMs: 17)
             try tx.setShareMembership(shareID: share.id, recordName: "item", member: true)
             let shared = try tx.database(DatabaseKey(kind: .shared, environment: "production", ownerID: bob.id))
             try tx.markSharedZone(databaseID: shared.id, shareID: share.id, deleted: false)
