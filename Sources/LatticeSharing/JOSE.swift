@@ -133,7 +133,8 @@ public enum IDTokenVerifier {
             throw TokenError("the token has several audiences and its azp is not this server's client id")
         }
         guard let expires = claims["exp"]?.intValue else { throw TokenError("the token has no expiry") }
-        guard nowSeconds < expires + leewaySeconds else { throw TokenError("the token expired") }
+        // Compared without adding to the token's number, so an `exp` near Int64.max cannot overflow.
+        guard nowSeconds - leewaySeconds < expires else { throw TokenError("the token expired") }
         guard let issued = claims["iat"]?.intValue, issued <= nowSeconds + leewaySeconds else {
             throw TokenError("the token has no issue time, or one in the future")
         }

@@ -116,3 +116,17 @@ import Testing
         #expect(throws: TokenError.self) { try ProviderKeySet(json: .object(["nokeys": .null])) }
     }
 }
+
+extension IDTokenTests {
+    /// Times at the edges of Int64 are compared without overflowing: an `exp` of Int64.max is far in the
+    /// future, one of Int64.min long past.
+    @Test func expiryTimesAtTheEdgesDoNotOverflow() throws {
+        let key = TestSigningKey(.es256)
+        let keys = try ProviderKeySet(json: .object(["keys": .array([Self.jwk(key, kid: "k1")])]))
+        #expect(try Self.verify(Self.token(key, claims: Self.claims(["exp": .int(.max)])), keys).subject == "user-42")
+        #expect(throws: TokenError("the token expired")) {
+            try Self.verify(Self.token(key, claims: Self.claims(["exp": .int(.min)])), keys)
+        }
+        #expect(throws: TokenError.self) { try Self.verify(Self.token(key, claims: Self.claims(["iat": .int(.max)])), keys) }
+    }
+}
