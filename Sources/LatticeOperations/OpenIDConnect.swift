@@ -31,38 +31,75 @@ struct ProviderMetadata: Sendable {
     let tokenEndpoint: String
     let jwksURI: String
     var keys: ProviderKeySet
-    /// When a token's unknown `kid` last made this node fetch the keys again; nil: never.
+    /// When `keys` were fetched (successfully).
+    var keysFetchedMs: Int64
+    /// When a request last set out to fetch the keys again (an unknown `kid`, or keys older than
+    /// `keyLifetimeMilliseconds`), whether or not that fetch succeeded; nil: never.
     var keysRefreshedMs: Int64?
 }
 
 /// Outbound requests to identity providers, bounded: 5 seconds to connect and answer, 10 in all, and at
-/// most 256 KiB of answer kept.
+/// most 256 KiB of answer received: the request is cancelled as soon as the answer passes that (a
+/// Content-Length over it, or the bytes as they arrive), so an endless or huge answer costs neither the
+/// memory nor the time.
 enum ProviderHTTP {
     static let maximumBytes = 256 * 1024
 
-    static func send(_ request: URLRequest) throws -> (status: Int, body: [UInt8]) {
+    /// One answer as it arrives, cut off past `limit` bytes. Every field is behind `state`'s lock; the
+    /// semaphore is signalled once, when the task completes (cancelled ones too).
+    final class Collector: NSObject, URLSessionDataDelegate, Sendable {
+        struct State {
+            var body: [UInt8] = []
+            var tooLarge = false
+            var error: String?
+        }
+
+        let limit: Int
+        let state = Mutex(State())
+        let done = DispatchSemaphore(value: 0)
+
+        init(limit: Int) { self.limit = limit }
+
+        func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+            let declared = dataTask.response?.expectedContentLength ?? -1
+            let over = state.withLock { state -> Bool in
+                guard !state.tooLarge else { return true }
+                if declared > Int64(limit) || state.body.count + data.count > limit {
+                    state.tooLarge = true
+                    state.body = []
+                    return true
+                }
+                state.body.append(contentsOf: data)
+                return false
+            }
+            if over { dataTask.cancel() }
+        }
+
+        func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+            if let error { state.withLock { $0.error = String(error.localizedDescription.prefix(200)) } }
+            done.signal()
+        }
+    }
+
+    static func send(_ request: URLRequest, limit: Int = maximumBytes) throws -> (status: Int, body: [UInt8]) {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.timeoutIntervalForRequest = 5
         configuration.timeoutIntervalForResource = 10
-        let session = URLSession(configuration: configuration)
-        defer { session.finishTasksAndInvalidate() }
-        let box = Mutex<Result<(Int, [UInt8]), any Error>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        session.dataTask(with: request) { data, response, error in
-            if let error { box.withLock { $0 = .failure(error) } }
-            else { box.withLock { $0 = .success(((response as? HTTPURLResponse)?.statusCode ?? 0, [UInt8](data ?? Data()))) } }
-            done.signal()
-        }.resume()
-        guard done.wait(timeout: .now() + 12) == .success, let result = box.withLock({ $0 }) else {
+        let collector = Collector(limit: limit)
+        let session = URLSession(configuration: configuration, delegate: collector, delegateQueue: nil)
+        // Cancels whatever is still under way (after a time-out) and releases the delegate.
+        defer { session.invalidateAndCancel() }
+        let task = session.dataTask(with: request)
+        task.resume()
+        guard collector.done.wait(timeout: .now() + 12) == .success else {
             throw ServiceError(.tryAgainLater, "the identity provider did not answer in time")
         }
-        switch result {
-        case .failure(let error):
-            throw ServiceError(.tryAgainLater, "the identity provider could not be reached: \(error.localizedDescription.prefix(200))")
-        case .success(let (status, body)):
-            guard body.count <= maximumBytes else { throw ServiceError(.tryAgainLater, "the identity provider's answer is too large") }
-            return (status, body)
+        let outcome = collector.state.withLock { $0 }
+        if outcome.tooLarge { throw ServiceError(.tryAgainLater, "the identity provider's answer is too large") }
+        if let error = outcome.error {
+            throw ServiceError(.tryAgainLater, "the identity provider could not be reached: \(error)")
         }
+        return ((task.response as? HTTPURLResponse)?.statusCode ?? 0, outcome.body)
     }
 
     static func getJSON(_ url: String) throws -> JSON {
@@ -96,6 +133,9 @@ public final class OpenIDConnect: Sendable {
 
     public static let loginLifetimeMilliseconds: Int64 = 10 * 60 * 1000
     static let keyRefreshMilliseconds: Int64 = 60 * 1000
+    /// How long a node trusts the keys it fetched: after that the next token makes it fetch them again, so
+    /// a key the provider removed (rotated out, or compromised) stops verifying within this time.
+    static let keyLifetimeMilliseconds: Int64 = 60 * 60 * 1000
     public static let loginsPerAddress = 10
     public static let loginsGlobal = 10_000
 
@@ -135,7 +175,7 @@ public final class OpenIDConnect: Sendable {
         }
         let keys = try keySet(jwks)
         let found = ProviderMetadata(authorizationEndpoint: authorization, tokenEndpoint: token, jwksURI: jwks, keys: keys,
-                                     keysRefreshedMs: nil)
+                                     keysFetchedMs: core.configuration.now(), keysRefreshedMs: nil)
         metadata.withLock { $0[provider.issuer] = found }
         core.log("identity provider \(provider.issuer): discovered, \(keys.keys.count) signing keys")
         return found
@@ -149,27 +189,40 @@ public final class OpenIDConnect: Sendable {
     }
 
     /// Verifies an ID token from `provider`, fetching its keys again first when the token names a `kid`
-    /// the cached set lacks: the first time, then at most once per `keyRefreshMilliseconds`, so a flood of
-    /// made-up kids costs the provider one request a minute per node.
+    /// the cached set lacks, or when the cached set is older than `keyLifetimeMilliseconds`: at most once
+    /// per `keyRefreshMilliseconds`, so a flood of made-up kids costs the provider one request a minute per
+    /// node. The fetched set replaces the cached one (a key the provider dropped is no longer trusted); when
+    /// a fetch for staleness alone fails, the cached keys still serve (and the next minute tries again).
     func verify(_ idToken: String, _ provider: OIDCProviderConfiguration, nonce: String?) throws -> IDTokenClaims {
         var known = try metadata(provider)
         let now = core.configuration.now()
-        // Whether this request fetches the keys again, decided under the lock: of requests arriving together
-        // with unknown kids, one fetches (the time is taken before the fetch, so a failing one counts too).
-        let refreshes = IDTokenVerifier.keyID(of: idToken).map { kid in
-            metadata.withLock { cache -> Bool in
-                guard let entry = cache[provider.issuer], !entry.keys.keys.contains(where: { $0.id == kid }),
-                      entry.keysRefreshedMs.map({ now - $0 >= Self.keyRefreshMilliseconds }) ?? true else { return false }
-                cache[provider.issuer]?.keysRefreshedMs = now
-                return true
+        let kid = IDTokenVerifier.keyID(of: idToken)
+        // Whether this request fetches the keys again, decided under the lock: of requests arriving together,
+        // one fetches (the time is taken before the fetch, so a failing one counts too).
+        let (refreshes, unknownKid) = metadata.withLock { cache -> (Bool, Bool) in
+            guard let entry = cache[provider.issuer] else { return (false, false) }
+            let unknown = kid.map { kid in !entry.keys.keys.contains(where: { $0.id == kid }) } ?? false
+            let stale = now - entry.keysFetchedMs >= Self.keyLifetimeMilliseconds
+            guard unknown || stale, entry.keysRefreshedMs.map({ now - $0 >= Self.keyRefreshMilliseconds }) ?? true else {
+                return (false, unknown)
             }
-        } ?? false
+            cache[provider.issuer]?.keysRefreshedMs = now
+            return (true, unknown)
+        }
         if refreshes {
-            known.keysRefreshedMs = now
-            known.keys = try keySet(known.jwksURI)
-            let refreshed = known
-            metadata.withLock { $0[provider.issuer] = refreshed }
-            core.log("identity provider \(provider.issuer): keys fetched again for an unknown kid")
+            do {
+                let keys = try keySet(known.jwksURI)
+                known = metadata.withLock { cache in
+                    var entry = cache[provider.issuer] ?? known
+                    entry.keys = keys
+                    entry.keysFetchedMs = now
+                    cache[provider.issuer] = entry
+                    return entry
+                }
+                core.log("identity provider \(provider.issuer): keys fetched again (\(unknownKid ? "an unknown kid" : "an hour old"))")
+            } catch let error where !unknownKid {
+                core.log("identity provider \(provider.issuer): the keys could not be fetched again, the cached ones serve: \(error)")
+            }
         }
         do throws(TokenError) {
             return try IDTokenVerifier.verify(idToken, keys: known.keys, issuer: provider.issuer, audience: provider.clientID,

@@ -16,11 +16,13 @@ public final class OIDCProviderProcess: @unchecked Sendable {
 
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-    public init(clientIDs: [String]) throws {
+    /// `clientSecrets`: confidential clients (client id to secret), whose secret the token endpoint checks.
+    public init(clientIDs: [String], clientSecrets: [String: String] = [:]) throws {
         let urlFile = temporaryDirectory("lattice-oidc") + "/issuer"
         process.executableURL = URL(fileURLWithPath: "/bin/bash")
         process.arguments = [Self.root.appendingPathComponent("Scripts/oidc-provider.sh").path, "--url-file", urlFile]
             + clientIDs.flatMap { ["--client-id", $0] }
+            + clientSecrets.sorted { $0.key < $1.key }.flatMap { ["--client-secret", $0.key + "=" + $0.value] }
         process.currentDirectoryURL = Self.root
         process.standardOutput = FileHandle.nullDevice
         try process.run()
@@ -57,9 +59,10 @@ public final class OIDCProviderProcess: @unchecked Sendable {
     }
 
     /// An ID token the provider makes for a test: `good`, `es256`, `expired`, `wrong-audience`, `wrong-issuer`,
-    /// `future`, `forged-signature`, `alg-none`, `hs256-public-key`, `unknown-kid`, `rotated`.
-    public func mint(_ variant: String, audience: String, subject: String = "app-user-1") throws -> String {
-        let reply = try get("/test/mint?variant=\(variant)&aud=\(audience)&sub=\(subject)")
+    /// `future`, `forged-signature`, `alg-none`, `hs256-public-key`, `unknown-kid`, `rotated`. `shiftSeconds`
+    /// moves its `iat` and `exp` (for a server whose clock the test moved on).
+    public func mint(_ variant: String, audience: String, subject: String = "app-user-1", shiftSeconds: Int64 = 0) throws -> String {
+        let reply = try get("/test/mint?variant=\(variant)&aud=\(audience)&sub=\(subject)&shift=\(shiftSeconds)")
         guard reply.status == 200 else { throw HarnessError("mint \(variant): \(reply.status) \(reply.text)") }
         return reply.text
     }

@@ -4,10 +4,15 @@
 Serves on 127.0.0.1 only: discovery, a JWK Set (an RSA key `k1` for RS256 and a P-256 key `e1` for
 ES256), the authorization endpoint (it consents at once, as the user set with /test/user), and the token
 endpoint (authorization code with PKCE S256, checked). For tests only, /test/mint makes ID tokens, good and
-forged, for an app's token exchange; /test/rotate adds a new key `k2`; /test/count tells how many requests
-each path got.
+forged, for an app's token exchange (`shift=SECONDS` moves their iat and exp, for a server whose clock a test
+moves); /test/rotate adds a new key `k2`; /test/retire?kid=K stops publishing key K (tokens can still be minted
+with it); /test/endless?path=/jwks[&declare=1] makes that path answer without end (with a Content-Length
+of a gigabyte when declare is set); /test/count tells how many requests each path got.
 
-Usage: provider.py [--port N] [--client-id ID]... [--url-file PATH]; prints "listening on URL" (the issuer), writes it
+A client given --client-secret ID=SECRET is confidential: the token endpoint then wants that secret
+(client_secret_post) and answers 401 invalid_client without it.
+
+Usage: provider.py [--port N] [--client-id ID]... [--client-secret ID=SECRET]... [--url-file PATH]; prints "listening on URL" (the issuer), writes it
 to PATH too when asked, and serves until killed.
 """
 import argparse
@@ -31,21 +36,25 @@ def b64url(data):
 
 
 class Provider:
-    def __init__(self, issuer, clients):
+    def __init__(self, issuer, clients, client_secrets=None):
         self.issuer = issuer
         self.clients = set(clients)
+        self.client_secrets = dict(client_secrets or {})
         self.keys = [RSAKey.generate_key(2048, parameters={"kid": "k1", "alg": "RS256", "use": "sig"}),
                      ECKey.generate_key("P-256", parameters={"kid": "e1", "alg": "ES256", "use": "sig"})]
         self.user = {"sub": "user-1", "preferred_username": "olive", "name": "Olive Oyl", "email": "olive@example.test"}
         self.codes = {}
         self.counts = {}
+        self.retired = set()
+        self.endless = {}
+        self.local = threading.local()  # .shift: seconds added to the times of the tokens this thread mints
         self.lock = threading.Lock()
 
     def key(self, kid):
         return next(k for k in self.keys if k.kid == kid)
 
     def id_token(self, audience, nonce=None, kid="k1", changes=None, user=None):
-        now = int(time.time())
+        now = int(time.time()) + getattr(self.local, "shift", 0)
         claims = dict(user or self.user)
         claims.update({"iss": self.issuer, "aud": audience, "iat": now, "exp": now + 300})
         if nonce is not None:
@@ -58,9 +67,16 @@ class Provider:
         key = self.key(kid)
         return jwt.encode({"alg": key.alg, "kid": kid, "typ": "JWT"}, claims, key)
 
-    def mint(self, variant, audience, sub):
+    def mint(self, variant, audience, sub, shift=0):
+        self.local.shift = shift
+        try:
+            return self.mint_shifted(variant, audience, sub)
+        finally:
+            self.local.shift = 0
+
+    def mint_shifted(self, variant, audience, sub):
         user = dict(self.user, sub=sub) if sub else None
-        now = int(time.time())
+        now = int(time.time()) + self.local.shift
         if variant == "good":
             return self.id_token(audience, user=user)
         if variant == "es256":
@@ -116,6 +132,23 @@ def handler_for(provider):
             self.end_headers()
             self.wfile.write(data)
 
+        def send_endlessly(self, declare):
+            # 64 KiB every 10 ms for 15 s (96 MiB), or until the client hangs up: what a broken or hostile
+            # provider might send.
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if declare:
+                self.send_header("Content-Length", str(1 << 30))
+            self.end_headers()
+            chunk = b'{"keys": [' + b" " * 65526
+            try:
+                for _ in range(1500):
+                    self.wfile.write(chunk)
+                    time.sleep(0.01)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            self.close_connection = True
+
         def count(self, path):
             with provider.lock:
                 provider.counts[path] = provider.counts.get(path, 0) + 1
@@ -124,6 +157,10 @@ def handler_for(provider):
             url = urllib.parse.urlsplit(self.path)
             query = dict(urllib.parse.parse_qsl(url.query))
             self.count(url.path)
+            with provider.lock:
+                endless = provider.endless.get(url.path)
+            if endless is not None:
+                return self.send_endlessly(endless)
             if url.path == "/.well-known/openid-configuration":
                 return self.send(200, json.dumps({
                     "issuer": provider.issuer, "authorization_endpoint": provider.issuer + "/authorize",
@@ -132,7 +169,9 @@ def handler_for(provider):
                     "id_token_signing_alg_values_supported": ["RS256", "ES256"],
                     "code_challenge_methods_supported": ["S256"]}))
             if url.path == "/jwks":
-                return self.send(200, json.dumps(KeySet(provider.keys).as_dict(private=False)))
+                with provider.lock:
+                    published = [k for k in provider.keys if k.kid not in provider.retired]
+                return self.send(200, json.dumps(KeySet(published).as_dict(private=False)))
             if url.path == "/authorize":
                 if query.get("client_id") not in provider.clients or query.get("response_type") != "code" \
                         or query.get("code_challenge_method") != "S256" or not query.get("code_challenge") \
@@ -150,7 +189,8 @@ def handler_for(provider):
                 return self.send(200, json.dumps(provider.user))
             if url.path == "/test/mint":
                 try:
-                    token = provider.mint(query.get("variant", "good"), query.get("aud", ""), query.get("sub"))
+                    token = provider.mint(query.get("variant", "good"), query.get("aud", ""), query.get("sub"),
+                                          int(query.get("shift", "0")))
                 except KeyError:
                     return self.send(404, json.dumps({"error": "no such variant"}))
                 return self.send(200, token, "text/plain")
@@ -159,6 +199,14 @@ def handler_for(provider):
                     if not any(k.kid == "k2" for k in provider.keys):
                         provider.keys.append(RSAKey.generate_key(2048, parameters={"kid": "k2", "alg": "RS256", "use": "sig"}))
                 return self.send(200, json.dumps({"kids": [k.kid for k in provider.keys]}))
+            if url.path == "/test/retire":
+                with provider.lock:
+                    provider.retired.add(query.get("kid", ""))
+                return self.send(200, json.dumps({"retired": sorted(provider.retired)}))
+            if url.path == "/test/endless":
+                with provider.lock:
+                    provider.endless[query.get("path", "")] = query.get("declare") == "1"
+                return self.send(200, json.dumps({"endless": query.get("path", "")}))
             if url.path == "/test/count":
                 with provider.lock:
                     return self.send(200, json.dumps(provider.counts))
@@ -177,6 +225,9 @@ def handler_for(provider):
                 return self.send(400, json.dumps({"error": "invalid_grant"}))
             if form.get("client_id") != grant.get("client_id") or form.get("redirect_uri") != grant.get("redirect_uri"):
                 return self.send(400, json.dumps({"error": "invalid_grant"}))
+            secret = provider.client_secrets.get(form.get("client_id"))
+            if secret is not None and not hmac.compare_digest(form.get("client_secret", ""), secret):
+                return self.send(401, json.dumps({"error": "invalid_client"}))
             verifier = form.get("code_verifier", "")
             if b64url(hashlib.sha256(verifier.encode()).digest()) != grant["code_challenge"]:
                 return self.send(400, json.dumps({"error": "invalid_grant", "error_description": "PKCE verifier"}))
@@ -191,11 +242,13 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--client-id", action="append", default=[])
+    parser.add_argument("--client-secret", action="append", default=[], help="ID=SECRET: a confidential client")
     parser.add_argument("--url-file", help="also write the issuer URL to this file (for tests that start the provider)")
     arguments = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", arguments.port), None)
     issuer = f"http://127.0.0.1:{server.server_address[1]}"
-    server.RequestHandlerClass = handler_for(Provider(issuer, arguments.client_id or ["lattice"]))
+    secrets_by_client = dict(pair.split("=", 1) for pair in arguments.client_secret)
+    server.RequestHandlerClass = handler_for(Provider(issuer, arguments.client_id or ["lattice"], secrets_by_client))
     print(f"listening on {issuer}", flush=True)
     if arguments.url_file:
         with open(arguments.url_file + ".tmp", "w") as out:
