@@ -47,7 +47,8 @@ let serveUsage = """
                                  its discovery document names it); repeatable, each followed by its
       --oidc-client-id ID        client id at that provider (this server's redirect URI there is
                                  PUBLIC-URL/auth/oidc/callback), and, for a confidential client,
-      --oidc-client-secret-file PATH  a file holding its client secret (one line)
+      --oidc-client-secret-file PATH  a file holding its client secret (one line), after its
+                                 --oidc-issuer; a public client has none
       --tombstone-horizon-days N deleted records are purged after N days (default 30); older sync
                                  tokens then get CHANGE_TOKEN_EXPIRED
       --signup-per-address N     accounts POST /auth/signup makes per client address per hour
@@ -164,7 +165,7 @@ func runServe(_ arguments: [String]) throws {
         guard !container.isEmpty, !container.contains("/") else { throw UsageError("--container must be a name without /") }
         options.service.container = container
     }
-    options.service.oidcProviders = try oidcProviders(parsed)
+    options.service.oidcProviders = try oidcProviders(parsed, arguments)
     switch try parsed.value("registration") ?? "open" {
     case "open": options.service.registrationOpen = true
     case "closed": options.service.registrationOpen = false
@@ -446,15 +447,28 @@ func storageLocation(_ parsed: ParsedArguments) throws -> StorageLocation {
 }
 
 /// The `--oidc-issuer URL --oidc-client-id ID [--oidc-client-secret-file PATH]` groups, in order: as many
-/// client ids as issuers; secret files, when given, one per issuer.
-private func oidcProviders(_ parsed: ParsedArguments) throws -> [OIDCProviderConfiguration] {
+/// client ids as issuers; a secret file belongs to the issuer given before it (a confidential client), and
+/// an issuer without one is a public client.
+private func oidcProviders(_ parsed: ParsedArguments, _ arguments: [String]) throws -> [OIDCProviderConfiguration] {
     let issuers = parsed.values["oidc-issuer"] ?? [], clients = parsed.values["oidc-client-id"] ?? []
-    let secrets = parsed.values["oidc-client-secret-file"] ?? []
+    let files = parsed.values["oidc-client-secret-file"] ?? []
     guard issuers.count == clients.count else {
         throw UsageError("give each --oidc-issuer its --oidc-client-id (\(issuers.count) issuers, \(clients.count) client ids)")
     }
-    guard secrets.isEmpty || secrets.count == issuers.count else {
-        throw UsageError("give every --oidc-issuer an --oidc-client-secret-file, or none (\(issuers.count) issuers, \(secrets.count) files)")
+    // Which issuer each secret file follows, from the order of the arguments.
+    var issuerIndex = -1
+    var secretFiles: [Int: String] = [:]
+    for argument in arguments.prefix(while: { $0 != "--" }) {
+        let name = argument.hasPrefix("--") ? String(argument.dropFirst(2).prefix { $0 != "=" }) : ""
+        if name == "oidc-issuer" { issuerIndex += 1 }
+        guard name == "oidc-client-secret-file" else { continue }
+        guard issuerIndex >= 0, secretFiles[issuerIndex] == nil, secretFiles.count < files.count else {
+            throw UsageError("give each --oidc-client-secret-file after its --oidc-issuer, at most one per issuer")
+        }
+        secretFiles[issuerIndex] = files[secretFiles.count]
+    }
+    guard issuerIndex + 1 == issuers.count, secretFiles.count == files.count else {
+        throw UsageError("give each --oidc-issuer URL, --oidc-client-id ID and --oidc-client-secret-file PATH as separate options")
     }
     guard Set(issuers).count == issuers.count else { throw UsageError("an --oidc-issuer is given twice") }
     return try issuers.indices.map { index in
@@ -465,12 +479,12 @@ private func oidcProviders(_ parsed: ParsedArguments) throws -> [OIDCProviderCon
         }
         guard !clients[index].isEmpty, clients[index].utf8.count <= 255 else { throw UsageError("--oidc-client-id must be 1 to 255 bytes") }
         var secret: String? = nil
-        if !secrets.isEmpty {
-            guard let text = try? String(contentsOfFile: secrets[index], encoding: .utf8) else {
-                throw UsageError("cannot read --oidc-client-secret-file \(secrets[index])")
+        if let file = secretFiles[index] {
+            guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
+                throw UsageError("cannot read --oidc-client-secret-file \(file)")
             }
             secret = text.trimmingCharacters(in: .whitespacesAndNewlines)
-            guard secret?.isEmpty == false else { throw UsageError("--oidc-client-secret-file \(secrets[index]) is empty") }
+            guard secret?.isEmpty == false else { throw UsageError("--oidc-client-secret-file \(file) is empty") }
         }
         return OIDCProviderConfiguration(issuer: issuer, clientID: clients[index], clientSecret: secret)
     }

@@ -93,3 +93,94 @@ import Testing
         #expect(try w.provider.counts()["/.well-known/openid-configuration"] == 1)
     }
 }
+
+/// The browser's authorization-code flow as a program drives it (`Accept: application/json`: start, the
+/// provider's authorize endpoint, the callback with the binding cookie), against a real `lattice serve`
+/// with a confidential and a public client side by side.
+@Suite(.serialized) struct OIDCBrowserFlowTests {
+    static let client = "lattice-web"
+
+    /// Start → provider → callback; the callback's status and JSON.
+    static func signIn(_ server: ServerUnderTest, _ provider: OIDCProviderProcess, index: Int) throws -> (status: Int, json: JSON) {
+        let start = try RawHTTPClient(port: server.port).send(method: "GET", path: "/auth/oidc/start?provider=\(index)",
+                                                              headers: ["Accept": "application/json"])
+        let location = try #require(try JSON.parse(start.body)["location"]?.stringValue, "start: \(start.status)")
+        let cookie = try #require(start.headers["set-cookie"]?.split(separator: ";").first.map(String.init), "no binding cookie")
+        let authorizeURL = try #require(URLComponents(string: location))
+        #expect(authorizeURL.port.map(UInt16.init) == provider.port, "\(location)")
+        let authorize = try RawHTTPClient(port: provider.port).send(
+            method: "GET", path: authorizeURL.percentEncodedPath + "?" + (authorizeURL.percentEncodedQuery ?? ""))
+        let back = try #require(authorize.headers["location"].flatMap(URLComponents.init(string:)), "authorize: \(authorize.status)")
+        let callback = try RawHTTPClient(port: server.port).send(
+            method: "GET", path: back.percentEncodedPath + "?" + (back.percentEncodedQuery ?? ""),
+            headers: ["Accept": "application/json", "Cookie": cookie])
+        return (callback.status, (try? JSON.parse(callback.body)) ?? .null)
+    }
+
+    static func secretFile(_ secret: String) throws -> String {
+        let path = temporaryDirectory("lattice-oidc-secret") + "/secret"
+        try (secret + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    @Test func aConfidentialAndAPublicClientSignInSideBySide() throws {
+        let confidential = try OIDCProviderProcess(clientIDs: [Self.client], clientSecrets: [Self.client: "s3cret"])
+        defer { confidential.stop() }
+        let open = try OIDCProviderProcess(clientIDs: [Self.client])
+        defer { open.stop() }
+        _ = try open.get("/test/user?sub=p-2&preferred_username=popeye")
+        let server = try ServerUnderTest(data: temporaryDirectory(), extra: [
+            "--oidc-issuer", confidential.issuer, "--oidc-client-id", Self.client, "--oidc-client-secret-file", try Self.secretFile("s3cret"),
+            "--oidc-issuer", open.issuer, "--oidc-client-id", Self.client, "--signup-per-address", "0"])
+        defer { server.kill(SIGTERM) }
+        let first = try Self.signIn(server, confidential, index: 0)
+        #expect(first.status == 200 && first.json["name"] == .string("olive"), "\(first.status) \(first.json.serialized())")
+        let second = try Self.signIn(server, open, index: 1)
+        #expect(second.status == 200 && second.json["name"] == .string("popeye"), "\(second.status) \(second.json.serialized())")
+        // The provider saw the secret for the confidential client only: a wrong one is refused there.
+        let wrong = try ServerUnderTest(data: temporaryDirectory(), extra: [
+            "--oidc-issuer", confidential.issuer, "--oidc-client-id", Self.client, "--oidc-client-secret-file", try Self.secretFile("guess")])
+        defer { wrong.kill(SIGTERM) }
+        let refused = try Self.signIn(wrong, confidential, index: 0)
+        #expect(refused.status == 401 && refused.json["serverErrorCode"] == .string("AUTHENTICATION_FAILED"), "\(refused.json.serialized())")
+        #expect(refused.json["reason"]?.stringValue?.contains("refused the sign-in (401)") == true, "\(refused.json.serialized())")
+    }
+
+    /// `lattice ARGUMENTS`, killed if still running after 30 s (a refused option exits at once; an
+    /// accepted one would serve on).
+    static func boundedRun(_ arguments: [String]) throws -> CLITests.Outcome {
+        let (process, output, errors) = try CLITests.start(arguments, home: nil)
+        let deadline = Date().addingTimeInterval(30)
+        while process.isRunning, Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        return CLITests.Outcome(status: process.terminationStatus, stdout: output.finish(), stderr: errors.finish())
+    }
+
+    @Test func badProviderOptionsStopServeNamingTheOption() throws {
+        let data = temporaryDirectory("lattice-oidc-flags")
+        let secret = try Self.secretFile("s3cret")
+        let empty = try Self.secretFile("")
+        let issuer = "https://id.example.com"
+        let cases: [([String], String)] = [
+            (["--oidc-issuer", issuer], "give each --oidc-issuer its --oidc-client-id"),
+            (["--oidc-client-id", "x"], "give each --oidc-issuer its --oidc-client-id"),
+            (["--oidc-client-secret-file", secret, "--oidc-issuer", issuer, "--oidc-client-id", "x"],
+             "give each --oidc-client-secret-file after its --oidc-issuer"),
+            (["--oidc-issuer", issuer, "--oidc-client-id", "x", "--oidc-client-secret-file", secret, "--oidc-client-secret-file", secret],
+             "at most one per issuer"),
+            (["--oidc-issuer", "ftp://id.example.com", "--oidc-client-id", "x"], "--oidc-issuer must be an http(s) URL"),
+            (["--oidc-issuer", issuer + "?a=b", "--oidc-client-id", "x"], "without query or fragment"),
+            (["--oidc-issuer", issuer, "--oidc-client-id", "x", "--oidc-issuer", issuer, "--oidc-client-id", "y"], "given twice"),
+            (["--oidc-issuer", issuer, "--oidc-client-id", ""], "--oidc-client-id must be 1 to 255 bytes"),
+            (["--oidc-issuer", issuer, "--oidc-client-id", "x", "--oidc-client-secret-file", data + "/none"], "cannot read"),
+            (["--oidc-issuer", issuer, "--oidc-client-id", "x", "--oidc-client-secret-file", empty], "is empty"),
+        ]
+        for (flags, message) in cases {
+            let refused = try Self.boundedRun(["serve", "--data", data + "/server", "--port", "0"] + flags)
+            #expect(refused.status == 2 && refused.stderr.contains(message), "\(flags): \(refused)")
+        }
+        let help = try CLITests.lattice("serve", "--help")
+        #expect(help.stdout.contains("--oidc-client-secret-file PATH") && help.stdout.contains("a public client has none"))
+    }
+}
