@@ -1,0 +1,443 @@
+// The browser's replica of the account's lists: what the server last gave (kept in IndexedDB with each
+// zone's change token), plus the changes made here that are not yet acknowledged (the outbox, also kept).
+// What the page shows is the join of the two (crdt.js), so an edit shows at once, survives a reload and
+// an outage, and is sent, in order and once (clientOperationID), when the server can be reached.
+import { ApiError, currentSession } from './api.js';
+import { Clock, joinRecords, newReplicaID } from './crdt.js';
+import { Store, rememberSession } from './store.js';
+
+export const zoneKey = (database, zoneID) => `${database}|${zoneID.ownerRecordName || ''}|${zoneID.zoneName}`;
+
+/** Whether an error means "not now" (no network, server down or busy) rather than a refusal. */
+export function isUnreachable(error) {
+  if (error instanceof ApiError) {
+    return [0, 408, 429, 500, 502, 503, 504].includes(error.status) || error.code === 'TRY_AGAIN_LATER' || error.code === 'THROTTLED';
+  }
+  return !(error && error.name === 'AbortError');
+}
+
+const isSignedOut = (error) => error instanceof ApiError && (error.status === 401 || error.status === 421);
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const randomHex = (n) => Array.from(crypto.getRandomValues(new Uint8Array(n)), (b) => b.toString(16).padStart(2, '0')).join('');
+
+export class Replica {
+  /**
+   * `listener` gets `changed(changes)` ([{key, name, before, after, remote}]), `status(status)`,
+   * `refused(entry, reason)`, `lost(entry, record)` (an edit that reached a record deleted meanwhile) and
+   * `zoneGone(zone, entries)` (a zone deleted or no longer shared, with the unsent entries it dropped).
+   */
+  constructor(api, listener) {
+    this.api = api;
+    this.listener = listener;
+    this.store = null;
+    this.clock = null;
+    this.tokens = { private: null, shared: null };
+    /** zone key -> {key, database, zoneID, token, complete, ownerName} */
+    this.zones = new Map();
+    /** zone key -> Map(name -> the server's last state) */
+    this.server = new Map();
+    /** the unsent changes, oldest first */
+    this.outbox = [];
+    /** userRecordName -> name */
+    this.names = new Map();
+    this.online = null;
+    this.signedOut = false;
+    this.sendingSeq = null;
+    this.flushing = null;
+    this.wake = null;
+  }
+
+  // MARK: Loading
+
+  /** Opens the account's database and reads what it holds; whether it held any zone. */
+  async load() {
+    const session = this.api.session;
+    this.store = await Store.open(session.userRecordName);
+    let replica = null, latest = null;
+    if (this.store) {
+      replica = await this.store.getMeta('replica');
+      latest = await this.store.getMeta('clock');
+      this.tokens = (await this.store.getMeta('tokens')) || this.tokens;
+      for (const [id, name] of Object.entries((await this.store.getMeta('names')) || {})) this.names.set(id, name);
+      for (const zone of await this.store.all('zones')) { this.zones.set(zone.key, zone); this.server.set(zone.key, new Map()); }
+      for (const row of await this.store.all('records')) {
+        if (!this.server.has(row.zone)) continue;
+        this.server.get(row.zone).set(row.name, row.record);
+      }
+      this.outbox = (await this.store.all('outbox')).sort((a, b) => a.seq - b.seq);
+    }
+    if (!replica) {
+      replica = newReplicaID();
+      if (this.store) await this.store.setMeta('replica', replica);
+    }
+    this.clock = new Clock(replica, latest);
+    for (const records of this.server.values()) for (const record of records.values()) this.clock.observeRecord(record);
+    for (const entry of this.outbox) for (const state of entry.states || []) this.clock.observeRecord(state);
+    this.names.set(session.userRecordName, session.name);
+    return this.zones.size > 0;
+  }
+
+  /**
+   * A first load with nothing kept: the zones, then only the lists' titles and shares (records/query),
+   * and the whole zone of `wantedList` if one is asked for. The rest comes with the next sync.
+   */
+  async coldStart(wantedList) {
+    for (const database of ['private', 'shared']) {
+      const reply = await this.api.call(database, 'changes/database', {});
+      for (const entry of reply.zones || []) if (!entry.deleted) this.addZone(database, entry.zoneID);
+      if (!reply.moreComing) this.tokens[database] = reply.syncToken; // else the sync pages through from the start
+    }
+    const changes = [];
+    for (const zone of this.zones.values()) {
+      for (const recordType of ['List', 'cloudkit.share']) {
+        let marker = null;
+        for (let page = 0; page < 50; page += 1) {
+          const body = { zoneID: zone.zoneID, query: { recordType }, resultsLimit: 200 };
+          if (marker) body.continuationMarker = marker;
+          let reply;
+          try { reply = await this.api.call(zone.database, 'records/query', body); } catch (error) {
+            if (isUnreachable(error) || isSignedOut(error)) throw error;
+            break; // a type the server does not answer here: the sync brings it
+          }
+          for (const record of reply.records || []) changes.push(this.take(zone, record));
+          marker = reply.continuationMarker;
+          if (!marker) break;
+        }
+      }
+    }
+    await this.persist(changes.filter(Boolean));
+    if (wantedList) {
+      const zone = [...this.zones.values()].find((z) => this.server.get(z.key).has(wantedList));
+      if (zone) await this.fetchZone(zone);
+    }
+    this.report(changes.filter(Boolean));
+  }
+
+  addZone(database, zoneID) {
+    const key = zoneKey(database, zoneID);
+    if (!this.zones.has(key)) {
+      this.zones.set(key, { key, database, zoneID, token: null, complete: false, ownerName: null });
+      this.server.set(key, new Map());
+    }
+    return this.zones.get(key);
+  }
+
+  // MARK: What the page shows
+
+  /** The records of a zone as shown: the server's state joined with every unsent change. */
+  view(key) {
+    const result = new Map(this.server.get(key) || []);
+    for (const entry of this.outbox) {
+      if (entry.zone !== key) continue;
+      for (const state of entry.states || []) result.set(state.recordName, joinRecords(result.get(state.recordName), state));
+    }
+    return result;
+  }
+
+  record(key, name) { return this.view(key).get(name); }
+
+  /** The unsent entries that touch a record. */
+  pendingFor(key, name) {
+    return this.outbox.filter((e) => e.zone === key && (e.states || []).some((s) => s.recordName === name));
+  }
+
+  status() {
+    return { online: this.online, pending: this.outbox.length, signedOut: this.signedOut };
+  }
+
+  // MARK: Changes made here
+
+  /**
+   * Queues a change: `states` are the records as this change leaves them (shown at once and kept),
+   * `operations` what records/modify is sent (CRDT states, or a plain forceDelete). Sent at once when
+   * the server can be reached, else when it can again.
+   */
+  async queue(zone, states, operations, label, extra = {}) {
+    const before = states.map((s) => this.record(zone.key, s.recordName));
+    const body = JSON.stringify({ zoneID: zone.zoneID, atomic: false, clientOperationID: `web-${this.clock.replica}-${randomHex(8)}`,
+                                  operations });
+    const entry = { zone: zone.key, database: zone.database, path: 'records/modify', body, states, label, made: Date.now(), ...extra };
+    entry.seq = this.store ? await this.store.addOutbox(entry) : (this.localSeq = (this.localSeq || 0) + 1);
+    this.outbox.push(entry);
+    if (this.store) this.store.setMeta('clock', this.clock.latest).catch(() => {});
+    this.report(states.map((s, i) => ({ key: zone.key, name: s.recordName, before: before[i], after: this.record(zone.key, s.recordName), remote: false })));
+    this.flush();
+    return entry;
+  }
+
+  /** Takes back an unsent entry (undo before it left); false when it is being sent or already was. */
+  async cancel(entry) {
+    const index = this.outbox.indexOf(entry);
+    if (index < 0 || this.sendingSeq === entry.seq) return false;
+    const before = (entry.states || []).map((s) => this.record(entry.zone, s.recordName));
+    this.outbox.splice(index, 1);
+    if (this.store) await this.store.removeOutbox(entry.seq);
+    this.report((entry.states || []).map((s, i) => ({ key: entry.zone, name: s.recordName, before: before[i],
+                                                       after: this.record(entry.zone, s.recordName), remote: false })));
+    return true;
+  }
+
+  /** Sends the outbox in order, one entry at a time; stops at the first "not now". */
+  flush() {
+    if (!this.flushing) {
+      this.flushing = this.flushOnce().finally(() => { this.flushing = null; });
+    }
+    return this.flushing;
+  }
+
+  async flushOnce() {
+    while (this.outbox.length && !this.signedOut) {
+      const entry = this.outbox[0];
+      if (!this.api.session.csrfToken) {
+        try { await this.refreshSession(); } catch (error) { this.failed(error); return; }
+      }
+      this.sendingSeq = entry.seq;
+      let reply;
+      try {
+        reply = await this.api.send(entry.database, entry.path, entry.body);
+      } catch (error) {
+        this.sendingSeq = null;
+        if (isSignedOut(error)) { this.failed(error); return; }
+        if (isUnreachable(error)) { this.failed(error); return; }
+        if (error instanceof ApiError && error.status === 403 && !entry.retriedSession) {
+          entry.retriedSession = true; // a stale CSRF value: ask for the session again, then retry once
+          try { await this.refreshSession(); } catch (again) { this.failed(again); return; }
+          continue;
+        }
+        await this.settle(entry, [], error.reason || error.message);
+        continue;
+      }
+      this.sendingSeq = null;
+      this.setOnline(true);
+      await this.settle(entry, reply.records || [], null);
+    }
+  }
+
+  /** An entry answered: the records it wrote join the server's state; refusals are reported. */
+  async settle(entry, answered, wholeRefusal) {
+    const zone = this.zones.get(entry.zone);
+    const before = (entry.states || []).map((s) => this.record(entry.zone, s.recordName));
+    const changes = [];
+    let refusal = wholeRefusal;
+    const lost = [];
+    for (const record of answered) {
+      if (record.serverErrorCode) {
+        // A delete of what is already gone did what it meant to.
+        if (record.serverErrorCode === 'NOT_FOUND' && entry.kind === 'delete') continue;
+        refusal = refusal || record.reason || record.serverErrorCode;
+        continue;
+      }
+      if (zone) changes.push(this.take(zone, record));
+      if (record.deleted && entry.kind !== 'delete') lost.push(record);
+    }
+    this.outbox.splice(this.outbox.indexOf(entry), 1);
+    if (this.store) await this.store.removeOutbox(entry.seq);
+    await this.persist(changes.filter(Boolean));
+    this.report((entry.states || []).map((s, i) => ({ key: entry.zone, name: s.recordName, before: before[i],
+                                                       after: this.record(entry.zone, s.recordName), remote: false })));
+    if (refusal) this.listener.refused(entry, refusal);
+    for (const record of lost) this.listener.lost(entry, record);
+  }
+
+  // MARK: Syncing
+
+  /** Runs for as long as the page is open: send, fetch what changed, wait for more; retry when offline. */
+  async run() {
+    let delay = 1000;
+    window.addEventListener('online', () => this.nudge());
+    for (;;) {
+      try {
+        if (this.signedOut || !this.api.session.csrfToken) await this.refreshSession();
+        await this.flush();
+        await this.sync();
+        await this.flush();
+        this.setOnline(this.outbox.length === 0 || this.online !== false);
+        delay = 1000;
+        if (this.outbox.length && this.online === false) throw new ApiError('TRY_AGAIN_LATER', 'not sent yet', 503);
+        const reply = await this.api.call('private', 'changes/wait', {
+          databases: [{ database: 'private', syncToken: this.tokens.private }, { database: 'shared', syncToken: this.tokens.shared }],
+          timeout: 25,
+        });
+        if (reply.changed === false) continue;
+      } catch (error) {
+        if (isSignedOut(error)) {
+          this.failed(error);
+          await this.pause(5000);
+          continue;
+        }
+        if (error instanceof ApiError && error.code === 'CHANGE_TOKEN_EXPIRED') {
+          this.tokens = { private: null, shared: null };
+          continue;
+        }
+        this.failed(error);
+        await this.pause(delay);
+        delay = Math.min(delay * 2, 3000);
+      }
+    }
+  }
+
+  /** Waits `ms`, or less when the browser says it is online again. */
+  pause(ms) {
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      this.wake = () => { clearTimeout(timer); resolve(); };
+    });
+  }
+
+  nudge() { if (this.wake) this.wake(); }
+
+  async refreshSession() {
+    const session = await currentSession();
+    if (!session) { this.signedOut = true; this.emitStatus(); throw new ApiError('AUTHENTICATION_REQUIRED', 'signed out', 401); }
+    if (session.userRecordName !== this.api.session.userRecordName) { location.replace('/'); throw new Error('another account'); }
+    this.api.session = session;
+    this.signedOut = false;
+    rememberSession(session);
+    this.setOnline(true);
+  }
+
+  failed(error) {
+    if (isSignedOut(error)) { this.signedOut = true; this.emitStatus(); return; }
+    if (isUnreachable(error)) this.setOnline(false);
+  }
+
+  setOnline(online) {
+    if (this.online === online) return;
+    this.online = online;
+    this.emitStatus();
+    if (online) this.flush();
+  }
+
+  emitStatus() { this.listener.status(this.status()); }
+
+  /** Fetches what changed in both databases since their tokens, and every zone not yet complete. */
+  async sync() {
+    const changes = [];
+    for (const database of ['private', 'shared']) {
+      const changed = new Set();
+      let more = true;
+      for (let page = 0; more && page < 100; page += 1) {
+        let reply;
+        try {
+          reply = await this.api.call(database, 'changes/database', this.tokens[database] ? { syncToken: this.tokens[database] } : {});
+        } catch (error) {
+          if (error instanceof ApiError && error.code === 'CHANGE_TOKEN_EXPIRED') { this.tokens[database] = null; continue; }
+          throw error;
+        }
+        for (const entry of reply.zones || []) {
+          const key = zoneKey(database, entry.zoneID);
+          if (entry.deleted) { await this.dropZone(key); continue; }
+          this.addZone(database, entry.zoneID);
+          changed.add(key);
+        }
+        this.tokens[database] = reply.syncToken;
+        more = reply.moreComing === true;
+      }
+      for (const zone of [...this.zones.values()]) {
+        if (zone.database !== database || !(changed.has(zone.key) || !zone.complete)) continue;
+        changes.push(...await this.fetchZone(zone, false));
+      }
+      if (this.store) await this.store.setMeta('tokens', this.tokens);
+    }
+    this.report(changes);
+    for (const zone of this.zones.values()) if (zone.database === 'shared' && !zone.ownerName) await this.lookUpNames(zone);
+  }
+
+  /** Fetches a zone's changes since its token (all of it without one); reports unless `report` is false. */
+  async fetchZone(zone, report = true) {
+    const changes = [];
+    for (let page = 0; page < 1000; page += 1) {
+      const request = { zoneID: zone.zoneID };
+      if (zone.token) request.syncToken = zone.token;
+      const reply = await this.api.call(zone.database, 'changes/zone', { zones: [request] });
+      const answer = (reply.zones || [])[0] || {};
+      if (answer.serverErrorCode === 'CHANGE_TOKEN_EXPIRED') {
+        zone.token = null;
+        zone.complete = false;
+        const gone = [...this.server.get(zone.key).keys()];
+        this.server.set(zone.key, new Map());
+        if (this.store) await this.store.save({ records: gone.map((name) => ({ zone: zone.key, name, record: null })) });
+        continue;
+      }
+      if (answer.serverErrorCode) { await this.dropZone(zone.key); return changes; }
+      const batch = [];
+      for (const record of answer.records || []) batch.push(this.take(zone, record));
+      zone.token = answer.syncToken;
+      if (!answer.moreComing) zone.complete = true;
+      await this.persist(batch.filter(Boolean), [zone]);
+      changes.push(...batch.filter(Boolean));
+      if (!answer.moreComing) break;
+    }
+    if (report) this.report(changes);
+    return changes;
+  }
+
+  /** A record the server gave: joined into its last state (answers and feeds may cross), or dropped. */
+  take(zone, record) {
+    const records = this.server.get(zone.key);
+    if (!records) return null;
+    const before = this.record(zone.key, record.recordName);
+    if (!record.crdt) {
+      if (!record.deleted) return null;
+      records.delete(record.recordName); // left the shared hierarchy, or a share lost: no longer ours to see
+    } else {
+      this.clock.observeRecord(record);
+      records.set(record.recordName, joinRecords(records.get(record.recordName), record));
+    }
+    return { key: zone.key, name: record.recordName, before, after: this.record(zone.key, record.recordName), remote: true,
+             record: records.get(record.recordName) || null };
+  }
+
+  async persist(changes, zones = []) {
+    if (!this.store) return;
+    await this.store.save({ records: changes.map((c) => ({ zone: c.key, name: c.name, record: c.record })), zones });
+  }
+
+  /** A zone deleted, or no longer shared with us: its records and unsent changes go. */
+  async dropZone(key) {
+    const zone = this.zones.get(key);
+    if (!zone) return;
+    const changes = [...(this.server.get(key) || new Map()).keys()].map((name) => ({ key, name, before: this.record(key, name), after: null, remote: true }));
+    const dropped = this.outbox.filter((e) => e.zone === key && e.seq !== this.sendingSeq);
+    this.outbox = this.outbox.filter((e) => !dropped.includes(e));
+    if (this.store) for (const entry of dropped) await this.store.removeOutbox(entry.seq);
+    this.zones.delete(key);
+    this.server.delete(key);
+    if (this.store) await this.store.save({ removeZones: [key] });
+    this.report(changes);
+    this.listener.zoneGone(zone, dropped);
+  }
+
+  /** The names of a shared zone's people (and so its owner), from the share's roster. */
+  async lookUpNames(zone, shareRecordName = null) {
+    try {
+      const body = { zoneID: zone.zoneID };
+      if (shareRecordName) body.shareRecordName = shareRecordName;
+      const share = await this.api.call(zone.database, 'shares/lookup', body);
+      this.learnNames(share.participants || []);
+      const owner = (share.participants || []).find((p) => p.role === 'owner');
+      if (owner && zone.database === 'shared') {
+        zone.ownerName = owner.name;
+        if (this.store) await this.store.save({ zones: [zone] });
+      }
+      return share;
+    } catch (_) {
+      return null; // the names stay unknown until the next try
+    }
+  }
+
+  learnNames(participants) {
+    let learned = false;
+    for (const p of participants) {
+      if (p.userRecordName && p.name && this.names.get(p.userRecordName) !== p.name) { this.names.set(p.userRecordName, p.name); learned = true; }
+    }
+    if (learned && this.store) this.store.setMeta('names', Object.fromEntries(this.names)).catch(() => {});
+    return learned;
+  }
+
+  report(changes) {
+    const real = changes.filter((c) => c && JSON.stringify(c.before || null) !== JSON.stringify(c.after || null));
+    if (real.length) this.listener.changed(real);
+    this.emitStatus();
+  }
+}
