@@ -219,8 +219,7 @@ function removeItems(list, removed, text, label) {
   const entry = state.replica.queue(list.zone, states, operations, label, { kind: 'delete' });
   announce(text);
   offerUndo(text, `Undo: ${label}`, async () => {
-    const queued = await entry;
-    if (await state.replica.cancel(queued)) { announce('Brought back.'); return; }
+    if (await state.replica.cancel(entry)) { announce('Brought back.'); return; }
     const again = currentList(list.id) || list;
     restoreItems(again, removed.map((item) => ({ ...item, generation: (item.record.crdt.generation || 1) + 1 })));
     announce('Brought back.');
@@ -292,7 +291,7 @@ async function createList(title) {
   const id = randomID('l');
   const zoneID = { zoneName: zone.zoneID.zoneName, ownerRecordName: zone.zoneID.ownerRecordName || state.session.userRecordName };
   const record = newRecord(state.replica.clock, { recordName: id, recordType: 'List', zoneID, scalars: { title: [title, 'STRING'] } });
-  await state.replica.queue(zone, [record], [{ operationType: 'forceUpdate', record }], `Create ${title}`);
+  state.replica.queue(zone, [record], [{ operationType: 'forceUpdate', record }], `Create ${title}`);
   state.focusAfter = 'new-item'; // the next thing to do: add its first item
   go('list', id);
 }
@@ -319,12 +318,13 @@ function go(view, id = state.openList, { replace = false } = {}) {
   const wantedFocus = state.focusAfter;
   render();
   if (wantedFocus) return;
-  if (view === 'lists' && !isWide()) focusStatic($('lists-heading'));
-  if (view === 'list' && changedList) focusStatic($('list-title'));
-  if (view === 'share') { const heading = $('share-heading'); if (heading) focusStatic(heading); }
+  // The focus moves to the view that opened (a region named by its heading), as a screen reader expects.
+  if (view === 'lists' && !isWide()) focusStatic($('lists-view'));
+  if (view === 'list' && changedList) focusStatic($('main'));
+  if (view === 'share') focusStatic($('share-panel'));
 }
 
-/** Moves the focus to a heading or region (a view that opened), for as long as it keeps it. */
+/** Moves the focus to a region (a view that opened), for as long as it keeps it. */
 function focusStatic(node) {
   if (!node) return;
   node.setAttribute('tabindex', '-1');
@@ -446,6 +446,7 @@ function renderMain() {
       state.rows.clear();
       main.replaceChildren(el('p', { class: 'help', id: 'empty', text: 'Choose a list, or create one.' }));
     }
+    $('main').removeAttribute('aria-labelledby');
     $('main').setAttribute('aria-label', 'List');
     return;
   }
@@ -463,6 +464,7 @@ function renderMain() {
     buildList(main, list, canEdit);
   }
   $('main').removeAttribute('aria-label');
+  $('main').setAttribute('aria-labelledby', 'list-title');
   $('list-title').textContent = list.title || '(untitled)';
   $('list-access').textContent = `${list.owner} · ${permissionWords[list.access] || list.access}`;
   renderRenameForm(list);
@@ -559,8 +561,9 @@ function checkedHeader(list, count, collapsed, canEdit) {
   const signature = JSON.stringify([list.id, count, collapsed, canEdit]);
   if (li && li.dataset.signature === signature) return li;
   const toggle = el('button', { type: 'button', class: 'button small secondary', id: 'toggle-checked', 'aria-expanded': String(!collapsed),
+                                'aria-label': `${collapsed ? 'Show' : 'Hide'} the ${count} checked ${count === 1 ? 'item' : 'items'}`,
                                 onclick: () => { setCheckedCollapsed(list.id, !collapsed); state.focusAfter = 'toggle-checked'; render(); } },
-    `${collapsed ? 'Show' : 'Hide'} ${count} checked`);
+    collapsed ? 'Show' : 'Hide');
   const children = [el('span', { class: 'checked-count', text: `Checked (${count})` }), toggle];
   if (canEdit) {
     children.push(el('button', { type: 'button', class: 'button small danger', id: 'clear-checked',
@@ -1237,6 +1240,10 @@ const listener = {
   changed(changes) {
     announceRemote(changes);
     render();
+    // Someone joined, left or was changed on the open share panel's list: its people again.
+    const list = currentList();
+    if (state.view === 'share' && list && changes.some((c) => c.key === list.zone.key
+        && ((c.after || c.before || {}).recordType === 'cloudkit.share'))) loadRoster(list);
     // A list the address asked for that this browser did not know yet (just joined, say) opens once it arrives.
     if (state.wantedList && state.wantedList !== state.openList && lists().some((l) => l.id === state.wantedList)) {
       const id = state.wantedList;
@@ -1368,7 +1375,7 @@ function wireStatic() {
   });
   $('skip-link').addEventListener('click', (event) => {
     event.preventDefault();
-    if ($('new-item')) $('new-item').focus(); else focusStatic($('list-title') || $('lists-heading'));
+    if ($('new-item')) $('new-item').focus(); else focusStatic(currentList() ? $('main') : $('lists-view'));
   });
   $('new-list').addEventListener('submit', (event) => {
     event.preventDefault();

@@ -42,7 +42,8 @@ export class Replica {
     this.names = new Map();
     this.online = null;
     this.signedOut = false;
-    this.sendingSeq = null;
+    /** the entry on its way to the server */
+    this.sending = null;
     this.flushing = null;
     this.wake = null;
   }
@@ -65,6 +66,7 @@ export class Replica {
         this.server.get(row.zone).set(row.name, row.record);
       }
       this.outbox = (await this.store.all('outbox')).sort((a, b) => a.seq - b.seq);
+      for (const entry of this.outbox) entry.saved = Promise.resolve();
     }
     if (!replica) {
       replica = newReplicaID();
@@ -152,12 +154,15 @@ export class Replica {
    * `operations` what records/modify is sent (CRDT states, or a plain forceDelete). Sent at once when
    * the server can be reached, else when it can again.
    */
-  async queue(zone, states, operations, label, extra = {}) {
+  queue(zone, states, operations, label, extra = {}) {
     const before = states.map((s) => this.record(zone.key, s.recordName));
     const body = JSON.stringify({ zoneID: zone.zoneID, atomic: false, clientOperationID: `web-${this.clock.replica}-${randomHex(8)}`,
                                   operations });
-    const entry = { zone: zone.key, database: zone.database, path: 'records/modify', body, states, label, made: Date.now(), ...extra };
-    entry.seq = this.store ? await this.store.addOutbox(entry) : (this.localSeq = (this.localSeq || 0) + 1);
+    const kept = { zone: zone.key, database: zone.database, path: 'records/modify', body, states, label, made: Date.now(), ...extra };
+    // Shown and queued at once; sent only once it is kept (`saved`), so a reload never loses a sent change.
+    const entry = { ...kept };
+    entry.saved = (this.store ? this.store.addOutbox(kept) : Promise.resolve((this.localSeq = (this.localSeq || 0) + 1)))
+      .then((seq) => { entry.seq = seq; }, () => { entry.seq = null; });
     this.outbox.push(entry);
     if (this.store) this.store.setMeta('clock', this.clock.latest).catch(() => {});
     this.report(states.map((s, i) => ({ key: zone.key, name: s.recordName, before: before[i], after: this.record(zone.key, s.recordName), remote: false })));
@@ -165,13 +170,19 @@ export class Replica {
     return entry;
   }
 
+  /** Forgets a kept entry (sent, refused, cancelled or dropped). */
+  async forget(entry) {
+    await entry.saved;
+    if (this.store && entry.seq) await this.store.removeOutbox(entry.seq);
+  }
+
   /** Takes back an unsent entry (undo before it left); false when it is being sent or already was. */
   async cancel(entry) {
     const index = this.outbox.indexOf(entry);
-    if (index < 0 || this.sendingSeq === entry.seq) return false;
+    if (index < 0 || this.sending === entry) return false;
     const before = (entry.states || []).map((s) => this.record(entry.zone, s.recordName));
     this.outbox.splice(index, 1);
-    if (this.store) await this.store.removeOutbox(entry.seq);
+    await this.forget(entry);
     this.report((entry.states || []).map((s, i) => ({ key: entry.zone, name: s.recordName, before: before[i],
                                                        after: this.record(entry.zone, s.recordName), remote: false })));
     return true;
@@ -191,12 +202,14 @@ export class Replica {
       if (!this.api.session.csrfToken) {
         try { await this.refreshSession(); } catch (error) { this.failed(error); return; }
       }
-      this.sendingSeq = entry.seq;
+      await entry.saved;
+      if (this.outbox[0] !== entry) continue; // cancelled meanwhile
+      this.sending = entry;
       let reply;
       try {
         reply = await this.api.send(entry.database, entry.path, entry.body);
       } catch (error) {
-        this.sendingSeq = null;
+        this.sending = null;
         if (isSignedOut(error)) { this.failed(error); return; }
         if (isUnreachable(error)) { this.failed(error); return; }
         if (error instanceof ApiError && error.status === 403 && !entry.retriedSession) {
@@ -207,7 +220,7 @@ export class Replica {
         await this.settle(entry, [], error.reason || error.message);
         continue;
       }
-      this.sendingSeq = null;
+      this.sending = null;
       this.setOnline(true);
       await this.settle(entry, reply.records || [], null);
     }
@@ -231,7 +244,7 @@ export class Replica {
       if (record.deleted && entry.kind !== 'delete') lost.push(record);
     }
     this.outbox.splice(this.outbox.indexOf(entry), 1);
-    if (this.store) await this.store.removeOutbox(entry.seq);
+    await this.forget(entry);
     await this.persist(changes.filter(Boolean));
     this.report((entry.states || []).map((s, i) => ({ key: entry.zone, name: s.recordName, before: before[i],
                                                        after: this.record(entry.zone, s.recordName), remote: false })));
@@ -398,9 +411,9 @@ export class Replica {
     const zone = this.zones.get(key);
     if (!zone) return;
     const changes = [...(this.server.get(key) || new Map()).keys()].map((name) => ({ key, name, before: this.record(key, name), after: null, remote: true }));
-    const dropped = this.outbox.filter((e) => e.zone === key && e.seq !== this.sendingSeq);
+    const dropped = this.outbox.filter((e) => e.zone === key && e !== this.sending);
     this.outbox = this.outbox.filter((e) => !dropped.includes(e));
-    if (this.store) for (const entry of dropped) await this.store.removeOutbox(entry.seq);
+    for (const entry of dropped) await this.forget(entry);
     this.zones.delete(key);
     this.server.delete(key);
     if (this.store) await this.store.save({ removeZones: [key] });
