@@ -1330,7 +1330,6 @@ async function start() {
   state.replica = new Replica(state.api, listener);
   $('who').textContent = session.name;
   wireStatic();
-  registerServiceWorker();
 
   const wanted = hashValue('list');
   const kept = await state.replica.load();
@@ -1350,6 +1349,8 @@ async function start() {
   render();
   showStatus(state.replica.status());
   document.body.dataset.ready = 'true';
+  // After the first screen: the worker's first install fetches the web files, which would compete with it.
+  setTimeout(registerServiceWorker, 0);
   state.replica.run();
   // Invitations are not in the change feeds (the invitee has no access yet): asked now and every minute.
   loadInvitations();

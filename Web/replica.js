@@ -80,33 +80,48 @@ export class Replica {
   }
 
   /**
-   * A first load with nothing kept: the zones, then only the lists' titles and shares (records/query),
-   * and the whole zone of `wantedList` if one is asked for. The rest comes with the next sync.
+   * A first load with nothing kept: the zones, then only the lists' titles (and, in shared zones, the
+   * shares that say the access), with records/query, and the whole zone of `wantedList` if one is
+   * asked for. The rest comes with the next sync. Requests that do not depend on each other go together:
+   * on a slow network the round trips, not the bytes, decide how soon the lists show.
    */
   async coldStart(wantedList) {
-    for (const database of ['private', 'shared']) {
-      const reply = await this.api.call(database, 'changes/database', {});
+    const query = async (database, zoneID, recordType) => {
+      const records = [];
+      let marker = null;
+      for (let page = 0; page < 50; page += 1) {
+        const body = { zoneID, query: { recordType }, resultsLimit: 200 };
+        if (marker) body.continuationMarker = marker;
+        let reply;
+        try { reply = await this.api.call(database, 'records/query', body); } catch (error) {
+          if (isUnreachable(error) || isSignedOut(error)) throw error;
+          break; // no such zone (a new account), or a type not answered here: the sync brings it
+        }
+        records.push(...(reply.records || []));
+        marker = reply.continuationMarker;
+        if (!marker) break;
+      }
+      return records;
+    };
+    // The private lists live in the zone `Lists`: asked at once, with both databases' zones.
+    const [privateZones, sharedZones, privateLists] = await Promise.all([
+      this.api.call('private', 'changes/database', {}), this.api.call('shared', 'changes/database', {}),
+      query('private', { zoneName: 'Lists' }, 'List')]);
+    for (const [database, reply] of [['private', privateZones], ['shared', sharedZones]]) {
       for (const entry of reply.zones || []) if (!entry.deleted) this.addZone(database, entry.zoneID);
       if (!reply.moreComing) this.tokens[database] = reply.syncToken; // else the sync pages through from the start
     }
-    const changes = [];
+    const asked = [];
     for (const zone of this.zones.values()) {
-      for (const recordType of ['List', 'cloudkit.share']) {
-        let marker = null;
-        for (let page = 0; page < 50; page += 1) {
-          const body = { zoneID: zone.zoneID, query: { recordType }, resultsLimit: 200 };
-          if (marker) body.continuationMarker = marker;
-          let reply;
-          try { reply = await this.api.call(zone.database, 'records/query', body); } catch (error) {
-            if (isUnreachable(error) || isSignedOut(error)) throw error;
-            break; // a type the server does not answer here: the sync brings it
-          }
-          for (const record of reply.records || []) changes.push(this.take(zone, record));
-          marker = reply.continuationMarker;
-          if (!marker) break;
-        }
+      if (zone.database === 'private' && zone.zoneID.zoneName === 'Lists') {
+        asked.push(Promise.resolve([zone, privateLists]));
+        continue;
       }
+      const types = zone.database === 'shared' ? ['List', 'cloudkit.share'] : ['List'];
+      for (const type of types) asked.push(query(zone.database, zone.zoneID, type).then((records) => [zone, records]));
     }
+    const changes = [];
+    for (const [zone, records] of await Promise.all(asked)) for (const record of records) changes.push(this.take(zone, record));
     await this.persist(changes.filter(Boolean));
     if (wantedList) {
       const zone = [...this.zones.values()].find((z) => this.server.get(z.key).has(wantedList));

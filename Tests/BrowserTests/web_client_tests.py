@@ -137,6 +137,90 @@ return [...document.querySelectorAll('button, input, select, textarea, a[href]')
 """
 
 
+# Seeded random edits by three replicas of the page's CRDT (Web/crdt.js) to one record, joined by the page
+# in one order and in the reverse, and sent to the server (records/modify, forceUpdate of each state) in
+# that shuffled order: the three must agree on the record, values and stamps alike.
+JOIN_JS = r"""
+const [seed, rounds, done] = arguments;
+(async () => {
+  const crdt = await import('/web/crdt.js');
+  const session = await (await fetch('/auth/session')).json();
+  const base = `/database/1/${session.container}/${session.environment}/private/`;
+  const post = async (op, body) => {
+    for (let attempt = 0; ; attempt += 1) { // the server's rate limit answers THROTTLED: wait as it says
+      const reply = await (await fetch(base + op, { method: 'POST',
+        headers: { 'X-Lattice-CSRF': session.csrfToken, 'Content-Type': 'application/json' }, body: JSON.stringify(body) })).json();
+      if (reply.serverErrorCode !== 'THROTTLED' || attempt > 20) return reply;
+      await new Promise((resolve) => setTimeout(resolve, (reply.retryAfter || 1) * 1000));
+    }
+  };
+  let s = seed >>> 0;
+  const rand = () => { s = (s + 0x6D2B79F5) >>> 0; let t = s; t = Math.imul(t ^ (t >>> 15), t | 1);
+                       t ^= t + Math.imul(t ^ (t >>> 7), t | 61); return ((t ^ (t >>> 14)) >>> 0) / 4294967296; };
+  const pick = (a) => a[Math.floor(rand() * a.length)];
+  const stamp = (x) => x ? `${x.ms}.${x.counter}@${x.replica}` : null;
+  const shape = (r) => {
+    if (!r || r.serverErrorCode === 'NOT_FOUND' || r.deleted) return { deleted: true };
+    const f = r.fields || {};
+    const reg = (n) => f[n] ? [f[n].value ?? null, stamp(f[n].crdt && f[n].crdt.stamp)] : null;
+    const tags = f.tags ? [[...f.tags.value].sort(), f.tags.crdt.entries.map((e) => `${e.value}:${stamp(e.stamp)}`).sort(),
+                           f.tags.crdt.context.map(stamp).sort()] : null;
+    return { deleted: false, generation: r.crdt.generation, text: reg('text'), done: reg('done'), tags };
+  };
+  const zoneID = { zoneName: 'Lists' };
+  const failures = [];
+  let sent = 0;
+  for (let round = 0; round < rounds; round += 1) {
+    const name = `join-${seed}-${round}`;
+    const made = await post('records/modify', { zoneID, operations: [{ operationType: 'create', record: { recordName: name, recordType: 'Item',
+      fields: { text: { value: 'base' }, done: { value: 0 }, tags: { value: ['a', 'b'], type: 'STRING_LIST' } } } }] });
+    if (!made.records) { failures.push(`${name}: ${JSON.stringify(made)}`); continue; }
+    const first = made.records[0];
+    const replicas = [0, 1, 2].map(() => ({ clock: new crdt.Clock(crdt.newReplicaID()), view: first, states: [] }));
+    for (const r of replicas) r.clock.observeRecord(first);
+    const steps = 2 + Math.floor(rand() * 8);
+    for (let i = 0; i < steps; i += 1) {
+      const r = pick(replicas);
+      if (r.view.deleted) continue; // a replica does not edit what it saw removed
+      const kind = rand();
+      let state;
+      if (kind < 0.3) state = crdt.setFields(r.view, r.clock, { text: [pick(['x', 'y', 'z']), 'STRING'] });
+      else if (kind < 0.45) state = crdt.setFields(r.view, r.clock, { done: [pick([0, 1]), 'INT64'] });
+      else if (kind < 0.92) {
+        const add = rand() < 0.6 ? [pick(['a', 'b', 'c', 'd'])] : [];
+        const remove = rand() < 0.6 ? [pick(['a', 'b', 'c', 'd'])] : [];
+        if (!add.length && !remove.length) continue;
+        state = crdt.editSet(r.view, r.clock, 'tags', add, remove);
+      } else state = crdt.deletion(r.view, r.clock);
+      r.states.push(state);
+      r.view = crdt.joinRecords(r.view, state);
+      if (rand() < 0.3) { // it hears of another replica's edits
+        const other = pick(replicas);
+        for (const x of other.states) { r.view = crdt.joinRecords(r.view, x); r.clock.observeRecord(x); }
+      }
+    }
+    const all = replicas.flatMap((r) => r.states);
+    for (let i = all.length - 1; i > 0; i -= 1) { const j = Math.floor(rand() * (i + 1)); [all[i], all[j]] = [all[j], all[i]]; }
+    let forward = first, backward = first;
+    for (const state of all) forward = crdt.joinRecords(forward, state);
+    for (const state of [...all].reverse()) backward = crdt.joinRecords(backward, state);
+    for (const state of all) {
+      const reply = await post('records/modify', { zoneID, operations: [{ operationType: 'forceUpdate', record: state }] });
+      sent += 1;
+      if (!reply.records) { failures.push(`${name}: ${JSON.stringify(reply)} for ${JSON.stringify(state)}`); continue; }
+      if (reply.records[0].serverErrorCode) failures.push(`${name}: ${reply.records[0].serverErrorCode} ${reply.records[0].reason}`);
+    }
+    const looked = await post('records/lookup', { zoneID, records: [{ recordName: name }] });
+    if (!looked.records) { failures.push(`${name}: lookup ${JSON.stringify(looked)}`); continue; }
+    const server = looked.records[0];
+    const [a, b, c] = [shape(forward), shape(backward), shape(server)].map((x) => JSON.stringify(x));
+    if (a !== b || a !== c) failures.push(`${name}: page ${a} / reversed ${b} / server ${c}`);
+  }
+  done({ failures, sent });
+})().catch((error) => done({ failures: ['script: ' + error] }));
+"""
+
+
 def main():
     directory = tempfile.mkdtemp(prefix="lattice-web-client-")
     port = free_port()
@@ -165,6 +249,13 @@ def main():
         open_list(pb, "Market")
         wait_for(pb, lambda d: len(bt.items_on_page(d)) == 4, "Market's four items")
         state = {"server": server}
+
+        def the_page_joins_as_the_server_does():
+            seed = int(os.environ.get("SEED", str(int(time.time()) % 100000)))
+            print(f"  seed {seed} (SEED={seed} repeats it)")
+            found = pb.execute_async_script(JOIN_JS, seed, 25)
+            check(not found["failures"], f"the page's join and the server's differ: {found['failures'][:3]}")
+            print(f"  25 records, {found['sent']} states sent: the page's join, its reverse and the server's agree")
 
         # MARK: Offline
 
@@ -562,6 +653,7 @@ def main():
 
         results = bt.run_suite("web client", [
             ("installable: a manifest and a service worker control the page", installable),
+            ("the page's join of CRDT states agrees with the server's (seeded random edits)", the_page_joins_as_the_server_does),
             ("offline on a phone: the page says so, adds, checks and edits show at once and wait",
              offline_is_said_and_edits_show_at_once),
             ("offline reload: it opens from the service worker with the lists, waiting edits and a draft",
