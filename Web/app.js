@@ -229,8 +229,10 @@ function removeItems(list, removed, text, label) {
 /** Makes items again (a new generation of each), with the text, check, tags and place they had. */
 function restoreItems(list, wanted) {
   const records = wanted.map((item) => {
-    const tombstone = state.replica.record(list.zone.key, item.id);
-    const generation = Math.max(item.generation || 1, ((tombstone && tombstone.crdt.generation) || 0) + (tombstone && tombstone.deleted ? 1 : 0));
+    // The generation after the removed one (or the one someone brought back meanwhile, joined with it).
+    const now = state.replica.record(list.zone.key, item.id);
+    const known = now ? (now.crdt.generation || 1) + (now.deleted ? 1 : 0) : 1;
+    const generation = Math.max(item.generation || 1, known);
     return newRecord(state.replica.clock, {
       recordName: item.id, recordType: 'Item', zoneID: list.record.zoneID, parent: list.id, generation,
       scalars: { text: [item.text, 'STRING'], done: [item.done ? 1 : 0, 'INT64'], position: [item.position, 'DOUBLE'] },
@@ -420,17 +422,15 @@ function placeChildren(parent, wanted) {
   const keep = new Set(wanted);
   for (const child of [...parent.children]) if (!keep.has(child)) child.remove();
   const anchorIndex = wanted.findIndex((node) => node.contains(document.activeElement) && node.parentNode === parent);
-  if (anchorIndex < 0) {
-    let cursor = parent.firstChild;
-    for (const node of wanted) {
-      if (node === cursor) { cursor = cursor.nextSibling; continue; }
-      parent.insertBefore(node, cursor);
-    }
-    return;
+  // Before the anchor (or all, without one): a cursor walks the children; a node not at it is put there.
+  // The cursor never passes the anchor, so the anchor is never moved.
+  let cursor = parent.firstChild;
+  for (let i = 0; i < (anchorIndex < 0 ? wanted.length : anchorIndex); i += 1) {
+    if (wanted[i] === cursor) cursor = cursor.nextSibling;
+    else parent.insertBefore(wanted[i], cursor);
   }
-  const anchor = wanted[anchorIndex];
-  for (let i = 0; i < anchorIndex; i += 1) if (wanted[i].nextSibling !== (wanted[i + 1] || anchor) || wanted[i].parentNode !== parent) parent.insertBefore(wanted[i], anchor);
-  let previous = anchor;
+  if (anchorIndex < 0) return;
+  let previous = wanted[anchorIndex];
   for (let i = anchorIndex + 1; i < wanted.length; i += 1) {
     if (previous.nextSibling !== wanted[i]) parent.insertBefore(wanted[i], previous.nextSibling);
     previous = wanted[i];
@@ -669,11 +669,19 @@ function renderRowForm(list, item, slot, editing, canEdit) {
   }
   if (!$('edit-form')) {
     slot.replaceChildren(editForm('edit', `Text of ${item.name}`, editing.base, 'edit-' + item.id, (text) => saveText(list.id, text),
-                                  { save: `Save the text of ${item.name}`, cancel: 'Cancel editing', keepOpen: true }));
+                                  { save: `Save the text of ${item.name}`, cancel: 'Cancel editing' }));
     restoreDraft(item.id);
   }
   editing.item = item;
-  editing.removed = false;
+  if (editing.removed) { // it is back (someone restored it): the form edits it again
+    editing.removed = false;
+    $('edit-note').hidden = true;
+    const save = $('edit-save'), cancel = $('edit-cancel');
+    save.textContent = 'Save';
+    save.setAttribute('aria-label', `Save the text of ${item.name}`);
+    cancel.textContent = 'Cancel';
+    cancel.setAttribute('aria-label', 'Cancel editing');
+  }
   showStale(item);
 }
 
@@ -699,8 +707,6 @@ function showStale(item) {
     editing.stale = true;
     editing.theirs = item.text;
     setStaleText(`${changer(item)} changed this to “${item.text}” while you were editing. Save asks before replacing it.`, true);
-  } else if (!editing.stale) {
-    return;
   }
 }
 
@@ -783,6 +789,16 @@ function restoreDraft(itemID) {
   const draft = drafts()['edit:' + itemID];
   const input = $('edit-input');
   if (draft && input && draft !== input.value) input.value = draft;
+}
+/** After a reload: an edit field that held unsaved text opens again with it. */
+function reopenDraft() {
+  const list = currentList();
+  if (!list || state.editing) return;
+  for (const key of Object.keys(drafts())) {
+    if (!key.startsWith('edit:')) continue;
+    const item = items(list).find((i) => i.id === key.slice(5));
+    if (item) { state.editing = { kind: 'text', id: item.id, base: item.text, item, stale: false, confirm: false, removed: false }; return; }
+  }
 }
 function forgetDraft() { if (state.editing) setDraft('edit:' + state.editing.id, null); }
 
@@ -1346,6 +1362,7 @@ async function start() {
   if (state.openList) {
     history.pushState({ view: state.view, id: state.openList, from: { view: 'lists', id: null } }, '', hashFor(state.view, state.openList));
   }
+  reopenDraft();
   render();
   showStatus(state.replica.status());
   document.body.dataset.ready = 'true';

@@ -95,7 +95,7 @@ export class Replica {
         let reply;
         try { reply = await this.api.call(database, 'records/query', body); } catch (error) {
           if (isUnreachable(error) || isSignedOut(error)) throw error;
-          break; // no such zone (a new account), or a type not answered here: the sync brings it
+          break; // a type not answered here: the sync brings it
         }
         records.push(...(reply.records || []));
         marker = reply.continuationMarker;
@@ -103,20 +103,16 @@ export class Replica {
       }
       return records;
     };
-    // The private lists live in the zone `Lists`: asked at once, with both databases' zones.
-    const [privateZones, sharedZones, privateLists] = await Promise.all([
-      this.api.call('private', 'changes/database', {}), this.api.call('shared', 'changes/database', {}),
-      query('private', { zoneName: 'Lists' }, 'List')]);
+    // Both databases' zones together, then every zone's titles together (a zone is asked only once it is
+    // known to exist: a missing one would answer 404).
+    const [privateZones, sharedZones] = await Promise.all([
+      this.api.call('private', 'changes/database', {}), this.api.call('shared', 'changes/database', {})]);
     for (const [database, reply] of [['private', privateZones], ['shared', sharedZones]]) {
       for (const entry of reply.zones || []) if (!entry.deleted) this.addZone(database, entry.zoneID);
       if (!reply.moreComing) this.tokens[database] = reply.syncToken; // else the sync pages through from the start
     }
     const asked = [];
     for (const zone of this.zones.values()) {
-      if (zone.database === 'private' && zone.zoneID.zoneName === 'Lists') {
-        asked.push(Promise.resolve([zone, privateLists]));
-        continue;
-      }
       const types = zone.database === 'shared' ? ['List', 'cloudkit.share'] : ['List'];
       for (const type of types) asked.push(query(zone.database, zone.zoneID, type).then((records) => [zone, records]));
     }

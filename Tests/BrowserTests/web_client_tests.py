@@ -651,6 +651,13 @@ def main():
             wait_for(pb, lambda d: len(bt.items_on_page(d)) == 4, "Garden's items")
             bt.shoot_both(pb, "client-list")
 
+        def no_script_error_or_csp_violation():
+            # Refused connections while offline are logged by the browser, and expected; nothing else is.
+            for driver in drivers:
+                problems = [m for m in bt.console_problems(driver)
+                            if "Content Security Policy" in m or "Uncaught" in m or "Refused" in m]
+                check(not problems, f"script errors or CSP violations: {problems[:3]}")
+
         results = bt.run_suite("web client", [
             ("installable: a manifest and a service worker control the page", installable),
             ("the page's join of CRDT states agrees with the server's (seeded random edits)", the_page_joins_as_the_server_does),
@@ -679,6 +686,7 @@ def main():
             ("stop sharing: the member loses the list", stop_sharing),
             ("leaving says Left", leave_says_left),
             ("screenshots of the lists and a list", screenshots_of_lists_and_list),
+            ("no script error or CSP violation in the whole run", no_script_error_or_csp_violation),
         ])
     finally:
         for driver in drivers:
