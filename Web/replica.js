@@ -20,6 +20,24 @@ const isSignedOut = (error) => error instanceof ApiError && (error.status === 40
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const randomHex = (n) => Array.from(crypto.getRandomValues(new Uint8Array(n)), (b) => b.toString(16).padStart(2, '0')).join('');
 
+/** Takes a Web Lock for as long as the page lives; false when another tab holds it (true without locks). */
+function holdLock(name) {
+  if (!navigator.locks) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    navigator.locks.request(name, { ifAvailable: true }, (lock) => {
+      resolve(!!lock);
+      return lock ? new Promise(() => {}) : undefined; // held until the tab closes
+    }).catch(() => resolve(true));
+  });
+}
+
+/** A replica id of this tab alone (kept across its reloads). */
+function tabReplica() {
+  let id = sessionStorage.getItem('lattice.tabReplica');
+  if (!id) { id = newReplicaID(); sessionStorage.setItem('lattice.tabReplica', id); }
+  return id;
+}
+
 export class Replica {
   /**
    * `listener` gets `changed(changes)` ([{key, name, before, after, remote}]), `status(status)`,
@@ -72,6 +90,9 @@ export class Replica {
       replica = newReplicaID();
       if (this.store) await this.store.setMeta('replica', replica);
     }
+    // Two tabs must not stamp with one replica id (two writes could get the same stamp): the browser's id
+    // is held by one tab at a time (a Web Lock, released when the tab goes); another tab makes its own.
+    if (!(await holdLock('lattice-replica-' + session.userRecordName))) replica = tabReplica();
     this.clock = new Clock(replica, latest);
     for (const records of this.server.values()) for (const record of records.values()) this.clock.observeRecord(record);
     for (const entry of this.outbox) for (const state of entry.states || []) this.clock.observeRecord(state);

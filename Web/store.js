@@ -39,7 +39,10 @@ export class Store {
         db.createObjectStore('records', { keyPath: ['zone', 'name'] }).createIndex('zone', 'zone');
         db.createObjectStore('outbox', { keyPath: 'seq', autoIncrement: true });
       };
-      return new Store(await request(open));
+      const db = await request(open);
+      // Another tab signing out deletes this database: let it (this tab is signed out too).
+      db.onversionchange = () => db.close();
+      return new Store(db);
     } catch (_) {
       return null; // a private window without storage: the page works without keeping anything
     }
@@ -48,7 +51,8 @@ export class Store {
   /** Deletes an account's database (sign-out). */
   static async remove(userRecordName) {
     if (!self.indexedDB) return;
-    try { await request(indexedDB.deleteDatabase(Store.nameFor(userRecordName))); } catch (_) { /* nothing kept */ }
+    const deleting = request(indexedDB.deleteDatabase(Store.nameFor(userRecordName))).catch(() => {});
+    await Promise.race([deleting, new Promise((resolve) => setTimeout(resolve, 3000))]); // never held up by a stuck tab
   }
 
   constructor(db) { this.db = db; }

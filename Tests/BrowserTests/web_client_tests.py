@@ -651,6 +651,19 @@ def main():
             wait_for(pb, lambda d: len(bt.items_on_page(d)) == 4, "Garden's items")
             bt.shoot_both(pb, "client-list")
 
+        def sign_out_leaves_nothing_behind():
+            kept = pb.execute_async_script("""
+                const done = arguments[arguments.length - 1];
+                indexedDB.databases().then((all) => done(all.map((d) => d.name)));""")
+            check(any(name.startswith("lattice-_") for name in kept), f"the account's database while signed in: {kept}")
+            pb.find_element(By.ID, "signout").click()
+            wait_for(pb, lambda d: d.find_elements(By.ID, "signup-form"), "signed out: the sign-in page")
+            left = pb.execute_async_script("""
+                const done = arguments[arguments.length - 1];
+                indexedDB.databases().then((all) => done([all.map((d) => d.name), Object.keys(localStorage)]));""")
+            check(not [n for n in left[0] if n.startswith("lattice-")], f"databases left: {left[0]}")
+            check(not [k for k in left[1] if k in ("lattice.lastSession", "lattice.drafts")], f"storage left: {left[1]}")
+
         def no_script_error_or_csp_violation():
             # Refused connections while offline are logged by the browser, and expected; nothing else is.
             for driver in drivers:
@@ -686,6 +699,7 @@ def main():
             ("stop sharing: the member loses the list", stop_sharing),
             ("leaving says Left", leave_says_left),
             ("screenshots of the lists and a list", screenshots_of_lists_and_list),
+            ("sign-out leaves nothing of the account in the browser", sign_out_leaves_nothing_behind),
             ("no script error or CSP violation in the whole run", no_script_error_or_csp_violation),
         ])
     finally:
