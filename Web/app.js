@@ -1272,27 +1272,20 @@ const listener = {
     notice('Not saved: ' + reason, true);
     render();
   },
-  lost(entry, record) {
+  lost(entry, record, shown) {
     const list = lists().find((l) => l.zone.key === entry.zone);
-    const state0 = (entry.states || []).find((s) => s.recordName === record.recordName);
-    const text = state0 && fieldValue(state0, 'text');
-    if (!list || !text) return;
-    notice(`“${text}” was removed by someone else before your change arrived; it is kept: use Undo to bring it back.`);
-    const item = itemOf(joinForRestore(record, state0));
-    offerUndo(`“${text}” was removed by someone else.`, `Bring back ${text}`, () => restoreItems(list, [{ ...item, generation: (record.crdt.generation || 1) + 1 }]));
+    const edit = (entry.states || []).find((s) => s.recordName === record.recordName);
+    const item = shown ? itemOf(shown) : edit && fieldValue(edit, 'text') !== undefined ? itemOf(edit) : null;
+    if (!list || !item || record.recordType !== 'Item') return;
+    notice(`“${item.text}” was removed by someone else before your change arrived: Undo brings it back with your change.`);
+    offerUndo(`“${item.text}” was removed by someone else.`, `Bring back ${item.text}`,
+              () => restoreItems(list, [{ ...item, generation: (record.crdt.generation || 1) + 1 }]));
   },
   zoneGone(zone, dropped) {
     if (dropped.length) notice(`${dropped.length} unsent ${dropped.length === 1 ? 'change' : 'changes'} could not be sent: the list is gone or no longer shared with you.`, true);
     render();
   },
 };
-
-/** A removed item as the edit that could not land left it (its text, check, tags and place). */
-function joinForRestore(tombstone, edit) {
-  const fields = edit.fields || {};
-  return { ...tombstone, deleted: false, fields: { text: fields.text, done: fields.done || { value: 0 },
-                                                   tags: fields.tags || { value: [] }, position: fields.position || { value: 0 } } };
-}
 
 // MARK: Start
 

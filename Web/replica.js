@@ -41,7 +41,8 @@ function tabReplica() {
 export class Replica {
   /**
    * `listener` gets `changed(changes)` ([{key, name, before, after, remote}]), `status(status)`,
-   * `refused(entry, reason)`, `lost(entry, record)` (an edit that reached a record deleted meanwhile) and
+   * `refused(entry, reason)`, `lost(entry, record, shown)` (an edit that reached a record deleted
+   * meanwhile, with the record as the page showed it, the edit included, when known) and
    * `zoneGone(zone, entries)` (a zone deleted or no longer shared, with the unsent entries it dropped).
    */
   constructor(api, listener) {
@@ -58,6 +59,8 @@ export class Replica {
     this.outbox = [];
     /** userRecordName -> name */
     this.names = new Map();
+    /** "zone|name" -> the last live state of a record removed while this page was open */
+    this.lastLive = new Map();
     this.online = null;
     this.signedOut = false;
     /** the entry on its way to the server */
@@ -168,7 +171,15 @@ export class Replica {
     return result;
   }
 
-  record(key, name) { return this.view(key).get(name); }
+  /** One record as shown (the server's state joined with the unsent changes to it). */
+  record(key, name) {
+    let result = (this.server.get(key) || new Map()).get(name);
+    for (const entry of this.outbox) {
+      if (entry.zone !== key) continue;
+      for (const state of entry.states || []) if (state.recordName === name) result = joinRecords(result, state);
+    }
+    return result;
+  }
 
   /** The unsent entries that touch a record. */
   pendingFor(key, name) {
@@ -272,8 +283,15 @@ export class Replica {
         refusal = refusal || record.reason || record.serverErrorCode;
         continue;
       }
+      if (record.deleted && entry.kind !== 'delete') {
+        // The edit reached a record removed meanwhile: the removal wins. What the person saw, with the
+        // edit, is kept for bringing it back.
+        const index = (entry.states || []).findIndex((s) => s.recordName === record.recordName);
+        const shown = index >= 0 && before[index] && !before[index].deleted ? before[index]
+          : joinRecords(this.lastLive.get(`${entry.zone}|${record.recordName}`), index >= 0 ? entry.states[index] : null);
+        lost.push([record, shown && !shown.deleted ? shown : null]);
+      }
       if (zone) changes.push(this.take(zone, record));
-      if (record.deleted && entry.kind !== 'delete') lost.push(record);
     }
     this.outbox.splice(this.outbox.indexOf(entry), 1);
     await this.forget(entry);
@@ -281,7 +299,7 @@ export class Replica {
     this.report((entry.states || []).map((s, i) => ({ key: entry.zone, name: s.recordName, before: before[i],
                                                        after: this.record(entry.zone, s.recordName), remote: false })));
     if (refusal) this.listener.refused(entry, refusal);
-    for (const record of lost) this.listener.lost(entry, record);
+    for (const [record, shown] of lost) this.listener.lost(entry, record, shown);
   }
 
   // MARK: Syncing
@@ -295,15 +313,16 @@ export class Replica {
         if (this.signedOut || !this.api.session.csrfToken) await this.refreshSession();
         await this.flush();
         await this.sync();
+        this.setOnline(true); // the feeds answered
         await this.flush();
-        this.setOnline(this.outbox.length === 0 || this.online !== false);
-        delay = 1000;
+        // A send that failed since: try again soon rather than park a long poll.
         if (this.outbox.length && this.online === false) throw new ApiError('TRY_AGAIN_LATER', 'not sent yet', 503);
-        const reply = await this.api.call('private', 'changes/wait', {
+        delay = 1000;
+        // Answers when either database moves past its token (or after 25 s): then round again.
+        await this.api.call('private', 'changes/wait', {
           databases: [{ database: 'private', syncToken: this.tokens.private }, { database: 'shared', syncToken: this.tokens.shared }],
           timeout: 25,
         });
-        if (reply.changed === false) continue;
       } catch (error) {
         if (isSignedOut(error)) {
           this.failed(error);
@@ -427,10 +446,19 @@ export class Replica {
       records.delete(record.recordName); // left the shared hierarchy, or a share lost: no longer ours to see
     } else {
       this.clock.observeRecord(record);
-      records.set(record.recordName, joinRecords(records.get(record.recordName), record));
+      const known = records.get(record.recordName);
+      const joined = joinRecords(known, record);
+      if (known && !known.deleted && joined.deleted) this.rememberLive(zone.key, known);
+      records.set(record.recordName, joined);
     }
     return { key: zone.key, name: record.recordName, before, after: this.record(zone.key, record.recordName), remote: true,
              record: records.get(record.recordName) || null };
+  }
+
+  /** The last live state of a record that was just removed (a few hundred at most), to bring it back. */
+  rememberLive(key, record) {
+    this.lastLive.set(`${key}|${record.recordName}`, record);
+    if (this.lastLive.size > 500) this.lastLive.delete(this.lastLive.keys().next().value);
   }
 
   async persist(changes, zones = []) {
