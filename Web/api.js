@@ -52,10 +52,15 @@ export class Api {
   }
 
   async call(database, operation, body = {}, signal = undefined) {
+    return this.send(database, operation, JSON.stringify(body), signal);
+  }
+
+  /** A database request with the body as given, byte for byte (a retried clientOperationID needs that). */
+  async send(database, operation, body, signal = undefined) {
     return answer(await fetch(this.base + database + '/' + operation, {
       method: 'POST', credentials: 'same-origin', signal,
-      headers: { 'Content-Type': 'application/json', 'X-Lattice-CSRF': this.session.csrfToken },
-      body: JSON.stringify(body),
+      headers: { 'Content-Type': 'application/json', 'X-Lattice-CSRF': this.session.csrfToken || '' },
+      body,
     }));
   }
 

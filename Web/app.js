@@ -1,30 +1,38 @@
-// The web client: the account's lists, kept current by changes/* feeds and a changes/wait long poll.
-// Writes send plain values and list add/remove operations (records/modify); the server stamps them.
-// Every piece of user text is put on screen with textContent, never as HTML.
+// The web client: the account's lists, local-first. Edits apply at once to the browser's replica
+// (replica.js, kept in IndexedDB) and are sent as CRDT states when the server can be reached; a service
+// worker (sw.js) opens the page offline. The screen is updated in place, row by row, so a field being
+// typed in is never rebuilt under the person. Every piece of user text is put on screen with
+// textContent, never as HTML.
 import { Api, ApiError, currentSession, hashValue, safeNext, takeNext, announceSignIn } from './api.js';
 import { followSignInLink } from './signinlink.js';
+import { fieldValue, setFields, editSet, newRecord, deletion } from './crdt.js';
+import { Replica, isUnreachable } from './replica.js';
+import { Store, lastSession, rememberSession, forgetSession } from './store.js';
 
 const LIST_ZONE = 'Lists';
 const state = {
   api: null,
   session: null,
-  /** database -> change token */
-  tokens: { private: null, shared: null },
-  /** zone key -> {database, zoneID, token, records: Map(name -> record)} */
-  zones: new Map(),
-  /** zone key -> owner name (shared zones) */
-  owners: new Map(),
-  /** list ids on screen, to notice the ones that go */
-  shownLists: new Map(),
+  replica: null,
+  /** 'lists' (the lists; on a phone the whole screen), 'list' (one list open) or 'share' (its share panel) */
+  view: 'lists',
   openList: null,
+  /** list id -> title of the lists on screen, to notice the ones that go */
+  shownLists: new Map(),
   /** list id -> what this page did to it ("Deleted", "Left"), so its going is said as such */
   deletedHere: new Map(),
-  sharePanel: null,
-  /** whether the last fetch brought anything */
-  changed: false,
-  /** an open inline form: {kind: 'title' | 'text' | 'tag', id} */
+  /** an open inline form: {kind: 'title' | 'text' | 'tag', id, base, record, stale, confirm, removed} */
   editing: null,
-  /** the id of the control to focus after the next render (a closed form's opener, say) */
+  /** the item whose tools are open on a phone */
+  menuOpen: null,
+  /** the list skeleton on screen: {id, canEdit, owner} */
+  built: null,
+  /** item id -> {row, signature} */
+  rows: new Map(),
+  share: null,
+  /** a list the address asked for that this browser does not know yet (opened when it arrives) */
+  wantedList: null,
+  /** the id of the control to focus after the next render */
   focusAfter: null,
 };
 
@@ -39,7 +47,7 @@ function el(tag, props = {}, ...children) {
     else if (value === true) node.setAttribute(key, '');
     else if (value !== false && value !== undefined && value !== null) node.setAttribute(key, String(value));
   }
-  for (const child of children) if (child) node.append(child);
+  for (const child of children) if (child) node.append(typeof child === 'string' ? document.createTextNode(child) : child);
   return node;
 }
 
@@ -52,31 +60,48 @@ function notice(text, isError = false) {
   notice.timer = setTimeout(() => { box.hidden = true; }, 8000);
 }
 
-// MARK: Records
-
-const zoneKey = (database, zoneID) => `${database}|${zoneID.ownerRecordName || ''}|${zoneID.zoneName}`;
-const field = (record, name) => record.fields && record.fields[name] ? record.fields[name].value : undefined;
-
-function randomID(prefix) {
-  const bytes = new Uint8Array(6);
-  crypto.getRandomValues(bytes);
-  return prefix + Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+/** Says a short message through the polite live region (one item's change, not the whole list). */
+function announce(text) {
+  const region = $('announce');
+  region.textContent = '';
+  clearTimeout(announce.timer);
+  announce.timer = setTimeout(() => { region.textContent = text; }, 50);
 }
+
+/** Offers to undo something for 10 s: the bar's Undo button runs `action`. */
+function offerUndo(text, label, action) {
+  const bar = $('undo');
+  $('undo-text').textContent = text;
+  const button = $('undo-button');
+  button.setAttribute('aria-label', label);
+  button.onclick = () => { bar.hidden = true; action(); };
+  bar.hidden = false;
+  clearTimeout(offerUndo.timer);
+  offerUndo.timer = setTimeout(() => { bar.hidden = true; }, 10000);
+}
+
+const reasonOf = (error) => (error && (error.reason || error.message)) || 'unknown error';
+
+// MARK: Records as lists and items
+
+const permissionWords = { owner: 'owner', readWrite: 'can edit', readOnly: 'can view' };
+const roleWords = { owner: 'owner', administrator: 'administrator', privateUser: 'invited', publicUser: 'joined by link' };
 
 function lists() {
   const result = [];
-  for (const [key, zone] of state.zones) {
-    const shares = [...zone.records.values()].filter((r) => r.recordType === 'cloudkit.share');
-    for (const record of zone.records.values()) {
-      if (record.recordType !== 'List') continue;
-      const share = shares.find((s) => field(s, 'rootRecordName') === record.recordName)
+  for (const zone of state.replica.zones.values()) {
+    const records = state.replica.view(zone.key);
+    const shares = [...records.values()].filter((r) => r.recordType === 'cloudkit.share' && !r.deleted);
+    for (const record of records.values()) {
+      if (record.recordType !== 'List' || record.deleted) continue;
+      const share = shares.find((s) => fieldValue(s, 'rootRecordName') === record.recordName)
         || shares.find((s) => s.recordName === 'cloudkit.zoneshare');
       let access = 'owner';
       if (zone.database === 'shared') access = (share && permissionOf(share, state.session.userRecordName)) || 'readOnly';
       result.push({
-        id: record.recordName, key, zone, record, share, access,
-        title: field(record, 'title') || '',
-        owner: zone.database === 'private' ? state.session.name : (state.owners.get(key) || 'someone'),
+        id: record.recordName, zone, record, share, access, records,
+        title: fieldValue(record, 'title') || '',
+        owner: zone.database === 'private' ? state.session.name : (zone.ownerName || 'someone'),
       });
     }
   }
@@ -85,79 +110,1053 @@ function lists() {
 
 /** A participant's permission from the share record's entries "userRecordName role permission status". */
 function permissionOf(share, user) {
-  for (const entry of field(share, 'participants') || []) {
+  for (const entry of fieldValue(share, 'participants') || []) {
     const [name, role, permission, status] = String(entry).split(' ');
     if (name === user && status === 'accepted') return role === 'owner' ? 'owner' : permission;
   }
   return null;
 }
 
-function items(list) {
-  return [...list.zone.records.values()]
-    .filter((r) => r.recordType === 'Item' && r.parent && r.parent.recordName === list.id)
-    .map((r) => ({ id: r.recordName, record: r, text: field(r, 'text') || '', done: Number(field(r, 'done') || 0) !== 0,
-                   tags: field(r, 'tags') || [], position: Number(field(r, 'position') || 0) }))
-    .sort((a, b) => a.position - b.position || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+function itemOf(record) {
+  return { id: record.recordName, record, text: fieldValue(record, 'text') || '', done: Number(fieldValue(record, 'done') || 0) !== 0,
+           tags: fieldValue(record, 'tags') || [], position: Number(fieldValue(record, 'position') || 0) };
 }
 
-// MARK: Feeds
+/** The open list's items: unchecked first, then checked, each by position. */
+function items(list) {
+  const all = [...list.records.values()]
+    .filter((r) => r.recordType === 'Item' && !r.deleted && r.parent && r.parent.recordName === list.id)
+    .map(itemOf)
+    .sort((a, b) => (a.done - b.done) || (a.position - b.position) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  // Names for controls, unique within the list: a second "Milk" is "Milk (2)".
+  const seen = new Map();
+  for (const item of all) {
+    const base = item.text || '(no text)';
+    const count = (seen.get(base) || 0) + 1;
+    seen.set(base, count);
+    item.name = count === 1 ? base : `${base} (${count})`;
+  }
+  return all;
+}
 
-async function fetchDatabase(database) {
-  let more = true;
-  while (more) {
-    const reply = await state.api.call(database, 'changes/database', state.tokens[database] ? { syncToken: state.tokens[database] } : {});
-    for (const entry of reply.zones || []) {
-      const key = zoneKey(database, entry.zoneID);
-      state.changed = true;
-      if (entry.deleted) { state.zones.delete(key); continue; }
-      if (!state.zones.has(key)) state.zones.set(key, { database, zoneID: entry.zoneID, token: null, records: new Map() });
-      await fetchZone(state.zones.get(key));
+const canEditList = (list) => list.access === 'owner' || list.access === 'readWrite';
+const personName = (userRecordName) => (userRecordName === state.session.userRecordName ? 'you'
+  : state.replica.names.get(userRecordName) || 'someone');
+
+/** "alice · 5 min ago", from the record's modified user and time; "you · not sent yet" for local edits. */
+function changedWords(list, item) {
+  if (state.replica.pendingFor(list.zone.key, item.id).length) {
+    return 'you · ' + (state.replica.online === false ? 'not sent yet' : 'saving…');
+  }
+  const modified = item.record.modified;
+  if (!modified) return '';
+  return `${personName(modified.userRecordName)} · ${when(modified.timestamp)}`;
+}
+
+function when(ms) {
+  const seconds = Math.max(0, (Date.now() - ms) / 1000);
+  if (seconds < 60) return 'just now';
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ago`;
+  const date = new Date(ms), today = new Date();
+  const time = date.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+  if (date.toDateString() === today.toDateString()) return 'today ' + time;
+  const yesterday = new Date(today.getTime() - 86400000);
+  if (date.toDateString() === yesterday.toDateString()) return 'yesterday ' + time;
+  return date.toLocaleDateString([], { day: 'numeric', month: 'short' });
+}
+
+// MARK: Edits (applied here at once, kept, and sent when the server can be reached)
+
+function currentList(id = state.openList) { return lists().find((l) => l.id === id); }
+
+function addItem(list, text, tags) {
+  const open = items(list).filter((i) => !i.done);
+  const position = open.length ? Math.min(...open.map((i) => i.position)) - 1 : 1; // quick-add puts it on top
+  const id = randomID('i');
+  const record = newRecord(state.replica.clock, {
+    recordName: id, recordType: 'Item', zoneID: list.record.zoneID, parent: list.id,
+    scalars: { text: [text, 'STRING'], done: [0, 'INT64'], position: [position, 'DOUBLE'] }, sets: { tags } });
+  announce(`Added ${text}.`);
+  return state.replica.queue(list.zone, [record], [{ operationType: 'forceUpdate', record }], `Add ${text}`);
+}
+
+function editRecord(list, recordName, make, label) {
+  const current = state.replica.record(list.zone.key, recordName);
+  if (!current || current.deleted) return null;
+  const record = make(current);
+  return state.replica.queue(list.zone, [record], [{ operationType: 'forceUpdate', record }], label);
+}
+
+function setDone(list, item, done) {
+  announce(`${done ? 'Checked' : 'Unchecked'} ${item.name}.`);
+  return editRecord(list, item.id, (r) => setFields(r, state.replica.clock, { done: [done ? 1 : 0, 'INT64'] }),
+                    `${done ? 'Check' : 'Uncheck'} ${item.text}`);
+}
+
+function setText(list, item, text) {
+  announce(`Saved ${text}.`);
+  return editRecord(list, item.id, (r) => setFields(r, state.replica.clock, { text: [text, 'STRING'] }), `Edit ${text}`);
+}
+
+function changeTags(list, item, add, remove) {
+  return editRecord(list, item.id, (r) => editSet(r, state.replica.clock, 'tags', add, remove), `Tag ${item.text}`);
+}
+
+function untag(list, item, tag) {
+  changeTags(list, item, [], [tag]);
+  announce(`Removed tag ${tag} from ${item.name}.`);
+  offerUndo(`Removed tag ${tag} from “${item.text}”.`, `Undo removing tag ${tag} from ${item.name}`, () => {
+    const again = currentList(list.id);
+    const now = again && items(again).find((i) => i.id === item.id);
+    if (now) changeTags(again, now, [tag], []);
+  });
+}
+
+/** Deletes items (one queued change); Undo takes it back if unsent, else brings the items back. */
+function removeItems(list, removed, text, label) {
+  const states = removed.map((item) => deletion(item.record, state.replica.clock));
+  const operations = removed.map((item) => ({ operationType: 'forceDelete', record: { recordName: item.id } }));
+  const entry = state.replica.queue(list.zone, states, operations, label, { kind: 'delete' });
+  announce(text);
+  offerUndo(text, `Undo: ${label}`, async () => {
+    if (await state.replica.cancel(entry)) { announce('Brought back.'); return; }
+    const again = currentList(list.id) || list;
+    restoreItems(again, removed.map((item) => ({ ...item, generation: (item.record.crdt.generation || 1) + 1 })));
+    announce('Brought back.');
+  });
+}
+
+/** Makes items again (a new generation of each), with the text, check, tags and place they had. */
+function restoreItems(list, wanted) {
+  const records = wanted.map((item) => {
+    // The generation after the removed one (or the one someone brought back meanwhile, joined with it).
+    const now = state.replica.record(list.zone.key, item.id);
+    const known = now ? (now.crdt.generation || 1) + (now.deleted ? 1 : 0) : 1;
+    const generation = Math.max(item.generation || 1, known);
+    return newRecord(state.replica.clock, {
+      recordName: item.id, recordType: 'Item', zoneID: list.record.zoneID, parent: list.id, generation,
+      scalars: { text: [item.text, 'STRING'], done: [item.done ? 1 : 0, 'INT64'], position: [item.position, 'DOUBLE'] },
+      sets: { tags: item.tags } });
+  });
+  return state.replica.queue(list.zone, records, records.map((record) => ({ operationType: 'forceUpdate', record })),
+                             `Restore ${wanted.map((i) => i.text).join(', ')}`);
+}
+
+function removeItem(list, item) {
+  // The focus goes on to the next item's box (or the previous one's, or the new-item field).
+  const all = items(list);
+  const at = all.findIndex((i) => i.id === item.id);
+  const neighbour = all[at + 1] || all[at - 1];
+  state.focusAfter = neighbour ? 'done-' + neighbour.id : 'new-item';
+  removeItems(list, [item], `Removed “${item.text}”.`, `remove ${item.name}`);
+}
+
+function clearChecked(list) {
+  const checked = items(list).filter((i) => i.done);
+  if (!checked.length) return;
+  state.focusAfter = 'new-item';
+  removeItems(list, checked, `Cleared ${checked.length} checked ${checked.length === 1 ? 'item' : 'items'}.`, 'clear the checked items');
+}
+
+function rename(list, title) {
+  return editRecord(list, list.id, (r) => setFields(r, state.replica.clock, { title: [title, 'STRING'] }), `Rename ${title}`);
+}
+
+function deleteList(list) {
+  state.deletedHere.set(list.id, 'Deleted');
+  const all = items(list);
+  const states = [...all.map((i) => deletion(i.record, state.replica.clock)), deletion(list.record, state.replica.clock)];
+  const operations = states.map((s) => ({ operationType: 'forceDelete', record: { recordName: s.recordName } }));
+  state.replica.queue(list.zone, states, operations, `Delete ${list.title}`, { kind: 'delete' });
+  go('lists', null, { replace: true });
+}
+
+function randomID(prefix) {
+  const bytes = new Uint8Array(6);
+  crypto.getRandomValues(bytes);
+  return prefix + Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+async function createList(title) {
+  let zone = [...state.replica.zones.values()].find((z) => z.database === 'private' && z.zoneID.zoneName === LIST_ZONE);
+  try {
+    if (!zone) {
+      const reply = await state.api.call('private', 'zones/modify', { operations: [{ operationType: 'create', zone: { zoneID: { zoneName: LIST_ZONE } } }] });
+      const made = ((reply.zones || [])[0] || {}).zoneID || { zoneName: LIST_ZONE, ownerRecordName: state.session.userRecordName };
+      zone = state.replica.addZone('private', made);
     }
-    state.tokens[database] = reply.syncToken;
-    more = reply.moreComing === true;
+  } catch (error) {
+    notice(isUnreachable(error) ? 'Your first list needs a connection: try again when you are online.'
+      : 'Not created: ' + reasonOf(error), true);
+    return;
+  }
+  const id = randomID('l');
+  const zoneID = { zoneName: zone.zoneID.zoneName, ownerRecordName: zone.zoneID.ownerRecordName || state.session.userRecordName };
+  const record = newRecord(state.replica.clock, { recordName: id, recordType: 'List', zoneID, scalars: { title: [title, 'STRING'] } });
+  state.replica.queue(zone, [record], [{ operationType: 'forceUpdate', record }], `Create ${title}`);
+  state.focusAfter = 'new-item'; // the next thing to do: add its first item
+  go('list', id);
+}
+
+// MARK: Navigation (history entries: lists <-> a list <-> its share panel)
+
+function hashFor(view, id) {
+  if (view === 'lists' || !id) return '/';
+  return '/#list=' + encodeURIComponent(id) + (view === 'share' ? '&share' : '');
+}
+
+/** Shows a view; a new history entry unless `replace`, so Back goes back inside the app. */
+function go(view, id = state.openList, { replace = false } = {}) {
+  if (view !== 'lists' && !id) view = 'lists';
+  const from = { view: state.view, id: state.openList };
+  const changedList = (view === 'lists' ? null : id) !== state.openList;
+  state.view = view;
+  state.openList = view === 'lists' ? null : id;
+  if (changedList) { state.editing = null; state.menuOpen = null; }
+  if (view !== 'share') state.share = null;
+  const url = hashFor(view, state.openList);
+  if (replace) history.replaceState({ view, id: state.openList, from: history.state && history.state.from }, '', url);
+  else history.pushState({ view, id: state.openList, from }, '', url);
+  const wantedFocus = state.focusAfter;
+  render();
+  if (wantedFocus) return;
+  // The focus moves to the view that opened (a region named by its heading), as a screen reader expects.
+  if (view === 'lists' && !isWide()) focusStatic($('lists-view'));
+  if (view === 'list' && changedList) focusStatic($('main'));
+  if (view === 'share') focusStatic($('share-panel'));
+}
+
+/** Moves the focus to a region (a view that opened), for as long as it keeps it. */
+function focusStatic(node) {
+  if (!node) return;
+  node.setAttribute('tabindex', '-1');
+  node.addEventListener('blur', () => node.removeAttribute('tabindex'), { once: true });
+  node.focus();
+}
+
+const isWide = () => window.matchMedia('(min-width: 48rem)').matches;
+
+/** The view an address names (on load, and when Back or Forward moves through the app's entries). */
+function fromAddress() {
+  const id = hashValue('list');
+  if (id && lists().some((l) => l.id === id)) {
+    state.openList = id;
+    state.view = hashValue('share') !== null ? 'share' : 'list';
+  } else {
+    state.view = 'lists';
+    state.openList = null;
+  }
+  state.editing = null;
+  if (state.view !== 'share') state.share = null;
+}
+
+// MARK: Rendering
+
+/**
+ * Updates the screen from the replica in place: the lists, the open list's skeleton (built once per list
+ * and access), and each item's row (rebuilt only when it changed, never an open form). Controls keep
+ * stable ids, so the focus stays put; `state.focusAfter` moves it on purpose.
+ */
+function render() {
+  const active = document.activeElement;
+  const focusedID = active && active.id;
+  renderNav();
+  renderMain();
+  const layout = $('layout');
+  layout.dataset.view = state.view;
+  const list = currentList();
+  document.title = (state.view === 'share' && list ? `Share ${list.title}` : list ? list.title || '(untitled)' : 'Lists') + ' · Lattice';
+  const target = (state.focusAfter && $(state.focusAfter)) || (focusedID && active !== document.activeElement && $(focusedID));
+  state.focusAfter = null;
+  if (target && target !== document.activeElement && target.getClientRects().length) target.focus();
+}
+
+function renderNav() {
+  const all = lists();
+  // Lists that went away: deleted elsewhere, or our access to them removed.
+  const now = new Map(all.map((l) => [l.id, l.title]));
+  for (const [id, title] of state.shownLists) {
+    if (now.has(id)) continue;
+    if (state.deletedHere.has(id)) { notice(`${state.deletedHere.get(id)} “${title}”.`); state.deletedHere.delete(id); }
+    else notice(`“${title}” is no longer available: it was deleted, or you were removed from its share.`);
+    if (state.openList === id) {
+      state.openList = null;
+      state.share = null;
+      state.editing = null;
+      state.view = 'lists';
+      history.replaceState({ view: 'lists' }, '', '/');
+    }
+  }
+  state.shownLists = now;
+  // The page's one <h1>: "Lists" while no list is open, else the open list's title.
+  const wantTag = state.openList ? 'H2' : 'H1';
+  const heading = $('lists-heading');
+  if (heading.tagName !== wantTag) {
+    const replacement = el(wantTag.toLowerCase(), { id: 'lists-heading', text: 'Lists' });
+    heading.replaceWith(replacement);
+  }
+  const nav = $('lists');
+  const existing = new Map([...nav.children].map((li) => [li.dataset.list, li]));
+  const rows = all.map((list) => {
+    const meta = `${list.owner} · ${permissionWords[list.access] || list.access}`;
+    const signature = JSON.stringify([list.title, meta, list.id === state.openList]);
+    let li = existing.get(list.id);
+    if (li && li.dataset.signature === signature) return li;
+    const button = el('button', { type: 'button', id: 'list-' + list.id, class: 'list-link' + (list.id === state.openList ? ' current' : ''),
+                                  'aria-current': list.id === state.openList ? 'true' : false, 'data-list': list.id,
+                                  onclick: () => go('list', list.id) },
+      el('span', { class: 'title', dir: 'auto', text: list.title || '(untitled)' }),
+      el('span', { class: 'meta', dir: 'auto', text: meta }));
+    if (li) li.replaceChildren(button); else li = el('li', { 'data-list': list.id }, button);
+    li.dataset.signature = signature;
+    return li;
+  });
+  placeChildren(nav, rows);
+}
+
+/**
+ * Puts `wanted` in `parent` in order, removing the rest. The row holding the focus is never moved
+ * (moving it would take the focus and the caret away): the others move around it.
+ */
+function placeChildren(parent, wanted) {
+  const keep = new Set(wanted);
+  for (const child of [...parent.children]) if (!keep.has(child)) child.remove();
+  const anchorIndex = wanted.findIndex((node) => node.contains(document.activeElement) && node.parentNode === parent);
+  // Before the anchor (or all, without one): a cursor walks the children; a node not at it is put there.
+  // The cursor never passes the anchor, so the anchor is never moved.
+  let cursor = parent.firstChild;
+  for (let i = 0; i < (anchorIndex < 0 ? wanted.length : anchorIndex); i += 1) {
+    if (wanted[i] === cursor) cursor = cursor.nextSibling;
+    else parent.insertBefore(wanted[i], cursor);
+  }
+  if (anchorIndex < 0) return;
+  let previous = wanted[anchorIndex];
+  for (let i = anchorIndex + 1; i < wanted.length; i += 1) {
+    if (previous.nextSibling !== wanted[i]) parent.insertBefore(wanted[i], previous.nextSibling);
+    previous = wanted[i];
   }
 }
 
-async function fetchZone(zone) {
-  const key = zoneKey(zone.database, zone.zoneID);
-  for (let page = 0; page < 1000; page += 1) {
-    const request = { zoneID: zone.zoneID };
-    if (zone.token) request.syncToken = zone.token;
-    const reply = await state.api.call(zone.database, 'changes/zone', { zones: [request] });
-    const answer = (reply.zones || [])[0] || {};
-    if (answer.serverErrorCode) {
-      if (answer.serverErrorCode === 'CHANGE_TOKEN_EXPIRED') { zone.token = null; zone.records.clear(); continue; }
-      state.zones.delete(key); // ZONE_NOT_FOUND: no longer ours or shared with us
+function renderMain() {
+  const main = $('list');
+  const list = currentList();
+  if (!list) {
+    if (state.built || !main.querySelector('#empty')) {
+      state.built = null;
+      state.rows.clear();
+      main.replaceChildren(el('p', { class: 'help', id: 'empty', text: 'Choose a list, or create one.' }));
+    }
+    $('main').removeAttribute('aria-labelledby');
+    $('main').setAttribute('aria-label', 'List');
+    return;
+  }
+  if (!list.zone.complete && !items(list).length) {
+    // Its items are still coming (a first load fetches the titles first).
+    if (!main.querySelector('#loading')) {
+      state.built = null;
+      state.rows.clear();
+      main.replaceChildren(el('p', { class: 'help', id: 'loading', role: 'status', dir: 'auto', text: `Loading “${list.title}”…` }));
+    }
+    return;
+  }
+  const canEdit = canEditList(list);
+  if (!state.built || state.built.id !== list.id || state.built.canEdit !== canEdit || state.built.access !== list.access) {
+    buildList(main, list, canEdit);
+  }
+  $('main').removeAttribute('aria-label');
+  $('main').setAttribute('aria-labelledby', 'list-title');
+  $('list-title').textContent = list.title || '(untitled)';
+  $('list-access').textContent = `${list.owner} · ${permissionWords[list.access] || list.access}`;
+  renderRenameForm(list);
+  renderShare(list);
+  renderItems(list, canEdit);
+}
+
+function buildList(main, list, canEdit) {
+  state.built = { id: list.id, canEdit, access: list.access };
+  state.rows.clear();
+  const back = el('button', { type: 'button', class: 'button secondary back', id: 'back-to-lists', 'aria-label': 'Back to your lists',
+                              onclick: () => backTo('lists') }, '‹ Lists');
+  const heading = el('div', { class: 'list-head' }, back,
+    el('div', { class: 'list-head-text' },
+      el('h1', { id: 'list-title', dir: 'auto', text: list.title || '(untitled)' }),
+      el('p', { class: 'meta', id: 'list-access', dir: 'auto' })));
+  const tools = el('div', { class: 'tools', id: 'list-tools' });
+  if (canEdit) {
+    tools.append(el('button', { type: 'button', class: 'button secondary', id: 'rename', 'aria-label': `Rename ${list.title}`, onclick: () => {
+      state.editing = { kind: 'title', id: list.id };
+      render();
+      $('rename-input').focus();
+    } }, 'Rename'));
+  }
+  const shareLabel = list.access === 'owner' ? 'Share' : 'People';
+  tools.append(el('button', { type: 'button', class: 'button secondary', id: 'share-button', 'aria-expanded': 'false', 'aria-controls': 'share-slot',
+    onclick: () => { if (state.view === 'share') backTo('list'); else go('share', list.id); } }, shareLabel));
+  if (list.access === 'owner') {
+    tools.append(confirmButton('delete-list', 'Delete list', `Delete “${list.title}” and its items`, () => deleteList(list)));
+  } else {
+    tools.append(confirmButton('leave', 'Leave', `Leave “${list.title}”`, () => leave(list)));
+  }
+  const children = [heading, tools, el('div', { id: 'rename-slot' }), el('div', { id: 'share-slot' })];
+  if (canEdit) children.push(renderAddForm(list));
+  const section = el('section', { id: 'items-section', 'aria-label': 'Items' },
+    el('ul', { id: 'items', class: 'items' }), el('p', { class: 'help', id: 'no-items', text: 'No items yet.', hidden: true }));
+  children.push(section);
+  main.replaceChildren(...children);
+}
+
+/** Goes up to a view: Back when the entry before is that view (so history stays short), else to it. */
+function backTo(view) {
+  const from = history.state && history.state.from;
+  if (from && from.view === view && (view === 'lists' || from.id === state.openList)) { history.back(); return; }
+  go(view, state.openList, { replace: true });
+}
+
+function renderRenameForm(list) {
+  const slot = $('rename-slot');
+  const editingTitle = state.editing && state.editing.kind === 'title' && state.editing.id === list.id;
+  if (editingTitle && !$('rename-form')) {
+    slot.replaceChildren(editForm('rename', `New title for ${list.title}`, list.title, 'rename', (title) => rename(list, title),
+                                  { save: `Save the title of ${list.title}`, cancel: 'Cancel renaming' }));
+  } else if (!editingTitle && slot.firstChild) {
+    slot.replaceChildren();
+  }
+}
+
+function renderItems(list, canEdit) {
+  const all = items(list);
+  const open = all.filter((i) => !i.done), checked = all.filter((i) => i.done);
+  const collapsed = checkedCollapsed(list.id);
+  const wanted = [];
+  const seen = new Set();
+  for (const item of open) { wanted.push(renderRow(list, item, canEdit, false)); seen.add(item.id); }
+  if (checked.length) wanted.push(checkedHeader(list, checked.length, collapsed, canEdit));
+  for (const item of checked) { wanted.push(renderRow(list, item, canEdit, collapsed)); seen.add(item.id); }
+  // An item removed while its text was being edited stays, with the person's text and Restore.
+  if (state.editing && state.editing.kind === 'text' && !seen.has(state.editing.id) && state.rows.has(state.editing.id)) {
+    const row = state.rows.get(state.editing.id).row;
+    markRemoved(list, row);
+    wanted.push(row);
+    seen.add(state.editing.id);
+  }
+  for (const id of [...state.rows.keys()]) if (!seen.has(id)) state.rows.delete(id);
+  placeChildren($('items'), wanted);
+  $('no-items').hidden = all.length > 0 || wanted.length > 0;
+}
+
+const COLLAPSED_KEY = 'lattice.checkedCollapsed';
+function checkedCollapsed(listID) {
+  try { return (JSON.parse(localStorage.getItem(COLLAPSED_KEY) || '[]')).includes(listID); } catch (_) { return false; }
+}
+function setCheckedCollapsed(listID, collapsed) {
+  let ids = [];
+  try { ids = JSON.parse(localStorage.getItem(COLLAPSED_KEY) || '[]'); } catch (_) { ids = []; }
+  ids = ids.filter((id) => id !== listID);
+  if (collapsed) ids.push(listID);
+  localStorage.setItem(COLLAPSED_KEY, JSON.stringify(ids.slice(-200)));
+}
+
+function checkedHeader(list, count, collapsed, canEdit) {
+  let li = $('checked-header');
+  const signature = JSON.stringify([list.id, count, collapsed, canEdit]);
+  if (li && li.dataset.signature === signature) return li;
+  const toggle = el('button', { type: 'button', class: 'button small secondary', id: 'toggle-checked', 'aria-expanded': String(!collapsed),
+                                'aria-label': `${collapsed ? 'Show' : 'Hide'} the ${count} checked ${count === 1 ? 'item' : 'items'}`,
+                                onclick: () => { setCheckedCollapsed(list.id, !collapsed); state.focusAfter = 'toggle-checked'; render(); } },
+    collapsed ? 'Show' : 'Hide');
+  const children = [el('span', { class: 'checked-count', text: `Checked (${count})` }), toggle];
+  if (canEdit) {
+    children.push(el('button', { type: 'button', class: 'button small danger', id: 'clear-checked',
+                                 onclick: () => clearChecked(currentList(list.id) || list) }, 'Clear checked'));
+  }
+  if (li) li.replaceChildren(...children); else li = el('li', { id: 'checked-header', class: 'checked-header' }, ...children);
+  li.dataset.signature = signature;
+  return li;
+}
+
+function renderRow(list, item, canEdit, hidden) {
+  const editing = state.editing && state.editing.id === item.id && (state.editing.kind === 'text' || state.editing.kind === 'tag') ? state.editing : null;
+  const words = changedWords(list, item);
+  const signature = JSON.stringify([item.text, item.done, item.tags, item.name, words, canEdit, state.menuOpen === item.id]);
+  let known = state.rows.get(item.id);
+  if (!known) {
+    const row = el('li', { class: 'item', 'data-item': item.id, id: 'item-' + item.id },
+      el('div', { class: 'item-row' }), el('div', { class: 'item-form' }));
+    known = { row, signature: null };
+    state.rows.set(item.id, known);
+  }
+  const row = known.row;
+  row.hidden = hidden && !(editing);
+  row.classList.toggle('done', item.done);
+  row.classList.toggle('open', state.menuOpen === item.id);
+  row.classList.remove('removed');
+  if (known.signature !== signature) {
+    known.signature = signature;
+    row.firstChild.replaceChildren(...rowContents(list, item, canEdit, words));
+  }
+  renderRowForm(list, item, row.lastChild, editing, canEdit);
+  return row;
+}
+
+function rowContents(list, item, canEdit, words) {
+  const box = el('input', { type: 'checkbox', id: 'done-' + item.id, checked: item.done, disabled: !canEdit,
+                            'aria-label': item.name !== item.text ? item.name : false,
+                            onchange: (event) => { const now = currentList(list.id); if (now) setDone(now, item, event.target.checked); } });
+  const tags = el('span', { class: 'tags' });
+  item.tags.forEach((tag, index) => {
+    const chip = el('span', { class: 'tag' }, el('span', { dir: 'auto', text: '#' + tag }));
+    if (canEdit) {
+      chip.append(el('button', { type: 'button', class: 'tag-remove', id: `untag-${item.id}-${index}`,
+                                 'aria-label': `Remove tag ${tag} from ${item.name}`, onclick: () => {
+                                   state.focusAfter = 'tag-' + item.id;
+                                   const now = currentList(list.id);
+                                   if (now) untag(now, item, tag);
+                                 } }, '×'));
+    }
+    tags.append(chip);
+  });
+  const body = el('div', { class: 'item-body' },
+    el('label', { for: 'done-' + item.id, class: 'text', dir: 'auto', text: item.text }),
+    tags,
+    el('span', { class: 'meta changed', id: 'changed-' + item.id, dir: 'auto', text: words }));
+  const contents = [box, body];
+  if (canEdit) {
+    contents.push(el('button', { type: 'button', class: 'button small secondary more', id: 'more-' + item.id,
+                                 'aria-expanded': String(state.menuOpen === item.id), 'aria-controls': 'tools-' + item.id,
+                                 'aria-label': `Actions for ${item.name}`, onclick: () => {
+                                   state.menuOpen = state.menuOpen === item.id ? null : item.id;
+                                   state.focusAfter = state.menuOpen ? 'edit-' + item.id : 'more-' + item.id;
+                                   render();
+                                 } }, '⋯'));
+    contents.push(el('span', { class: 'item-tools', id: 'tools-' + item.id },
+      el('button', { type: 'button', class: 'button small secondary edit', id: 'edit-' + item.id, 'aria-label': `Edit ${item.name}`, onclick: () => {
+        const now = itemNow(list, item.id);
+        if (!now) return;
+        state.editing = { kind: 'text', id: item.id, base: now.text, item: now, stale: false, confirm: false, removed: false };
+        render();
+        const input = $('edit-input');
+        if (input) input.focus();
+      } }, 'Edit'),
+      el('button', { type: 'button', class: 'button small secondary add-tag', id: 'tag-' + item.id, 'aria-label': `Add a tag to ${item.name}`, onclick: () => {
+        state.editing = { kind: 'tag', id: item.id };
+        render();
+        const input = $('tag-input');
+        if (input) input.focus();
+      } }, '+ Tag'),
+      el('button', { type: 'button', class: 'button small danger remove', id: 'remove-' + item.id, 'aria-label': `Remove ${item.name}`,
+                     onclick: () => { const now = currentList(list.id); if (now) removeItem(now, item); } }, 'Remove')));
+  }
+  return contents;
+}
+
+function itemNow(list, id) {
+  const now = currentList(list.id);
+  return now ? items(now).find((i) => i.id === id) : null;
+}
+
+/** The inline form under a row: made when it opens, kept (never rebuilt) while it stays open. */
+function renderRowForm(list, item, slot, editing, canEdit) {
+  if (!editing || !canEdit) { if (slot.firstChild) slot.replaceChildren(); return; }
+  if (editing.kind === 'tag') {
+    if (!$('tag-form')) {
+      slot.replaceChildren(editForm('tag', `New tag for ${item.name}`, '', 'tag-' + item.id, (tag) => {
+        const now = currentList(list.id);
+        const current = now && items(now).find((i) => i.id === item.id);
+        if (current) { changeTags(now, current, [tag], []); announce(`Tagged ${current.name} ${tag}.`); }
+      }, { save: `Save the tag for ${item.name}`, cancel: 'Cancel the tag' }));
+    }
+    return;
+  }
+  if (!$('edit-form')) {
+    slot.replaceChildren(editForm('edit', `Text of ${item.name}`, editing.base, 'edit-' + item.id, (text) => saveText(list.id, text),
+                                  { save: `Save the text of ${item.name}`, cancel: 'Cancel editing' }));
+    restoreDraft(item.id);
+  }
+  editing.item = item;
+  if (editing.removed) { // it is back (someone restored it): the form edits it again
+    editing.removed = false;
+    $('edit-note').hidden = true;
+    const save = $('edit-save'), cancel = $('edit-cancel');
+    save.textContent = 'Save';
+    save.setAttribute('aria-label', `Save the text of ${item.name}`);
+    cancel.textContent = 'Cancel';
+    cancel.setAttribute('aria-label', 'Cancel editing');
+  }
+  showStale(item);
+}
+
+/**
+ * Someone else changed the item under an open edit field: an untouched field takes their text (the
+ * caret where it was); a field the person typed in keeps their text and says what changed, and Save
+ * then asks before replacing their text.
+ */
+function showStale(item) {
+  const editing = state.editing;
+  const input = $('edit-input');
+  if (!editing || !input) return;
+  if (item.text !== editing.base) {
+    if (input.value === editing.base) {
+      const { selectionStart, selectionEnd } = input;
+      input.value = item.text;
+      if (document.activeElement === input) input.setSelectionRange(Math.min(selectionStart, item.text.length), Math.min(selectionEnd, item.text.length));
+      editing.base = item.text;
+      editing.stale = false;
+      setStaleText(`${changer(item)} changed this to “${item.text}”; the field shows it.`, false);
       return;
     }
-    for (const record of answer.records || []) {
-      state.changed = true;
-      if (record.deleted) zone.records.delete(record.recordName);
-      else zone.records.set(record.recordName, record);
-    }
-    zone.token = answer.syncToken;
-    if (!answer.moreComing) break;
+    editing.stale = true;
+    editing.theirs = item.text;
+    setStaleText(`${changer(item)} changed this to “${item.text}” while you were editing. Save asks before replacing it.`, true);
   }
-  if (zone.database === 'shared' && !state.owners.has(key)) await lookUpOwner(zone, key);
 }
 
-/** The owner's name of a shared zone, from the participants of one of its shares. */
-async function lookUpOwner(zone, key) {
-  const shareRecord = [...zone.records.values()].find((r) => r.recordType === 'cloudkit.share');
-  if (!shareRecord) return;
+/** Who changed an item last, as the start of a sentence. */
+function changer(item) {
+  const modified = item.record && item.record.modified;
+  const who = modified ? personName(modified.userRecordName) : 'Someone';
+  return who === 'you' ? 'You (elsewhere)' : who;
+}
+
+function setStaleText(text, offerTheirs) {
+  const note = $('edit-note');
+  if (!note) return;
+  note.hidden = false;
+  note.querySelector('.note-text').textContent = text;
+  $('edit-theirs').hidden = !offerTheirs;
+}
+
+/** The field's Save: a stale field asks once ("Replace their text"), a removed item is made again. */
+function saveText(listID, text) {
+  const editing = state.editing;
+  if (!editing) return true;
+  const list = currentList(listID);
+  if (editing.removed) {
+    if (list) {
+      const previous = editing.item;
+      restoreItems(list, [{ ...previous, text, generation: (previous.record.crdt.generation || 1) + 1 }]);
+      announce(`Restored ${text}.`);
+    }
+    forgetDraft();
+    return true;
+  }
+  const item = list && items(list).find((i) => i.id === editing.id);
+  if (!item) return true;
+  if (editing.stale && !editing.confirm && text !== item.text) {
+    editing.confirm = true;
+    setStaleText(`${changer(item)} changed this to “${item.text}”. Press Replace their text to save yours instead, or Use their text.`, true);
+    const save = $('edit-save');
+    save.textContent = 'Replace their text';
+    save.setAttribute('aria-label', `Replace “${item.text}” with your text`);
+    return false; // the form stays open
+  }
+  if (text !== item.text) setText(list, item, text);
+  forgetDraft();
+  return true;
+}
+
+/** The row of an item removed while being edited: the text stays, with Restore and Discard. */
+function markRemoved(list, row) {
+  const editing = state.editing;
+  row.hidden = false;
+  row.classList.add('removed');
+  if (editing.removed) return;
+  editing.removed = true;
+  const item = editing.item;
+  setStaleText(`${removerName(list, item.id)} removed this item. Your text is kept: Restore brings the item back with it.`, false);
+  const save = $('edit-save');
+  if (save) { save.textContent = 'Restore'; save.setAttribute('aria-label', `Restore ${item.name} with your text`); }
+  const cancel = $('edit-cancel');
+  if (cancel) { cancel.textContent = 'Discard'; cancel.setAttribute('aria-label', `Discard your text for ${item.name}`); }
+  announce(`${removerName(list, item.id)} removed ${item.name} while you were editing it. Your text is kept.`);
+}
+
+function removerName(list, id) {
+  const record = state.replica.record(list.zone.key, id);
+  const who = record && record.modified ? personName(record.modified.userRecordName) : 'Someone';
+  return who === 'you' ? 'You (elsewhere)' : who;
+}
+
+// Drafts: what is typed in the edit field and the quick-add field is kept in this browser as it is
+// typed, so a reload, a crash or an outage never loses it.
+const DRAFT_KEY = 'lattice.drafts';
+function drafts() { try { return JSON.parse(localStorage.getItem(DRAFT_KEY) || '{}'); } catch (_) { return {}; } }
+function setDraft(key, value) {
+  const all = drafts();
+  if (value) all[key] = value; else delete all[key];
+  localStorage.setItem(DRAFT_KEY, JSON.stringify(all));
+}
+function restoreDraft(itemID) {
+  const draft = drafts()['edit:' + itemID];
+  const input = $('edit-input');
+  if (draft && input && draft !== input.value) input.value = draft;
+}
+/** After a reload: an edit field that held unsaved text opens again with it. */
+function reopenDraft() {
+  const list = currentList();
+  if (!list || state.editing) return;
+  for (const key of Object.keys(drafts())) {
+    if (!key.startsWith('edit:')) continue;
+    const item = items(list).find((i) => i.id === key.slice(5));
+    if (item) { state.editing = { kind: 'text', id: item.id, base: item.text, item, stale: false, confirm: false, removed: false }; return; }
+  }
+}
+function forgetDraft() { if (state.editing) setDraft('edit:' + state.editing.id, null); }
+
+/** An inline form with one text field; Escape or Cancel closes it, and the focus goes back to `opener`. */
+function editForm(name, label, value, opener, save, names) {
+  const input = el('input', { id: name + '-input', maxlength: 1000, dir: 'auto', autocomplete: 'off' });
+  input.value = value;
+  const close = () => {
+    if (name === 'edit') forgetDraft();
+    state.editing = null;
+    state.focusAfter = opener;
+    render();
+  };
+  input.addEventListener('keydown', (event) => { if (event.key === 'Escape') close(); });
+  if (name === 'edit') input.addEventListener('input', () => { if (state.editing) setDraft('edit:' + state.editing.id, input.value); });
+  const form = el('form', { class: 'inline edit-form', id: name + '-form', onsubmit: (event) => {
+    event.preventDefault();
+    const text = input.value.trim();
+    if (!text) { close(); return; }
+    if (save(text) === false) return;
+    state.editing = null;
+    state.focusAfter = opener;
+    render();
+  } }, el('label', { for: name + '-input', text: label }), input);
+  if (name === 'edit') {
+    form.append(el('p', { class: 'edit-note', id: 'edit-note', role: 'status', hidden: true },
+      el('span', { class: 'note-text' }), ' ',
+      el('button', { type: 'button', class: 'button small secondary', id: 'edit-theirs', hidden: true, onclick: () => {
+        const editing = state.editing;
+        if (!editing || editing.theirs === undefined) return;
+        input.value = editing.theirs;
+        editing.base = editing.theirs;
+        editing.stale = false;
+        editing.confirm = false;
+        setDraft('edit:' + editing.id, null);
+        $('edit-note').hidden = true;
+        const saveButton = $('edit-save');
+        saveButton.textContent = 'Save';
+        saveButton.setAttribute('aria-label', names.save);
+        input.focus();
+      } }, 'Use their text')));
+  }
+  form.append(el('button', { type: 'submit', class: 'button small', id: name + '-save', 'aria-label': names.save }, 'Save'),
+              el('button', { type: 'button', class: 'button small secondary', id: name + '-cancel', 'aria-label': names.cancel, onclick: close }, 'Cancel'));
+  return form;
+}
+
+/** A button that asks again in place (no dialog) before it acts. */
+function confirmButton(id, label, question, action) {
+  const button = el('button', { type: 'button', class: 'button danger', id }, label);
+  button.addEventListener('click', () => {
+    if (button.dataset.armed === 'true') { state.focusAfter = 'new-list-title'; action(); return; }
+    button.dataset.armed = 'true';
+    button.textContent = question + '? Press again';
+    setTimeout(() => { if (button.isConnected) { button.dataset.armed = ''; button.textContent = label; } }, 5000);
+  });
+  return button;
+}
+
+function renderAddForm(list) {
+  const key = 'add:' + list.id;
+  const text = el('input', { id: 'new-item', required: true, maxlength: 1000, placeholder: 'Add an item', dir: 'auto', autocomplete: 'off' });
+  text.value = drafts()[key] || '';
+  text.addEventListener('input', () => setDraft(key, text.value));
+  const tags = el('input', { id: 'new-item-tags', placeholder: 'tags, comma separated', dir: 'auto', autocomplete: 'off' });
+  return el('form', { id: 'add-item', class: 'quick-add', onsubmit: (event) => {
+    event.preventDefault();
+    const value = text.value.trim();
+    if (!value) return;
+    const tagList = [...new Set(tags.value.split(',').map((t) => t.trim()).filter(Boolean))];
+    text.value = '';
+    tags.value = '';
+    setDraft(key, null);
+    const now = currentList(list.id);
+    if (now) addItem(now, value, tagList);
+    text.focus();
+  } },
+  el('label', { for: 'new-item', class: 'visually-hidden', text: 'Add an item' }), text,
+  el('label', { for: 'new-item-tags', class: 'visually-hidden', text: 'Tags for the new item' }), tags,
+  el('button', { type: 'submit', class: 'button', id: 'add-item-button', 'aria-label': 'Add the item' }, 'Add'));
+}
+
+// MARK: Sharing
+
+function shareBody(list, extra = {}) {
+  const body = { zoneID: list.zone.zoneID, ...extra };
+  if (list.share) body.shareRecordName = list.share.recordName;
+  return body;
+}
+
+/** The list's share, made (invited people only) when it has none yet. */
+async function ensureShare(list, permission) {
+  if (list.share) return list;
+  const share = await state.api.call('private', 'shares/create', {
+    zoneID: list.zone.zoneID, rootRecordName: list.id, title: list.title, publicPermission: permission });
+  await state.replica.sync();
+  const again = currentList(list.id) || list;
+  if (!again.share) again.share = { recordName: share.shareRecordName };
+  return again;
+}
+
+async function makeLink(list, permission, expires, singleUse) {
+  const current = await ensureShare(list, permission);
+  const share = await state.api.call(current.zone.database, 'shares/lookup', shareBody(current));
+  // A share with invited people stays invited-only (public and invited users do not mix): its links then
+  // work for the invited only. A share with nobody else becomes public at the link's permission.
+  const invited = (share.participants || []).some((p) => p.role !== 'owner' && p.role !== 'publicUser' && p.acceptanceStatus !== 'removed');
+  if (share.publicPermission === 'none' && !invited) {
+    await state.api.call(current.zone.database, 'shares/modify', shareBody(current, { publicPermission: permission }));
+  }
+  const body = shareBody(current, { permission });
+  if (expires) body.expiresInSeconds = expires;
+  if (singleUse) body.maxUses = 1;
+  return state.api.call(current.zone.database, 'shares/url', body);
+}
+
+async function shareModify(list, extra) {
+  const current = await ensureShare(list, 'none');
+  return state.api.call(current.zone.database, 'shares/modify', shareBody(current, extra));
+}
+
+/** The share panel (view 'share'): built once when it opens, updated in place. */
+function renderShare(list) {
+  const slot = $('share-slot');
+  const button = $('share-button');
+  const open = state.view === 'share';
+  if (button) button.setAttribute('aria-expanded', String(open));
+  if (!open) { if (slot.firstChild) slot.replaceChildren(); return; }
+  if (!state.share || state.share.listID !== list.id) state.share = { listID: list.id, roster: null, link: null, consent: null };
+  if (!$('share-panel')) {
+    slot.replaceChildren(list.access === 'owner' ? ownerPanel(list) : memberPanel(list));
+    loadRoster(list);
+  }
+}
+
+function ownerPanel(list) {
+  const panel = el('section', { class: 'share-panel', id: 'share-panel', 'aria-labelledby': 'share-heading' },
+    el('h2', { id: 'share-heading', dir: 'auto', text: `Share “${list.title}”` }));
+  if (state.replica.online === false) panel.append(el('p', { class: 'help', id: 'share-offline', text: 'Sharing needs a connection; you are offline.' }));
+
+  // Who can join: anyone with the link, or only invited people (with consent before links stop).
+  const modes = el('p', { class: 'inline modes' }, el('label', { for: 'share-mode', text: 'Who can join' }),
+    el('select', { id: 'share-mode' }, el('option', { value: 'link', text: 'Anyone with the link' }),
+       el('option', { value: 'invite', text: 'Only people I invite' })));
+  modes.addEventListener('change', (event) => switchMode(list, event.target.value));
+  panel.append(modes, el('div', { id: 'consent', class: 'consent', role: 'group', 'aria-labelledby': 'consent-text', hidden: true },
+    el('p', { id: 'consent-text' }),
+    el('button', { type: 'button', class: 'button small', id: 'consent-yes' }, 'Yes'),
+    el('button', { type: 'button', class: 'button small secondary', id: 'consent-no' }, 'No')));
+
+  const permission = el('select', { id: 'link-permission' },
+    el('option', { value: 'readOnly', text: 'can view' }), el('option', { value: 'readWrite', text: 'can edit' }));
+  const expiry = el('select', { id: 'link-expiry' },
+    el('option', { value: '', text: 'never expires' }), el('option', { value: '3600', text: 'expires in 1 hour' }),
+    el('option', { value: '86400', text: 'expires in 1 day' }), el('option', { value: '604800', text: 'expires in 7 days' }));
+  const single = el('input', { type: 'checkbox', id: 'link-single' });
+  const output = el('input', { id: 'link-url', readonly: true, 'aria-label': 'Share link' });
+  const copy = el('button', { type: 'button', class: 'button secondary', id: 'copy-link', disabled: true,
+                              onclick: () => copyLink(output) }, 'Copy');
+  panel.append(el('form', { class: 'inline', id: 'link-form', onsubmit: async (event) => {
+    event.preventDefault();
+    try {
+      const reply = await makeLink(currentList(list.id) || list, permission.value, Number(expiry.value) || 0, single.checked);
+      output.value = reply.shortURL || reply.url;
+      copy.disabled = false;
+      announce('Link made.');
+      await loadRoster(list);
+    } catch (error) { notice('No link: ' + reasonOf(error), true); }
+  } },
+  el('label', { for: 'link-permission', text: 'A new link lets people' }), permission,
+  el('label', { for: 'link-expiry', class: 'visually-hidden', text: 'Expiry' }), expiry,
+  el('span', { class: 'check' }, single, el('label', { for: 'link-single', text: 'single use' })),
+  el('button', { type: 'submit', class: 'button', id: 'make-link', text: 'Make link' })));
+  panel.append(el('p', { class: 'inline link-row' }, output, copy),
+    el('p', { class: 'help', id: 'link-help', hidden: true }),
+    el('p', { class: 'inline' }, confirmButton('revoke-links', 'Turn off links', 'Every link made so far stops working', async () => {
+      try {
+        const current = currentList(list.id) || list;
+        if (!current.share) return;
+        await state.api.call('private', 'shares/url', shareBody(current, { rotate: true }));
+        output.value = '';
+        copy.disabled = true;
+        notice('The links made so far no longer work. People who joined keep their access.');
+      } catch (error) { notice('Not turned off: ' + reasonOf(error), true); }
+    })));
+
+  const name = el('input', { id: 'invite-name', required: true, maxlength: 64, autocomplete: 'off', dir: 'auto' });
+  const invitePermission = el('select', { id: 'invite-permission' },
+    el('option', { value: 'readOnly', text: 'can view' }), el('option', { value: 'readWrite', text: 'can edit' }));
+  panel.append(el('form', { class: 'inline', id: 'invite-form', onsubmit: async (event) => {
+    event.preventDefault();
+    const who = name.value.trim();
+    if (!who) return;
+    const roster = state.share && state.share.roster;
+    const invite = async (extra = {}) => {
+      try {
+        await shareModify(currentList(list.id) || list, { ...extra, participants: [{ operation: 'invite', userName: who, permission: invitePermission.value }] });
+        notice(`Invited ${who}. They see the invitation on their lists page.`);
+        name.value = '';
+        await loadRoster(list);
+      } catch (error) { notice('Not invited: ' + reasonOf(error), true); }
+    };
+    if (roster && roster.publicPermission && roster.publicPermission !== 'none') {
+      const joined = (roster.participants || []).filter((p) => p.role === 'publicUser' && p.acceptanceStatus === 'accepted').length;
+      ask(`Inviting ${who} makes this list invite-only: its links stop letting new people in` +
+          (joined ? `, and ${joined} ${joined === 1 ? 'person' : 'people'} who joined by link lose access` : '') + '. Go ahead?',
+          `Make invite-only and invite ${who}`, 'Keep the link', () => invite({ publicPermission: 'none' }));
+      return;
+    }
+    invite();
+  } }, el('label', { for: 'invite-name', text: 'Invite by user name' }), name,
+  el('label', { for: 'invite-permission', class: 'visually-hidden', text: 'Permission for the invited person' }), invitePermission,
+  el('button', { type: 'submit', class: 'button', id: 'invite-button', text: 'Invite' })));
+
+  panel.append(el('h3', { id: 'people-heading', text: 'People' }), el('ul', { id: 'participants', class: 'participants', 'aria-labelledby': 'people-heading' }),
+    el('p', { class: 'inline' }, confirmButton('stop-sharing', 'Stop sharing', 'Everyone else loses access', async () => {
+      try {
+        const current = currentList(list.id) || list;
+        if (!current.share) { notice('This list is not shared.'); return; }
+        await state.api.call('private', 'shares/delete', shareBody(current));
+        output.value = '';
+        copy.disabled = true;
+        notice(`“${list.title}” is no longer shared.`);
+        await state.replica.sync();
+        await loadRoster(list);
+      } catch (error) { notice('Still shared: ' + reasonOf(error), true); }
+    })));
+  return panel;
+}
+
+/** Asks in place (no dialog): `yes` runs on the first button; either answer closes the question. */
+function ask(question, yesLabel, noLabel, yes, no = () => {}) {
+  const box = $('consent');
+  if (!box) return;
+  $('consent-text').textContent = question;
+  const yesButton = $('consent-yes'), noButton = $('consent-no');
+  yesButton.textContent = yesLabel;
+  noButton.textContent = noLabel;
+  const close = () => { box.hidden = true; };
+  yesButton.onclick = () => { close(); yes(); };
+  noButton.onclick = () => { close(); no(); };
+  box.hidden = false;
+  yesButton.focus();
+}
+
+async function switchMode(list, mode) {
+  const roster = state.share && state.share.roster;
+  const current = roster && roster.publicPermission && roster.publicPermission !== 'none' ? 'link' : 'invite';
+  if (mode === current) return;
+  if (mode === 'invite') {
+    const joined = roster ? (roster.participants || []).filter((p) => p.role === 'publicUser' && p.acceptanceStatus === 'accepted').length : 0;
+    ask(`Only invited people can join then: the links stop letting anyone in` +
+        (joined ? `, and ${joined} ${joined === 1 ? 'person' : 'people'} who joined by link lose access` : '') + '. Go ahead?',
+        'Make it invite-only', 'Keep the link', async () => {
+          try { await shareModify(currentList(list.id) || list, { publicPermission: 'none' }); notice('Only people you invite can join now.'); }
+          catch (error) { notice('Not changed: ' + reasonOf(error), true); }
+          await loadRoster(list);
+        }, () => showMode(roster));
+    return;
+  }
   try {
-    const share = await state.api.call('shared', 'shares/lookup', { zoneID: zone.zoneID, shareRecordName: shareRecord.recordName });
-    const owner = (share.participants || []).find((p) => p.role === 'owner');
-    if (owner) state.owners.set(key, owner.name);
-  } catch (_) { /* the name stays unknown ("someone") until the next change */ }
+    await shareModify(currentList(list.id) || list, { publicPermission: $('link-permission').value });
+    notice('Anyone with a link can join now. Make a link to send.');
+  } catch (error) { notice('Not changed: ' + reasonOf(error), true); }
+  await loadRoster(list);
 }
 
-/** Fetches what changed; re-renders only when something did (so the page does not churn). */
-async function refresh(always = false) {
-  state.changed = false;
-  await fetchDatabase('private');
-  await fetchDatabase('shared');
-  if (state.changed || always) render();
+function showMode(roster) {
+  const mode = $('share-mode');
+  if (!mode) return;
+  const isLink = !!(roster && roster.publicPermission && roster.publicPermission !== 'none');
+  mode.value = isLink ? 'link' : 'invite';
+  const help = $('link-help');
+  if (help) {
+    const invited = roster && (roster.participants || []).some((p) => p.role === 'privateUser' && p.acceptanceStatus !== 'removed');
+    help.hidden = isLink || !invited;
+    help.textContent = 'This list is invite-only: its links work only for the people you invited.';
+  }
+}
+
+function memberPanel(list) {
+  return el('section', { class: 'share-panel', id: 'share-panel', 'aria-labelledby': 'share-heading' },
+    el('h2', { id: 'share-heading', dir: 'auto', text: `People on “${list.title}”` }),
+    el('ul', { id: 'participants', class: 'participants', 'aria-labelledby': 'share-heading' }));
+}
+
+/** The share's roster (shares/lookup), for the owner's panel and a participant's list of people. */
+async function loadRoster(given) {
+  const list = currentList(given.id) || given;
+  let roster = { participants: [] };
+  if (list.share || list.access !== 'owner') {
+    try {
+      roster = await state.api.call(list.zone.database, 'shares/lookup', shareBody(list));
+      if (state.replica.learnNames(roster.participants || [])) render();
+    } catch (error) {
+      roster = { participants: [], error: isUnreachable(error) ? 'offline' : reasonOf(error) };
+    }
+  }
+  if (!state.share || state.share.listID !== list.id) return;
+  state.share.roster = roster;
+  showMode(roster);
+  const people = $('participants');
+  if (!people) return;
+  if (roster.error === 'offline') {
+    people.replaceChildren(el('li', { class: 'help', text: 'Offline: the people on this list show when you are back online.' }));
+    return;
+  }
+  people.replaceChildren(...(roster.participants || []).filter((p) => p.acceptanceStatus !== 'removed' || list.access === 'owner')
+    .map((p) => renderParticipant(list, p)));
+}
+
+function renderParticipant(list, p) {
+  const row = el('li', { 'data-participant': p.name },
+    el('span', { class: 'name', dir: 'auto', text: p.name + (p.userRecordName === state.session.userRecordName ? ' (you)' : '') }),
+    el('span', { class: 'meta', text: ` ${roleWords[p.role] || p.role} · ${permissionWords[p.permission] || p.permission} · ${p.acceptanceStatus}` }));
+  if (list.access === 'owner' && p.role !== 'owner') {
+    const select = el('select', { id: 'participant-permission-' + p.name, 'aria-label': `Permission of ${p.name}`, onchange: async (event) => {
+      try { await shareModify(currentList(list.id) || list, { participants: [{ operation: 'setPermission', userName: p.name, permission: event.target.value }] }); }
+      catch (error) { notice('Not changed: ' + reasonOf(error), true); }
+      await loadRoster(list);
+    } }, el('option', { value: 'readOnly', text: 'can view', selected: p.permission === 'readOnly' }),
+    el('option', { value: 'readWrite', text: 'can edit', selected: p.permission === 'readWrite' }));
+    row.append(select, el('button', { type: 'button', class: 'button small danger', id: 'participant-remove-' + p.name,
+                                      'aria-label': `Remove ${p.name} from the list`, onclick: async () => {
+      try { await shareModify(currentList(list.id) || list, { participants: [{ operation: 'remove', userName: p.name }] }); await loadRoster(list); }
+      catch (error) { notice('Not removed: ' + reasonOf(error), true); }
+    } }, 'Remove'));
+  }
+  return row;
+}
+
+/**
+ * Copies the link: the asynchronous clipboard (a secure context: https, or http on 127.0.0.1 or
+ * localhost), else the selection and the older copy command (plain http on another address, or a
+ * browser that refused the clipboard). Says which happened.
+ */
+async function copyLink(output) {
+  if (!output.value) return;
+  try {
+    if (!navigator.clipboard) throw new Error('no asynchronous clipboard here');
+    await navigator.clipboard.writeText(output.value);
+    notice('Link copied.');
+    return;
+  } catch (_) { /* the older way below */ }
+  output.focus();
+  output.select();
+  let copied = false;
+  try { copied = document.execCommand('copy'); } catch (_) { copied = false; }
+  if (copied) { const button = $('copy-link'); if (button) button.focus(); } // else the selected link keeps the focus
+  notice(copied ? 'Link copied.' : 'The link is selected: copy it with Ctrl+C (⌘C on a Mac).');
+}
+
+async function leave(list) {
+  try {
+    await state.api.call('shared', 'shares/leave', shareBody(list));
+    state.deletedHere.set(list.id, 'Left');
+    await state.replica.sync();
+  } catch (error) { notice((isUnreachable(error) ? 'Leaving needs a connection: ' : 'Not left: ') + reasonOf(error), true); }
 }
 
 // MARK: Invitations
@@ -182,492 +1181,130 @@ async function loadInvitations() {
           const result = (reply.results || [])[0] || {};
           if (result.serverErrorCode) throw new ApiError(result.serverErrorCode, result.reason, 200);
           notice(`Joined ${what}.`);
-          await refresh(true);
+          await state.replica.sync();
           await loadInvitations();
-        } catch (error) { notice('Not joined: ' + (error.reason || error.message), true); }
+        } catch (error) { notice('Not joined: ' + reasonOf(error), true); }
       } });
     const decline = el('button', { type: 'button', class: 'button small secondary', id: `invitation-decline-${index}`, text: 'Decline',
       'aria-label': `Decline ${what}`, onclick: async () => {
         try {
-          await state.api.call('shared', 'shares/decline', { zoneID: invitation.zoneID, shareRecordName: invitation.shareRecordName });
+          try {
+            await state.api.call('shared', 'shares/decline', { zoneID: invitation.zoneID, shareRecordName: invitation.shareRecordName });
+          } catch (error) {
+            if (!(error instanceof ApiError) || error.status !== 404 || error.code === 'NOT_FOUND') throw error;
+            // A server without shares/decline: leaving declines a pending invitation.
+            await state.api.call('shared', 'shares/leave', { zoneID: invitation.zoneID, shareRecordName: invitation.shareRecordName });
+          }
           notice(`Declined ${what}.`);
           await loadInvitations();
-        } catch (error) { notice('Not declined: ' + (error.reason || error.message), true); }
+        } catch (error) { notice('Not declined: ' + reasonOf(error), true); }
       } });
     return el('li', { class: 'invitation' }, text, accept, decline);
   }));
   $('invitations').hidden = invitations.length === 0;
 }
 
-async function watch() {
-  for (;;) {
-    try {
-      const reply = await state.api.call('private', 'changes/wait', {
-        databases: [{ database: 'private', syncToken: state.tokens.private }, { database: 'shared', syncToken: state.tokens.shared }],
-        timeout: 25,
-      });
-      if (reply.changed) await refresh();
-    } catch (error) {
-      if (error instanceof ApiError && (error.status === 401 || error.status === 421)) { location.replace('/'); return; }
-      if (error instanceof ApiError && error.code === 'CHANGE_TOKEN_EXPIRED') {
-        state.tokens = { private: null, shared: null };
-        state.zones.clear();
-      }
-      await new Promise((resolve) => setTimeout(resolve, 1000));
-      try { await refresh(); } catch (_) { /* retried on the next turn */ }
+// MARK: Connection and replica events
+
+function showStatus(status) {
+  const box = $('connection');
+  const waiting = status.pending === 1 ? '1 change waits' : `${status.pending} changes wait`;
+  let text = '';
+  if (status.signedOut) text = status.pending ? `Signed out: ${waiting} to be sent; sign in again to send them.` : 'Signed out: sign in again.';
+  else if (status.online === false) text = status.pending ? `Offline. ${waiting} to be sent; they are kept on this device.` : 'Offline. You can keep editing; changes are kept on this device.';
+  else if (status.pending) text = status.pending === 1 ? 'Sending 1 change…' : `Sending ${status.pending} changes…`;
+  box.hidden = !text;
+  box.classList.toggle('offline', status.online === false || status.signedOut);
+  const textNode = $('connection-text');
+  if (textNode.textContent !== text) textNode.textContent = text;
+  $('connection-signin').hidden = !status.signedOut;
+  document.body.dataset.online = String(status.online !== false);
+  document.body.dataset.pending = String(status.pending);
+  if (state.share && $('share-offline')) $('share-offline').hidden = status.online !== false;
+  // "not sent yet" / "saving…" under each waiting item
+  if (showStatus.last !== `${status.online}|${status.pending}`) { showStatus.last = `${status.online}|${status.pending}`; render(); }
+}
+
+/** Says what others changed in the open list, an item at a time (a few at most). */
+function announceRemote(changes) {
+  const list = currentList();
+  if (!list) return;
+  const messages = [];
+  for (const change of changes) {
+    if (!change.remote || change.key !== list.zone.key) continue;
+    const before = change.before && !change.before.deleted && change.before.recordType === 'Item' ? itemOf(change.before) : null;
+    const after = change.after && !change.after.deleted && change.after.recordType === 'Item' ? itemOf(change.after) : null;
+    const record = change.after || change.before;
+    if (!record || record.recordType !== 'Item' || (record.parent && record.parent.recordName !== list.id && before === null)) continue;
+    const who = change.after && change.after.modified ? personName(change.after.modified.userRecordName) : 'Someone';
+    const name = who === 'you' ? 'You (elsewhere)' : who;
+    if (!before && after) messages.push(`${name} added ${after.text}.`);
+    else if (before && !after) messages.push(`${name} removed ${before.text}.`);
+    else if (before && after) {
+      if (before.text !== after.text) messages.push(`${name} changed ${before.text} to ${after.text}.`);
+      if (before.done !== after.done) messages.push(`${name} ${after.done ? 'checked' : 'unchecked'} ${after.text}.`);
+      const added = after.tags.filter((t) => !before.tags.includes(t)), removed = before.tags.filter((t) => !after.tags.includes(t));
+      if (added.length) messages.push(`${name} tagged ${after.text} ${added.join(', ')}.`);
+      if (removed.length) messages.push(`${name} removed tag ${removed.join(', ')} from ${after.text}.`);
     }
   }
+  if (!messages.length) return;
+  announce(messages.length <= 3 ? messages.join(' ') : `${messages.length} changes in ${list.title}.`);
 }
 
-// MARK: Writes
-
-/** records/modify with an optimistic change: `apply` edits the local copies; a refusal puts them back. */
-async function modify(list, operations, apply) {
-  const saved = new Map();
-  for (const op of operations) {
-    const name = op.record.recordName;
-    saved.set(name, list.zone.records.get(name));
-  }
-  apply();
-  render();
-  try {
-    const reply = await state.api.call(list.zone.database, 'records/modify', { zoneID: list.zone.zoneID, operations });
-    const failed = (reply.records || []).filter((r) => r.serverErrorCode);
-    for (const record of reply.records || []) {
-      if (record.serverErrorCode) continue;
-      if (record.deleted) list.zone.records.delete(record.recordName);
-      else if (!record.fieldsOmitted) list.zone.records.set(record.recordName, record);
+const listener = {
+  changed(changes) {
+    announceRemote(changes);
+    render();
+    // Someone joined, left or was changed on the open share panel's list: its people again.
+    const list = currentList();
+    if (state.view === 'share' && list && changes.some((c) => c.key === list.zone.key
+        && ((c.after || c.before || {}).recordType === 'cloudkit.share'))) loadRoster(list);
+    // A list the address asked for that this browser did not know yet (just joined, say) opens once it arrives.
+    if (state.wantedList && state.wantedList !== state.openList && lists().some((l) => l.id === state.wantedList)) {
+      const id = state.wantedList;
+      state.wantedList = null;
+      go('list', id);
     }
-    if (failed.length) {
-      for (const record of failed) restore(list, saved, record.recordName);
-      notice('Not saved: ' + failed[0].reason, true);
-    }
-  } catch (error) {
-    for (const name of saved.keys()) restore(list, saved, name);
-    notice('Not saved: ' + (error.reason || error.message), true);
-  }
-  render();
-}
-
-function restore(list, saved, name) {
-  const old = saved.get(name);
-  if (old) list.zone.records.set(name, old); else list.zone.records.delete(name);
-}
-
-function localEdit(list, name, fields, extra = {}) {
-  const old = list.zone.records.get(name) || { recordName: name, fields: {} };
-  const copy = { ...old, ...extra, fields: { ...old.fields } };
-  for (const [key, value] of Object.entries(fields)) copy.fields[key] = { ...(copy.fields[key] || {}), value };
-  list.zone.records.set(name, copy);
-}
-
-const update = (name, fields) => ({ operationType: 'forceUpdate', record: { recordName: name, fields } });
-
-function addItem(list, text, tags) {
-  const id = randomID('i');
-  const position = Math.max(0, ...items(list).map((i) => i.position)) + 1;
-  const fields = { text: { value: text, type: 'STRING' }, done: { value: 0, type: 'INT64' },
-                   position: { value: position, type: 'DOUBLE' } };
-  if (tags.length) fields.tags = { add: tags, type: 'STRING_LIST' };
-  const op = { operationType: 'create', record: { recordName: id, recordType: 'Item', fields, parent: { recordName: list.id } } };
-  return modify(list, [op], () => localEdit(list, id, { text, done: 0, position, tags }, { recordType: 'Item', parent: { recordName: list.id } }));
-}
-
-function setDone(list, item, done) {
-  return modify(list, [update(item.id, { done: { value: done ? 1 : 0, type: 'INT64' } })],
-    () => localEdit(list, item.id, { done: done ? 1 : 0 }));
-}
-
-function setText(list, item, text) {
-  return modify(list, [update(item.id, { text: { value: text, type: 'STRING' } })], () => localEdit(list, item.id, { text }));
-}
-
-function changeTags(list, item, add, remove) {
-  const edit = { type: 'STRING_LIST' };
-  if (add.length) edit.add = add;
-  if (remove.length) edit.remove = remove;
-  const next = [...new Set([...item.tags.filter((t) => !remove.includes(t)), ...add])];
-  return modify(list, [update(item.id, { tags: edit })], () => localEdit(list, item.id, { tags: next }));
-}
-
-function removeItem(list, item) {
-  return modify(list, [{ operationType: 'forceDelete', record: { recordName: item.id } }], () => list.zone.records.delete(item.id));
-}
-
-function rename(list, title) {
-  return modify(list, [update(list.id, { title: { value: title, type: 'STRING' } })], () => localEdit(list, list.id, { title }));
-}
-
-function deleteList(list) {
-  state.deletedHere.set(list.id, 'Deleted');
-  const names = [...items(list).map((i) => i.id), list.id];
-  return modify(list, names.map((name) => ({ operationType: 'forceDelete', record: { recordName: name } })),
-    () => { for (const name of names) list.zone.records.delete(name); });
-}
-
-async function createList(title) {
-  try {
-    await state.api.call('private', 'zones/modify', { operations: [{ operationType: 'create', zone: { zoneID: { zoneName: LIST_ZONE } } }] });
-    const id = randomID('l');
-    const reply = await state.api.call('private', 'records/modify', { zoneID: { zoneName: LIST_ZONE }, operations: [
-      { operationType: 'create', record: { recordName: id, recordType: 'List', fields: { title: { value: title, type: 'STRING' } } } }] });
-    const result = (reply.records || [])[0] || {};
-    if (result.serverErrorCode) throw new ApiError(result.serverErrorCode, result.reason, 200);
-    await refresh();
-    state.focusAfter = 'new-item'; // the next thing to do: add its first item
-    open(id);
-  } catch (error) {
-    notice('Not created: ' + (error.reason || error.message), true);
-  }
-}
-
-// MARK: Sharing
-
-function shareBody(list, extra = {}) {
-  const body = { zoneID: list.zone.zoneID, ...extra };
-  if (list.share) body.shareRecordName = list.share.recordName;
-  return body;
-}
-
-async function ensureShare(list, permission) {
-  if (list.share) return;
-  await state.api.call('private', 'shares/create', {
-    zoneID: list.zone.zoneID, rootRecordName: list.id, title: list.title, publicPermission: permission });
-  await refresh();
-}
-
-async function makeLink(list, permission, expires, singleUse) {
-  await ensureShare(list, permission);
-  const current = lists().find((l) => l.id === list.id) || list;
-  const share = await state.api.call(current.zone.database, 'shares/lookup', shareBody(current));
-  // A share with invited people stays invited-only (public and invited users do not mix): its links then
-  // work for the invited only. A share with nobody else becomes public at the link's permission.
-  const invited = (share.participants || []).some((p) => p.role !== 'owner' && p.acceptanceStatus !== 'removed');
-  if (share.publicPermission === 'none' && !invited) {
-    await state.api.call(current.zone.database, 'shares/modify', shareBody(current, { publicPermission: permission }));
-  }
-  const body = shareBody(current, { permission });
-  if (expires) body.expiresInSeconds = expires;
-  if (singleUse) body.maxUses = 1;
-  return state.api.call(current.zone.database, 'shares/url', body);
-}
-
-async function shareModify(list, participants, extra = {}) {
-  await ensureShare(list, 'none');
-  const current = lists().find((l) => l.id === list.id) || list;
-  return state.api.call(current.zone.database, 'shares/modify', shareBody(current, { participants, ...extra }));
-}
-
-// MARK: Rendering
-
-const permissionWords = { owner: 'owner', readWrite: 'can edit', readOnly: 'can view' };
-const roleWords = { owner: 'owner', administrator: 'administrator', privateUser: 'invited', publicUser: 'joined by link' };
-
-/**
- * Re-renders from the records, keeping what the person is typing (inputs by id) and the focus: every
- * control has a stable id, so a keyboard user's place survives live updates; `state.focusAfter` moves
- * the focus on purpose (back to the button that opened a form that closed, say).
- */
-function render() {
-  const kept = new Map();
-  for (const input of document.querySelectorAll('main input[id], main select[id]')) {
-    kept.set(input.id, input.type === 'checkbox' ? { checked: input.checked } : input.value);
-  }
-  const focused = document.activeElement && document.activeElement.id;
-  renderAll();
-  for (const [id, value] of kept) {
-    const input = document.getElementById(id);
-    if (!input || input.readOnly) continue;
-    if (typeof value === 'object') {
-      if (!input.disabled && !id.startsWith('done-')) input.checked = value.checked; // item boxes show the record
-    } else {
-      input.value = value;
-    }
-  }
-  const target = (state.focusAfter && document.getElementById(state.focusAfter)) || (focused && document.getElementById(focused));
-  state.focusAfter = null;
-  if (target && target !== document.activeElement) target.focus();
-}
-
-function renderAll() {
-  const all = lists();
-  // Lists that went away: deleted elsewhere, or our access to them removed.
-  const now = new Map(all.map((l) => [l.id, l.title]));
-  for (const [id, title] of state.shownLists) {
-    if (now.has(id)) continue;
-    // Gone by this page's own hand: deleted (own list) or left (a list shared with us), said as such.
-    if (state.deletedHere.has(id)) { notice(`${state.deletedHere.get(id)} “${title}”.`); state.deletedHere.delete(id); }
-    else notice(`“${title}” is no longer available: it was deleted, or you were removed from its share.`);
-    if (state.openList === id) { state.openList = null; state.sharePanel = null; }
-  }
-  state.shownLists = now;
-
-  const nav = $('lists');
-  nav.replaceChildren(...all.map((list) => el('li', {},
-    el('button', { type: 'button', id: 'list-' + list.id, class: 'list-link' + (list.id === state.openList ? ' current' : ''),
-                   'aria-current': list.id === state.openList ? 'true' : false, 'data-list': list.id,
-                   onclick: () => open(list.id) },
-      el('span', { class: 'title', text: list.title || '(untitled)' }),
-      el('span', { class: 'meta', text: `${list.owner} · ${permissionWords[list.access] || list.access}` })))));
-  renderList(all.find((l) => l.id === state.openList));
-}
-
-function open(id) {
-  state.openList = id;
-  state.sharePanel = null;
-  history.replaceState(null, '', '/#list=' + encodeURIComponent(id));
-  render();
-}
-
-function renderList(list) {
-  const main = $('list');
-  if (!list) { main.replaceChildren(el('p', { class: 'help', id: 'empty', text: 'Choose a list, or create one.' })); return; }
-  const canEdit = list.access === 'owner' || list.access === 'readWrite';
-  const heading = el('div', { class: 'list-head' },
-    el('h2', { id: 'list-title', text: list.title || '(untitled)' }),
-    el('p', { class: 'meta', id: 'list-access', text: `${list.owner} · ${permissionWords[list.access] || list.access}` }));
-  const tools = el('div', { class: 'tools' });
-  if (canEdit) {
-    tools.append(el('button', { type: 'button', class: 'button secondary', id: 'rename', onclick: () => {
-      state.editing = { kind: 'title', id: list.id };
-      render();
-      $('rename-input').focus();
-    } }, document.createTextNode('Rename')));
-  }
-  if (list.access === 'owner') {
-    tools.append(el('button', { type: 'button', class: 'button secondary', id: 'share-button',
-      onclick: () => { state.sharePanel = state.sharePanel ? null : {}; render(); } }, document.createTextNode('Share')));
-    tools.append(confirmButton('delete-list', 'Delete list', `Delete “${list.title}” and its items`, () => deleteList(list)));
-  } else {
-    tools.append(confirmButton('leave', 'Leave', `Leave “${list.title}”`, () => leave(list)));
-  }
-  const rows = items(list).map((item) => renderItem(list, item, canEdit));
-  const children = [heading, tools];
-  if (state.editing && state.editing.kind === 'title' && state.editing.id === list.id) {
-    children.push(editForm('rename', 'New title', list.title, 'rename', (title) => rename(list, title)));
-  }
-  if (state.sharePanel && list.access === 'owner') children.push(renderSharePanel(list));
-  children.push(el('ul', { id: 'items', class: 'items' }, ...rows));
-  if (rows.length === 0) children.push(el('p', { class: 'help', text: 'No items yet.' }));
-  if (canEdit) children.push(renderAddForm(list));
-  main.replaceChildren(...children);
-}
-
-function renderItem(list, item, canEdit) {
-  const box = el('input', { type: 'checkbox', id: 'done-' + item.id, checked: item.done, disabled: !canEdit,
-                            onchange: (event) => setDone(list, item, event.target.checked) });
-  const row = el('li', { class: 'item' + (item.done ? ' done' : ''), 'data-item': item.id },
-    box, el('label', { for: 'done-' + item.id, class: 'text', text: item.text }));
-  const tags = el('span', { class: 'tags' });
-  item.tags.forEach((tag, index) => {
-    const chip = el('span', { class: 'tag' }, el('span', { text: '#' + tag }));
-    if (canEdit) chip.append(el('button', { type: 'button', class: 'tag-remove', id: `untag-${item.id}-${index}`,
-                                            'aria-label': `Remove tag ${tag}`, onclick: () => {
-                                              state.focusAfter = 'tag-' + item.id;
-                                              changeTags(list, item, [], [tag]);
-                                            } }, document.createTextNode('×')));
-    tags.append(chip);
-  });
-  row.append(tags);
-  if (canEdit) {
-    row.append(el('span', { class: 'item-tools' },
-      el('button', { type: 'button', class: 'button small secondary edit', id: 'edit-' + item.id, 'aria-label': `Edit ${item.text}`, onclick: () => {
-        state.editing = { kind: 'text', id: item.id };
-        render();
-        $('edit-input').focus();
-      } }, document.createTextNode('Edit')),
-      el('button', { type: 'button', class: 'button small secondary add-tag', id: 'tag-' + item.id, 'aria-label': `Add a tag to ${item.text}`, onclick: () => {
-        state.editing = { kind: 'tag', id: item.id };
-        render();
-        $('tag-input').focus();
-      } }, document.createTextNode('+ Tag')),
-      el('button', { type: 'button', class: 'button small danger remove', id: 'remove-' + item.id, 'aria-label': `Remove ${item.text}`,
-                     onclick: () => {
-                       // The focus goes on to the next item's box (or the previous one's, or the new-item field).
-                       const all = items(list);
-                       const at = all.findIndex((i) => i.id === item.id);
-                       const neighbour = all[at + 1] || all[at - 1];
-                       state.focusAfter = neighbour ? 'done-' + neighbour.id : 'new-item';
-                       removeItem(list, item);
-                     } }, document.createTextNode('Remove'))));
-  }
-  if (canEdit && state.editing && state.editing.id === item.id) {
-    if (state.editing.kind === 'text') {
-      row.append(editForm('edit', 'Item text', item.text, 'edit-' + item.id, (text) => { if (text !== item.text) setText(list, item, text); }));
-    } else if (state.editing.kind === 'tag') {
-      row.append(editForm('tag', 'New tag', '', 'tag-' + item.id, (tag) => changeTags(list, item, [tag], [])));
-    }
-  }
-  return row;
-}
-
-/** An inline form with one text field; Escape or Cancel closes it, and the focus goes back to `opener`. */
-function editForm(name, label, value, opener, save) {
-  const input = el('input', { id: name + '-input', maxlength: 1000 });
-  input.value = value;
-  const close = () => { state.editing = null; state.focusAfter = opener; render(); };
-  input.addEventListener('keydown', (event) => { if (event.key === 'Escape') close(); });
-  return el('form', { class: 'inline edit-form', id: name + '-form', onsubmit: (event) => {
-    event.preventDefault();
-    const text = input.value.trim();
-    state.editing = null;
-    state.focusAfter = opener;
-    if (text) save(text); else render();
-  } }, el('label', { for: name + '-input', text: label }), input,
-  el('button', { type: 'submit', class: 'button small', id: name + '-save', text: 'Save' }),
-  el('button', { type: 'button', class: 'button small secondary', id: name + '-cancel', text: 'Cancel', onclick: close }));
-}
-
-/** A button that asks again in place (no dialog) before it acts. */
-function confirmButton(id, label, question, action) {
-  const button = el('button', { type: 'button', class: 'button danger', id }, document.createTextNode(label));
-  button.addEventListener('click', () => {
-    if (button.dataset.armed === 'true') { state.focusAfter = 'new-list-title'; action(); return; }
-    button.dataset.armed = 'true';
-    button.textContent = question + '? Press again';
-    setTimeout(() => { if (button.isConnected) { button.dataset.armed = ''; button.textContent = label; } }, 5000);
-  });
-  return button;
-}
-
-function renderAddForm(list) {
-  const text = el('input', { id: 'new-item', required: true, maxlength: 1000, placeholder: 'Item' });
-  const tags = el('input', { id: 'new-item-tags', placeholder: 'tags, comma separated' });
-  return el('form', { id: 'add-item', class: 'inline', onsubmit: (event) => {
-    event.preventDefault();
-    const value = text.value.trim();
-    if (!value) return;
-    const tagList = tags.value.split(',').map((t) => t.trim()).filter(Boolean);
-    // Cleared before the write re-renders the page (a render keeps what the fields hold).
-    text.value = '';
-    tags.value = '';
-    addItem(list, value, tagList);
-    const field = document.getElementById('new-item');
-    if (field) field.focus();
-  } },
-  el('label', { for: 'new-item', text: 'Add an item' }), text,
-  el('label', { for: 'new-item-tags', class: 'visually-hidden', text: 'Tags' }), tags,
-  el('button', { type: 'submit', class: 'button', id: 'add-item-button', text: 'Add' }));
-}
-
-function renderSharePanel(list) {
-  const panel = el('section', { class: 'share-panel', id: 'share-panel', 'aria-labelledby': 'share-heading' },
-    el('h3', { id: 'share-heading', text: 'Share' }));
-  const permission = el('select', { id: 'link-permission' },
-    el('option', { value: 'readOnly', text: 'can view' }), el('option', { value: 'readWrite', text: 'can edit' }));
-  const expiry = el('select', { id: 'link-expiry' },
-    el('option', { value: '', text: 'never expires' }), el('option', { value: '3600', text: 'expires in 1 hour' }),
-    el('option', { value: '86400', text: 'expires in 1 day' }), el('option', { value: '604800', text: 'expires in 7 days' }));
-  const single = el('input', { type: 'checkbox', id: 'link-single' });
-  const output = el('input', { id: 'link-url', readonly: true, 'aria-label': 'Share link' });
-  const copy = el('button', { type: 'button', class: 'button secondary', id: 'copy-link', disabled: !state.sharePanel.url,
-                              onclick: () => copyLink(output) }, document.createTextNode('Copy'));
-  panel.append(el('form', { class: 'inline', id: 'link-form', onsubmit: async (event) => {
-    event.preventDefault();
-    try {
-      const reply = await makeLink(list, permission.value, Number(expiry.value) || 0, single.checked);
-      // The panel may have been redrawn meanwhile (the new share arrived): show the link by redrawing.
-      if (state.sharePanel) { state.sharePanel.url = reply.url; render(); }
-    } catch (error) { notice('No link: ' + (error.reason || error.message), true); }
-  } },
-  el('label', { for: 'link-permission', text: 'Anyone with the link' }), permission,
-  el('label', { for: 'link-expiry', class: 'visually-hidden', text: 'Expiry' }), expiry,
-  el('span', { class: 'check' }, single, el('label', { for: 'link-single', text: 'single use' })),
-  el('button', { type: 'submit', class: 'button', id: 'make-link', text: 'Make link' })));
-  if (state.sharePanel.url) output.value = state.sharePanel.url;
-  panel.append(el('p', { class: 'inline' }, output, copy));
-
-  const name = el('input', { id: 'invite-name', required: true, maxlength: 64, autocomplete: 'off' });
-  const invitePermission = el('select', { id: 'invite-permission' },
-    el('option', { value: 'readOnly', text: 'can view' }), el('option', { value: 'readWrite', text: 'can edit' }));
-  panel.append(el('form', { class: 'inline', id: 'invite-form', onsubmit: async (event) => {
-    event.preventDefault();
-    try {
-      await shareModify(list, [{ operation: 'invite', userName: name.value.trim(), permission: invitePermission.value }]);
-      notice(`Invited ${name.value.trim()}.`);
-      name.value = '';
-      await loadParticipants(list);
-    } catch (error) { notice('Not invited: ' + (error.reason || error.message), true); }
-  } }, el('label', { for: 'invite-name', text: 'Invite by user name' }), name,
-  el('label', { for: 'invite-permission', class: 'visually-hidden', text: 'Permission' }), invitePermission,
-  el('button', { type: 'submit', class: 'button', id: 'invite-button', text: 'Invite' })));
-
-  const people = el('ul', { id: 'participants', class: 'participants' });
-  for (const p of state.sharePanel.participants || []) people.append(renderParticipant(list, p));
-  panel.append(el('h4', { text: 'People' }), people);
-  if (!state.sharePanel.participants) loadParticipants(list);
-  return panel;
-}
-
-/**
- * Copies the link: the asynchronous clipboard (a secure context: https, or http on 127.0.0.1 or
- * localhost), else the selection and the older copy command (plain http on another address, or a
- * browser that refused the clipboard). Says which happened.
- */
-async function copyLink(output) {
-  if (!output.value) return;
-  try {
-    if (!navigator.clipboard) throw new Error('no asynchronous clipboard here');
-    await navigator.clipboard.writeText(output.value);
-    notice('Link copied.');
-    return;
-  } catch (_) { /* the older way below */ }
-  output.focus();
-  output.select();
-  let copied = false;
-  try { copied = document.execCommand('copy'); } catch (_) { copied = false; }
-  if (copied) { const button = $('copy-link'); if (button) button.focus(); } // else the selected link keeps the focus
-  notice(copied ? 'Link copied.' : 'The link is selected: copy it with Ctrl+C (⌘C on a Mac).');
-}
-
-function renderParticipant(list, p) {
-  const row = el('li', { 'data-participant': p.name },
-    el('span', { class: 'name', text: p.name }),
-    el('span', { class: 'meta', text: ` ${roleWords[p.role] || p.role} · ${permissionWords[p.permission] || p.permission} · ${p.acceptanceStatus}` }));
-  if (p.role !== 'owner') {
-    const select = el('select', { id: 'participant-permission-' + p.name, 'aria-label': `Permission of ${p.name}`, onchange: async (event) => {
-      try { await shareModify(list, [{ operation: 'setPermission', userName: p.name, permission: event.target.value }]); await loadParticipants(list); }
-      catch (error) { notice('Not changed: ' + (error.reason || error.message), true); await loadParticipants(list); }
-    } }, el('option', { value: 'readOnly', text: 'can view', selected: p.permission === 'readOnly' }),
-    el('option', { value: 'readWrite', text: 'can edit', selected: p.permission === 'readWrite' }));
-    row.append(select, el('button', { type: 'button', class: 'button small danger', id: 'participant-remove-' + p.name,
-                                      'aria-label': `Remove ${p.name}`, onclick: async () => {
-      try { await shareModify(list, [{ operation: 'remove', userName: p.name }]); await loadParticipants(list); }
-      catch (error) { notice('Not removed: ' + (error.reason || error.message), true); }
-    } }, document.createTextNode('Remove')));
-  }
-  return row;
-}
-
-async function loadParticipants(given) {
-  if (!state.sharePanel) return;
-  const list = lists().find((l) => l.id === given.id) || given; // the share may be newer than `given`
-  if (!list.share) { state.sharePanel.participants = []; renderPanelParticipants(); return; }
-  try {
-    const share = await state.api.call(list.zone.database, 'shares/lookup', shareBody(list));
-    if (state.sharePanel) state.sharePanel.participants = share.participants || [];
-  } catch (error) {
-    if (state.sharePanel) state.sharePanel.participants = [];
-  }
-  renderPanelParticipants();
-}
-
-function renderPanelParticipants() {
-  const list = lists().find((l) => l.id === state.openList);
-  const people = $('participants');
-  if (!list || !people || !state.sharePanel) return;
-  people.replaceChildren(...(state.sharePanel.participants || []).map((p) => renderParticipant(list, p)));
-}
-
-async function leave(list) {
-  try {
-    await state.api.call('shared', 'shares/leave', shareBody(list));
-    state.deletedHere.set(list.id, 'Left');
-    await refresh();
-  } catch (error) { notice('Not left: ' + (error.reason || error.message), true); }
-}
+  },
+  status(status) { showStatus(status); },
+  refused(entry, reason) {
+    notice('Not saved: ' + reason, true);
+    render();
+  },
+  lost(entry, record, shown) {
+    const list = lists().find((l) => l.zone.key === entry.zone);
+    const edit = (entry.states || []).find((s) => s.recordName === record.recordName);
+    const item = shown ? itemOf(shown) : edit && fieldValue(edit, 'text') !== undefined ? itemOf(edit) : null;
+    if (!list || !item || record.recordType !== 'Item') return;
+    notice(`“${item.text}” was removed by someone else before your change arrived: Undo brings it back with your change.`);
+    offerUndo(`“${item.text}” was removed by someone else.`, `Bring back ${item.text}`,
+              () => restoreItems(list, [{ ...item, generation: (record.crdt.generation || 1) + 1 }]));
+  },
+  zoneGone(zone, dropped) {
+    if (dropped.length) notice(`${dropped.length} unsent ${dropped.length === 1 ? 'change' : 'changes'} could not be sent: the list is gone or no longer shared with you.`, true);
+    render();
+  },
+};
 
 // MARK: Start
+
+async function signOut() {
+  try { await state.api.signOut(); } catch (error) {
+    if (isUnreachable(error)) { notice('Signing out needs a connection: try again when you are online.', true); return; }
+  }
+  if (state.replica && state.replica.store) state.replica.store.close();
+  await Store.remove(state.session.userRecordName);
+  forgetSession();
+  localStorage.removeItem(DRAFT_KEY);
+  location.replace('/');
+}
+
+function registerServiceWorker() {
+  if (!('serviceWorker' in navigator)) return;
+  navigator.serviceWorker.register('/web/sw.js', { scope: '/' }).catch(() => { /* the page works without */ });
+  navigator.serviceWorker.ready.then(() => { document.body.dataset.offlineReady = 'true'; });
+}
 
 async function start() {
   const secret = hashValue('signin');
@@ -679,12 +1316,77 @@ async function start() {
   // a relative /share/ path: safeNext).
   const next = safeNext(hashValue('next')) || takeNext();
   if (next) { location.replace(next); return; }
-  state.session = await currentSession();
-  if (!state.session) { location.replace('/'); return; }
-  state.api = new Api(state.session);
-  $('who').textContent = state.session.name;
-  $('signout').addEventListener('click', async () => {
-    try { await state.api.signOut(); } finally { location.replace('/'); }
+  let session;
+  try {
+    session = await currentSession();
+  } catch (_) {
+    session = undefined; // offline: open with the last account and what this browser kept
+  }
+  if (session === null) { location.replace('/'); return; }
+  if (session) rememberSession(session);
+  else {
+    const last = lastSession();
+    if (!last) {
+      $('connection-text').textContent = 'Offline, and this browser keeps no lists yet: sign in when you are back online.';
+      $('connection').hidden = false;
+      document.body.dataset.ready = 'true';
+      return;
+    }
+    session = { ...last, csrfToken: null };
+  }
+  state.session = session;
+  state.api = new Api(session);
+  state.replica = new Replica(state.api, listener);
+  $('who').textContent = session.name;
+  wireStatic();
+
+  const wanted = hashValue('list');
+  const kept = await state.replica.load();
+  if (!kept && state.session.csrfToken) {
+    try { await state.replica.coldStart(wanted); } catch (error) { state.replica.failed(error); }
+  }
+  // The address names the view; a list opened from a link gets the lists under it, so Back stays here.
+  fromAddress();
+  if (wanted && state.openList !== wanted) {
+    state.wantedList = wanted;
+    setTimeout(() => { state.wantedList = null; }, 30000);
+  }
+  history.replaceState({ view: 'lists' }, '', '/');
+  if (state.openList) {
+    history.pushState({ view: state.view, id: state.openList, from: { view: 'lists', id: null } }, '', hashFor(state.view, state.openList));
+  }
+  reopenDraft();
+  render();
+  showStatus(state.replica.status());
+  document.body.dataset.ready = 'true';
+  // After the first screen: the worker's first install fetches the web files, which would compete with it.
+  setTimeout(registerServiceWorker, 0);
+  state.replica.run();
+  // Invitations are not in the change feeds (the invitee has no access yet): asked now and every minute.
+  loadInvitations();
+  setInterval(loadInvitations, 60 * 1000);
+  setInterval(() => { state.rows.forEach((known) => { known.signature = null; }); render(); }, 60 * 1000); // "5 min ago"
+  const recovered = sessionStorage.getItem('lattice.recoveryNotice');
+  if (recovered) { sessionStorage.removeItem('lattice.recoveryNotice'); notice(recovered); }
+  // A session renews while used (GET /auth/session past half its life): ask every six hours while open.
+  setInterval(() => { currentSession().catch(() => {}); }, 6 * 3600 * 1000);
+}
+
+function wireStatic() {
+  const signout = $('signout');
+  signout.addEventListener('click', () => {
+    const pending = state.replica ? state.replica.outbox.length : 0;
+    if (pending && signout.dataset.armed !== 'true') {
+      signout.dataset.armed = 'true';
+      signout.textContent = `${pending} unsent: sign out anyway?`;
+      setTimeout(() => { signout.dataset.armed = ''; signout.textContent = 'Sign out'; }, 5000);
+      return;
+    }
+    signOut();
+  });
+  $('skip-link').addEventListener('click', (event) => {
+    event.preventDefault();
+    if ($('new-item')) $('new-item').focus(); else focusStatic(currentList() ? $('main') : $('lists-view'));
   });
   $('new-list').addEventListener('submit', (event) => {
     event.preventDefault();
@@ -693,9 +1395,7 @@ async function start() {
     input.value = '';
     if (title) createList(title);
   });
-  const wanted = hashValue('list');
-  await refresh(true);
-  if (wanted && lists().some((l) => l.id === wanted)) open(wanted);
+  window.addEventListener('popstate', () => { fromAddress(); render(); });
   window.addEventListener('hashchange', async () => {
     const secret = hashValue('signin');
     if (secret) { // a sign-in link opened in this tab: another account's asks the person first
@@ -705,18 +1405,10 @@ async function start() {
       } catch (error) { notice(error.reason, true); }
       return;
     }
-    const list = hashValue('list');
-    if (list && list !== state.openList && lists().some((l) => l.id === list)) open(list);
+    const id = hashValue('list');
+    if (id && id !== state.openList && lists().some((l) => l.id === id)) go('list', id, { replace: true });
   });
-  document.body.dataset.ready = 'true';
-  // Invitations are not in the change feeds (the invitee has no access yet): asked now and every minute.
-  loadInvitations();
-  setInterval(loadInvitations, 60 * 1000);
-  const recovered = sessionStorage.getItem('lattice.recoveryNotice');
-  if (recovered) { sessionStorage.removeItem('lattice.recoveryNotice'); notice(recovered); }
-  // A session renews while used (GET /auth/session past half its life): ask every six hours while open.
-  setInterval(() => { currentSession().catch(() => {}); }, 6 * 3600 * 1000);
-  watch();
+  window.matchMedia('(min-width: 48rem)').addEventListener('change', () => render());
 }
 
-start().catch((error) => notice(error.reason || error.message, true));
+start().catch((error) => notice(reasonOf(error), true));

@@ -8,10 +8,12 @@ import LatticeStore
 /// The pages a browser gets: `GET /share/{token}` as HTML, `GET /` (the web client, or its sign-in page)
 /// and the security headers every answer carries. See Docs/Web.md.
 extension LatticeService {
-    /// The Content-Security-Policy of every answer: scripts, styles, images and requests from this origin
-    /// only, no inline script or style, no eval, no framing, forms post here only.
+    /// The Content-Security-Policy of every answer: scripts, styles, images, requests, the web client's
+    /// service worker and its manifest from this origin only, no inline script or style, no eval, no
+    /// framing, forms post here only.
     static let contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-        + "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+        + "connect-src 'self'; worker-src 'self'; manifest-src 'self'; form-action 'self'; base-uri 'none'; "
+        + "frame-ancestors 'none'"
 
     /// The security headers of every answer, pages, web files, JSON and errors alike (404s included), whatever
     /// made it: the HTTP adapter adds them to each answer it sends (`HTTPHandler.headersOnEveryAnswer`).
@@ -29,8 +31,14 @@ extension LatticeService {
     /// A web file under `webRoot` (the security headers come with every answer).
     func webFile(_ path: String, _ request: HTTPRequest) throws -> HTTPResponse {
         guard let root = configuration.webRoot else { throw ServiceError(.notFound, "no web files here") }
-        return try StaticFiles(root: root).response(path: path, headers: request.headers)
+        var response = try StaticFiles(root: root).response(path: path, headers: request.headers)
+        // The web client's service worker lives under /web/ but serves `/` too (its offline start page).
+        if path == Self.serviceWorkerPath { response.headers.append((name: "Service-Worker-Allowed", value: "/")) }
+        return response
     }
+
+    /// The web client's service worker, below `/web/` (Web/sw.js): the one file that may control `/`.
+    static let serviceWorkerPath = "sw.js"
 
     /// `GET /`: the web client for a signed-in browser, else the sign-in and sign-up page.
     func webHome(_ request: HTTPRequest) throws -> HTTPResponse {

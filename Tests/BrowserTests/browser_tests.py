@@ -800,8 +800,8 @@ def main():
             act(lambda: Select(owner.find_element(By.ID, "link-expiry")).select_by_value("3600"))
             act(lambda: owner.find_element(By.ID, "link-single").click())
             act(lambda: owner.find_element(By.CSS_SELECTOR, "#link-form button[type=submit]").click())
-            wait_for(owner, lambda d: d.find_element(By.ID, "link-url").get_attribute("value").startswith(server.url + "/share/"),
-                     "the link is shown")
+            wait_for(owner, lambda d: d.find_element(By.ID, "link-url").get_attribute("value").startswith(server.url + "/s/"),
+                     "the short link is shown")
             link = act(lambda: owner.find_element(By.ID, "link-url").get_attribute("value"))
             status, _, body = headers(link)
             check(status == 200 and "You can view this list." in body and "Summer picnic" in body, f"the new link's page: {status}")
@@ -870,8 +870,8 @@ def main():
             wait_for(kb, lambda d: d.find_elements(By.ID, "share-panel"), "Enter opens the share panel")
             tab_to(kb, has_id("make-link"), "the Make link button")
             press(kb, Keys.ENTER)
-            wait_for(kb, lambda d: d.find_element(By.ID, "link-url").get_attribute("value").startswith(server.url + "/share/"),
-                     "the link is made")
+            wait_for(kb, lambda d: d.find_element(By.ID, "link-url").get_attribute("value").startswith(server.url + "/s/"),
+                     "the short link is made")
             link = kb.find_element(By.ID, "link-url").get_attribute("value")
             tab_to(kb, has_id("copy-link"), "the Copy button")
             press(kb, Keys.SPACE)
@@ -925,8 +925,8 @@ def main():
             check(refused.startswith("refused"), f"the asynchronous clipboard was not refused: {refused}")
             act(lambda: cb.find_element(By.ID, "share-button").click())
             act(lambda: wait_for(cb, lambda d: d.find_element(By.ID, "make-link"), "the share panel").click())
-            wait_for(cb, lambda d: d.find_element(By.ID, "link-url").get_attribute("value").startswith(server.url + "/share/"),
-                     "the link is made")
+            wait_for(cb, lambda d: d.find_element(By.ID, "link-url").get_attribute("value").startswith(server.url + "/s/"),
+                     "the short link is made")
             link = cb.find_element(By.ID, "link-url").get_attribute("value")
             act(lambda: cb.find_element(By.ID, "copy-link").click())
             wait_for(cb, lambda d: d.find_element(By.ID, "notice").text in ("Link copied.", "The link is selected: copy it with Ctrl+C (⌘C on a Mac)."),
