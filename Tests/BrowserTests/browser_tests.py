@@ -591,7 +591,7 @@ def main():
                 bob.get(groceries + tail)
                 wait_for(bob, lambda d: d.current_url == groceries and d.find_elements(By.ID, "title"),
                          f"the link with {tail!r} after it opens the share page")
-            screenshot(bob, "share-page.png")
+            shoot_both(bob, "share-page")
             sign_up_through(bob, groceries, "bob")
             check(sorted(i[0] for i in items_on_page(bob)) == sorted(["Milk", XSS_ITEM]), f"bob's items: {items_on_page(bob)}")
             screenshot(bob, "list.png")
@@ -643,7 +643,7 @@ def main():
                 wait_for(fresh, lambda d: d.find_element(By.TAG_NAME, "h1").text == "This link does not work", f"{label}: friendly page")
                 check("The share link is invalid, expired or revoked." in page_text(fresh), f"{label}: the uniform cause")
                 check("Groceries" not in page_text(fresh), f"{label}: the title leaked")
-            screenshot(fresh, "invalid-link.png")
+            shoot_both(fresh, "invalid-link")
             fresh.quit()
             drivers.remove(fresh)
 
