@@ -28,9 +28,12 @@ struct MHD_Daemon *lattice_mhd_start_tracked(const lattice_mhd_config *config,
 
     // MHD_ALLOW_SUSPEND_RESUME implies MHD_USE_ITC, which MHD_quiesce_daemon needs in thread-pool mode.
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
-    // MHD_USE_EPOLL is an enum constant, not a macro, so ask the library at run time.
-    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES) {
-        flags |= MHD_USE_EPOLL;
+    // poll(2), not epoll: with epoll and a thread pool, libmicrohttpd 0.9.75's MHD_quiesce_daemon races its
+    // own workers (a worker that sees the daemon quiesced takes the listening socket out of its epoll set
+    // first, and quiesce then aborts the process with "Failed to remove listen FD from epoll set"); with
+    // poll, quiesce only wakes the workers. poll has no FD_SETSIZE limit, unlike select.
+    if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES) {
+        flags |= MHD_USE_POLL;
     }
     // Without a connection callback, MHD_OPTION_NOTIFY_CONNECTION is passed with NULL, which the library
     // treats as none.

@@ -29,7 +29,7 @@ typedef void *(*lattice_mhd_uri_logger)(void *context, const char *uri, struct M
 
 /// Non-variadic wrapper around MHD_start_daemon (which Swift cannot call: it is variadic).
 ///
-/// The daemon runs a thread pool with an internal polling thread (epoll when the library has it), allows
+/// The daemon runs a thread pool with an internal polling thread (poll(2); see CHTTPShims.c), allows
 /// suspending and resuming connections and can be quiesced. `uri_logger` and `completed` may be NULL.
 /// Returns NULL when the daemon could not start.
 struct MHD_Daemon *lattice_mhd_start(const lattice_mhd_config *config,
