@@ -1,0 +1,372 @@
+import Foundation
+import LatticeCore
+
+/// A zone of records, as `CKRecordZone`: only its identity for now.
+public struct LatticeRecordZone: Hashable, Sendable, Codable {
+    /// A zone's identity, as `CKRecordZone.ID`: its name and its owner's user record name.
+    public struct ID: Hashable, Sendable, Codable, CustomStringConvertible {
+        /// The owner of zones of the signed-in user, as `CKCurrentUserDefaultName`: the engine puts the
+        /// account's user record name in its place when it talks to the server, and reports the user's own
+        /// zones with it.
+        public static let currentUserOwnerName = "__defaultOwner__"
+
+        public var zoneName: String
+        public var ownerName: String
+
+        public init(zoneName: String, ownerName: String = ID.currentUserOwnerName) {
+            self.zoneName = zoneName
+            self.ownerName = ownerName
+        }
+
+        public var description: String { "\(zoneName) of \(ownerName)" }
+    }
+
+    public var zoneID: ID
+
+    public init(zoneID: ID) { self.zoneID = zoneID }
+    public init(zoneName: String) { zoneID = ID(zoneName: zoneName) }
+}
+
+/// A value a record's field holds, as CloudKit's `CKRecordValueProtocol`: strings, integers, doubles,
+/// Booleans (stored as 0 and 1, as CloudKit does), dates (milliseconds), bytes, references, and arrays of
+/// them (list fields: add-wins sets, Merge.md §4).
+public protocol LatticeRecordValue: Sendable {
+    /// The field's value as Lattice stores it.
+    var latticeFieldValue: FieldValue { get }
+    /// The value read back from a field, nil when the field holds another type.
+    init?(latticeFieldValue: FieldValue)
+}
+
+/// A scalar a record can hold, alone or in a list.
+public protocol LatticeScalarValue: LatticeRecordValue {
+    var latticeScalar: ScalarValue { get }
+    init?(latticeScalar: ScalarValue)
+}
+
+extension LatticeScalarValue {
+    public var latticeFieldValue: FieldValue { .scalar(latticeScalar) }
+    public init?(latticeFieldValue: FieldValue) {
+        guard case .scalar(let scalar) = latticeFieldValue else { return nil }
+        self.init(latticeScalar: scalar)
+    }
+}
+
+extension String: LatticeScalarValue {
+    public var latticeScalar: ScalarValue { .string(self) }
+    public init?(latticeScalar: ScalarValue) {
+        guard case .string(let value) = latticeScalar else { return nil }
+        self = value
+    }
+}
+
+extension Int64: LatticeScalarValue {
+    public var latticeScalar: ScalarValue { .int64(self) }
+    public init?(latticeScalar: ScalarValue) {
+        guard case .int64(let value) = latticeScalar else { return nil }
+        self = value
+    }
+}
+
+extension Int: LatticeScalarValue {
+    public var latticeScalar: ScalarValue { .int64(Int64(self)) }
+    public init?(latticeScalar: ScalarValue) {
+        guard case .int64(let value) = latticeScalar, let int = Int(exactly: value) else { return nil }
+        self = int
+    }
+}
+
+extension Double: LatticeScalarValue {
+    public var latticeScalar: ScalarValue { .double(self) }
+    public init?(latticeScalar: ScalarValue) {
+        guard case .double(let value) = latticeScalar else { return nil }
+        self = value
+    }
+}
+
+extension Bool: LatticeScalarValue {
+    public var latticeScalar: ScalarValue { .int64(self ? 1 : 0) }
+    public init?(latticeScalar: ScalarValue) {
+        guard case .int64(let value) = latticeScalar else { return nil }
+        self = value != 0
+    }
+}
+
+extension Date: LatticeScalarValue {
+    /// Milliseconds since 1970, as Lattice's `TIMESTAMP` (CloudKit's precision).
+    public var latticeScalar: ScalarValue { .timestamp(Int64((timeIntervalSince1970 * 1000).rounded())) }
+    public init?(latticeScalar: ScalarValue) {
+        guard case .timestamp(let value) = latticeScalar else { return nil }
+        self = Date(timeIntervalSince1970: Double(value) / 1000)
+    }
+}
+
+extension Data: LatticeScalarValue {
+    public var latticeScalar: ScalarValue { .bytes([UInt8](self)) }
+    public init?(latticeScalar: ScalarValue) {
+        guard case .bytes(let value) = latticeScalar else { return nil }
+        self = Data(value)
+    }
+}
+
+extension Array: LatticeRecordValue where Element: LatticeScalarValue {
+    /// A list field. Its element type is taken from the first element (`STRING` for an empty list of
+    /// strings, as for any empty list whose type cannot be told otherwise).
+    public var latticeFieldValue: FieldValue {
+        .list(first?.latticeScalar.type ?? Self.elementType, map(\.latticeScalar))
+    }
+
+    public init?(latticeFieldValue: FieldValue) {
+        guard case .list(_, let elements) = latticeFieldValue else { return nil }
+        var result: [Element] = []
+        result.reserveCapacity(elements.count)
+        for element in elements {
+            guard let value = Element(latticeScalar: element) else { return nil }
+            result.append(value)
+        }
+        self = result
+    }
+
+    static var elementType: ValueType {
+        switch Element.self {
+        case is Int64.Type, is Int.Type, is Bool.Type: return .int64
+        case is Double.Type: return .double
+        case is Date.Type: return .timestamp
+        case is Data.Type: return .bytes
+        default: return .string
+        }
+    }
+}
+
+/// A record as an app sees it, with `CKRecord`'s everyday surface: its type and ID, fields by key,
+/// `changedKeys()`, a parent reference and system fields to archive.
+///
+/// Its merge semantics are Lattice's (Merge.md): a record holds the last state the engine gave (its
+/// "system fields", which here include every field's CRDT state) and the edits made since. Sending it
+/// sends only the edited keys, stamped with the time the change was queued
+/// (`State.add(pendingRecordZoneChanges:)`), and the server joins them with what other devices wrote:
+/// no `serverRecordChanged`, unless a batch asks for the strict save policy.
+public struct LatticeRecord: Sendable, CustomStringConvertible {
+    /// A record's identity, as `CKRecord.ID`.
+    public struct ID: Hashable, Sendable, Codable, CustomStringConvertible {
+        public var recordName: String
+        public var zoneID: LatticeRecordZone.ID
+
+        public init(recordName: String, zoneID: LatticeRecordZone.ID) {
+            self.recordName = recordName
+            self.zoneID = zoneID
+        }
+
+        /// A new ID with a random name (a UUID), as `CKRecord.ID(zoneID:)`.
+        public init(zoneID: LatticeRecordZone.ID) {
+            self.init(recordName: UUID().uuidString, zoneID: zoneID)
+        }
+
+        public var description: String { "\(recordName) in \(zoneID)" }
+    }
+
+    /// A reference to another record, as `CKRecord.Reference` (the parent, or a field's value).
+    public struct Reference: Hashable, Sendable {
+        public enum Action: Sendable { case none, deleteSelf }
+        public var recordID: ID
+        public var action: Action
+
+        public init(recordID: ID, action: Action = .none) {
+            self.recordID = recordID
+            self.action = action
+        }
+    }
+
+    /// One edit made since the record was given, in order.
+    enum Edit: Sendable {
+        case set(String, FieldValue?)
+        case add(String, [ScalarValue])
+        case remove(String, [ScalarValue])
+        case parent(Reference?)
+    }
+
+    public let recordID: ID
+    public let recordType: String
+    /// The state the engine last gave (its system fields), nil for a record made on this device.
+    let base: Record?
+    /// The server's change tag of `base` when known (the strict save policy compares it).
+    public internal(set) var recordChangeTag: String?
+    /// When the server last modified the record, and who, when known (JSON answers carry them).
+    public internal(set) var modificationDate: Date?
+    public internal(set) var lastModifiedUserRecordName: String?
+    var edits: [Edit] = []
+    /// The values as the app sees them: the base's with the edits applied.
+    private var overlay: [String: FieldValue?] = [:]
+    private var parentOverlay: Reference??
+
+    /// A new record, as `CKRecord(recordType:recordID:)`.
+    public init(recordType: String, recordID: ID) {
+        self.recordType = recordType
+        self.recordID = recordID
+        base = nil
+    }
+
+    /// A record the engine gives (fetched or saved).
+    init(base: Record, recordID: ID, changeTag: String? = nil) {
+        self.recordType = base.recordType
+        self.recordID = recordID
+        self.base = base
+        recordChangeTag = changeTag
+    }
+
+    // MARK: Fields
+
+    /// A field's value, as `CKRecord`'s subscript; nil when absent, cleared or of another type. Setting
+    /// nil clears the field. Setting an array sets a list field to exactly those elements (elements added
+    /// elsewhere meanwhile and not seen here stay: lists are add-wins sets).
+    public subscript<Value: LatticeRecordValue>(key: String) -> Value? {
+        get { fieldValue(key).flatMap(Value.init(latticeFieldValue:)) }
+        set { setFieldValue(newValue?.latticeFieldValue, forKey: key) }
+    }
+
+    /// A field's value as Lattice stores it.
+    public func fieldValue(_ key: String) -> FieldValue? {
+        if let edited = overlay[key] { return edited }
+        return base?[key]
+    }
+
+    /// Sets (or with nil, clears) a field.
+    public mutating func setFieldValue(_ value: FieldValue?, forKey key: String) {
+        edits.append(.set(key, value))
+        overlay[key] = .some(value)
+    }
+
+    /// Adds elements to a list field (`CKRecord` has no such operation: in CloudKit an app rewrites the
+    /// list; here an add is kept even when another device removes other elements at the same time).
+    public mutating func append<Element: LatticeScalarValue>(contentsOf elements: [Element], toListForKey key: String) {
+        applyAdd(elements.map(\.latticeScalar), to: key, type: [Element].elementType)
+    }
+
+    /// Removes elements from a list field: the adds this record has seen (one made elsewhere meanwhile stays).
+    public mutating func remove<Element: LatticeScalarValue>(_ elements: [Element], fromListForKey key: String) {
+        applyRemove(elements.map(\.latticeScalar), from: key, type: [Element].elementType)
+    }
+
+    private mutating func applyAdd(_ added: [ScalarValue], to key: String, type: ValueType) {
+        edits.append(.add(key, added))
+        var current = listElements(key)
+        for element in added where !current.contains(element) { current.append(element) }
+        overlay[key] = .some(.list(added.first?.type ?? type, current.sorted()))
+    }
+
+    private mutating func applyRemove(_ removed: [ScalarValue], from key: String, type: ValueType) {
+        edits.append(.remove(key, removed))
+        overlay[key] = .some(.list(removed.first?.type ?? type, listElements(key).filter { !removed.contains($0) }))
+    }
+
+    private func listElements(_ key: String) -> [ScalarValue] {
+        if case .list(_, let elements)? = fieldValue(key) { return elements }
+        return []
+    }
+
+    /// The keys with a value, in name order.
+    public func allKeys() -> [String] {
+        var keys = Set(base?.values.map(\.name) ?? [])
+        for (key, value) in overlay { if value == nil { keys.remove(key) } else { keys.insert(key) } }
+        return keys.sorted()
+    }
+
+    /// The keys edited since the engine gave the record (every key of a new one), in name order.
+    public func changedKeys() -> [String] {
+        var keys = Set<String>()
+        for edit in edits {
+            switch edit {
+            case .set(let key, _), .add(let key, _), .remove(let key, _): keys.insert(key)
+            case .parent: break
+            }
+        }
+        return keys.sorted()
+    }
+
+    /// Whether anything was edited (fields or the parent).
+    public var hasChanges: Bool { !edits.isEmpty }
+
+    /// The parent record, as `CKRecord.parent` (sharing follows it: a shared root shares its children).
+    public var parent: Reference? {
+        get {
+            if let edited = parentOverlay { return edited }
+            guard let parent = base?.parent else { return nil }
+            return Reference(recordID: ID(recordName: parent.recordName, zoneID: recordID.zoneID),
+                             action: parent.action == .deleteSelf ? .deleteSelf : .none)
+        }
+        set {
+            edits.append(.parent(newValue))
+            parentOverlay = .some(newValue)
+        }
+    }
+
+    /// This record (as fetched or saved) with the edits `local` holds replayed on it: what the app shows
+    /// while those edits wait to be sent. A fetched record has no edits, so an app that keeps its unsent
+    /// edits in a `LatticeRecord` calls `fetched.replaying(editsOf: local)` when a fetch brings a record it
+    /// has pending changes for.
+    public func replaying(editsOf local: LatticeRecord) -> LatticeRecord {
+        var result = self
+        for edit in local.edits {
+            switch edit {
+            case let .set(key, value): result.setFieldValue(value, forKey: key)
+            case let .add(key, elements): result.applyAdd(elements, to: key, type: .string)
+            case let .remove(key, elements): result.applyRemove(elements, from: key, type: .string)
+            case let .parent(reference): result.parent = reference
+            }
+        }
+        return result
+    }
+
+    /// The stamp of the write that won each field (or of each list element's adds), as `lattice explain`
+    /// shows: which device (replica id) and when. Nil for a field this device has not received.
+    public func provenance(ofKey key: String) -> FieldProvenance? { base?.provenance(of: key) }
+
+    // MARK: System fields
+
+    /// The record's system fields, to archive beside the app's own copy of its values, as
+    /// `CKRecord.encodeSystemFields(with:)`. Restore with `init(systemFields:)`. In Lattice they hold the
+    /// whole CRDT state the engine last gave (each field's value with its stamps), so that an edit made
+    /// later is sent as an edit of that state; unsent edits are not part of them.
+    public func encodeSystemFields() throws -> Data {
+        var archive = SystemFieldsArchive(recordName: recordID.recordName, zoneName: recordID.zoneID.zoneName,
+                                          ownerName: recordID.zoneID.ownerName, recordType: recordType,
+                                          recordChangeTag: recordChangeTag, frame: nil)
+        if let base { archive.frame = Data(try RecordFrame(encoding: base).bytes) }
+        return try JSONEncoder().encode(archive)
+    }
+
+    /// A record restored from archived system fields, with no edits.
+    /// - Throws: `LatticeSyncError` (`.invalidArguments`) for bytes that are not such an archive.
+    public init(systemFields: Data) throws {
+        let archive: SystemFieldsArchive
+        do { archive = try JSONDecoder().decode(SystemFieldsArchive.self, from: systemFields) } catch {
+            throw LatticeSyncError(.invalidArguments, "these bytes are not a record's archived system fields")
+        }
+        recordID = ID(recordName: archive.recordName, zoneID: LatticeRecordZone.ID(zoneName: archive.zoneName,
+                                                                                    ownerName: archive.ownerName))
+        recordType = archive.recordType
+        recordChangeTag = archive.recordChangeTag
+        if let frame = archive.frame {
+            do { base = try RecordFrame(validating: [UInt8](frame)).decoded() } catch {
+                throw LatticeSyncError(.invalidArguments, "the archived record state is damaged: \(error)")
+            }
+        } else {
+            base = nil
+        }
+    }
+
+    public var description: String {
+        let values = allKeys().map { "\($0): \(fieldValue($0).map { "\($0)" } ?? "nil")" }.joined(separator: ", ")
+        return "\(recordType) \(recordID.recordName) {\(values)}"
+    }
+}
+
+/// What `encodeSystemFields()` writes.
+struct SystemFieldsArchive: Codable {
+    var recordName: String
+    var zoneName: String
+    var ownerName: String
+    var recordType: String
+    var recordChangeTag: String?
+    /// The CRDT state as a record frame (`RecordFrame` bytes).
+    var frame: Data?
+}

@@ -1,0 +1,757 @@
+import Foundation
+import LatticeAPI
+import LatticeCore
+import Synchronization
+
+/// A sync engine with `CKSyncEngine`'s shape on Lattice's merge: the app keeps its own data, queues what
+/// changed (`state.add(pendingRecordZoneChanges:)`), gives records when asked
+/// (`nextRecordZoneChangeBatch`), and hears of everything else as events (`handleEvent`). Code written
+/// for CKSyncEngine ports by renaming its types (Docs/AppGuide.md).
+///
+/// What differs is the merge: a record sent carries only its edited keys as CRDT state stamped with the
+/// moment the change was queued, and the server joins it with what other devices wrote, so two devices
+/// editing one record never get `serverRecordChanged` (unless a batch asks for the strict policy).
+///
+/// The engine is an actor: its state lives in its own isolation domain, and operations run one at a time
+/// in the order they were asked for. Every exchange with the server is bounded in time
+/// (`Configuration.requestTimeout`) and honours cancellation (`cancelOperations()`, or the calling task's).
+public actor LatticeSyncEngine {
+    /// How an engine is made, as `CKSyncEngine.Configuration`.
+    public struct Configuration: Sendable {
+        /// The private or the shared database (one engine per database, as CKSyncEngine).
+        public var database: LatticeDatabase
+        /// The signed-in account (from `AccountClient`: sign-up, a token, an OpenID Connect ID token), or
+        /// nil when no one is signed in. Its token is used for requests and never saved in the state.
+        public var account: Account?
+        /// The state saved from the last `stateUpdate` event; nil on first launch.
+        public var stateSerialization: State.Serialization?
+        /// The app's delegate, held weakly as CKSyncEngine holds it.
+        public weak var delegate: (any LatticeSyncEngineDelegate)?
+        /// Fetch at start and whenever the server says something changed, send soon after changes are
+        /// queued (as CKSyncEngine). Off: the app calls `fetchChanges()` and `sendChanges()`.
+        public var automaticallySync = true
+        /// Events carry which device and time won each field (`Modification.provenance`).
+        public var includesFieldProvenance = false
+        /// Seconds an exchange with the server may take before it counts as unreachable.
+        public var requestTimeout: Double = 30
+        /// How requests reach the server; nil: HTTP to the account's server URL.
+        public var transport: (any SyncTransport)?
+        /// Physical time in milliseconds since 1970 for the device's clock (injected in tests).
+        public var now: @Sendable () -> UInt64 = { UInt64(Date().timeIntervalSince1970 * 1000) }
+
+        public init(database: LatticeDatabase, account: Account?, stateSerialization: State.Serialization?,
+                    delegate: any LatticeSyncEngineDelegate) {
+            self.database = database
+            self.account = account
+            self.stateSerialization = stateSerialization
+            self.delegate = delegate
+        }
+    }
+
+    /// The database this engine syncs.
+    public nonisolated let database: LatticeDatabase
+    /// The pending changes and sync state, as `CKSyncEngine.state`.
+    public nonisolated let state: State
+
+    private let configuration: Configuration
+    private var account: Account?
+    /// The comparison of the configured account with the saved state's, which comes before every other event.
+    private var start: Task<Void, Never>?
+    private var operationTail: Task<Void, Never>?
+    private var operations: [Int: Task<Void, any Error>] = [:]
+    private var nextOperation = 0
+    private var automatic: Task<Void, Never>?
+    private var wake: AsyncStream<Void>.Continuation?
+    private var sendScheduled = false
+
+    public init(_ configuration: Configuration) {
+        database = configuration.database
+        state = State(configuration.stateSerialization, now: configuration.now)
+        self.configuration = configuration
+        account = configuration.account
+        // A queued change wakes automatic sync; the app's delegate hears of the new state.
+        state.setOnChange { [weak self] in Task { await self?.localChange() } }
+        Task { [weak self] in await self?.begin() }
+    }
+
+    deinit {
+        automatic?.cancel()
+        state.setOnChange(nil)
+    }
+
+    private func begin() {
+        guard configuration.automaticallySync, automatic == nil else { return }
+        automatic = Task { [weak self] in
+            var failures = 0
+            while !Task.isCancelled {
+                guard let engine = self else { return }
+                failures = await engine.automaticRound(after: failures)
+            }
+        }
+    }
+
+    // MARK: Public operations
+
+    /// Fetches what changed on the server since the saved state: the database's zones, then each changed
+    /// zone's records, delivered as events. Throws `LatticeSyncError` (offline: `.networkUnavailable`).
+    public func fetchChanges(_ options: FetchChangesOptions = .init()) async throws {
+        try await enqueue { engine in try await engine.performFetch(options, reason: .manual) }
+    }
+
+    /// Sends the queued changes: zones first, then the batches `nextRecordZoneChangeBatch` gives, until it
+    /// gives nil. Throws `LatticeSyncError`; what was not sent stays queued.
+    public func sendChanges(_ options: SendChangesOptions = .init()) async throws {
+        try await enqueue { engine in try await engine.performSend(options, reason: .manual) }
+    }
+
+    /// Cancels the fetches and sends under way or waiting; each throws `.operationCancelled`. What they
+    /// did not finish stays queued.
+    public func cancelOperations() async {
+        let running = Array(operations.values)
+        for task in running { task.cancel() }
+        for task in running { _ = try? await task.value }
+    }
+
+    /// Changes the account (sign-in, sign-out with nil, or another account): as on start, an
+    /// `accountChange` event, and the state's tokens and pending changes are dropped when the account is
+    /// not the one the state belongs to. A new token of the same account changes nothing else.
+    public func setAccount(_ newAccount: Account?) async throws {
+        try await enqueue { engine in await engine.installAccount(newAccount) }
+    }
+
+    // MARK: Operations, one at a time
+
+    private func enqueue(_ body: @escaping @Sendable (LatticeSyncEngine) async throws -> Void) async throws {
+        let previous = operationTail
+        let id = nextOperation
+        nextOperation += 1
+        let task = Task<Void, any Error> { [self] in
+            await previous?.value
+            try Task.checkCancellation()
+            await self.startIfNeeded()
+            try await body(self)
+        }
+        operations[id] = task
+        operationTail = Task { _ = try? await task.value }
+        do {
+            try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() }
+            operations[id] = nil
+        } catch {
+            operations[id] = nil
+            throw LatticeSyncError(error)
+        }
+    }
+
+    /// The first operation compares the configured account with the saved state's.
+    private func startIfNeeded() async {
+        if start == nil {
+            let account = account
+            start = Task { await self.installAccount(account) }
+        }
+        await start?.value
+    }
+
+    private func installAccount(_ newAccount: Account?) async {
+        let previous = state.read { ($0.accountServerURL, $0.accountUserRecordName) }
+        account = newAccount
+        let now = (newAccount?.serverURL, newAccount?.userRecordName)
+        guard previous != now else { return }
+        let dropped = state.update { stored -> [PendingRecordZoneChange] in
+            let hadAccount = stored.accountUserRecordName != nil
+            let dropped = hadAccount ? stored.pendingRecords.map(\.change) : []
+            if hadAccount { stored.forgetAccountData() }
+            stored.accountServerURL = newAccount?.serverURL
+            stored.accountUserRecordName = newAccount?.userRecordName
+            return dropped
+        }
+        let change: Event.AccountChange.ChangeType
+        switch (previous.1, newAccount?.userRecordName) {
+        case (nil, let current?): change = .signIn(currentUser: current)
+        case (let old?, nil): change = .signOut(previousUser: old)
+        case (let old?, let current?): change = .switchAccounts(previousUser: old, currentUser: current)
+        case (nil, nil): return
+        }
+        await emit(.accountChange(.init(changeType: change, droppedPendingChanges: dropped)))
+        await emitStateUpdate()
+    }
+
+    // MARK: Events
+
+    private func emit(_ event: Event) async {
+        guard let delegate = configuration.delegate else { return }
+        await delegate.handleEvent(event, syncEngine: self)
+    }
+
+    private func emitStateUpdate() async {
+        await emit(.stateUpdate(.init(stateSerialization: state.serialization)))
+    }
+
+    private func localChange() async {
+        await startIfNeeded()
+        await emitStateUpdate()
+        wake?.yield()
+    }
+
+    // MARK: The server
+
+    private func requireAccount() throws -> Account {
+        guard let account else { throw LatticeSyncError(.notAuthenticated, "no account is configured") }
+        return account
+    }
+
+    private func client(_ account: Account) throws -> ServerClient {
+        let transport = try configuration.transport ?? HTTPTransport(serverURL: account.serverURL)
+        var client = ServerClient(transport: transport, container: database.container, environment: database.environment)
+        client.onWait = { _ in } // the engine's caller hears of failures through the thrown error
+        return client
+    }
+
+    private var scope: String { database.scope.rawValue }
+
+    /// Runs a blocking exchange off the actor, bounded by the request timeout; cancellation answers at once.
+    private func exchange<T: Sendable>(_ body: @escaping @Sendable (ServerClient, String) throws -> T) async throws -> T {
+        let account = try requireAccount()
+        let client = try client(account)
+        let token = account.token
+        return try await Blocking.run { try body(client, token) }
+    }
+
+    private func wireZone(_ zoneID: LatticeRecordZone.ID) throws -> ZoneID {
+        let owner = zoneID.ownerName == LatticeRecordZone.ID.currentUserOwnerName
+            ? try requireAccount().userRecordName : zoneID.ownerName
+        do { return try ZoneID(zoneName: zoneID.zoneName, ownerRecordName: owner) } catch {
+            throw LatticeSyncError(.invalidArguments, "zone \(zoneID): \(error)")
+        }
+    }
+
+    private func appZone(name: String, owner: String) -> LatticeRecordZone.ID {
+        LatticeRecordZone.ID(zoneName: name,
+                             ownerName: owner == account?.userRecordName ? LatticeRecordZone.ID.currentUserOwnerName : owner)
+    }
+
+    // MARK: Fetch
+
+    private func performFetch(_ options: FetchChangesOptions, reason: SyncReason) async throws {
+        _ = try requireAccount()
+        let context = FetchChangesContext(reason: reason, options: options)
+        await emit(.willFetchChanges(.init(context: context)))
+        do {
+            try await fetchDatabase(options)
+        } catch {
+            await emit(.didFetchChanges(.init(context: context)))
+            throw error
+        }
+        await emit(.didFetchChanges(.init(context: context)))
+    }
+
+    private func fetchDatabase(_ options: FetchChangesOptions) async throws {
+        var token = state.read { $0.databaseToken }
+        var changed: [LatticeRecordZone.ID] = []
+        var deleted: [LatticeRecordZone.ID] = []
+        let scope = scope
+        for _ in 0..<10_000 { // pages of zones; bounded
+            let request = DatabaseChangesRequest(syncToken: token).json
+            let reply: JSON
+            do {
+                reply = try await exchange { client, bearer in try client.call(scope, "changes/database", request, token: bearer) }
+            } catch let error as ServerError where error.serverErrorCode == .changeTokenExpired {
+                token = nil // every zone is looked at again
+                changed = []
+                deleted = []
+                continue
+            }
+            for zone in reply["zones"]?.arrayValue ?? [] {
+                guard let name = zone["zoneID"]?["zoneName"]?.stringValue,
+                      let owner = zone["zoneID"]?["ownerRecordName"]?.stringValue else { continue }
+                let id = appZone(name: name, owner: owner)
+                changed.removeAll { $0 == id }
+                deleted.removeAll { $0 == id }
+                if zone["deleted"] == .bool(true) { deleted.append(id) } else { changed.append(id) }
+            }
+            token = reply["syncToken"]?.stringValue
+            if reply["moreComing"] != .bool(true) { break }
+        }
+        if !changed.isEmpty || !deleted.isEmpty {
+            state.update { stored in stored.zones.removeAll { deleted.contains($0.zoneID) } }
+            await emit(.fetchedDatabaseChanges(.init(
+                modifications: changed.map { .init(zoneID: $0) },
+                deletions: deleted.map { .init(zoneID: $0, reason: .deleted) })))
+            await emitStateUpdate()
+        }
+        // Zones the state knows but the server's token skipped are not refetched; a zone asked for by name is.
+        var zones = changed
+        if let wanted = options.zoneIDs {
+            zones = zones.filter(wanted.contains)
+            for id in wanted where !zones.contains(id) && state.read({ $0.zone(id) }) == nil { zones.append(id) }
+        }
+        for zone in zones { try await fetchZone(zone) }
+        // The database's token moves only after its zones are in, and only for a fetch of every zone.
+        if options.zoneIDs == nil {
+            state.update { $0.databaseToken = token }
+            await emitStateUpdate()
+        }
+    }
+
+    private func fetchZone(_ zoneID: LatticeRecordZone.ID) async throws {
+        await emit(.willFetchRecordZoneChanges(.init(zoneID: zoneID)))
+        do {
+            try await fetchZonePages(zoneID)
+        } catch let error as ServerError where error.serverErrorCode == .zoneNotFound {
+            state.update { stored in stored.zones.removeAll { $0.zoneID == zoneID } }
+            await emit(.didFetchRecordZoneChanges(.init(zoneID: zoneID, error: LatticeSyncError(error))))
+            return
+        } catch {
+            await emit(.didFetchRecordZoneChanges(.init(zoneID: zoneID, error: LatticeSyncError(error))))
+            throw error
+        }
+        await emit(.didFetchRecordZoneChanges(.init(zoneID: zoneID, error: nil)))
+    }
+
+    private func fetchZonePages(_ zoneID: LatticeRecordZone.ID) async throws {
+        let wire = try wireZone(zoneID)
+        var entry = state.read { $0.zone(zoneID) } ?? ZoneEntry(zoneID: zoneID)
+        let scope = scope
+        for _ in 0..<1_000_000 { // pages; bounded
+            let request = DeltaPullRequest(zoneID: WireZoneID(zoneName: wire.zoneName, ownerRecordName: wire.ownerRecordName),
+                                           syncToken: entry.token,
+                                           known: entry.known.compactMap { $0.count == 2 ? $0[0]...$0[1] : nil }).json
+            let timeout = configuration.requestTimeout
+            let pull: SyncMessage.Pull
+            let frames: [RecordFrame]
+            let maximumHLC: HLC
+            do {
+                let response = try await exchange { client, bearer in
+                    try client.callRaw(scope, "deltas/pull", request, token: bearer, timeout: timeout)
+                }
+                pull = try SyncMessage.Pull(decoding: response.body)
+                let delta = try EncodedDelta(validating: pull.delta)
+                guard delta.zoneID == wire else { throw LatticeSyncError(.serverRejectedRequest, "deltas/pull answered another zone") }
+                frames = delta.recordFrames()
+                maximumHLC = delta.maximumHLC
+            } catch let error as ServerError where error.serverErrorCode == .changeTokenExpired {
+                entry.token = nil
+                entry.known = []
+                continue
+            } catch let error as CodecError {
+                throw LatticeSyncError(.serverRejectedRequest, "deltas/pull: \(error.description)")
+            }
+            state.update { stored in
+                var clock = stored.clock(configuration.now)
+                try? clock.observe(maximumHLC)
+                stored.clockLatest = clock.latest.rawValue
+            }
+            var modifications: [Event.FetchedRecordZoneChanges.Modification] = []
+            var deletions: [Event.FetchedRecordZoneChanges.Deletion] = []
+            for frame in frames {
+                let id = LatticeRecord.ID(recordName: frame.recordName, zoneID: zoneID)
+                if frame.isDeleted {
+                    deletions.append(.init(recordID: id, recordType: frame.recordType, reason: .deleted))
+                    continue
+                }
+                let record: Record
+                do { record = try frame.decoded() } catch {
+                    throw LatticeSyncError(.serverRejectedRequest, "deltas/pull: \(error.description)")
+                }
+                var provenance: [String: FieldProvenance] = [:]
+                if configuration.includesFieldProvenance {
+                    for field in record.fields { provenance[field.name] = record.provenance(of: field.name) }
+                }
+                modifications.append(.init(record: LatticeRecord(base: record, recordID: id), provenance: provenance))
+            }
+            for name in pull.removed {
+                deletions.append(.init(recordID: .init(recordName: name, zoneID: zoneID), recordType: nil, reason: .leftShare))
+            }
+            let lost = pull.lostShares.map {
+                Event.FetchedRecordZoneChanges.LostShare(rootRecordID: .init(recordName: $0.rootRecordName, zoneID: zoneID),
+                                                         shareRecordID: .init(recordName: $0.shareRecordName, zoneID: zoneID))
+            }
+            if !modifications.isEmpty || !deletions.isEmpty || !lost.isEmpty {
+                await emit(.fetchedRecordZoneChanges(.init(zoneID: zoneID, modifications: modifications, deletions: deletions,
+                                                           lostShares: lost)))
+            }
+            entry.token = pull.syncToken
+            if !pull.moreComing { entry.known = [] }
+            let saved = entry
+            state.update { $0.setZone(saved) }
+            await emitStateUpdate()
+            if !pull.moreComing { return }
+        }
+    }
+
+    // MARK: Send
+
+    private func performSend(_ options: SendChangesOptions, reason: SyncReason) async throws {
+        _ = try requireAccount()
+        let context = SendChangesContext(reason: reason, options: options)
+        await emit(.willSendChanges(.init(context: context)))
+        do {
+            try await sendZones(options)
+            try await sendBatches(context)
+        } catch {
+            await emit(.didSendChanges(.init(context: context)))
+            throw error
+        }
+        await emit(.didSendChanges(.init(context: context)))
+    }
+
+    private func sendZones(_ options: SendChangesOptions) async throws {
+        let pending = state.pendingDatabaseChanges.filter { options.zoneIDs?.contains($0.zoneID) ?? true }
+        guard !pending.isEmpty else { return }
+        let operations = try pending.map { change -> ZoneOperation in
+            let wire = try wireZone(change.zoneID)
+            let zone = WireZoneID(zoneName: wire.zoneName, ownerRecordName: database.scope == .shared ? wire.ownerRecordName : nil)
+            switch change {
+            case .saveZone: return ZoneOperation(.create, zone)
+            case .deleteZone: return ZoneOperation(.delete, zone)
+            }
+        }
+        let request = ZonesModifyRequest(operations: operations).json
+        let scope = scope
+        let reply = try await exchange { client, bearer in try client.call(scope, "zones/modify", request, token: bearer) }
+        let items = reply["zones"]?.arrayValue ?? []
+        var saved: [LatticeRecordZone] = []
+        var failedSaves: [Event.SentDatabaseChanges.FailedZoneSave] = []
+        var deleted: [LatticeRecordZone.ID] = []
+        var failedDeletes: [LatticeRecordZone.ID: LatticeSyncError] = [:]
+        for (index, change) in pending.enumerated() {
+            let item = index < items.count ? items[index] : .null
+            let code = item["serverErrorCode"]?.stringValue
+            // A zone that exists already is saved; one that is gone already is deleted.
+            let error = code.flatMap { code -> LatticeSyncError? in
+                if case .saveZone = change, code == ServerErrorCode.exists.rawValue { return nil }
+                if case .deleteZone = change, code == ServerErrorCode.zoneNotFound.rawValue { return nil }
+                return LatticeSyncError(server: code, reason: item["reason"]?.stringValue ?? code)
+            } ?? (item == .null ? LatticeSyncError(.serverRejectedRequest, "no answer for this zone") : nil)
+            switch (change, error) {
+            case (.saveZone(let zone), nil): saved.append(zone)
+            case (.saveZone(let zone), let error?): failedSaves.append(.init(zone: zone, error: error))
+            case (.deleteZone(let id), nil): deleted.append(id)
+            case (.deleteZone(let id), let error?): failedDeletes[id] = error
+            }
+        }
+        state.update { stored in
+            stored.pendingZones.removeAll(where: pending.contains)
+            stored.zones.removeAll { deleted.contains($0.zoneID) }
+            stored.pendingRecords.removeAll { deleted.contains($0.change.recordID.zoneID) }
+        }
+        await emit(.sentDatabaseChanges(.init(savedZones: saved, failedZoneSaves: failedSaves, deletedZoneIDs: deleted,
+                                              failedZoneDeletes: failedDeletes)))
+        await emitStateUpdate()
+    }
+
+    private func sendBatches(_ context: SendChangesContext) async throws {
+        // Bounded: a delegate that keeps giving batches stops after as many as there were changes, plus one.
+        let limit = state.read { $0.pendingRecords.count } + 1
+        for _ in 0..<limit {
+            try Task.checkCancellation()
+            // The edits queued before the batch is asked for are the ones it can cover.
+            let snapshot = state.read { stored in
+                Dictionary(stored.pendingRecords.map { ($0.change.recordID, $0) }, uniquingKeysWith: { $1 })
+            }
+            guard let delegate = configuration.delegate,
+                  let batch = await delegate.nextRecordZoneChangeBatch(context, syncEngine: self) else { return }
+            if batch.recordsToSave.isEmpty && batch.recordIDsToDelete.isEmpty && batch.withoutRecord.isEmpty { return }
+            let sent = try await send(batch, snapshot: snapshot)
+            state.update { stored in
+                var settled = Set(sent.savedRecords.map(\.recordID)).union(sent.deletedRecordIDs)
+                settled.formUnion(sent.failedRecordSaves.map(\.record.recordID))
+                settled.formUnion(sent.failedRecordDeletes.keys)
+                settled.formUnion(batch.withoutRecord)
+                // A change queued again after the snapshot stays: the batch did not cover that edit.
+                stored.pendingRecords.removeAll { entry in
+                    settled.contains(entry.change.recordID) && entry.edit <= (snapshot[entry.change.recordID]?.edit ?? 0)
+                }
+            }
+            await emit(.sentRecordZoneChanges(sent))
+            await emitStateUpdate()
+        }
+    }
+
+    /// One batch: per zone, the saves (one push), then the deletions (one `records/modify`).
+    private func send(_ batch: RecordZoneChangeBatch, snapshot: [LatticeRecord.ID: PendingEntry]) async throws
+        -> Event.SentRecordZoneChanges {
+        var saved: [LatticeRecord] = []
+        var failedSaves: [Event.SentRecordZoneChanges.FailedRecordSave] = []
+        var deleted: [LatticeRecord.ID] = []
+        var failedDeletes: [LatticeRecord.ID: LatticeSyncError] = [:]
+        var covered: [LatticeRecord.ID: UInt64] = [:]
+        // The last record given for a name counts.
+        var saves: [LatticeRecord.ID: LatticeRecord] = [:]
+        var order: [LatticeRecord.ID] = []
+        for record in batch.recordsToSave {
+            if saves.updateValue(record, forKey: record.recordID) == nil { order.append(record.recordID) }
+        }
+        let zones = Set(order.map(\.zoneID)).union(batch.recordIDsToDelete.map(\.zoneID))
+        for zone in zones.sorted(by: { ($0.ownerName, $0.zoneName) < ($1.ownerName, $1.zoneName) }) {
+            let records = order.filter { $0.zoneID == zone }.compactMap { saves[$0] }
+            if !records.isEmpty {
+                let outcome = try await save(records, in: zone, batch: batch, snapshot: snapshot)
+                saved += outcome.saved
+                failedSaves += outcome.failed
+            }
+            let deletions = batch.recordIDsToDelete.filter { $0.zoneID == zone }
+            if !deletions.isEmpty {
+                let outcome = try await delete(deletions, in: zone, atomic: batch.atomicByZone)
+                deleted += outcome.deleted
+                failedDeletes.merge(outcome.failed) { $1 }
+            }
+        }
+        for id in saved.map(\.recordID) + deleted { if let entry = snapshot[id] { covered[id] = entry.edit } }
+        return .init(batchID: batch.batchID, savedRecords: saved, failedRecordSaves: failedSaves, deletedRecordIDs: deleted,
+                     failedRecordDeletes: failedDeletes, coveredEdits: covered)
+    }
+
+    /// An edit made into its stamped partial state (`RecordEdit`), and the record it makes.
+    private struct PreparedSave {
+        var record: LatticeRecord
+        var partial: RecordFrame?
+        var result: Record
+    }
+
+    private func prepare(_ record: LatticeRecord, wire: ZoneID, snapshot: [LatticeRecord.ID: PendingEntry]) throws
+        -> PreparedSave {
+        // The edit counts from when it was queued; each operation of it gets its own stamp from there.
+        let replica = state.replicaID
+        let start: UInt64 = try snapshot[record.recordID].map(\.stamp) ?? state.update { stored in
+            var clock = stored.clock(configuration.now)
+            let stamp = clock.now()
+            stored.clockLatest = clock.latest.rawValue
+            return stamp.hlc.rawValue
+        }
+        var offset: UInt64 = 0
+        func stamp() -> Stamp {
+            defer { offset += 1 }
+            return Stamp(hlc: HLC(rawValue: start &+ offset), replica: replica)
+        }
+        do {
+            let id = try RecordID(recordName: record.recordID.recordName, zoneID: wire)
+            let baseFrame = try record.base.map { try RecordFrame(encoding: $0) }
+            var edit = try baseFrame.flatMap { $0.isDeleted ? nil : try RecordEdit(editing: $0) }
+                ?? RecordEdit(creating: id, recordType: record.recordType, over: baseFrame, at: stamp())
+            for change in record.edits {
+                switch change {
+                case let .set(key, nil): try edit.clear(key, at: stamp())
+                case let .set(key, .scalar(value)?): try edit.set(key, to: value, at: stamp())
+                case let .set(key, .list(_, elements)?): try edit.setList(key, to: elements, at: stamp())
+                case let .add(key, elements): try edit.add(elements, to: key, at: stamp())
+                case let .remove(key, elements): try edit.remove(elements, from: key, at: stamp())
+                case let .parent(reference):
+                    let parent = try reference.map {
+                        try Reference(recordName: $0.recordID.recordName, action: $0.action == .deleteSelf ? .deleteSelf : .none)
+                    }
+                    try edit.setParent(parent, at: stamp())
+                }
+            }
+            state.update { stored in
+                var clock = stored.clock(configuration.now)
+                try? clock.observe(HLC(rawValue: start &+ offset))
+                stored.clockLatest = clock.latest.rawValue
+            }
+            let partial = try edit.frame()
+            let joined = try partial.flatMap { _ in try edit.applied() } ?? baseFrame
+            guard let joined else { throw LatticeSyncError(.invalidArguments, "record \(record.recordID) has nothing to save") }
+            return PreparedSave(record: record, partial: partial, result: try joined.decoded())
+        } catch let error as LatticeSyncError {
+            throw error
+        } catch {
+            throw LatticeSyncError(.invalidArguments, "record \(record.recordID): \(error)")
+        }
+    }
+
+    private func save(_ records: [LatticeRecord], in zone: LatticeRecordZone.ID, batch: RecordZoneChangeBatch,
+                      snapshot: [LatticeRecord.ID: PendingEntry]) async throws
+        -> (saved: [LatticeRecord], failed: [Event.SentRecordZoneChanges.FailedRecordSave]) {
+        let wire = try wireZone(zone)
+        var failed: [Event.SentRecordZoneChanges.FailedRecordSave] = []
+        var prepared: [PreparedSave] = []
+        for record in records {
+            do { prepared.append(try prepare(record, wire: wire, snapshot: snapshot)) } catch {
+                failed.append(.init(record: record, error: LatticeSyncError(error)))
+            }
+        }
+        let sending = prepared.filter { $0.partial != nil }
+        var items: [String: JSON] = [:]
+        if !sending.isEmpty {
+            do {
+                items = try await push(sending, wire: wire, batch: batch)
+            } catch let error as ServerError where !error.isNotNow && error.serverErrorCode != nil
+                && error.serverErrorCode != .authenticationFailed {
+                // The whole request was refused (the zone is gone, no permission): every record fails with it.
+                let refusal = LatticeSyncError(error)
+                return ([], failed + prepared.map { .init(record: $0.record, error: refusal) })
+            }
+        }
+        var saved: [LatticeRecord] = []
+        for item in prepared {
+            let name = item.record.recordID.recordName
+            let answer = items[name]
+            if item.partial != nil, let code = answer?["serverErrorCode"]?.stringValue {
+                var error = LatticeSyncError(server: code, reason: answer?["reason"]?.stringValue ?? code)
+                if batch.savePolicy == .ifServerRecordUnchanged && code == ServerErrorCode.exists.rawValue {
+                    error = LatticeSyncError(.serverRecordChanged, error.reason, serverErrorCode: code)
+                }
+                failed.append(.init(record: item.record, error: error))
+            } else if item.partial != nil && answer == nil {
+                failed.append(.init(record: item.record, error: LatticeSyncError(.serverRejectedRequest, "no answer for \(name)")))
+            } else {
+                var record = LatticeRecord(base: item.result, recordID: item.record.recordID,
+                                           changeTag: answer?["recordChangeTag"]?.stringValue ?? item.record.recordChangeTag)
+                record.modificationDate = nil
+                saved.append(record)
+            }
+        }
+        return (saved, failed)
+    }
+
+    /// Sends partial states: `deltas/push` for the merge policy, `records/modify` (`update` with the change
+    /// tag, `create` for a new record) for the strict one. Answers by record name. A batch the server finds
+    /// too large is split in two.
+    private func push(_ saves: [PreparedSave], wire: ZoneID, batch: RecordZoneChangeBatch) async throws -> [String: JSON] {
+        let scope = scope
+        let timeout = configuration.requestTimeout
+        let items: [JSON]
+        do {
+            if batch.savePolicy == .changedKeys {
+                let message = SyncMessage.Push(clientOperationID: UUID().uuidString, atomic: batch.atomicByZone,
+                                               delta: BinaryCodec.encodeDelta(zoneID: wire, frames: saves.compactMap(\.partial)))
+                let body = message.encoded()
+                let response = try await exchange { client, bearer in
+                    try client.callBinary(scope, "deltas/push", body: body, contentType: SyncMessage.contentType, token: bearer,
+                                          timeout: timeout)
+                }
+                guard let read = BatchAnswerItems.read(response.body) else {
+                    throw LatticeSyncError(.serverRejectedRequest, "the answer to deltas/push was not understood")
+                }
+                items = read
+            } else {
+                let operations: [JSON] = try saves.map { save in
+                    guard case .object(var record) = try save.partial!.decoded().cloudKitJSON else { return .null }
+                    let strictUpdate = save.record.base != nil
+                    if strictUpdate { record["recordChangeTag"] = save.record.recordChangeTag.map(JSON.string) ?? .string("") }
+                    return .object(["operationType": .string(strictUpdate ? "update" : "create"), "record": .object(record)])
+                }
+                let request: JSON = .object(["operations": .array(operations), "zoneID": wire.cloudKitJSON,
+                                             "atomic": .bool(batch.atomicByZone), "desiredKeys": .array([]),
+                                             "clientOperationID": .string(UUID().uuidString)])
+                let reply = try await exchange { client, bearer in
+                    try client.call(scope, "records/modify", request, token: bearer, timeout: timeout)
+                }
+                items = reply["records"]?.arrayValue ?? []
+            }
+        } catch let error as ServerError where error.serverErrorCode == .limitExceeded && saves.count > 1 {
+            let half = saves.count / 2
+            let first = try await push(Array(saves[..<half]), wire: wire, batch: batch)
+            let second = try await push(Array(saves[half...]), wire: wire, batch: batch)
+            return first.merging(second) { $1 }
+        }
+        var byName: [String: JSON] = [:]
+        for item in items { if let name = item["recordName"]?.stringValue { byName[name] = item } }
+        return byName
+    }
+
+    private func delete(_ ids: [LatticeRecord.ID], in zone: LatticeRecordZone.ID, atomic: Bool) async throws
+        -> (deleted: [LatticeRecord.ID], failed: [LatticeRecord.ID: LatticeSyncError]) {
+        let wire = try wireZone(zone)
+        let operations: [JSON] = ids.map {
+            .object(["operationType": .string("forceDelete"), "record": .object(["recordName": .string($0.recordName)])])
+        }
+        let request: JSON = .object(["operations": .array(operations), "zoneID": wire.cloudKitJSON, "atomic": .bool(atomic),
+                                     "clientOperationID": .string(UUID().uuidString)])
+        let scope = scope
+        let reply: JSON
+        do {
+            reply = try await exchange { client, bearer in try client.call(scope, "records/modify", request, token: bearer) }
+        } catch let error as ServerError where !error.isNotNow && error.serverErrorCode != nil
+            && error.serverErrorCode != .authenticationFailed {
+            let refusal = LatticeSyncError(error)
+            return ([], Dictionary(ids.map { ($0, refusal) }, uniquingKeysWith: { $1 }))
+        }
+        let items = reply["records"]?.arrayValue ?? []
+        var deleted: [LatticeRecord.ID] = []
+        var failed: [LatticeRecord.ID: LatticeSyncError] = [:]
+        for (index, id) in ids.enumerated() {
+            let item = index < items.count ? items[index] : .null
+            // A record that is not there is deleted as far as this device is concerned.
+            if let code = item["serverErrorCode"]?.stringValue, code != ServerErrorCode.notFound.rawValue {
+                failed[id] = LatticeSyncError(server: code, reason: item["reason"]?.stringValue ?? code)
+            } else if item == .null {
+                failed[id] = LatticeSyncError(.serverRejectedRequest, "no answer for \(id.recordName)")
+            } else {
+                deleted.append(id)
+            }
+        }
+        return (deleted, failed)
+    }
+
+    // MARK: Automatic sync
+
+    /// One round: fetch, send what waits, then wait for the server to say something changed (a parked
+    /// `changes/wait`, at most 50 s), for a change queued here, or, after failures, for a backoff.
+    private func automaticRound(after failures: Int) async -> Int {
+        var failures = failures
+        do {
+            try await fetchChanges()
+            if !state.read({ $0.pendingRecords.isEmpty && $0.pendingZones.isEmpty }) {
+                try await enqueue { engine in try await engine.performSend(.init(), reason: .scheduled) }
+            }
+            failures = 0
+        } catch {
+            failures += 1
+            if Task.isCancelled { return failures }
+        }
+        let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        wake = continuation
+        let pendingNow = !state.read { $0.pendingRecords.isEmpty && $0.pendingZones.isEmpty }
+        if pendingNow && failures == 0 { return failures } // queued while this round ran
+        let backoff = failures == 0 ? nil : min(60.0, pow(2.0, Double(failures)))
+        let watched = state.read { $0.databaseToken }
+        let database = database.scope == .private ? DatabaseKind.private : DatabaseKind.shared
+        let scope = scope
+        let poll: (@Sendable () async throws -> Void)? = account == nil ? nil : { @Sendable [weak self] in
+            guard let self else { return }
+            let request = ChangesWaitRequest(databases: [.init(database: database, syncToken: watched)], timeoutSeconds: 50).json
+            _ = try await self.exchange { client, bearer in
+                try client.call(scope, "changes/wait", request, token: bearer, timeout: 60)
+            }
+        }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { for await _ in stream { return } }
+            group.addTask {
+                if let backoff { try? await Task.sleep(for: .seconds(backoff)) } else if let poll {
+                    do { try await poll() } catch { try? await Task.sleep(for: .seconds(5)) }
+                } else {
+                    try? await Task.sleep(for: .seconds(50))
+                }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+        wake = nil
+        return failures
+    }
+}
+
+/// Blocking work (an HTTP exchange through `ServerClient`) run on a Dispatch thread and awaited. When the
+/// awaiting task is cancelled, the await ends at once with `CancellationError`; the exchange itself ends
+/// within its own time limit and its answer is dropped (a send not acknowledged stays queued, and sending
+/// it again is harmless: the server's join is idempotent and the request carries a client operation id).
+enum Blocking {
+    /// Holds the continuation until the work or the cancellation resumes it, whichever comes first.
+    final class Slot<T: Sendable>: Sendable {
+        let continuation = Mutex<CheckedContinuation<T, any Error>?>(nil)
+        func resume(_ result: Result<T, any Error>) { continuation.withLock { $0.take() }?.resume(with: result) }
+    }
+
+    static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        let slot = Slot<T>()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                slot.continuation.withLock { $0 = continuation }
+                if Task.isCancelled { return slot.resume(.failure(CancellationError())) }
+                DispatchQueue.global().async { slot.resume(Result { try body() }) }
+            }
+        } onCancel: {
+            slot.resume(.failure(CancellationError()))
+        }
+    }
+}

@@ -1,0 +1,413 @@
+import Foundation
+import LatticeCore
+import LatticeSync
+import LatticeTestSupport
+import Synchronization
+import Testing
+
+/// A notes app on `LatticeSyncEngine`'s public API, as an app developer would write it: it keeps its own
+/// notes (each a `LatticeRecord`, its unsent edits included), queues changes, gives records when asked and
+/// applies what the events bring.
+final class NotesDevice: LatticeSyncEngineDelegate {
+    struct Model {
+        var notes: [LatticeRecord.ID: LatticeRecord] = [:]
+        var events: [String] = []
+        var serialization: LatticeSyncEngine.State.Serialization?
+        var sent: [LatticeSyncEngine.Event.SentRecordZoneChanges] = []
+        var batches: [UUID] = []
+        var accountChanges: [LatticeSyncEngine.Event.AccountChange] = []
+        var deletions: [LatticeSyncEngine.Event.FetchedRecordZoneChanges.Deletion] = []
+        var provenance: [String: FieldProvenance] = [:]
+        /// Edits made from inside the record provider (a later edit while a batch is built).
+        var editWhileBatching: (@Sendable (LatticeRecord.ID) -> Void)?
+    }
+
+    let model = Mutex(Model())
+    let zone = LatticeRecordZone.ID(zoneName: "Notes")
+
+    func handleEvent(_ event: LatticeSyncEngine.Event, syncEngine: LatticeSyncEngine) async {
+        model.withLock { model in
+            model.events.append(event.name)
+            switch event {
+            case .stateUpdate(let update): model.serialization = update.stateSerialization
+            case .accountChange(let change):
+                model.accountChanges.append(change)
+                if case .signOut = change.changeType { model.notes = [:] }
+            case .fetchedRecordZoneChanges(let changes):
+                for modification in changes.modifications {
+                    let id = modification.record.recordID
+                    let local = model.notes[id]
+                    model.notes[id] = local.map { modification.record.replaying(editsOf: $0) } ?? modification.record
+                    model.provenance.merge(modification.provenance) { $1 }
+                }
+                for deletion in changes.deletions {
+                    model.notes[deletion.recordID] = nil
+                    model.deletions.append(deletion)
+                }
+            case .sentRecordZoneChanges(let sent):
+                model.sent.append(sent)
+                for record in sent.savedRecords {
+                    // A later edit (queued after the batch was asked for) stays as the app has it.
+                    let covered = sent.coveredEdits[record.recordID] ?? 0
+                    if (syncEngine.state.editNumber(of: record.recordID) ?? 0) <= covered { model.notes[record.recordID] = record }
+                }
+            default: break
+            }
+        }
+        // Deleted notes are not sent again.
+        let deleted = model.withLock { model in model.deletions.map(\.recordID) }
+        let stale = syncEngine.state.pendingRecordZoneChanges.filter { change in
+            if case .saveRecord(let id) = change { return deleted.contains(id) && model.withLock { $0.notes[id] == nil } }
+            return false
+        }
+        syncEngine.state.remove(pendingRecordZoneChanges: stale)
+    }
+
+    func nextRecordZoneChangeBatch(_ context: LatticeSyncEngine.SendChangesContext,
+                                   syncEngine: LatticeSyncEngine) async -> LatticeSyncEngine.RecordZoneChangeBatch? {
+        let pending = syncEngine.state.pendingRecordZoneChanges
+        let batch = await LatticeSyncEngine.RecordZoneChangeBatch(pendingChanges: pending) { id in
+            let record = self.model.withLock { $0.notes[id] }
+            if let hook = self.model.withLock({ $0.editWhileBatching }) { hook(id) }
+            return record
+        }
+        if let batch { model.withLock { $0.batches.append(batch.batchID) } }
+        return batch
+    }
+
+    // MARK: What the app does
+
+    func edit(_ engine: LatticeSyncEngine, _ name: String, _ change: (inout LatticeRecord) -> Void) {
+        let id = LatticeRecord.ID(recordName: name, zoneID: zone)
+        model.withLock { model in
+            var record = model.notes[id] ?? LatticeRecord(recordType: "Note", recordID: id)
+            change(&record)
+            model.notes[id] = record
+        }
+        engine.state.add(pendingRecordZoneChanges: [.saveRecord(id)])
+    }
+
+    func delete(_ engine: LatticeSyncEngine, _ name: String) {
+        let id = LatticeRecord.ID(recordName: name, zoneID: zone)
+        model.withLock { $0.notes[id] = nil }
+        engine.state.add(pendingRecordZoneChanges: [.deleteRecord(id)])
+    }
+
+    /// The notes as plain values, for comparing devices.
+    var snapshot: [String: String] {
+        model.withLock { model in
+            var result: [String: String] = [:]
+            for (id, record) in model.notes {
+                result[id.recordName] = record.allKeys().map { "\($0)=\(record.fieldValue($0).map { "\($0)" } ?? "-")" }
+                    .joined(separator: ";")
+            }
+            return result
+        }
+    }
+
+    var events: [String] { model.withLock { $0.events } }
+    func clearEvents() { model.withLock { $0.events = [] } }
+}
+
+@Suite(.serialized) struct AppSyncEngineTests {
+    /// A server, an account, and engines for devices of that account.
+    final class World {
+        let server: ServerUnderTest
+        let account: Account
+        let url: String
+
+        init() throws {
+            server = try ServerUnderTest(data: temporaryDirectory("app-engine"))
+            url = "http://127.0.0.1:\(server.port)"
+            account = try AccountClient(serverURL: url).signUp(name: "nora")
+        }
+
+        func device(state: LatticeSyncEngine.State.Serialization? = nil, account: Account? = nil,
+                    provenance: Bool = false) -> (NotesDevice, LatticeSyncEngine) {
+            let device = NotesDevice()
+            var configuration = LatticeSyncEngine.Configuration(database: .private, account: account ?? self.account,
+                                                                stateSerialization: state, delegate: device)
+            configuration.automaticallySync = false
+            configuration.includesFieldProvenance = provenance
+            configuration.requestTimeout = 10
+            return (device, LatticeSyncEngine(configuration))
+        }
+
+        deinit { server.kill(SIGTERM) }
+    }
+
+    /// Makes the zone from the first device.
+    static func makeZone(_ engine: LatticeSyncEngine, _ device: NotesDevice) async throws {
+        engine.state.add(pendingDatabaseChanges: [.saveZone(LatticeRecordZone(zoneID: device.zone))])
+        try await engine.sendChanges()
+    }
+
+    @Test func randomConcurrentEditsOnThreeDevicesConverge() async throws {
+        let world = try World()
+        let seed = RandomSeed.current
+        print("AppSyncEngineTests.randomConcurrentEditsOnThreeDevicesConverge seed=\(seed) (LATTICE_SEED=\(seed) replays it)")
+        var random = SplitMix64(seed: seed)
+        let devices = (0..<3).map { _ in world.device() }
+        try await Self.makeZone(devices[0].1, devices[0].0)
+        let names = (0..<8).map { "note\($0)" }
+        for round in 0..<12 {
+            for _ in 0..<6 {
+                let (device, engine) = devices[Int(random.next() % 3)]
+                let name = names[Int(random.next() % UInt64(names.count))]
+                switch random.next() % 10 {
+                case 0...3: device.edit(engine, name) { $0["title"] = "t\(random.next() % 5)" }
+                case 4...5: device.edit(engine, name) { $0["pinned"] = random.next() % 2 == 0 }
+                case 6...7:
+                    let tag = "tag\(random.next() % 4)"
+                    device.edit(engine, name) { $0.append(contentsOf: [tag], toListForKey: "tags") }
+                case 8: device.edit(engine, name) { $0.remove(["tag\(random.next() % 4)"], fromListForKey: "tags") }
+                default: device.delete(engine, name)
+                }
+            }
+            // Each device sends or fetches, or both, in a random order.
+            for index in (0..<3).shuffled(using: &random) {
+                let (_, engine) = devices[index]
+                if random.next() % 2 == 0 { try await engine.sendChanges() }
+                if random.next() % 2 == 0 { try await engine.fetchChanges() }
+            }
+            _ = round
+        }
+        for (_, engine) in devices { try await engine.sendChanges() }
+        for (_, engine) in devices { try await engine.fetchChanges() }
+        let snapshots = devices.map(\.0.snapshot)
+        #expect(snapshots[0] == snapshots[1] && snapshots[1] == snapshots[2], "seed \(seed): \(snapshots)")
+        #expect(!snapshots[0].isEmpty, "seed \(seed): some notes survive")
+        for (_, engine) in devices { #expect(engine.state.pendingRecordZoneChanges.isEmpty, "seed \(seed)") }
+    }
+
+    @Test func concurrentEditsOfOneRecordMergeByEditTimeWithoutAConflict() async throws {
+        let world = try World()
+        let (laptop, a) = world.device(provenance: true)
+        let (phone, b) = world.device(provenance: true)
+        try await Self.makeZone(a, laptop)
+        laptop.edit(a, "n") { $0["title"] = "Groceries"; $0["body"] = "milk" }
+        try await a.sendChanges()
+        try await b.fetchChanges()
+        // Offline on both: the phone edits the title first, the laptop later; the laptop's arrives first.
+        phone.edit(b, "n") { $0["title"] = "Shopping" }
+        try await Task.sleep(for: .milliseconds(5))
+        laptop.edit(a, "n") { $0["title"] = "Weekly groceries"; $0.append(contentsOf: ["food"], toListForKey: "tags") }
+        phone.edit(b, "n") { $0["body"] = "oat milk"; $0.append(contentsOf: ["errand"], toListForKey: "tags") }
+        try await a.sendChanges()
+        try await b.sendChanges()
+        let sentByPhone = try #require(phone.model.withLock { $0.sent.last })
+        #expect(sentByPhone.failedRecordSaves.isEmpty, "no serverRecordChanged: \(sentByPhone.failedRecordSaves.map(\.error))")
+        try await a.fetchChanges()
+        try await b.fetchChanges()
+        #expect(laptop.snapshot == phone.snapshot)
+        let note = try #require(phone.model.withLock { $0.notes[.init(recordName: "n", zoneID: phone.zone)] })
+        #expect(note["title"] as String? == "Weekly groceries", "the later edit wins, though it arrived first")
+        #expect(note["body"] as String? == "oat milk")
+        #expect(note["tags"] as [String]? == ["errand", "food"])
+        // Provenance: the title was won by the laptop's replica.
+        guard case .register(let stamp)? = phone.model.withLock({ $0.provenance["title"] }) else {
+            Issue.record("no provenance for title")
+            return
+        }
+        #expect(stamp.replica == a.state.replicaID)
+    }
+
+    @Test func theStrictSavePolicyReportsServerRecordChanged() async throws {
+        let world = try World()
+        let (laptop, a) = world.device()
+        let (phone, b) = world.device()
+        try await Self.makeZone(a, laptop)
+        laptop.edit(a, "n") { $0["title"] = "one" }
+        try await a.sendChanges()
+        try await b.fetchChanges()
+        laptop.edit(a, "n") { $0["title"] = "two" }
+        try await a.sendChanges()
+        // The phone's copy carries the old change tag.
+        phone.edit(b, "n") { $0["title"] = "three" }
+        let id = LatticeRecord.ID(recordName: "n", zoneID: phone.zone)
+        let record = try #require(phone.model.withLock { $0.notes[id] })
+        final class Strict: LatticeSyncEngineDelegate {
+            let record: LatticeRecord
+            let sent = Mutex<[LatticeSyncEngine.Event.SentRecordZoneChanges]>([])
+            init(_ record: LatticeRecord) { self.record = record }
+            func handleEvent(_ event: LatticeSyncEngine.Event, syncEngine: LatticeSyncEngine) async {
+                if case .sentRecordZoneChanges(let s) = event { sent.withLock { $0.append(s) } }
+            }
+            func nextRecordZoneChangeBatch(_ context: LatticeSyncEngine.SendChangesContext,
+                                           syncEngine: LatticeSyncEngine) async -> LatticeSyncEngine.RecordZoneChangeBatch? {
+                guard sent.withLock({ $0.isEmpty }) else { return nil }
+                var batch = LatticeSyncEngine.RecordZoneChangeBatch(recordsToSave: [record])
+                batch.savePolicy = .ifServerRecordUnchanged
+                return batch
+            }
+        }
+        let strict = Strict(record)
+        var configuration = LatticeSyncEngine.Configuration(database: .private, account: world.account,
+                                                            stateSerialization: phone.model.withLock { $0.serialization },
+                                                            delegate: strict)
+        configuration.automaticallySync = false
+        let engine = LatticeSyncEngine(configuration)
+        try await engine.sendChanges()
+        let answer = try #require(strict.sent.withLock { $0.first })
+        let failure = try #require(answer.failedRecordSaves.first, "saved: \(answer.savedRecords)")
+        #expect(failure.error.code == .serverRecordChanged, "\(failure.error)")
+        _ = b
+    }
+
+    @Test func stateSerializationSurvivesARestartWithPendingChanges() async throws {
+        let world = try World()
+        var saved: LatticeSyncEngine.State.Serialization?
+        let (laptop, a) = world.device()
+        try await Self.makeZone(a, laptop)
+        try await a.fetchChanges()
+        laptop.clearEvents()
+        laptop.edit(a, "kept") { $0["title"] = "made before the restart" }
+        // The app saves the state at each stateUpdate; the one after the edit holds it.
+        let deadline = ContinuousClock.now + .seconds(5)
+        while !laptop.events.contains("stateUpdate") && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        saved = laptop.model.withLock { $0.serialization }
+        let encoded = try JSONEncoder().encode(try #require(saved))
+        let notes = laptop.model.withLock { $0.notes }
+        // The process ends; the app saved its notes and the serialization, and starts again.
+        let restored = try JSONDecoder().decode(LatticeSyncEngine.State.Serialization.self, from: encoded)
+        let (again, b) = world.device(state: restored)
+        again.model.withLock { $0.notes = notes }
+        #expect(b.state.pendingRecordZoneChanges == [.saveRecord(.init(recordName: "kept", zoneID: again.zone))])
+        #expect(b.state.replicaID == a.state.replicaID, "the same device")
+        try await b.sendChanges()
+        #expect(b.state.pendingRecordZoneChanges.isEmpty)
+        let (other, c) = world.device()
+        try await c.fetchChanges()
+        #expect(other.snapshot["kept"] == "title=string(\"made before the restart\")" || other.snapshot["kept"]?.contains("made before") == true,
+                "\(other.snapshot)")
+        // The restarted engine fetches from its saved tokens: only what changed since.
+        again.clearEvents()
+        try await b.fetchChanges()
+        #expect(!again.events.contains("fetchedRecordZoneChanges") || again.model.withLock { $0.notes.count } == 1)
+    }
+
+    @Test func eventsComeInTheDocumentedOrder() async throws {
+        let world = try World()
+        let (device, engine) = world.device()
+        try await Self.makeZone(engine, device)
+        #expect(Array(device.events.prefix(2)) == ["accountChange", "stateUpdate"], "\(device.events)")
+        // The zone queued before the send made a state update of its own, soon after it was queued.
+        #expect(Array(device.events.dropFirst(2).drop { $0 == "stateUpdate" })
+                    == ["willSendChanges", "sentDatabaseChanges", "stateUpdate", "didSendChanges"], "\(device.events)")
+        device.clearEvents()
+        device.edit(engine, "a") { $0["title"] = "A" }
+        device.edit(engine, "b") { $0["title"] = "B" }
+        try await engine.sendChanges()
+        let send = device.events.filter { $0 != "stateUpdate" || true }
+        #expect(send.first(where: { $0 != "stateUpdate" }) == "willSendChanges", "\(send)")
+        #expect(send.filter { $0 != "stateUpdate" } == ["willSendChanges", "sentRecordZoneChanges", "didSendChanges"], "\(send)")
+        device.clearEvents()
+        try await engine.fetchChanges()
+        #expect(device.events == ["willFetchChanges", "fetchedDatabaseChanges", "stateUpdate", "willFetchRecordZoneChanges",
+                                  "fetchedRecordZoneChanges", "stateUpdate", "didFetchRecordZoneChanges", "stateUpdate",
+                                  "didFetchChanges"], "\(device.events)")
+        device.clearEvents()
+        try await engine.fetchChanges()
+        #expect(device.events == ["willFetchChanges", "stateUpdate", "didFetchChanges"], "nothing changed: \(device.events)")
+    }
+
+    @Test func aSentBatchNamesItselfAndTheEditsItCovered() async throws {
+        let world = try World()
+        let (device, engine) = world.device()
+        try await Self.makeZone(engine, device)
+        device.edit(engine, "a") { $0["title"] = "first" }
+        let id = LatticeRecord.ID(recordName: "a", zoneID: device.zone)
+        let firstEdit = try #require(engine.state.editNumber(of: id))
+        // While the batch is built, the app edits the note again (as a person typing on).
+        device.model.withLock { model in
+            model.editWhileBatching = { [weak device, engine] id in
+                device?.model.withLock { model in model.notes[id]?["title"] = "second" }
+                engine.state.add(pendingRecordZoneChanges: [.saveRecord(id)])
+            }
+        }
+        try await engine.sendChanges()
+        device.model.withLock { $0.editWhileBatching = nil }
+        let sent = device.model.withLock { $0.sent }
+        let batches = device.model.withLock { $0.batches }
+        #expect(sent.count >= 1 && sent.map(\.batchID) == Array(batches.prefix(sent.count)), "each event names its batch")
+        let first = try #require(sent.first)
+        #expect(first.coveredEdits[id] == firstEdit, "the batch covered the first edit")
+        let later = try #require(engine.state.editNumber(of: id), "the later edit still waits")
+        #expect(later > firstEdit)
+        try await engine.sendChanges()
+        #expect(engine.state.pendingRecordZoneChanges.isEmpty)
+        let (other, reader) = world.device()
+        try await reader.fetchChanges()
+        #expect(other.snapshot["a"]?.contains("second") == true, "\(other.snapshot)")
+    }
+
+    @Test func signingOutDropsThePendingChangesAndSaysWhich() async throws {
+        let world = try World()
+        let (device, engine) = world.device()
+        try await Self.makeZone(engine, device)
+        device.edit(engine, "unsent") { $0["title"] = "never sent" }
+        try await engine.setAccount(nil)
+        let change = try #require(device.model.withLock { $0.accountChanges.last })
+        guard case .signOut(let previous) = change.changeType else {
+            Issue.record("expected a sign-out: \(change.changeType)")
+            return
+        }
+        #expect(previous == world.account.userRecordName)
+        #expect(change.droppedPendingChanges == [.saveRecord(.init(recordName: "unsent", zoneID: device.zone))])
+        #expect(engine.state.pendingRecordZoneChanges.isEmpty && engine.state.pendingDatabaseChanges.isEmpty)
+        await #expect(throws: LatticeSyncError.self) { try await engine.fetchChanges() }
+        // Another account on the same device starts clean and is told as a sign-in.
+        let other = try AccountClient(serverURL: world.url).signUp(name: "otto")
+        try await engine.setAccount(other)
+        guard case .signIn(let current)? = device.model.withLock({ $0.accountChanges.last?.changeType }) else {
+            Issue.record("expected a sign-in")
+            return
+        }
+        #expect(current == other.userRecordName)
+        // A state saved for one account, given with another, is a switch.
+        let saved = device.model.withLock { $0.serialization }
+        let (switched, third) = world.device(state: saved, account: world.account)
+        try await third.fetchChanges()
+        guard case .switchAccounts(let from, let to)? = switched.model.withLock({ $0.accountChanges.first?.changeType }) else {
+            Issue.record("expected a switch")
+            return
+        }
+        #expect(from == other.userRecordName && to == world.account.userRecordName)
+    }
+
+    @Test func offlineTheErrorIsNetworkUnavailableAndChangesStay() async throws {
+        let world = try World()
+        let (device, engine) = world.device()
+        try await Self.makeZone(engine, device)
+        device.edit(engine, "a") { $0["title"] = "offline" }
+        world.server.kill(SIGKILL)
+        do {
+            try await engine.sendChanges()
+            Issue.record("a send with the server gone succeeded")
+        } catch let error as LatticeSyncError {
+            #expect(error.code == .networkUnavailable, "\(error)")
+        }
+        #expect(engine.state.pendingRecordZoneChanges.count == 1)
+        #expect(device.events.last == "didSendChanges", "a failed send still ends with its did event: \(device.events)")
+    }
+
+    @Test func cancelOperationsEndsAFetchAtOnce() async throws {
+        let world = try World()
+        let (device, engine) = world.device()
+        try await Self.makeZone(engine, device)
+        // Stop the server without killing it: its requests hang until cancelled.
+        kill(world.server.pid, SIGSTOP)
+        defer { kill(world.server.pid, SIGCONT) }
+        let fetch = Task { try await engine.fetchChanges() }
+        try await Task.sleep(for: .milliseconds(300))
+        let started = ContinuousClock.now
+        await engine.cancelOperations()
+        let result = await fetch.result
+        #expect(ContinuousClock.now - started < .seconds(3), "cancelled at once")
+        guard case .failure(let error as LatticeSyncError) = result else {
+            Issue.record("the fetch did not fail: \(result)")
+            return
+        }
+        #expect(error.code == .operationCancelled, "\(error)")
+    }
+}
