@@ -369,13 +369,8 @@ def id_starts(prefix):
     return lambda info: info["id"].startswith(prefix)
 
 
-ACCESSIBILITY_JS = PAGE_COLOURS_JS + r"""
-const c = window.__latticeColours;
-const visible = (e) => {
-  const r = e.getBoundingClientRect();
-  const s = getComputedStyle(e);
-  return r.width > 1 && r.height > 1 && s.visibility !== 'hidden' && s.display !== 'none' && !e.closest('[hidden]');
-};
+# `nameOf(element)`: a control's accessible name (web_client_tests uses it too).
+NAME_OF_JS = r"""
 // The accessible name from what a person can rely on: aria-labelledby, aria-label, a <label>, a button's
 // or link's own text, an input button's value, an image's alt. A placeholder or a title does not count.
 const nameOf = (e) => {
@@ -398,7 +393,16 @@ const nameOf = (e) => {
   if (e.tagName === 'INPUT' && e.type === 'image') return (e.alt || '').trim();
   return '';
 };
-const describe = (e) => `${e.tagName.toLowerCase()}${e.id ? '#' + e.id : ''}${e.className ? '.' + String(e.className).split(' ').join('.') : ''}`;
+"""
+
+ACCESSIBILITY_JS = PAGE_COLOURS_JS + r"""
+const c = window.__latticeColours;
+const visible = (e) => {
+  const r = e.getBoundingClientRect();
+  const s = getComputedStyle(e);
+  return r.width > 1 && r.height > 1 && s.visibility !== 'hidden' && s.display !== 'none' && !e.closest('[hidden]');
+};
+""" + NAME_OF_JS + r"""const describe = (e) => `${e.tagName.toLowerCase()}${e.id ? '#' + e.id : ''}${e.className ? '.' + String(e.className).split(' ').join('.') : ''}`;
 const controls = [...document.querySelectorAll('input:not([type=hidden]), select, textarea, button, a[href], [role=button], [tabindex]')];
 const unnamed = controls.filter((e) => !nameOf(e)).map(describe);
 const images = [...document.querySelectorAll('img, input[type=image], svg, [role=img]')];

@@ -123,15 +123,7 @@ def converge(driver, cli, title, timeout=bt.WAIT):
 # The accessible name of every control a person can reach, as browser_tests' accessibility check reads it.
 NAMES_JS = r"""
 const visible = (e) => e.getClientRects().length && getComputedStyle(e).visibility !== 'hidden' && !e.closest('[hidden]');
-const nameOf = (e) => {
-  const by = (e.getAttribute('aria-labelledby') || '').split(/\s+/).filter(Boolean)
-    .map((id) => document.getElementById(id)).filter(Boolean).map((n) => n.textContent).join(' ').trim();
-  if (by) return by;
-  const aria = (e.getAttribute('aria-label') || '').trim();
-  if (aria) return aria;
-  if (e.labels && e.labels.length) return [...e.labels].map((l) => l.textContent).join(' ').trim();
-  return (e.textContent || e.value || '').trim();
-};
+""" + bt.NAME_OF_JS + r"""
 return [...document.querySelectorAll('button, input, select, textarea, a[href]')].filter(visible)
   .map((e) => [e.id, nameOf(e)]);
 """

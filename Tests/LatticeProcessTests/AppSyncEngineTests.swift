@@ -188,11 +188,11 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         laptop.edit(a, "n") { $0["title"] = "Groceries"; $0["body"] = "milk" }
         try await a.sendChanges()
         try await b.fetchChanges()
-        // Offline on both: the phone edits the title first, the laptop later; the laptop's arrives first.
-        phone.edit(b, "n") { $0["title"] = "Shopping" }
+        // Offline on both: the phone edits first, the laptop later; the laptop's edit arrives first. (A record's
+        // changed keys are stamped with the time its change was last queued.)
+        phone.edit(b, "n") { $0["title"] = "Shopping"; $0["body"] = "oat milk"; $0.append(contentsOf: ["errand"], toListForKey: "tags") }
         try await Task.sleep(for: .milliseconds(5))
         laptop.edit(a, "n") { $0["title"] = "Weekly groceries"; $0.append(contentsOf: ["food"], toListForKey: "tags") }
-        phone.edit(b, "n") { $0["body"] = "oat milk"; $0.append(contentsOf: ["errand"], toListForKey: "tags") }
         try await a.sendChanges()
         try await b.sendChanges()
         let sentByPhone = try #require(phone.model.withLock { $0.sent.last })
@@ -389,6 +389,35 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         }
         #expect(engine.state.pendingRecordZoneChanges.count == 1)
         #expect(device.events.last == "didSendChanges", "a failed send still ends with its did event: \(device.events)")
+    }
+
+    @Test func automaticSyncFetchesWhenTheServerSaysAndSendsWhatIsQueued() async throws {
+        let world = try World()
+        let (laptop, a) = world.device()
+        try await Self.makeZone(a, laptop)
+        let phone = NotesDevice()
+        var configuration = LatticeSyncEngine.Configuration(database: .private, account: world.account,
+                                                            stateSerialization: nil, delegate: phone)
+        configuration.requestTimeout = 10
+        let b = LatticeSyncEngine(configuration) // automaticallySync: the default
+        func eventually(_ what: String, _ condition: () async throws -> Bool) async throws {
+            let deadline = ContinuousClock.now + .seconds(20)
+            while try await !condition() {
+                guard ContinuousClock.now < deadline else { throw HarnessError("not within 20 s: \(what)") }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        try await eventually("the phone's first fetch") { phone.events.contains("didFetchChanges") }
+        laptop.edit(a, "n") { $0["title"] = "from the laptop" }
+        try await a.sendChanges()
+        try await eventually("the laptop's note on the phone, from the parked changes/wait") {
+            phone.snapshot["n"]?.contains("from the laptop") == true
+        }
+        phone.edit(b, "m") { $0["title"] = "from the phone" }
+        try await eventually("the phone's note sent by itself") { b.state.pendingRecordZoneChanges.isEmpty }
+        try await a.fetchChanges()
+        #expect(laptop.snapshot["m"]?.contains("from the phone") == true, "\(laptop.snapshot)")
+        await b.cancelOperations()
     }
 
     @Test func cancelOperationsEndsAFetchAtOnce() async throws {

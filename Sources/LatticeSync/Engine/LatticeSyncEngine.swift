@@ -234,14 +234,19 @@ public actor LatticeSyncEngine {
     private func performFetch(_ options: FetchChangesOptions, reason: SyncReason) async throws {
         _ = try requireAccount()
         let context = FetchChangesContext(reason: reason, options: options)
-        await emit(.willFetchChanges(.init(context: context)))
-        do {
+        try await bracketed(.willFetchChanges(.init(context: context)), .didFetchChanges(.init(context: context))) {
             try await fetchDatabase(options)
-        } catch {
-            await emit(.didFetchChanges(.init(context: context)))
+        }
+    }
+
+    /// `will`, the work, then `did`, also when the work fails.
+    private func bracketed(_ will: Event, _ did: Event, _ work: () async throws -> Void) async throws {
+        await emit(will)
+        do { try await work() } catch {
+            await emit(did)
             throw error
         }
-        await emit(.didFetchChanges(.init(context: context)))
+        await emit(did)
     }
 
     private func fetchDatabase(_ options: FetchChangesOptions) async throws {
@@ -383,15 +388,10 @@ public actor LatticeSyncEngine {
     private func performSend(_ options: SendChangesOptions, reason: SyncReason) async throws {
         _ = try requireAccount()
         let context = SendChangesContext(reason: reason, options: options)
-        await emit(.willSendChanges(.init(context: context)))
-        do {
+        try await bracketed(.willSendChanges(.init(context: context)), .didSendChanges(.init(context: context))) {
             try await sendZones(options)
             try await sendBatches(context)
-        } catch {
-            await emit(.didSendChanges(.init(context: context)))
-            throw error
         }
-        await emit(.didSendChanges(.init(context: context)))
     }
 
     private func sendZones(_ options: SendChangesOptions) async throws {
