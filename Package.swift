@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "LatticeSync", targets: ["LatticeSync"]),
         .executable(name: "lattice", targets: ["LatticeCLI"]),
         .executable(name: "lattice-bench", targets: ["LatticeBench"]),
+        .executable(name: "lattice-notes", targets: ["LatticeNotes"]),
     ],
     targets: [
         // C libraries from Debian, one system-library target each.
@@ -88,6 +89,8 @@ let package = Package(
             dependencies: ["LatticeCore", "LatticeAPI", "LatticeOperations", "LatticeServer", "LatticeSharing", "LatticeStore",
                            "LatticeSync", "LatticeLists"]
         ),
+        // The example app of Docs/AppGuide.md: a notes app on LatticeSync's public API only.
+        .executableTarget(name: "LatticeNotes", dependencies: ["LatticeCore", "LatticeSync"], path: "Examples/Notes"),
         .executableTarget(
             name: "LatticeBench",
             dependencies: [

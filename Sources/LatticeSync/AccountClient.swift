@@ -43,6 +43,54 @@ public struct AccountClient: Sendable {
         return Account(serverURL: serverURL, token: token, userRecordName: user.userRecordName, name: user.name)
     }
 
+    /// The account of a user the app signed in with an OpenID Connect provider the server accepts
+    /// (`POST /auth/oidc/token`): the provider's ID token is exchanged for a device token of the account
+    /// its `(iss, sub)` maps to (made on the first sign-in).
+    /// - Throws: `ServerError` (`AUTHENTICATION_FAILED` for a token the server refuses, `BAD_REQUEST` for an
+    ///   issuer it does not accept), `TransportError` offline.
+    public func signIn(idToken: String, issuer: String, deviceName: String? = nil) throws -> Account {
+        var body: [String: JSON] = ["issuer": .string(issuer), "idToken": .string(idToken)]
+        if let deviceName { body["deviceName"] = .string(deviceName) }
+        let reply = try server.post("/auth/oidc/token", .object(body), token: nil)
+        guard let token = reply["token"]?.stringValue, let user = reply["userRecordName"]?.stringValue else {
+            throw SyncError.unexpectedAnswer("auth/oidc/token")
+        }
+        return Account(serverURL: serverURL, token: token, userRecordName: user, name: reply["name"]?.stringValue ?? user)
+    }
+
+    /// What accepting a share gave, as `CKShare.Metadata` tells it.
+    public struct AcceptedShare: Sendable, Hashable {
+        /// The shared zone, as the shared database's engine reports it.
+        public let zoneID: LatticeRecordZone.ID
+        /// The shared root record, nil for a share of the whole zone.
+        public let rootRecordName: String?
+        public let title: String?
+        public let ownerName: String?
+        /// `readOnly` or `readWrite`.
+        public let permission: String
+    }
+
+    /// Accepts a share link (a long or a short one) for `account` (`records/accept`), as CloudKit's
+    /// `CKAcceptSharesOperation`: the zone then comes with the next fetch of a `.shared` engine.
+    /// - Throws: `ServerError` when the link is invalid, expired or revoked, or the account may not join.
+    public func acceptShare(_ link: String, as account: Account) throws -> AcceptedShare {
+        let reply = try call("shared", "records/accept", .object(["shortGUIDs": .array([.object(["value": .string(link)])])]),
+                             as: account)
+        guard let result = reply["results"]?.arrayValue?.first else { throw SyncError.unexpectedAnswer("records/accept") }
+        if let code = result["serverErrorCode"]?.stringValue {
+            throw ServerError(code: code, reason: result["reason"]?.stringValue ?? code, status: 200, retryAfter: nil)
+        }
+        guard let zoneName = result["zoneID"]?["zoneName"]?.stringValue,
+              let owner = result["zoneID"]?["ownerRecordName"]?.stringValue,
+              let permission = result["participantPermission"]?.stringValue, permission != "none" else {
+            throw ServerError(code: ServerErrorCode.permissionFailure.rawValue, reason: "the share cannot be joined with this link",
+                              status: 200, retryAfter: nil)
+        }
+        return AcceptedShare(zoneID: LatticeRecordZone.ID(zoneName: zoneName, ownerName: owner),
+                             rootRecordName: result["rootRecordName"]?.stringValue, title: result["title"]?.stringValue,
+                             ownerName: result["ownerIdentity"]?["name"]?.stringValue, permission: permission)
+    }
+
     /// Revokes the account's token on the server (`tokens/revoke` with `current`): its next use fails.
     /// - Returns: whether the server revoked it now; false when the server no longer accepted it (already
     ///   revoked or expired: nothing left to revoke).

@@ -18,6 +18,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         var accountChanges: [LatticeSyncEngine.Event.AccountChange] = []
         var deletions: [LatticeSyncEngine.Event.FetchedRecordZoneChanges.Deletion] = []
         var provenance: [String: FieldProvenance] = [:]
+        var zoneDeletions: [LatticeRecordZone.ID] = []
         /// Edits made from inside the record provider (a later edit while a batch is built).
         var editWhileBatching: (@Sendable (LatticeRecord.ID) -> Void)?
     }
@@ -33,6 +34,8 @@ final class NotesDevice: LatticeSyncEngineDelegate {
             case .accountChange(let change):
                 model.accountChanges.append(change)
                 if case .signOut = change.changeType { model.notes = [:] }
+            case .fetchedDatabaseChanges(let changes):
+                model.zoneDeletions += changes.deletions.map(\.zoneID)
             case .fetchedRecordZoneChanges(let changes):
                 for modification in changes.modifications {
                     let id = modification.record.recordID
@@ -188,11 +191,13 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         laptop.edit(a, "n") { $0["title"] = "Groceries"; $0["body"] = "milk" }
         try await a.sendChanges()
         try await b.fetchChanges()
-        // Offline on both: the phone edits first, the laptop later; the laptop's edit arrives first. (A record's
-        // changed keys are stamped with the time its change was last queued.)
-        phone.edit(b, "n") { $0["title"] = "Shopping"; $0["body"] = "oat milk"; $0.append(contentsOf: ["errand"], toListForKey: "tags") }
+        // Offline on both: the phone edits the title first, the laptop later, then the phone edits the body
+        // (its change queued again); the laptop's arrives first. Each edit counts from when it was queued.
+        phone.edit(b, "n") { $0["title"] = "Shopping" }
         try await Task.sleep(for: .milliseconds(5))
         laptop.edit(a, "n") { $0["title"] = "Weekly groceries"; $0.append(contentsOf: ["food"], toListForKey: "tags") }
+        try await Task.sleep(for: .milliseconds(5))
+        phone.edit(b, "n") { $0["body"] = "oat milk"; $0.append(contentsOf: ["errand"], toListForKey: "tags") }
         try await a.sendChanges()
         try await b.sendChanges()
         let sentByPhone = try #require(phone.model.withLock { $0.sent.last })
@@ -418,6 +423,44 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         try await a.fetchChanges()
         #expect(laptop.snapshot["m"]?.contains("from the phone") == true, "\(laptop.snapshot)")
         await b.cancelOperations()
+    }
+
+    @Test func aSharedZoneIsAcceptedFetchedEditedAndItsEndArrivesAsAnEvent() async throws {
+        let world = try World()
+        let (owner, a) = world.device()
+        try await Self.makeZone(a, owner)
+        owner.edit(a, "n") { $0["title"] = "Shared note" }
+        try await a.sendChanges()
+        let client = try AccountClient(serverURL: world.url)
+        let zone: JSON = .object(["zoneName": .string("Notes")])
+        _ = try client.call("private", "shares/create", .object(["zoneID": zone, "publicPermission": .string("readWrite")]),
+                            as: world.account)
+        let link = try #require(try client.call("private", "shares/url", .object(["zoneID": zone]), as: world.account)["shortURL"]?.stringValue)
+        let guest = try client.signUp(name: "gus")
+        let accepted = try client.acceptShare(link, as: guest)
+        #expect(accepted.permission == "readWrite" && accepted.ownerName == "nora" && accepted.rootRecordName == nil)
+        // The guest's engine on the shared database.
+        let device = NotesDevice()
+        var configuration = LatticeSyncEngine.Configuration(database: .shared, account: guest, stateSerialization: nil, delegate: device)
+        configuration.automaticallySync = false
+        let shared = LatticeSyncEngine(configuration)
+        try await shared.fetchChanges()
+        let id = LatticeRecord.ID(recordName: "n", zoneID: accepted.zoneID)
+        var record = try #require(device.model.withLock { $0.notes[id] }, "the shared note: \(device.snapshot)")
+        #expect(record["title"] as String? == "Shared note")
+        record["title"] = "Edited by gus"
+        device.model.withLock { $0.notes[id] = record }
+        shared.state.add(pendingRecordZoneChanges: [.saveRecord(id)])
+        try await shared.sendChanges()
+        try await a.fetchChanges()
+        #expect(owner.snapshot["n"]?.contains("Edited by gus") == true, "\(owner.snapshot)")
+        // The owner stops sharing: the guest hears the zone is gone.
+        _ = try client.call("private", "shares/delete", .object(["zoneID": zone]), as: world.account)
+        device.clearEvents()
+        try await shared.fetchChanges()
+        #expect(device.events.contains("fetchedDatabaseChanges") || device.events.contains("didFetchRecordZoneChanges"), "\(device.events)")
+        let gone = device.model.withLock { $0.zoneDeletions }
+        #expect(gone.contains(accepted.zoneID), "the zone's end is an event: \(device.events)")
     }
 
     @Test func cancelOperationsEndsAFetchAtOnce() async throws {

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import Synchronization
 
 /// A zone of records, as `CKRecordZone`: only its identity for now.
 public struct LatticeRecordZone: Hashable, Sendable, Codable {
@@ -141,10 +142,12 @@ extension Array: LatticeRecordValue where Element: LatticeScalarValue {
 /// `changedKeys()`, a parent reference and system fields to archive.
 ///
 /// Its merge semantics are Lattice's (Merge.md): a record holds the last state the engine gave (its
-/// "system fields", which here include every field's CRDT state) and the edits made since. Sending it
-/// sends only the edited keys, stamped with the time the change was queued
-/// (`State.add(pendingRecordZoneChanges:)`), and the server joins them with what other devices wrote:
-/// no `serverRecordChanged`, unless a batch asks for the strict save policy.
+/// "system fields", which here include every field's CRDT state) and the edits made since, in order.
+/// Sending it sends only the edits that change something, each stamped with the time its change was
+/// queued (`State.add(pendingRecordZoneChanges:)`, see `State`), and the server joins them with what
+/// other devices wrote: no `serverRecordChanged`, unless a batch asks for the strict save policy. Setting
+/// a field to the value it has sends nothing, so an app may rebuild a record from its own data when the
+/// batch is asked for.
 public struct LatticeRecord: Sendable, CustomStringConvertible {
     /// A record's identity, as `CKRecord.ID`.
     public struct ID: Hashable, Sendable, Codable, CustomStringConvertible {
@@ -193,7 +196,9 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     /// When the server last modified the record, and who, when known (JSON answers carry them).
     public internal(set) var modificationDate: Date?
     public internal(set) var lastModifiedUserRecordName: String?
-    var edits: [Edit] = []
+    /// The edits, each with the moment it was made (`EditMoment`): the engine stamps each with the time
+    /// of the first `State.add(pendingRecordZoneChanges:)` after it.
+    var edits: [(edit: Edit, moment: EditMoment)] = []
     /// The values as the app sees them: the base's with the edits applied.
     private var overlay: [String: FieldValue?] = [:]
     private var parentOverlay: Reference??
@@ -231,31 +236,35 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
 
     /// Sets (or with nil, clears) a field.
     public mutating func setFieldValue(_ value: FieldValue?, forKey key: String) {
-        edits.append(.set(key, value))
-        overlay[key] = .some(value)
+        apply(.set(key, value), at: .now())
     }
 
     /// Adds elements to a list field (`CKRecord` has no such operation: in CloudKit an app rewrites the
     /// list; here an add is kept even when another device removes other elements at the same time).
     public mutating func append<Element: LatticeScalarValue>(contentsOf elements: [Element], toListForKey key: String) {
-        applyAdd(elements.map(\.latticeScalar), to: key, type: [Element].elementType)
+        apply(.add(key, elements.map(\.latticeScalar)), at: .now(), listType: [Element].elementType)
     }
 
     /// Removes elements from a list field: the adds this record has seen (one made elsewhere meanwhile stays).
     public mutating func remove<Element: LatticeScalarValue>(_ elements: [Element], fromListForKey key: String) {
-        applyRemove(elements.map(\.latticeScalar), from: key, type: [Element].elementType)
+        apply(.remove(key, elements.map(\.latticeScalar)), at: .now(), listType: [Element].elementType)
     }
 
-    private mutating func applyAdd(_ added: [ScalarValue], to key: String, type: ValueType) {
-        edits.append(.add(key, added))
-        var current = listElements(key)
-        for element in added where !current.contains(element) { current.append(element) }
-        overlay[key] = .some(.list(added.first?.type ?? type, current.sorted()))
-    }
-
-    private mutating func applyRemove(_ removed: [ScalarValue], from key: String, type: ValueType) {
-        edits.append(.remove(key, removed))
-        overlay[key] = .some(.list(removed.first?.type ?? type, listElements(key).filter { !removed.contains($0) }))
+    /// Records an edit and shows it in the values.
+    private mutating func apply(_ edit: Edit, at moment: EditMoment, listType: ValueType = .string) {
+        edits.append((edit, moment))
+        switch edit {
+        case let .set(key, value):
+            overlay[key] = .some(value)
+        case let .add(key, added):
+            var current = listElements(key)
+            for element in added where !current.contains(element) { current.append(element) }
+            overlay[key] = .some(.list(added.first?.type ?? listType, current.sorted()))
+        case let .remove(key, removed):
+            overlay[key] = .some(.list(removed.first?.type ?? listType, listElements(key).filter { !removed.contains($0) }))
+        case let .parent(reference):
+            parentOverlay = .some(reference)
+        }
     }
 
     private func listElements(_ key: String) -> [ScalarValue] {
@@ -273,7 +282,7 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     /// The keys edited since the engine gave the record (every key of a new one), in name order.
     public func changedKeys() -> [String] {
         var keys = Set<String>()
-        for edit in edits {
+        for (edit, _) in edits {
             switch edit {
             case .set(let key, _), .add(let key, _), .remove(let key, _): keys.insert(key)
             case .parent: break
@@ -293,10 +302,7 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
             return Reference(recordID: ID(recordName: parent.recordName, zoneID: recordID.zoneID),
                              action: parent.action == .deleteSelf ? .deleteSelf : .none)
         }
-        set {
-            edits.append(.parent(newValue))
-            parentOverlay = .some(newValue)
-        }
+        set { apply(.parent(newValue), at: .now()) }
     }
 
     /// This record (as fetched or saved) with the edits `local` holds replayed on it: what the app shows
@@ -305,14 +311,7 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     /// has pending changes for.
     public func replaying(editsOf local: LatticeRecord) -> LatticeRecord {
         var result = self
-        for edit in local.edits {
-            switch edit {
-            case let .set(key, value): result.setFieldValue(value, forKey: key)
-            case let .add(key, elements): result.applyAdd(elements, to: key, type: .string)
-            case let .remove(key, elements): result.applyRemove(elements, from: key, type: .string)
-            case let .parent(reference): result.parent = reference
-            }
-        }
+        for (edit, moment) in local.edits { result.apply(edit, at: moment) }
         return result
     }
 
@@ -357,6 +356,22 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     public var description: String {
         let values = allKeys().map { "\($0): \(fieldValue($0).map { "\($0)" } ?? "nil")" }.joined(separator: ", ")
         return "\(recordType) \(recordID.recordName) {\(values)}"
+    }
+}
+
+/// When an edit was made, in the order of this process's edits and queued changes: a number from one
+/// counter of the process, and the process's own random id (numbers of another run do not compare).
+struct EditMoment: Codable, Hashable, Sendable {
+    var process: UInt64
+    var sequence: UInt64
+
+    /// This process's id.
+    static let process = UInt64.random(in: 1...UInt64.max)
+    private static let counter = Atomic<UInt64>(0)
+
+    /// The next moment.
+    static func now() -> EditMoment {
+        EditMoment(process: process, sequence: counter.add(1, ordering: .relaxed).newValue)
     }
 }
 

@@ -510,41 +510,49 @@ public actor LatticeSyncEngine {
 
     private func prepare(_ record: LatticeRecord, wire: ZoneID, snapshot: [LatticeRecord.ID: PendingEntry]) throws
         -> PreparedSave {
-        // The edit counts from when it was queued; each operation of it gets its own stamp from there.
+        // Each edit counts from the first time the change was queued after it was made (from the last time,
+        // for edits made in another run or after the change was last queued); each operation gets its own
+        // stamp, increasing.
         let replica = state.replicaID
-        let start: UInt64 = try snapshot[record.recordID].map(\.stamp) ?? state.update { stored in
+        let marks = snapshot[record.recordID]?.marks ?? []
+        let fresh: UInt64? = marks.isEmpty ? state.update { stored in
             var clock = stored.clock(configuration.now)
             let stamp = clock.now()
             stored.clockLatest = clock.latest.rawValue
             return stamp.hlc.rawValue
-        }
-        var offset: UInt64 = 0
-        func stamp() -> Stamp {
-            defer { offset += 1 }
-            return Stamp(hlc: HLC(rawValue: start &+ offset), replica: replica)
+        } : nil
+        var previous: UInt64 = 0
+        func stamp(_ moment: EditMoment?) -> Stamp {
+            let queued = moment.flatMap { moment in
+                marks.first { $0.moment.process == moment.process && $0.moment.sequence > moment.sequence }?.stamp
+            }
+            let chosen = max(queued ?? marks.last?.stamp ?? fresh ?? 0, previous &+ 1)
+            previous = chosen
+            return Stamp(hlc: HLC(rawValue: chosen), replica: replica)
         }
         do {
             let id = try RecordID(recordName: record.recordID.recordName, zoneID: wire)
             let baseFrame = try record.base.map { try RecordFrame(encoding: $0) }
             var edit = try baseFrame.flatMap { $0.isDeleted ? nil : try RecordEdit(editing: $0) }
-                ?? RecordEdit(creating: id, recordType: record.recordType, over: baseFrame, at: stamp())
-            for change in record.edits {
+                ?? RecordEdit(creating: id, recordType: record.recordType, over: baseFrame, at: stamp(record.edits.first?.moment))
+            for (change, moment) in record.edits {
                 switch change {
-                case let .set(key, nil): try edit.clear(key, at: stamp())
-                case let .set(key, .scalar(value)?): try edit.set(key, to: value, at: stamp())
-                case let .set(key, .list(_, elements)?): try edit.setList(key, to: elements, at: stamp())
-                case let .add(key, elements): try edit.add(elements, to: key, at: stamp())
-                case let .remove(key, elements): try edit.remove(elements, from: key, at: stamp())
+                case let .set(key, nil): try edit.clear(key, at: stamp(moment))
+                case let .set(key, .scalar(value)?): try edit.set(key, to: value, at: stamp(moment))
+                case let .set(key, .list(_, elements)?): try edit.setList(key, to: elements, at: stamp(moment))
+                case let .add(key, elements): try edit.add(elements, to: key, at: stamp(moment))
+                case let .remove(key, elements): try edit.remove(elements, from: key, at: stamp(moment))
                 case let .parent(reference):
                     let parent = try reference.map {
                         try Reference(recordName: $0.recordID.recordName, action: $0.action == .deleteSelf ? .deleteSelf : .none)
                     }
-                    try edit.setParent(parent, at: stamp())
+                    try edit.setParent(parent, at: stamp(moment))
                 }
             }
+            // Later stamps of this device come after these.
             state.update { stored in
                 var clock = stored.clock(configuration.now)
-                try? clock.observe(HLC(rawValue: start &+ offset))
+                try? clock.observe(HLC(rawValue: previous))
                 stored.clockLatest = clock.latest.rawValue
             }
             let partial = try edit.frame()

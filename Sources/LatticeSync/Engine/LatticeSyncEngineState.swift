@@ -7,16 +7,21 @@ extension LatticeSyncEngine {
     /// and the sync state (change tokens, this device's replica id and clock). The app saves its
     /// `Serialization` on every `stateUpdate` event and gives it back at the next launch.
     ///
-    /// Each queued change is stamped by the device's hybrid logical clock when it is added: that is the
-    /// moment the edit counts from in a merge (an edit queued offline at 10:00 loses to one queued
-    /// elsewhere at 10:05, whatever order they reach the server in). Adding the same change again moves its
-    /// stamp on and gives it a new edit number (`editNumber(of:)`), so a send tells which edits it covered.
+    /// Each time a change is queued, the device's hybrid logical clock stamps it, and every edit the app made
+    /// to the record (in its `LatticeRecord`) before that counts from that stamp in a merge: an edit queued
+    /// offline at 10:00 loses to one queued elsewhere at 10:05, whatever order they reach the server in.
+    /// Edits made in an earlier run of the app, or made after the change was last queued (a record built
+    /// afresh when the batch is asked for), count from the last time it was queued. Queueing the same change
+    /// again also gives it a new edit number (`editNumber(of:)`), so a send tells which edits it covered.
     public final class State: Sendable {
         /// The sync state in a form the app persists (`Codable`), opaque to it, as
         /// `CKSyncEngine.State.Serialization`.
         public struct Serialization: Codable, Sendable, Hashable {
             var stored: Stored
         }
+
+        /// The most times one change's queueings are remembered (older edits take the time of a later one).
+        static let maximumMarks = 64
 
         /// `storage` holds every mutable member.
         private let storage: Mutex<Stored>
@@ -57,10 +62,14 @@ extension LatticeSyncEngine {
             storage.withLock { stored in
                 var clock = stored.clock(now)
                 for change in changes {
+                    // The marks of a change queued before stay: each edit is stamped by the first mark after it.
+                    var marks = stored.pendingRecords.first { $0.change.recordID == change.recordID }?.marks ?? []
                     stored.pendingRecords.removeAll { $0.change.recordID == change.recordID }
                     stored.nextEdit += 1
-                    stored.pendingRecords.append(PendingEntry(change: change, edit: stored.nextEdit,
-                                                              stamp: clock.now().hlc.rawValue))
+                    let stamp = clock.now().hlc.rawValue
+                    marks.append(EditMark(moment: .now(), stamp: stamp))
+                    if marks.count > Self.maximumMarks { marks.removeFirst(marks.count - Self.maximumMarks) }
+                    stored.pendingRecords.append(PendingEntry(change: change, edit: stored.nextEdit, stamp: stamp, marks: marks))
                 }
                 stored.clockLatest = clock.latest.rawValue
             }
@@ -104,20 +113,33 @@ extension LatticeSyncEngine {
         /// This device's replica id: it signs every stamp of the edits sent from here.
         public var replicaID: ReplicaID { ReplicaID(storage.withLock { $0.replicaID }) }
 
+        /// The state as it is now, for a program about to exit (a command-line tool): the `stateUpdate`
+        /// events carry the same, but the one for a change queued just now may not have come yet.
+        /// (CKSyncEngine has no such accessor.)
+        public var currentSerialization: Serialization { Serialization(stored: storage.withLock { $0 }) }
+
         // MARK: The engine's side
 
         /// The serialization to hand to the app.
-        var serialization: Serialization { Serialization(stored: storage.withLock { $0 }) }
+        var serialization: Serialization { currentSerialization }
 
         func read<T>(_ body: (Stored) -> T) -> T { storage.withLock { body($0) } }
 
         func update<T>(_ body: (inout Stored) throws -> T) rethrows -> T { try storage.withLock { try body(&$0) } }
     }
 
-    /// One queued record change with its edit number and the clock value it was queued at.
+    /// One queued record change with its edit number and the clock value it was last queued at.
     struct PendingEntry: Codable, Hashable, Sendable {
         var change: PendingRecordZoneChange
         var edit: UInt64
+        var stamp: UInt64
+        /// Each time it was queued since it was last sent, oldest first.
+        var marks: [EditMark] = []
+    }
+
+    /// A moment a change was queued, and the clock value it got.
+    struct EditMark: Codable, Hashable, Sendable {
+        var moment: EditMoment
         var stamp: UInt64
     }
 
