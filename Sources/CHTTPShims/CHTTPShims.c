@@ -9,14 +9,15 @@ struct MHD_Daemon *lattice_mhd_start(const lattice_mhd_config *config,
                                      MHD_RequestCompletedCallback completed, void *completed_context,
                                      lattice_mhd_uri_logger uri_logger, void *uri_logger_context) {
     return lattice_mhd_start_tracked(config, handler, handler_context, completed, completed_context,
-                                     uri_logger, uri_logger_context, NULL, NULL);
+                                     uri_logger, uri_logger_context, NULL, NULL, NULL, NULL);
 }
 
 struct MHD_Daemon *lattice_mhd_start_tracked(const lattice_mhd_config *config,
                                              MHD_AccessHandlerCallback handler, void *handler_context,
                                              MHD_RequestCompletedCallback completed, void *completed_context,
                                              lattice_mhd_uri_logger uri_logger, void *uri_logger_context,
-                                             MHD_NotifyConnectionCallback notify, void *notify_context) {
+                                             MHD_NotifyConnectionCallback notify, void *notify_context,
+                                             MHD_AcceptPolicyCallback accept_policy, void *accept_policy_context) {
     if (config == NULL || handler == NULL || config->thread_pool_size == 0) {
         return NULL;
     }
@@ -26,19 +27,16 @@ struct MHD_Daemon *lattice_mhd_start_tracked(const lattice_mhd_config *config,
     address.sin_port = htons(config->port);
     address.sin_addr.s_addr = config->bind_address_be;
 
-    // MHD_ALLOW_SUSPEND_RESUME implies MHD_USE_ITC, which MHD_quiesce_daemon needs in thread-pool mode.
+    // MHD_ALLOW_SUSPEND_RESUME implies MHD_USE_ITC (a parked answer resumes its connection through it).
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
-    // poll(2), not epoll: with epoll and a thread pool, libmicrohttpd 0.9.75's MHD_quiesce_daemon races its
-    // own workers (a worker that sees the daemon quiesced takes the listening socket out of its epoll set
-    // first, and quiesce then aborts the process with "Failed to remove listen FD from epoll set"); with
-    // poll, quiesce only wakes the workers. poll has no FD_SETSIZE limit, unlike select.
-    if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES) {
-        flags |= MHD_USE_POLL;
+    // MHD_USE_EPOLL is an enum constant, not a macro, so ask the library at run time.
+    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES) {
+        flags |= MHD_USE_EPOLL;
     }
     // Without a connection callback, MHD_OPTION_NOTIFY_CONNECTION is passed with NULL, which the library
     // treats as none.
     return MHD_start_daemon(
-        flags, config->port, NULL, NULL, handler, handler_context,
+        flags, config->port, accept_policy, accept_policy_context, handler, handler_context,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&address,
         MHD_OPTION_THREAD_POOL_SIZE, config->thread_pool_size,
         MHD_OPTION_CONNECTION_TIMEOUT, config->connection_timeout_s,
@@ -65,14 +63,6 @@ uint16_t lattice_mhd_bound_port(struct MHD_Daemon *daemon) {
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
     return info == NULL ? 0 : info->port;
-}
-
-int lattice_mhd_quiesce(struct MHD_Daemon *daemon) {
-    if (daemon == NULL) {
-        return -1;
-    }
-    MHD_socket socket = MHD_quiesce_daemon(daemon);
-    return socket == MHD_INVALID_SOCKET ? -1 : (int)socket;
 }
 
 int lattice_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_t size) {

@@ -2,6 +2,9 @@ import CHTTPShims
 import CLibCrypto
 import CMicroHTTPD
 import CSQLite
+#if canImport(Glibc)
+import Glibc
+#endif
 import Testing
 
 /// The system-library targets link against Debian's libraries and the C shim starts a real daemon.
@@ -35,17 +38,31 @@ import Testing
         MHD_stop_daemon(daemon)
     }
 
-    @Test func microhttpdShimQuiescesThenStops() {
+    @Test func microhttpdShimClosesConnectionsItsAcceptPolicyRefuses() throws {
         var config = lattice_mhd_config(
             bind_address_be: UInt32(0x7F00_0001).bigEndian, port: 0, thread_pool_size: 2,
             connection_timeout_s: 30, per_ip_connection_limit: 16, connection_limit: 64,
             connection_memory_limit: 64 * 1024)
-        let daemon = lattice_mhd_start(&config, refuseEverything, nil, nil, nil, nil, nil)
+        let daemon = lattice_mhd_start_tracked(&config, refuseEverything, nil, nil, nil, nil, nil, nil, nil,
+                                               { _, _, _ in MHD_Result(rawValue: 0)! }, nil)
         #expect(daemon != nil)
-        let listening = lattice_mhd_quiesce(daemon)
-        #expect(listening >= 0)
-        MHD_stop_daemon(daemon)
-        if listening >= 0 { close(listening) }
+        defer { MHD_stop_daemon(daemon) }
+        // A connection is accepted and closed at once: the first read sees the end.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = lattice_mhd_bound_port(daemon).bigEndian
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        #expect(connected == 0)
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        _ = "GET / HTTP/1.1\r\nHost: x\r\n\r\n".withCString { send(fd, $0, strlen($0), 0) }
+        var byte: UInt8 = 0
+        #expect(recv(fd, &byte, 1, 0) <= 0, "the refused connection is closed without an answer")
     }
 
     @Test func microhttpdShimRejectsAZeroSizedThreadPool() {

@@ -172,6 +172,14 @@ func requestCompleted(_ context: UnsafeMutableRawPointer?, _ connection: OpaqueP
     daemon.close(exchange)
 }
 
+/// `MHD_AcceptPolicyCallback`: while the server shuts down (draining), a new connection is closed as soon
+/// as it is accepted; otherwise every one is taken.
+func acceptConnection(_ context: UnsafeMutableRawPointer?, _ address: UnsafePointer<sockaddr>?,
+                      _ length: socklen_t) -> MHD_Result {
+    guard let context else { return .YES }
+    return Unmanaged<HTTPDaemonContext>.fromOpaque(context).takeUnretainedValue().isDraining ? .NO : .YES
+}
+
 /// `MHD_NotifyConnectionCallback`: a connection was accepted, or is about to be closed (before its
 /// socket is).
 func connectionChanged(_ context: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,

@@ -43,7 +43,8 @@ public final class HTTPServer: Sendable {
         // Unretained: `self.context` outlives the daemon, which `shutdown()` stops before `self` goes away.
         let pointer = Unmanaged.passUnretained(context).toOpaque()
         guard let started = lattice_mhd_start_tracked(&settings, accessRequest, pointer, requestCompleted, pointer,
-                                                      requestStarted, pointer, connectionChanged, pointer)
+                                                      requestStarted, pointer, connectionChanged, pointer,
+                                                      acceptConnection, pointer)
         else {
             context.workers.stop()
             throw HTTPServerError.cannotListen(host: configuration.host, port: configuration.port)
@@ -61,7 +62,7 @@ public final class HTTPServer: Sendable {
 
     /// Stops gracefully, then returns; later calls do nothing.
     ///
-    /// In order: stop accepting connections; call `HTTPHandler.beginShutdown()` once so the handler answers
+    /// In order: stop taking connections (each new one is closed at once); call `HTTPHandler.beginShutdown()` once so the handler answers
     /// whatever waits (long polls); let requests in flight finish and their answers go out, each closing its
     /// connection; after the grace period answer the stragglers with 503; stop the daemon.
     /// Call it from outside the handler: it blocks until requests in flight are done.
@@ -69,8 +70,8 @@ public final class HTTPServer: Sendable {
         daemon.withLock { handle in
             guard let running = handle else { return }
             handle = nil
+            // From here new connections are closed as they are accepted (`acceptConnection`).
             context.beginDraining()
-            let listeningSocket = lattice_mhd_quiesce(running.pointer)
             context.handler.beginShutdown()
             if !context.waitUntilQuiet(before: .now + gracePeriod) {
                 context.refuseEverything(with: Self.shuttingDownResponse)
@@ -79,7 +80,6 @@ public final class HTTPServer: Sendable {
             context.workers.stop()
             context.connections.stop()
             MHD_stop_daemon(running.pointer)
-            if listeningSocket >= 0 { close(listeningSocket) }
         }
     }
 
