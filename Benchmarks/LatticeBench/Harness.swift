@@ -65,6 +65,18 @@ enum Harness {
                 writeText(2, "lattice-bench sync: error: \(error.message)\n(run 'lattice-bench sync --help' for the options)\n")
                 return 2
             }
+        case "engine":
+            do {
+                let options = try EngineBenchOptions.parse(Array(arguments.dropFirst()))
+                if options.help {
+                    writeText(1, EngineBenchOptions.usage + "\n")
+                    return 0
+                }
+                return EngineBench.run(options, argv: arguments)
+            } catch {
+                writeText(2, "lattice-bench engine: error: \(error.message)\n(run 'lattice-bench engine --help' for the options)\n")
+                return 2
+            }
         case "push":
             do {
                 let options = try PushProfileOptions.parse(Array(arguments.dropFirst()))
@@ -104,6 +116,7 @@ enum Harness {
         usage: lattice-bench merge [options]     merge throughput (lattice-bench merge --help)
                lattice-bench serve [options]     server request rate and latency (lattice-bench serve --help)
                lattice-bench sync [options]      end-to-end sync: push, pull, storage ceiling (lattice-bench sync --help)
+               lattice-bench engine [options]    the app engine beside the CLI's, push and pull (lattice-bench engine --help)
                lattice-bench push [options]      one binary push in-process, for profiling (lattice-bench push --help)
                lattice-bench soak [options]      mixed traffic for minutes: latency, memory, files (lattice-bench soak --help)
 

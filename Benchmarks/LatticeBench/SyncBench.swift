@@ -540,7 +540,7 @@ enum SyncBench {
     /// Signs up the pull account and fills it with `count` records through plain `records/modify` requests of
     /// 400 creates each (setup, not the engine's path: the pull is what is measured). Returns the token and
     /// a `populate` line.
-    private static func populatePullAccount(_ count: Int, server: BenchServer, root: String, budgetSeconds: Double) throws
+    static func populatePullAccount(_ count: Int, server: BenchServer, root: String, budgetSeconds: Double) throws
         -> (String, [String: JSONValue]) {
         let transport = try CountingTransport(serverURL: server.url)
         let owner = try SyncEngine(home: root + "/pull-owner", transport: transport)
@@ -627,7 +627,7 @@ enum SyncBench {
 
     // MARK: Lines
 
-    private static func measurementLine(scenario: String, wire: SyncWire?, batch: Int?, clients: Int, records: Int,
+    static func measurementLine(scenario: String, wire: SyncWire?, batch: Int?, clients: Int, records: Int,
                                         seconds: Double, requests: Int, latencies: [Double]) -> [String: JSONValue] {
         [
             "kind": .string("measurement"), "status": .string("ok"), "scenario": .string(scenario),
@@ -640,7 +640,7 @@ enum SyncBench {
         ]
     }
 
-    private static func tallyFields(_ tally: RequestTally) -> [String: JSONValue] {
+    static func tallyFields(_ tally: RequestTally) -> [String: JSONValue] {
         [
             "endpoints": .object(tally.endpoints.mapValues { .integer($0) }),
             "content_types": .object(tally.contentTypes.mapValues { .integer($0) }),
@@ -674,16 +674,16 @@ enum SyncBench {
         return out
     }
 
-    private static func rate(_ amount: Int, _ seconds: Double) -> JSONValue {
+    static func rate(_ amount: Int, _ seconds: Double) -> JSONValue {
         seconds > 0 ? rounded(Double(amount) / seconds, 1) : .null
     }
 
-    private static func rounded(_ value: Double, _ digits: Int) -> JSONValue {
+    static func rounded(_ value: Double, _ digits: Int) -> JSONValue {
         let scale = pow(10, Double(digits))
         return .double((value * scale).rounded() / scale)
     }
 
-    private static func mib(_ kib: Int) -> JSONValue { kib < 0 ? .null : rounded(Double(kib) / 1024, 1) }
+    static func mib(_ kib: Int) -> JSONValue { kib < 0 ? .null : rounded(Double(kib) / 1024, 1) }
 }
 
 /// User plus system CPU of processes in clock ticks (/proc/PID/stat fields 14 and 15), nil if one is unreadable.

@@ -544,14 +544,20 @@ public final class SyncEngine: @unchecked Sendable {
 
     private func rememberKnown(_ positions: [Int64], zone: LocalZone, _ tx: LocalTransaction) throws {
         guard !positions.isEmpty else { return }
-        var ranges = try knownRanges(zone, tx)
+        let ranges = Self.addingKnown(positions, to: try knownRanges(zone, tx))
+        try tx.setMetadata(Self.knownKey(zone), JSON.array(ranges.map { .array($0.map(JSON.int)) }).serialized())
+    }
+
+    /// `ranges` (`[from, to]` zone positions) with `positions` added, adjacent ones merged; the newest
+    /// `maximumKnownRanges` kept (forgetting one only means downloading those records once more).
+    static func addingKnown(_ positions: [Int64], to ranges: [[Int64]]) -> [[Int64]] {
+        var ranges = ranges
         for position in positions.sorted() {
             if let last = ranges.last, last[1] + 1 == position { ranges[ranges.count - 1][1] = position }
             else { ranges.append([position, position]) }
         }
-        // Keep the newest ranges: forgetting one only means downloading those records once more.
-        if ranges.count > Self.maximumKnownRanges { ranges.removeFirst(ranges.count - Self.maximumKnownRanges) }
-        try tx.setMetadata(Self.knownKey(zone), JSON.array(ranges.map { .array($0.map(JSON.int)) }).serialized())
+        if ranges.count > maximumKnownRanges { ranges.removeFirst(ranges.count - maximumKnownRanges) }
+        return ranges
     }
 
     // MARK: Send

@@ -589,6 +589,18 @@ public actor LatticeSyncEngine {
                 return ([], failed + prepared.map { .init(record: $0.record, error: refusal) })
             }
         }
+        // Records the server now holds exactly as sent (new ones, mostly) need not come back in a pull.
+        let upToDate = sending.compactMap { save -> Int64? in
+            let answer = items[save.record.recordID.recordName]
+            return answer?["upToDate"] == .bool(true) ? answer?["position"]?.intValue : nil
+        }
+        if !upToDate.isEmpty {
+            state.update { stored in
+                var entry = stored.zone(zone) ?? ZoneEntry(zoneID: zone)
+                entry.known = SyncEngine.addingKnown(upToDate, to: entry.known)
+                stored.setZone(entry)
+            }
+        }
         var saved: [LatticeRecord] = []
         for item in prepared {
             let name = item.record.recordID.recordName

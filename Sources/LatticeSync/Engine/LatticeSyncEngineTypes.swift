@@ -224,7 +224,9 @@ extension LatticeSyncEngine {
     }
 }
 
-/// The app's side of the engine, as `CKSyncEngineDelegate`.
+/// The app's side of the engine, as `CKSyncEngineDelegate`. Both methods are called from inside an
+/// operation of the engine: they may change `syncEngine.state` (add or remove pending changes), but must
+/// not await `fetchChanges()`, `sendChanges()` or `setAccount(_:)`, which wait for that operation to end.
 public protocol LatticeSyncEngineDelegate: AnyObject, Sendable {
     /// Every event, one at a time, in the order of `LatticeSyncEngine.Event`'s documentation.
     func handleEvent(_ event: LatticeSyncEngine.Event, syncEngine: LatticeSyncEngine) async
