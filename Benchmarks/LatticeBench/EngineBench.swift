@@ -226,6 +226,10 @@ enum EngineBench {
         try engine.signIn(AccountClient(serverURL: server.url, transport: transport).signUp(name: "old-push-\(pair)"))
         engine.batchLimit = options.batch
         let zone = try engine.privateZone("Bench")
+        // The zone is made on the server by the first send: one untimed record first.
+        try engine.edit("warm-up", in: zone, creating: "Item") { record, stamp in try record.set("n", to: .int64(0), at: stamp()) }
+        var warm = SyncReport()
+        try engine.send(&warm)
         for index in 0..<options.records {
             try engine.edit("item-\(index)", in: zone, creating: "Item") { record, stamp in
                 try record.set("name", to: .string("item \(index)"), at: stamp())
@@ -233,10 +237,6 @@ enum EngineBench {
                 try record.add([.string("alpha"), .string("tag\(index % 400)")], to: "tags", at: stamp())
             }
         }
-        // The zone is made on the server by the first send: one untimed record first.
-        try engine.edit("warm-up", in: zone, creating: "Item") { record, stamp in try record.set("n", to: .int64(0), at: stamp()) }
-        var warm = SyncReport()
-        try engine.send(&warm)
         _ = transport.take()
         let began = monotonicNanoseconds()
         var report = SyncReport()

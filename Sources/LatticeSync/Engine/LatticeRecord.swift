@@ -190,7 +190,9 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     public let recordID: ID
     public let recordType: String
     /// The state the engine last gave (its system fields), nil for a record made on this device.
-    let base: Record?
+    let stored: StoredState?
+    /// The base decoded (once, when first read).
+    var base: Record? { stored?.record }
     /// The server's change tag of `base` when known (the strict save policy compares it).
     public internal(set) var recordChangeTag: String?
     /// When the server last modified the record, and who, when known (JSON answers carry them).
@@ -207,16 +209,19 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     public init(recordType: String, recordID: ID) {
         self.recordType = recordType
         self.recordID = recordID
-        base = nil
+        stored = nil
     }
 
-    /// A record the engine gives (fetched or saved).
-    init(base: Record, recordID: ID, changeTag: String? = nil) {
-        self.recordType = base.recordType
+    /// A record the engine gives (fetched or saved), from its validated frame; decoded when first read.
+    init(frame: RecordFrame, recordID: ID, changeTag: String? = nil) {
+        self.recordType = frame.recordType
         self.recordID = recordID
-        self.base = base
+        stored = StoredState(frame)
         recordChangeTag = changeTag
     }
+
+    /// The base's frame (the system fields' CRDT state), nil for a record made on this device.
+    var baseFrame: RecordFrame? { stored?.frame }
 
     // MARK: Fields
 
@@ -329,7 +334,7 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
         var archive = SystemFieldsArchive(recordName: recordID.recordName, zoneName: recordID.zoneID.zoneName,
                                           ownerName: recordID.zoneID.ownerName, recordType: recordType,
                                           recordChangeTag: recordChangeTag, frame: nil)
-        if let base { archive.frame = Data(try RecordFrame(encoding: base).bytes) }
+        if let stored { archive.frame = Data(stored.frame.bytes) }
         return try JSONEncoder().encode(archive)
     }
 
@@ -345,17 +350,41 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
         recordType = archive.recordType
         recordChangeTag = archive.recordChangeTag
         if let frame = archive.frame {
-            do { base = try RecordFrame(validating: [UInt8](frame)).decoded() } catch {
+            do {
+                let validated = try RecordFrame(validating: [UInt8](frame))
+                _ = try validated.decoded()
+                stored = StoredState(validated)
+            } catch {
                 throw LatticeSyncError(.invalidArguments, "the archived record state is damaged: \(error)")
             }
         } else {
-            base = nil
+            stored = nil
         }
     }
 
     public var description: String {
         let values = allKeys().map { "\($0): \(fieldValue($0).map { "\($0)" } ?? "nil")" }.joined(separator: ", ")
         return "\(recordType) \(recordID.recordName) {\(values)}"
+    }
+}
+
+/// A record's state as the engine gave it: the frame, decoded once when first read (a pull hands the app
+/// thousands of records it may never read all of).
+final class StoredState: Sendable {
+    let frame: RecordFrame
+    /// The decoded record, once read.
+    private let decoded = Mutex<Record??>(nil)
+
+    init(_ frame: RecordFrame) { self.frame = frame }
+
+    /// The record; nil only for a frame that does not decode, which a validated frame always does.
+    var record: Record? {
+        decoded.withLock { cache in
+            if let cache { return cache }
+            let record = try? frame.decoded()
+            cache = .some(record)
+            return record
+        }
     }
 }
 

@@ -353,15 +353,13 @@ public actor LatticeSyncEngine {
                     deletions.append(.init(recordID: id, recordType: frame.recordType, reason: .deleted))
                     continue
                 }
-                let record: Record
-                do { record = try frame.decoded() } catch {
-                    throw LatticeSyncError(.serverRejectedRequest, "deltas/pull: \(error.description)")
-                }
+                // Validated with the delta; decoded when the app first reads it.
+                let record = LatticeRecord(frame: frame, recordID: id)
                 var provenance: [String: FieldProvenance] = [:]
-                if configuration.includesFieldProvenance {
-                    for field in record.fields { provenance[field.name] = record.provenance(of: field.name) }
+                if configuration.includesFieldProvenance, let decoded = record.base {
+                    for field in decoded.fields { provenance[field.name] = decoded.provenance(of: field.name) }
                 }
-                modifications.append(.init(record: LatticeRecord(base: record, recordID: id), provenance: provenance))
+                modifications.append(.init(record: record, provenance: provenance))
             }
             for name in pull.removed {
                 deletions.append(.init(recordID: .init(recordName: name, zoneID: zoneID), recordType: nil, reason: .leftShare))
@@ -445,22 +443,20 @@ public actor LatticeSyncEngine {
         for _ in 0..<limit {
             try Task.checkCancellation()
             // The edits queued before the batch is asked for are the ones it can cover.
-            let snapshot = state.read { stored in
-                Dictionary(stored.pendingRecords.map { ($0.change.recordID, $0) }, uniquingKeysWith: { $1 })
-            }
+            let covering = state.read { $0.nextEdit }
             guard let delegate = configuration.delegate,
                   let batch = await delegate.nextRecordZoneChangeBatch(context, syncEngine: self) else { return }
             if batch.recordsToSave.isEmpty && batch.recordIDsToDelete.isEmpty && batch.withoutRecord.isEmpty { return }
-            let sent = try await send(batch, snapshot: snapshot)
+            let inBatch = Set(batch.recordsToSave.map(\.recordID)).union(batch.recordIDsToDelete).union(batch.withoutRecord)
+            let entries = state.read { $0.pendingEntries(inBatch) }
+            let sent = try await send(batch, entries: entries, covering: covering)
             state.update { stored in
                 var settled = Set(sent.savedRecords.map(\.recordID)).union(sent.deletedRecordIDs)
                 settled.formUnion(sent.failedRecordSaves.map(\.record.recordID))
                 settled.formUnion(sent.failedRecordDeletes.keys)
                 settled.formUnion(batch.withoutRecord)
-                // A change queued again after the snapshot stays: the batch did not cover that edit.
-                stored.pendingRecords.removeAll { entry in
-                    settled.contains(entry.change.recordID) && entry.edit <= (snapshot[entry.change.recordID]?.edit ?? 0)
-                }
+                // A change queued again after the batch was asked for stays: the batch did not cover that edit.
+                stored.removePending(settled, editsUpTo: covering)
             }
             await emit(.sentRecordZoneChanges(sent))
             await emitStateUpdate()
@@ -468,7 +464,7 @@ public actor LatticeSyncEngine {
     }
 
     /// One batch: per zone, the saves (one push), then the deletions (one `records/modify`).
-    private func send(_ batch: RecordZoneChangeBatch, snapshot: [LatticeRecord.ID: PendingEntry]) async throws
+    private func send(_ batch: RecordZoneChangeBatch, entries: [LatticeRecord.ID: PendingEntry], covering: UInt64) async throws
         -> Event.SentRecordZoneChanges {
         var saved: [LatticeRecord] = []
         var failedSaves: [Event.SentRecordZoneChanges.FailedRecordSave] = []
@@ -485,7 +481,7 @@ public actor LatticeSyncEngine {
         for zone in zones.sorted(by: { ($0.ownerName, $0.zoneName) < ($1.ownerName, $1.zoneName) }) {
             let records = order.filter { $0.zoneID == zone }.compactMap { saves[$0] }
             if !records.isEmpty {
-                let outcome = try await save(records, in: zone, batch: batch, snapshot: snapshot)
+                let outcome = try await save(records, in: zone, batch: batch, entries: entries)
                 saved += outcome.saved
                 failedSaves += outcome.failed
             }
@@ -496,7 +492,8 @@ public actor LatticeSyncEngine {
                 failedDeletes.merge(outcome.failed) { $1 }
             }
         }
-        for id in saved.map(\.recordID) + deleted { if let entry = snapshot[id] { covered[id] = entry.edit } }
+        // Every edit of these records numbered up to `covering` went with the batch.
+        for id in saved.map(\.recordID) + deleted { if let entry = entries[id] { covered[id] = min(entry.edit, covering) } }
         return .init(batchID: batch.batchID, savedRecords: saved, failedRecordSaves: failedSaves, deletedRecordIDs: deleted,
                      failedRecordDeletes: failedDeletes, coveredEdits: covered)
     }
@@ -505,16 +502,16 @@ public actor LatticeSyncEngine {
     private struct PreparedSave {
         var record: LatticeRecord
         var partial: RecordFrame?
-        var result: Record
+        var result: RecordFrame
     }
 
-    private func prepare(_ record: LatticeRecord, wire: ZoneID, snapshot: [LatticeRecord.ID: PendingEntry]) throws
+    private func prepare(_ record: LatticeRecord, wire: ZoneID, entries: [LatticeRecord.ID: PendingEntry]) throws
         -> PreparedSave {
         // Each edit counts from the first time the change was queued after it was made (from the last time,
         // for edits made in another run or after the change was last queued); each operation gets its own
         // stamp, increasing.
         let replica = state.replicaID
-        let marks = snapshot[record.recordID]?.marks ?? []
+        let marks = entries[record.recordID]?.marks ?? []
         let fresh: UInt64? = marks.isEmpty ? state.update { stored in
             var clock = stored.clock(configuration.now)
             let stamp = clock.now()
@@ -532,7 +529,7 @@ public actor LatticeSyncEngine {
         }
         do {
             let id = try RecordID(recordName: record.recordID.recordName, zoneID: wire)
-            let baseFrame = try record.base.map { try RecordFrame(encoding: $0) }
+            let baseFrame = record.baseFrame
             var edit = try baseFrame.flatMap { $0.isDeleted ? nil : try RecordEdit(editing: $0) }
                 ?? RecordEdit(creating: id, recordType: record.recordType, over: baseFrame, at: stamp(record.edits.first?.moment))
             for (change, moment) in record.edits {
@@ -558,7 +555,7 @@ public actor LatticeSyncEngine {
             let partial = try edit.frame()
             let joined = try partial.flatMap { _ in try edit.applied() } ?? baseFrame
             guard let joined else { throw LatticeSyncError(.invalidArguments, "record \(record.recordID) has nothing to save") }
-            return PreparedSave(record: record, partial: partial, result: try joined.decoded())
+            return PreparedSave(record: record, partial: partial, result: joined)
         } catch let error as LatticeSyncError {
             throw error
         } catch {
@@ -567,13 +564,13 @@ public actor LatticeSyncEngine {
     }
 
     private func save(_ records: [LatticeRecord], in zone: LatticeRecordZone.ID, batch: RecordZoneChangeBatch,
-                      snapshot: [LatticeRecord.ID: PendingEntry]) async throws
+                      entries: [LatticeRecord.ID: PendingEntry]) async throws
         -> (saved: [LatticeRecord], failed: [Event.SentRecordZoneChanges.FailedRecordSave]) {
         let wire = try wireZone(zone)
         var failed: [Event.SentRecordZoneChanges.FailedRecordSave] = []
         var prepared: [PreparedSave] = []
         for record in records {
-            do { prepared.append(try prepare(record, wire: wire, snapshot: snapshot)) } catch {
+            do { prepared.append(try prepare(record, wire: wire, entries: entries)) } catch {
                 failed.append(.init(record: record, error: LatticeSyncError(error)))
             }
         }
@@ -614,7 +611,7 @@ public actor LatticeSyncEngine {
             } else if item.partial != nil && answer == nil {
                 failed.append(.init(record: item.record, error: LatticeSyncError(.serverRejectedRequest, "no answer for \(name)")))
             } else {
-                var record = LatticeRecord(base: item.result, recordID: item.record.recordID,
+                var record = LatticeRecord(frame: item.result, recordID: item.record.recordID,
                                            changeTag: answer?["recordChangeTag"]?.stringValue ?? item.record.recordChangeTag)
                 record.modificationDate = nil
                 saved.append(record)
@@ -646,7 +643,7 @@ public actor LatticeSyncEngine {
             } else {
                 let operations: [JSON] = try saves.map { save in
                     guard case .object(var record) = try save.partial!.decoded().cloudKitJSON else { return .null }
-                    let strictUpdate = save.record.base != nil
+                    let strictUpdate = save.record.baseFrame != nil
                     if strictUpdate { record["recordChangeTag"] = save.record.recordChangeTag.map(JSON.string) ?? .string("") }
                     return .object(["operationType": .string(strictUpdate ? "update" : "create"), "record": .object(record)])
                 }

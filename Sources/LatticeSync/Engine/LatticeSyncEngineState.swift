@@ -61,14 +61,30 @@ extension LatticeSyncEngine {
             guard !changes.isEmpty else { return }
             storage.withLock { stored in
                 var clock = stored.clock(now)
+                // One pass over the queue, whatever the number of changes (an app may queue thousands at once).
+                let ids = Set(changes.map(\.recordID))
+                var earlierMarks: [LatticeRecord.ID: [EditMark]] = [:]
+                stored.pendingRecords.removeAll { entry in
+                    guard ids.contains(entry.change.recordID) else { return false }
+                    earlierMarks[entry.change.recordID] = entry.marks
+                    return true
+                }
+                var added: [LatticeRecord.ID: Int] = [:]
                 for change in changes {
                     // The marks of a change queued before stay: each edit is stamped by the first mark after it.
-                    var marks = stored.pendingRecords.first { $0.change.recordID == change.recordID }?.marks ?? []
-                    stored.pendingRecords.removeAll { $0.change.recordID == change.recordID }
+                    var marks: [EditMark]
+                    if let index = added[change.recordID] {
+                        marks = stored.pendingRecords[index].marks
+                        stored.pendingRecords.remove(at: index)
+                        added = added.mapValues { $0 > index ? $0 - 1 : $0 }
+                    } else {
+                        marks = earlierMarks[change.recordID] ?? []
+                    }
                     stored.nextEdit += 1
                     let stamp = clock.now().hlc.rawValue
                     marks.append(EditMark(moment: .now(), stamp: stamp))
                     if marks.count > Self.maximumMarks { marks.removeFirst(marks.count - Self.maximumMarks) }
+                    added[change.recordID] = stored.pendingRecords.count
                     stored.pendingRecords.append(PendingEntry(change: change, edit: stored.nextEdit, stamp: stamp, marks: marks))
                 }
                 stored.clockLatest = clock.latest.rawValue
@@ -170,6 +186,42 @@ extension LatticeSyncEngine {
         }
 
         func zone(_ id: LatticeRecordZone.ID) -> ZoneEntry? { zones.first { $0.zoneID == id } }
+
+        /// The queued changes of these records. A batch is usually the first changes of the queue, so the
+        /// scan stops once all are found.
+        func pendingEntries(_ ids: Set<LatticeRecord.ID>) -> [LatticeRecord.ID: PendingEntry] {
+            var found: [LatticeRecord.ID: PendingEntry] = [:]
+            for entry in pendingRecords where ids.contains(entry.change.recordID) {
+                found[entry.change.recordID] = entry
+                if found.count == ids.count { break }
+            }
+            return found
+        }
+
+        /// Takes these records' changes off the queue unless queued again after edit number `edit` (the
+        /// scan stops once all are found).
+        mutating func removePending(_ ids: Set<LatticeRecord.ID>, editsUpTo edit: UInt64) {
+            var seen = 0
+            var removing: [Int] = []
+            for (index, entry) in pendingRecords.enumerated() where ids.contains(entry.change.recordID) {
+                if entry.edit <= edit { removing.append(index) }
+                seen += 1
+                if seen == ids.count { break }
+            }
+            guard !removing.isEmpty else { return }
+            // The usual case, a batch of the first changes: one move of what stays, no copies.
+            if removing.last == removing.count - 1 {
+                pendingRecords.removeSubrange(0..<removing.count)
+                return
+            }
+            var kept: [PendingEntry] = []
+            kept.reserveCapacity(pendingRecords.count - removing.count)
+            var next = 0
+            for (index, entry) in pendingRecords.enumerated() {
+                if next < removing.count && removing[next] == index { next += 1 } else { kept.append(entry) }
+            }
+            pendingRecords = kept
+        }
 
         mutating func setZone(_ entry: ZoneEntry) {
             if let index = zones.firstIndex(where: { $0.zoneID == entry.zoneID }) { zones[index] = entry } else {
