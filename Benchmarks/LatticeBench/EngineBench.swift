@@ -182,18 +182,25 @@ enum EngineBench {
             let old = lines.filter { $0["scenario"]?.stringValue == scenario && $0["engine"]?.stringValue == "old" }
             let new = lines.filter { $0["scenario"]?.stringValue == scenario && $0["engine"]?.stringValue == "new" }
             guard let oldMedian = median(old), let newMedian = median(new) else { continue }
-            output.emit(["kind": .string("summary"), "scenario": .string(scenario),
+            let both = { (lines: [[String: JSONValue]]) in median(lines, key: "edit_and_send_records_per_s") }
+            var extra: [String: JSONValue] = [:]
+            if scenario == "push", let oldBoth = both(old), let newBoth = both(new) {
+                extra = ["old_edit_and_send_records_per_s_median": SyncBench.rounded(oldBoth, 1),
+                         "new_edit_and_send_records_per_s_median": SyncBench.rounded(newBoth, 1),
+                         "edit_and_send_ratio_new_to_old": SyncBench.rounded(newBoth / oldBoth, 3)]
+            }
+            output.emit(extra.merging(["kind": .string("summary"), "scenario": .string(scenario),
                          "old_records_per_s_median": SyncBench.rounded(oldMedian, 1),
                          "new_records_per_s_median": SyncBench.rounded(newMedian, 1),
                          "ratio_new_to_old": SyncBench.rounded(newMedian / oldMedian, 3),
-                         "pairs": .integer(min(old.count, new.count))])
+                         "pairs": .integer(min(old.count, new.count))]) { $1 })
         }
         return lines.allSatisfy { $0["status"]?.stringValue == "ok" } ? 0 : 1
     }
 
-    private static func median(_ lines: [[String: JSONValue]]) -> Double? {
+    private static func median(_ lines: [[String: JSONValue]], key: String = "records_per_s") -> Double? {
         let values = lines.compactMap { line -> Double? in
-            if case .double(let value)? = line["records_per_s"] { return value }
+            if case .double(let value)? = line[key] { return value }
             return nil
         }.sorted()
         return values.isEmpty ? nil : values[values.count / 2]
@@ -219,6 +226,17 @@ enum EngineBench {
 
     // MARK: Push
 
+    /// The local edits' time beside the send's: the old engine writes each edit into its replica as it is
+    /// made, the app engine makes an edit into a partial state when the batch is built.
+    private static func withEdits(_ line: [String: JSONValue], editSeconds: Double, sendSeconds: Double) -> [String: JSONValue] {
+        var line = line
+        var records = 0
+        if case .int(let count)? = line["records"] { records = Int(count) }
+        line["local_edit_s"] = SyncBench.rounded(editSeconds, 4)
+        line["edit_and_send_records_per_s"] = SyncBench.rate(records, editSeconds + sendSeconds)
+        return line
+    }
+
     private static func pushOld(pair: Int, _ options: EngineBenchOptions, server: BenchServer, root: String) throws
         -> [String: JSONValue] {
         let transport = try CountingTransport(serverURL: server.url)
@@ -230,6 +248,7 @@ enum EngineBench {
         try engine.edit("warm-up", in: zone, creating: "Item") { record, stamp in try record.set("n", to: .int64(0), at: stamp()) }
         var warm = SyncReport()
         try engine.send(&warm)
+        let editBegan = monotonicNanoseconds()
         for index in 0..<options.records {
             try engine.edit("item-\(index)", in: zone, creating: "Item") { record, stamp in
                 try record.set("name", to: .string("item \(index)"), at: stamp())
@@ -237,13 +256,14 @@ enum EngineBench {
                 try record.add([.string("alpha"), .string("tag\(index % 400)")], to: "tags", at: stamp())
             }
         }
+        let editSeconds = Double(monotonicNanoseconds() - editBegan) / 1e9
         _ = transport.take()
         let began = monotonicNanoseconds()
         var report = SyncReport()
         try engine.send(&report)
         let seconds = Double(monotonicNanoseconds() - began) / 1e9
-        return line("push", engine: "old", pair: pair, records: report.sent, seconds: seconds, transport: transport,
-                    batch: options.batch, expected: options.records)
+        return withEdits(line("push", engine: "old", pair: pair, records: report.sent, seconds: seconds, transport: transport,
+                              batch: options.batch, expected: options.records), editSeconds: editSeconds, sendSeconds: seconds)
     }
 
     private static func pushNew(pair: Int, _ options: EngineBenchOptions, server: BenchServer, root: String) throws
@@ -260,6 +280,7 @@ enum EngineBench {
         engine.state.add(pendingDatabaseChanges: [.saveZone(LatticeRecordZone(zoneID: zone))])
         try blocking { try await engine.sendChanges() }
         var ids: [LatticeRecord.ID] = []
+        let editBegan = monotonicNanoseconds()
         app.records.withLock { records in
             for index in 0..<options.records {
                 let id = LatticeRecord.ID(recordName: "item-\(index)", zoneID: zone)
@@ -272,6 +293,7 @@ enum EngineBench {
             }
         }
         engine.state.add(pendingRecordZoneChanges: ids.map { .saveRecord($0) })
+        let editSeconds = Double(monotonicNanoseconds() - editBegan) / 1e9
         _ = transport.take()
         let began = monotonicNanoseconds()
         try blocking { try await engine.sendChanges() }
@@ -279,8 +301,8 @@ enum EngineBench {
         let failures = app.failures.withLock { $0 }
         if let first = failures.first { throw SystemError.message("new engine push: \(failures.count) failed saves, first \(first)") }
         let sent = options.records - engine.state.pendingRecordZoneChanges.count
-        return line("push", engine: "new", pair: pair, records: sent, seconds: seconds, transport: transport,
-                    batch: options.batch, expected: options.records)
+        return withEdits(line("push", engine: "new", pair: pair, records: sent, seconds: seconds, transport: transport,
+                              batch: options.batch, expected: options.records), editSeconds: editSeconds, sendSeconds: seconds)
     }
 
     // MARK: Pull

@@ -26,6 +26,8 @@ import Testing
         // The pushes went in requests of at most --batch records: 30 records, 7 a request, 5 requests.
         for line in measurements where line["scenario"]?.stringValue == "push" {
             #expect(line["requests"] == .int(5), "\(line.serialized())")
+            #expect(line["local_edit_s"]?.doubleValue != nil && line["edit_and_send_records_per_s"]?.doubleValue != nil,
+                    "the edits' time beside the send's: \(line.serialized())")
         }
         let bad = try SyncBenchCommandTests.bench(["engine", "--batch", "0"])
         #expect(bad.status == 2 && bad.stderr.contains("--batch"), "\(bad)")
