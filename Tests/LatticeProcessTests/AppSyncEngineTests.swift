@@ -470,6 +470,49 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         #expect(gone.contains(accepted.zoneID), "the zone's end is an event: \(device.events)")
     }
 
+    @Test func aReadOnlyParticipantsSaveFailsPerRecordAndADeletedZoneReachesTheOtherDevices() async throws {
+        let world = try World()
+        let (owner, a) = world.device()
+        try await Self.makeZone(a, owner)
+        owner.edit(a, "n") { $0["title"] = "Read only for gus" }
+        try await a.sendChanges()
+        let client = try AccountClient(serverURL: world.url)
+        let zone: JSON = .object(["zoneName": .string("Notes")])
+        _ = try client.call("private", "shares/create", .object(["zoneID": zone, "publicPermission": .string("readOnly")]),
+                            as: world.account)
+        let link = try #require(try client.call("private", "shares/url", .object(["zoneID": zone]), as: world.account)["url"]?.stringValue)
+        let guest = try client.signUp(name: "gus")
+        let accepted = try client.acceptShare(link, as: guest)
+        #expect(accepted.permission == "readOnly")
+        let device = NotesDevice()
+        var configuration = LatticeSyncEngine.Configuration(database: .shared, account: guest, stateSerialization: nil, delegate: device)
+        configuration.automaticallySync = false
+        let shared = LatticeSyncEngine(configuration)
+        try await shared.fetchChanges()
+        let id = LatticeRecord.ID(recordName: "n", zoneID: accepted.zoneID)
+        var record = try #require(device.model.withLock { $0.notes[id] })
+        record["title"] = "gus was here"
+        device.model.withLock { $0.notes[id] = record }
+        shared.state.add(pendingRecordZoneChanges: [.saveRecord(id)])
+        try await shared.sendChanges()
+        let sent = try #require(device.model.withLock { $0.sent.last })
+        #expect(sent.savedRecords.isEmpty)
+        #expect(sent.failedRecordSaves.map(\.error.code) == [.permissionFailure], "\(sent.failedRecordSaves.map(\.error))")
+        #expect(shared.state.pendingRecordZoneChanges.isEmpty, "a refused save is taken off the queue, as in CloudKit")
+        // The owner deletes the zone from a second device's queue of database changes; the first device and
+        // the participant hear of it.
+        let (laptop, b) = world.device()
+        try await b.fetchChanges()
+        b.state.add(pendingDatabaseChanges: [.deleteZone(owner.zone)])
+        try await b.sendChanges()
+        let deleted = laptop.model.withLock { $0.events }
+        #expect(deleted.contains("sentDatabaseChanges"), "\(deleted)")
+        try await a.fetchChanges()
+        #expect(owner.model.withLock { $0.zoneDeletions } == [owner.zone])
+        try await shared.fetchChanges()
+        #expect(device.model.withLock { $0.zoneDeletions }.contains(accepted.zoneID), "\(device.events)")
+    }
+
     @Test func cancelOperationsEndsAFetchAtOnce() async throws {
         let world = try World()
         let (device, engine) = world.device()
