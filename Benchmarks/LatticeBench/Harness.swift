@@ -42,65 +42,15 @@ enum Harness {
             if let path = options.dumpWorkloadPath { return dumpWorkload(options, to: path) }
             return runOrchestrator(options, argv: arguments)
         case "serve":
-            do {
-                let options = try ServeLoadOptions.parse(Array(arguments.dropFirst()))
-                if options.help {
-                    writeText(1, ServeLoadOptions.usage + "\n")
-                    return 0
-                }
-                return ServeLoad.run(options)
-            } catch {
-                writeText(2, "lattice-bench serve: error: \(error.message)\n")
-                return 2
-            }
+            return runCommand("serve", arguments, ServeLoadOptions.self, helpHint: false) { options, _ in ServeLoad.run(options) }
         case "sync":
-            do {
-                let options = try SyncBenchOptions.parse(Array(arguments.dropFirst()))
-                if options.help {
-                    writeText(1, SyncBenchOptions.usage + "\n")
-                    return 0
-                }
-                return SyncBench.run(options, argv: arguments)
-            } catch {
-                writeText(2, "lattice-bench sync: error: \(error.message)\n(run 'lattice-bench sync --help' for the options)\n")
-                return 2
-            }
+            return runCommand("sync", arguments, SyncBenchOptions.self) { SyncBench.run($0, argv: $1) }
         case "engine":
-            do {
-                let options = try EngineBenchOptions.parse(Array(arguments.dropFirst()))
-                if options.help {
-                    writeText(1, EngineBenchOptions.usage + "\n")
-                    return 0
-                }
-                return EngineBench.run(options, argv: arguments)
-            } catch {
-                writeText(2, "lattice-bench engine: error: \(error.message)\n(run 'lattice-bench engine --help' for the options)\n")
-                return 2
-            }
+            return runCommand("engine", arguments, EngineBenchOptions.self) { EngineBench.run($0, argv: $1) }
         case "push":
-            do {
-                let options = try PushProfileOptions.parse(Array(arguments.dropFirst()))
-                if options.help {
-                    writeText(1, PushProfileOptions.usage + "\n")
-                    return 0
-                }
-                return PushProfile.run(options)
-            } catch {
-                writeText(2, "lattice-bench push: error: \(error.message)\n")
-                return 2
-            }
+            return runCommand("push", arguments, PushProfileOptions.self, helpHint: false) { options, _ in PushProfile.run(options) }
         case "soak":
-            do {
-                let options = try SoakOptions.parse(Array(arguments.dropFirst()))
-                if options.help {
-                    writeText(1, SoakOptions.usage + "\n")
-                    return 0
-                }
-                return SoakBench.run(options, argv: arguments)
-            } catch {
-                writeText(2, "lattice-bench soak: error: \(error.message)\n(run 'lattice-bench soak --help' for the options)\n")
-                return 2
-            }
+            return runCommand("soak", arguments, SoakOptions.self) { SoakBench.run($0, argv: $1) }
         case BenchServer.guardCommand: // internal: the process between `lattice-bench sync` and its server
             return BenchServer.runGuard(Array(arguments.dropFirst()))
         case "-h", "--help", "help":
@@ -108,6 +58,25 @@ enum Harness {
             return 0
         default:
             writeText(2, "lattice-bench: error: unknown command '\(command)'\n" + topUsage)
+            return 2
+        }
+    }
+
+    /// A command with options of its own: `--help` prints its usage; a bad command line exits 2 naming it.
+    private static func runCommand<Options: BenchCommandOptions>(
+        _ name: String, _ arguments: [String], _ type: Options.Type, helpHint: Bool = true,
+        run: (Options, [String]) -> Int32
+    ) -> Int32 {
+        do {
+            let options = try Options.parse(Array(arguments.dropFirst()))
+            if options.help {
+                writeText(1, Options.usage + "\n")
+                return 0
+            }
+            return run(options, arguments)
+        } catch {
+            let hint = helpHint ? "(run 'lattice-bench \(name) --help' for the options)\n" : ""
+            writeText(2, "lattice-bench \(name): error: \(error.message)\n" + hint)
             return 2
         }
     }
@@ -393,3 +362,16 @@ struct LineOutput {
         if fileDescriptor >= 0 { _ = Glibc.close(fileDescriptor); fileDescriptor = -1 }
     }
 }
+
+/// The options of a `lattice-bench` command: parsed from its arguments, with a usage text and `--help`.
+protocol BenchCommandOptions {
+    static var usage: String { get }
+    var help: Bool { get }
+    static func parse(_ arguments: [String]) throws(UsageError) -> Self
+}
+
+extension ServeLoadOptions: BenchCommandOptions {}
+extension SyncBenchOptions: BenchCommandOptions {}
+extension EngineBenchOptions: BenchCommandOptions {}
+extension PushProfileOptions: BenchCommandOptions {}
+extension SoakOptions: BenchCommandOptions {}

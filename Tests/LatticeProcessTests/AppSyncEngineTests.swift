@@ -432,39 +432,59 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         await b.cancelOperations()
     }
 
-    @Test func aSharedZoneIsAcceptedFetchedEditedAndItsEndArrivesAsAnEvent() async throws {
-        let world = try World()
+    /// The owner's device makes the Notes zone with one note and shares the whole zone with a new user, gus,
+    /// who accepts a link (`short`: the short one); gus's engine on the shared database has fetched it.
+    struct SharedZone {
+        let owner: NotesDevice, ownerEngine: LatticeSyncEngine
+        let accepted: AccountClient.AcceptedShare
+        let guest: NotesDevice, guestEngine: LatticeSyncEngine
+        let client: AccountClient
+        let zone: JSON
+    }
+
+    static func shareNotes(_ world: World, title: String, permission: String, short: Bool) async throws -> SharedZone {
         let (owner, a) = world.device()
-        try await Self.makeZone(a, owner)
-        owner.edit(a, "n") { $0["title"] = "Shared note" }
+        try await makeZone(a, owner)
+        owner.edit(a, "n") { $0["title"] = title }
         try await a.sendChanges()
         let client = try AccountClient(serverURL: world.url)
         let zone: JSON = .object(["zoneName": .string("Notes")])
-        _ = try client.call("private", "shares/create", .object(["zoneID": zone, "publicPermission": .string("readWrite")]),
+        _ = try client.call("private", "shares/create", .object(["zoneID": zone, "publicPermission": .string(permission)]),
                             as: world.account)
-        let link = try #require(try client.call("private", "shares/url", .object(["zoneID": zone]), as: world.account)["shortURL"]?.stringValue)
-        let guest = try client.signUp(name: "gus")
-        let accepted = try client.acceptShare(link, as: guest)
-        #expect(accepted.permission == "readWrite" && accepted.ownerName == "nora" && accepted.rootRecordName == nil)
-        // The guest's engine on the shared database.
-        let device = NotesDevice()
-        var configuration = LatticeSyncEngine.Configuration(database: .shared, account: guest, stateSerialization: nil, delegate: device)
+        let urls = try client.call("private", "shares/url", .object(["zoneID": zone]), as: world.account)
+        let link = try #require(urls[short ? "shortURL" : "url"]?.stringValue)
+        let account = try client.signUp(name: "gus")
+        let accepted = try client.acceptShare(link, as: account)
+        let guest = NotesDevice()
+        var configuration = LatticeSyncEngine.Configuration(database: .shared, account: account, stateSerialization: nil,
+                                                            delegate: guest)
         configuration.automaticallySync = false
-        let shared = LatticeSyncEngine(configuration)
-        try await shared.fetchChanges()
+        let engine = LatticeSyncEngine(configuration)
+        try await engine.fetchChanges()
+        return SharedZone(owner: owner, ownerEngine: a, accepted: accepted, guest: guest, guestEngine: engine, client: client,
+                          zone: zone)
+    }
+
+    @Test func aSharedZoneIsAcceptedFetchedEditedAndItsEndArrivesAsAnEvent() async throws {
+        let world = try World()
+        let shared = try await Self.shareNotes(world, title: "Shared note", permission: "readWrite", short: true)
+        let (owner, a, accepted, device, client, zone) = (shared.owner, shared.ownerEngine, shared.accepted, shared.guest,
+                                                          shared.client, shared.zone)
+        #expect(accepted.permission == "readWrite" && accepted.ownerName == "nora" && accepted.rootRecordName == nil)
+        let sharedEngine = shared.guestEngine
         let id = LatticeRecord.ID(recordName: "n", zoneID: accepted.zoneID)
         var record = try #require(device.model.withLock { $0.notes[id] }, "the shared note: \(device.snapshot)")
         #expect(record["title"] as String? == "Shared note")
         record["title"] = "Edited by gus"
         device.model.withLock { $0.notes[id] = record }
-        shared.state.add(pendingRecordZoneChanges: [.saveRecord(id)])
-        try await shared.sendChanges()
+        sharedEngine.state.add(pendingRecordZoneChanges: [.saveRecord(id)])
+        try await sharedEngine.sendChanges()
         try await a.fetchChanges()
         #expect(owner.snapshot["n"]?.contains("Edited by gus") == true, "\(owner.snapshot)")
         // The owner stops sharing: the guest hears the zone is gone.
         _ = try client.call("private", "shares/delete", .object(["zoneID": zone]), as: world.account)
         device.clearEvents()
-        try await shared.fetchChanges()
+        try await sharedEngine.fetchChanges()
         #expect(device.events.contains("fetchedDatabaseChanges") || device.events.contains("didFetchRecordZoneChanges"), "\(device.events)")
         let gone = device.model.withLock { $0.zoneDeletions }
         #expect(gone.contains(accepted.zoneID), "the zone's end is an event: \(device.events)")
@@ -472,23 +492,10 @@ final class NotesDevice: LatticeSyncEngineDelegate {
 
     @Test func aReadOnlyParticipantsSaveFailsPerRecordAndADeletedZoneReachesTheOtherDevices() async throws {
         let world = try World()
-        let (owner, a) = world.device()
-        try await Self.makeZone(a, owner)
-        owner.edit(a, "n") { $0["title"] = "Read only for gus" }
-        try await a.sendChanges()
-        let client = try AccountClient(serverURL: world.url)
-        let zone: JSON = .object(["zoneName": .string("Notes")])
-        _ = try client.call("private", "shares/create", .object(["zoneID": zone, "publicPermission": .string("readOnly")]),
-                            as: world.account)
-        let link = try #require(try client.call("private", "shares/url", .object(["zoneID": zone]), as: world.account)["url"]?.stringValue)
-        let guest = try client.signUp(name: "gus")
-        let accepted = try client.acceptShare(link, as: guest)
+        let sharing = try await Self.shareNotes(world, title: "Read only for gus", permission: "readOnly", short: false)
+        let (owner, a, accepted, device, shared) = (sharing.owner, sharing.ownerEngine, sharing.accepted, sharing.guest,
+                                                    sharing.guestEngine)
         #expect(accepted.permission == "readOnly")
-        let device = NotesDevice()
-        var configuration = LatticeSyncEngine.Configuration(database: .shared, account: guest, stateSerialization: nil, delegate: device)
-        configuration.automaticallySync = false
-        let shared = LatticeSyncEngine(configuration)
-        try await shared.fetchChanges()
         let id = LatticeRecord.ID(recordName: "n", zoneID: accepted.zoneID)
         var record = try #require(device.model.withLock { $0.notes[id] })
         record["title"] = "gus was here"
