@@ -459,6 +459,15 @@ def check_accessibility(driver, page, phone=False):
     return found
 
 
+def quit_all(drivers):
+    """Closes every browser; one that is already gone does not stop the others."""
+    for driver in drivers:
+        try:
+            driver.quit()
+        except Exception:  # noqa: BLE001
+            pass
+
+
 def shoot_both(driver, name):
     """Screenshots of the page at 1280 x 800 (`name`.png) and 390 x 844 (`name`-phone.png), each checked for
     accessibility (names, contrast, no sideways scrolling on the phone)."""
@@ -1172,11 +1181,7 @@ def main():
             if matches(name):
                 test(name, locals()[function])
     finally:
-        for driver in drivers:
-            try:
-                driver.quit()
-            except Exception:
-                pass
+        quit_all(drivers)
         server.stop()
         if os.environ.get("KEEP"):
             print(f"kept {directory}")

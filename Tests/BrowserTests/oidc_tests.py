@@ -132,11 +132,7 @@ def main():
                  ("a person from a share link comes back to it", a_person_from_a_share_link_comes_back_to_it)]
         results = bt.run_suite("oidc", tests)
     finally:
-        for driver in drivers:
-            try:
-                driver.quit()
-            except Exception:  # noqa: BLE001
-                pass
+        bt.quit_all(drivers)
         server.stop()
         provider.stop()
         if not os.environ.get("KEEP"):

@@ -180,11 +180,7 @@ def main():
                  ("a passkey sign-up from a share link comes back to it", a_passkey_sign_up_from_a_share_link_comes_back_to_it)]
         results = bt.run_suite("passkeys", tests)
     finally:
-        for driver in drivers:
-            try:
-                driver.quit()
-            except Exception:  # noqa: BLE001
-                pass
+        bt.quit_all(drivers)
         server.stop()
         if not os.environ.get("KEEP"):
             shutil.rmtree(directory, ignore_errors=True)

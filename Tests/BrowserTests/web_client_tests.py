@@ -695,11 +695,7 @@ def main():
             ("no script error or CSP violation in the whole run", no_script_error_or_csp_violation),
         ])
     finally:
-        for driver in drivers:
-            try:
-                driver.quit()
-            except Exception:
-                pass
+        bt.quit_all(drivers)
         state_server = locals().get("state", {}).get("server", server)
         state_server.stop()
         if os.environ.get("KEEP"):
