@@ -291,6 +291,40 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         #expect(!again.events.contains("fetchedRecordZoneChanges") || again.model.withLock { $0.notes.count } == 1)
     }
 
+    @Test func unsentEditsArchivedWithTheirMomentsAreStampedAsPreciselyAfterARestart() async throws {
+        let world = try World()
+        let (laptop, a) = world.device()
+        let (phone, b) = world.device()
+        try await Self.makeZone(a, laptop)
+        laptop.edit(a, "n") { $0["title"] = "one"; $0["body"] = "one" }
+        try await a.sendChanges()
+        try await b.fetchChanges()
+        // The laptop, offline: the title at 10:00; the phone's title at 10:05, sent; the laptop body at 10:10.
+        laptop.edit(a, "n") { $0["title"] = "laptop title" }
+        try await Task.sleep(for: .milliseconds(5))
+        phone.edit(b, "n") { $0["title"] = "phone title" }
+        try await b.sendChanges()
+        try await Task.sleep(for: .milliseconds(5))
+        laptop.clearEvents()
+        laptop.edit(a, "n") { $0["body"] = "laptop body" }
+        let deadline = ContinuousClock.now + .seconds(5)
+        while !laptop.events.contains("stateUpdate") && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        // The app keeps the record with its unsent edits and the state, and starts again.
+        let id = LatticeRecord.ID(recordName: "n", zoneID: laptop.zone)
+        let archive = try #require(laptop.model.withLock { $0.notes[id] }).encodeWithEdits()
+        let restoredRecord = try LatticeRecord(archive: archive)
+        #expect(restoredRecord.changedKeys() == ["body", "title"] && restoredRecord["title"] as String? == "laptop title")
+        let (again, c) = world.device(state: laptop.model.withLock { $0.serialization })
+        again.model.withLock { $0.notes[id] = restoredRecord }
+        try await c.sendChanges()
+        try await b.fetchChanges()
+        let sentAgain = again.model.withLock { $0.sent }
+        #expect(sentAgain.flatMap(\.savedRecords).map(\.recordID) == [id], "saved: \(sentAgain.map(\.savedRecords)), failed: \(sentAgain.map(\.failedRecordSaves)), events \(again.events)")
+        #expect(phone.snapshot["n"]?.contains("phone title") == true, "the phone's later title wins: \(phone.snapshot)")
+        #expect(phone.snapshot["n"]?.contains("laptop body") == true, "\(phone.snapshot)")
+        #expect(throws: LatticeSyncError.self) { try LatticeRecord(archive: Data("{}".utf8)) }
+    }
+
     @Test func eventsComeInTheDocumentedOrder() async throws {
         let world = try World()
         let (device, engine) = world.device()

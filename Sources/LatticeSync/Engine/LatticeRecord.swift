@@ -362,6 +362,71 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
         }
     }
 
+    // MARK: Archive with unsent edits
+
+    /// The record with its unsent edits, to keep across launches (a program that queues changes in one run
+    /// and sends them in another: each edit keeps the moment it was made, so it is stamped as precisely as
+    /// if it had been sent from this run). `init(archive:)` reads it back. The system fields alone are
+    /// `encodeSystemFields()`.
+    public func encodeWithEdits() throws -> Data {
+        let edits: [JSON] = self.edits.map { edit, moment in
+            var item: [String: JSON] = ["process": .string(String(moment.process)), "sequence": .string(String(moment.sequence))]
+            switch edit {
+            case let .set(key, value):
+                item["op"] = .string("set")
+                item["key"] = .string(key)
+                item["value"] = value?.cloudKitJSON ?? .null
+            case let .add(key, elements), let .remove(key, elements):
+                if case .add = edit { item["op"] = .string("add") } else { item["op"] = .string("remove") }
+                item["key"] = .string(key)
+                item["value"] = FieldValue.list(elements.first?.type ?? .string, elements).cloudKitJSON
+            case let .parent(reference):
+                item["op"] = .string("parent")
+                item["value"] = reference.map { .object(["recordName": .string($0.recordID.recordName),
+                                                         "action": .string($0.action == .deleteSelf ? "DELETE_SELF" : "NONE")]) }
+                    ?? .null
+            }
+            return .object(item)
+        }
+        let archive: JSON = .object(["systemFields": .string(try encodeSystemFields().base64EncodedString()),
+                                     "edits": .array(edits)])
+        return Data(archive.serializedBytes())
+    }
+
+    /// A record read back from `encodeWithEdits()`.
+    /// - Throws: `LatticeSyncError` (`.invalidArguments`) for bytes that are not such an archive.
+    public init(archive: Data) throws {
+        let invalid = LatticeSyncError(.invalidArguments, "these bytes are not an archived record")
+        guard let json = try? JSON.parse([UInt8](archive)), let fields = json["systemFields"]?.stringValue,
+              let systemFields = Data(base64Encoded: fields), let edits = json["edits"]?.arrayValue else { throw invalid }
+        try self.init(systemFields: systemFields)
+        for item in edits {
+            guard let op = item["op"]?.stringValue, let process = item["process"]?.stringValue.flatMap(UInt64.init),
+                  let sequence = item["sequence"]?.stringValue.flatMap(UInt64.init) else { throw invalid }
+            let moment = EditMoment(process: process, sequence: sequence)
+            let key = item["key"]?.stringValue
+            let value = item["value"] ?? .null
+            func field() throws -> FieldValue? {
+                value == .null ? nil : try FieldValue(cloudKitJSON: value, path: "edits")
+            }
+            switch (op, key) {
+            case ("set", let key?):
+                apply(.set(key, try field()), at: moment)
+            case ("add", let key?), ("remove", let key?):
+                guard case .list(_, let elements)? = try field() else { throw invalid }
+                apply(op == "add" ? .add(key, elements) : .remove(key, elements), at: moment)
+            case ("parent", _):
+                let reference = value["recordName"]?.stringValue.map {
+                    Reference(recordID: ID(recordName: $0, zoneID: recordID.zoneID),
+                              action: value["action"]?.stringValue == "DELETE_SELF" ? .deleteSelf : .none)
+                }
+                apply(.parent(reference), at: moment)
+            default:
+                throw invalid
+            }
+        }
+    }
+
     public var description: String {
         let values = allKeys().map { "\($0): \(fieldValue($0).map { "\($0)" } ?? "nil")" }.joined(separator: ", ")
         return "\(recordType) \(recordID.recordName) {\(values)}"
