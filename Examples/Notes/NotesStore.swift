@@ -159,7 +159,7 @@ final class NotesStore: LatticeSyncEngineDelegate {
                 }
             }
         default:
-            break
+            return // will/did events change nothing to save
         }
         try? save()
     }

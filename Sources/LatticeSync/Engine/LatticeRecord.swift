@@ -195,9 +195,6 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     var base: Record? { stored?.record }
     /// The server's change tag of `base` when known (the strict save policy compares it).
     public internal(set) var recordChangeTag: String?
-    /// When the server last modified the record, and who, when known (JSON answers carry them).
-    public internal(set) var modificationDate: Date?
-    public internal(set) var lastModifiedUserRecordName: String?
     /// The edits, each with the moment it was made (`EditMoment`): the engine stamps each with the time
     /// of the first `State.add(pendingRecordZoneChanges:)` after it.
     var edits: [(edit: Edit, moment: EditMoment)] = []

@@ -62,7 +62,8 @@ public actor LatticeSyncEngine {
     private var nextOperation = 0
     private var automatic: Task<Void, Never>?
     private var wake: AsyncStream<Void>.Continuation?
-    private var sendScheduled = false
+    /// The client of the account's server, kept so its keep-alive connections serve every exchange.
+    private var server: (url: String, client: ServerClient)?
 
     public init(_ configuration: Configuration) {
         database = configuration.database
@@ -200,9 +201,11 @@ public actor LatticeSyncEngine {
     }
 
     private func client(_ account: Account) throws -> ServerClient {
+        if let server, server.url == account.serverURL { return server.client }
         let transport = try configuration.transport ?? HTTPTransport(serverURL: account.serverURL)
         var client = ServerClient(transport: transport, container: database.container, environment: database.environment)
         client.onWait = { _ in } // the engine's caller hears of failures through the thrown error
+        server = (account.serverURL, client)
         return client
     }
 
@@ -579,8 +582,7 @@ public actor LatticeSyncEngine {
         if !sending.isEmpty {
             do {
                 items = try await push(sending, wire: wire, batch: batch)
-            } catch let error as ServerError where !error.isNotNow && error.serverErrorCode != nil
-                && error.serverErrorCode != .authenticationFailed {
+            } catch let error as ServerError where error.refusesTheWholeRequest {
                 // The whole request was refused (the zone is gone, no permission): every record fails with it.
                 let refusal = LatticeSyncError(error)
                 return ([], failed + prepared.map { .init(record: $0.record, error: refusal) })
@@ -611,10 +613,8 @@ public actor LatticeSyncEngine {
             } else if item.partial != nil && answer == nil {
                 failed.append(.init(record: item.record, error: LatticeSyncError(.serverRejectedRequest, "no answer for \(name)")))
             } else {
-                var record = LatticeRecord(frame: item.result, recordID: item.record.recordID,
-                                           changeTag: answer?["recordChangeTag"]?.stringValue ?? item.record.recordChangeTag)
-                record.modificationDate = nil
-                saved.append(record)
+                saved.append(LatticeRecord(frame: item.result, recordID: item.record.recordID,
+                                           changeTag: answer?["recordChangeTag"]?.stringValue ?? item.record.recordChangeTag))
             }
         }
         return (saved, failed)
@@ -678,8 +678,7 @@ public actor LatticeSyncEngine {
         let reply: JSON
         do {
             reply = try await exchange { client, bearer in try client.call(scope, "records/modify", request, token: bearer) }
-        } catch let error as ServerError where !error.isNotNow && error.serverErrorCode != nil
-            && error.serverErrorCode != .authenticationFailed {
+        } catch let error as ServerError where error.refusesTheWholeRequest {
             let refusal = LatticeSyncError(error)
             return ([], Dictionary(ids.map { ($0, refusal) }, uniquingKeysWith: { $1 }))
         }
@@ -707,7 +706,7 @@ public actor LatticeSyncEngine {
     private func automaticRound(after failures: Int) async -> Int {
         var failures = failures
         do {
-            try await fetchChanges()
+            try await enqueue { engine in try await engine.performFetch(.init(), reason: .scheduled) }
             if !state.read({ $0.pendingRecords.isEmpty && $0.pendingZones.isEmpty }) {
                 try await enqueue { engine in try await engine.performSend(.init(), reason: .scheduled) }
             }
@@ -745,6 +744,14 @@ public actor LatticeSyncEngine {
         }
         wake = nil
         return failures
+    }
+}
+
+extension ServerError {
+    /// A refusal of a whole batch request that every record of it shares (the zone is gone, no permission),
+    /// as opposed to "not now", a lost token or an answer in no known code, which end the send.
+    var refusesTheWholeRequest: Bool {
+        !isNotNow && serverErrorCode != nil && serverErrorCode != .authenticationFailed
     }
 }
 
