@@ -104,7 +104,7 @@ let package = Package(
         // PostgreSQL databases and clusters, a raw HTTP/1.1 client and a real `lattice serve` process. In no
         // product: the shipped libraries and executables do not contain it.
         .target(
-            name: "LatticeTestSupport", dependencies: ["LatticeCore", "LatticeStore", "LatticeSync", "LatticeSharing", "CPostgres",
+            name: "LatticeTestSupport", dependencies: ["LatticeCore", "LatticeStore", "LatticeSync", "LatticeLists", "LatticeSharing", "CPostgres",
                                                        "CLibCrypto"],
             path: "Tests/LatticeTestSupport"
         ),

@@ -8,7 +8,7 @@ import LatticeSync
 
 /// A home keeps one account's lists: switching to another account drops them, so unsent changes must go
 /// first. `newUser` is the account being signed in to, when known (nil: a new account).
-func checkSwitch(_ engine: SyncEngine, server: String, newUser: (String) throws -> String?) throws {
+func checkSwitch(_ engine: ListsReplica, server: String, newUser: (String) throws -> String?) throws {
     guard let current = engine.account else { return }
     let pending = try engine.pendingCount()
     guard pending > 0 else { return }
@@ -41,7 +41,7 @@ func runSignUp(_ arguments: [String]) throws {
         throw CommandFailure("sign-up refused: \(error.reason) (\(error.code))"
                              + (error.retryAdvice.map { "; " + $0 } ?? ""))
     }
-    try engine.signIn(account)
+    try blocking { try await engine.signIn(account) }
     if options.json {
         printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),
                            "server": .string(account.serverURL), "token": .string(account.token)]))
@@ -73,14 +73,14 @@ func runLogIn(_ arguments: [String]) throws {
             .userRecordName
     }
     let account = try AccountClient(serverURL: server).signIn(token: token)
-    try engine.signIn(account)
-    let outcome = options.noSync ? SyncOutcome() : try syncAfterChange(engine, Lists(engine: engine), options)
+    try blocking { try await engine.signIn(account) }
+    let outcome = options.noSync ? SyncOutcome() : try syncAfterChange(engine, Lists(replica: engine), options)
     if options.json {
         printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),
                            "server": .string(account.serverURL)]))
     } else {
         print("signed in as \(account.name) (\(account.userRecordName)) on \(account.serverURL)")
-        if outcome.synced { print("\(try Lists(engine: engine).all().count) lists on this device") }
+        if outcome.synced { print("\(try Lists(replica: engine).all().count) lists on this device") }
     }
     try outcome.finish()
 }
@@ -107,7 +107,7 @@ func runLogOut(_ arguments: [String]) throws {
                              + "lattice logout --local to forget the token here only (it then stays valid until "
                              + "revoked, for example with lattice admin revoke-token)")
     }
-    try engine.signOut()
+    try blocking { try await engine.signOut() }
     let state = local ? "kept on the server (not revoked)" : revoked ? "revoked" : "already revoked or expired"
     if options.json {
         printJSON(.object(["name": .string(account.name), "server": .string(account.serverURL),
@@ -145,7 +145,7 @@ func runSync(_ arguments: [String]) throws {
     if options.noSync { throw UsageError("--no-sync and lattice sync contradict each other") }
     let (engine, lists) = try options.openLists()
     let labels = try RecordLabels(lists)
-    let report = try engine.sync()
+    let report = try blocking { try await engine.sync() }
     let refusals = labels.refusals(report)
     if options.json {
         printJSON(.object([
@@ -162,7 +162,7 @@ func runSync(_ arguments: [String]) throws {
             "noLongerShared": .array(labels.noLongerShared(report)),
             "droppedEdits": .array(labels.droppedEdits(report)),
             "notNow": report.notNow.map { error in
-                .object(["code": .string(error.code), "reason": .string(error.reason),
+                .object(["code": .string(error.serverErrorCode ?? error.code.rawValue), "reason": .string(error.reason),
                          "retryAfter": error.retryAfter.map { .int(Int64($0.rounded(.up))) } ?? .null])
             } ?? .null,
         ]))

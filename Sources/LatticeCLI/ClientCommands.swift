@@ -223,6 +223,8 @@ func runClientCommand(_ command: String, _ arguments: [String]) throws {
         throw CommandFailure(describeClientError(error))
     } catch let error as TransportError {
         throw CommandFailure(describeClientError(error))
+    } catch let error as LatticeSyncError {
+        throw CommandFailure(describeClientError(error))
     }
 }
 

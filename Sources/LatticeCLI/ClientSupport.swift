@@ -2,6 +2,7 @@ import Foundation
 import LatticeCore
 import LatticeLists
 import LatticeSync
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -76,49 +77,65 @@ struct ClientOptions {
 
     /// Opens the home's replica. Files are owner-only (the replica holds the bearer token). A fetch of many
     /// records shows progress on stderr when that is a terminal.
-    func openEngine(creating: Bool = false) throws -> SyncEngine {
+    func openEngine(creating: Bool = false) throws -> ListsReplica {
         if !creating && !FileManager.default.fileExists(atPath: home) {
             throw CommandFailure("\(home) is not a Lattice home yet: " + SyncError.notSignedIn.description)
         }
         umask(0o077)
-        let engine = try SyncEngine(home: home)
+        let engine = try ListsReplica(home: home)
         if isatty(STDERR_FILENO) == 1 {
             let progress = FetchProgressLine()
-            engine.onEvent = { progress.handle($0) }
+            engine.onFetchProgress = { progress.handle($0) }
         }
         return engine
     }
 
     /// The engine of a signed-in home, with its lists.
-    func openLists() throws -> (SyncEngine, Lists) {
+    func openLists() throws -> (ListsReplica, Lists) {
         let engine = try openEngine()
         guard engine.account != nil else { throw CommandFailure(SyncError.notSignedIn.description) }
-        return (engine, Lists(engine: engine))
+        return (engine, Lists(replica: engine))
     }
 }
 
 /// A raw call with the home's account for an operation that is online only (sharing, tokens, devices).
-func callServer(_ engine: SyncEngine, _ database: String, _ operation: String, _ body: JSON) throws -> JSON {
+func callServer(_ engine: ListsReplica, _ database: String, _ operation: String, _ body: JSON) throws -> JSON {
     guard let account = engine.account else { throw SyncError.notSignedIn }
     return try AccountClient(serverURL: account.serverURL).call(database, operation, body, as: account)
 }
 
 /// "fetched N records" on one rewritten stderr line while a sync fetches.
-final class FetchProgressLine {
-    private var shown = false
+final class FetchProgressLine: Sendable {
+    /// Whether a line is shown. Guards nothing else.
+    private let shown = Mutex(false)
 
-    func handle(_ event: SyncEvent) {
-        switch event {
-        case .fetchProgress(let records) where records > 0:
+    /// Records fetched so far, or nil when the fetch ended.
+    func handle(_ records: Int?) {
+        if let records {
             writeStandardError("\rfetching changes: \(records) records")
-            shown = true
-        case .didFetchChanges:
-            if shown { writeStandardError("\n") }
-            shown = false
-        default:
-            break
+            shown.withLock { $0 = true }
+        } else if shown.withLock({ shown in defer { shown = false }; return shown }) {
+            writeStandardError("\n")
         }
     }
+}
+
+/// Runs the replica's async work (a sync, a sign-in) to its end from a command, which runs on the main
+/// thread: the work runs on Swift's own threads meanwhile, never on the one that waits.
+func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    let result = Mutex<Result<T, any Error>?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        do {
+            let value = try await body()
+            result.withLock { $0 = .success(value) }
+        } catch {
+            result.withLock { $0 = .failure(error) }
+        }
+        done.signal()
+    }
+    done.wait()
+    return try result.withLock { $0! }.get()
 }
 
 func writeStandardError(_ text: String) {
@@ -217,7 +234,7 @@ struct SyncOutcome {
 /// Syncs after a local change, unless --no-sync, and says what people need to know: that the change is
 /// queued (offline or --no-sync), that the server refused a change (the local copy was restored), that a
 /// list is no longer shared with them.
-func syncAfterChange(_ engine: SyncEngine, _ lists: Lists, _ options: ClientOptions) throws -> SyncOutcome {
+func syncAfterChange(_ engine: ListsReplica, _ lists: Lists, _ options: ClientOptions) throws -> SyncOutcome {
     var outcome = SyncOutcome()
     if options.noSync {
         outcome.pending = try engine.pendingCount()
@@ -226,7 +243,7 @@ func syncAfterChange(_ engine: SyncEngine, _ lists: Lists, _ options: ClientOpti
         return outcome
     }
     let labels = try RecordLabels(lists)
-    let report = try engine.sync()
+    let report = try blocking { try await engine.sync() }
     outcome.pending = report.queued
     outcome.synced = report.online && report.notNow == nil
     if !report.online {
@@ -265,7 +282,7 @@ struct RecordLabels {
 
     func label(_ recordName: String) -> String { names[recordName] ?? recordName }
 
-    func refusals(_ report: SyncReport) -> [String] {
+    func refusals(_ report: ListsSyncReport) -> [String] {
         report.rejected.map { rejected in
             "the server refused the change to \(label(rejected.recordName)) (\(rejected.code): \(rejected.reason)); "
                 + "this device's copy was restored to the server's"
@@ -273,14 +290,14 @@ struct RecordLabels {
     }
 
     /// The list a lost share was rooted at, as this device knew it before the sync.
-    private func list(_ share: LostShare) -> ListSummary? {
+    private func list(_ share: ListsSyncReport.LostShare) -> ListSummary? {
         listsByZone[Self.zoneKey(share.database, share.zone, share.owner)]?.first { $0.id == share.rootRecordName }
     }
 
     /// The lost list a dropped edit went with: the record's list (or the list itself, or the lost share's
     /// root) when this sync lost that list's share or its zone. Nil for a record that left a list still
     /// shared (the owner moved it out).
-    private func lostList(_ edit: DroppedEdit, _ report: SyncReport) -> ListSummary? {
+    private func lostList(_ edit: ListsSyncReport.DroppedEdit, _ report: ListsSyncReport) -> ListSummary? {
         let key = Self.zoneKey(edit.database, edit.zone, edit.owner)
         guard let list = listOfItem[key + "/" + edit.recordName]
             ?? listsByZone[key]?.first(where: { $0.id == edit.recordName || $0.id == edit.rootRecordName })
@@ -294,7 +311,7 @@ struct RecordLabels {
 
     /// The lists that are no longer shared with this device: lost shares and the lists of shared zones that
     /// went away. `{"id","title","owner","zone"}` each, for `lattice sync --json`.
-    func noLongerShared(_ report: SyncReport) -> [JSON] {
+    func noLongerShared(_ report: ListsSyncReport) -> [JSON] {
         var lists: [JSON] = report.lostShares.map { share in
             let known = list(share)
             return .object(["id": .string(share.rootRecordName), "title": .string(known?.title ?? ""),
@@ -310,7 +327,7 @@ struct RecordLabels {
     }
 
     /// `{"id","zone","deletion","list"?}` for each unsent edit the sync dropped, for `lattice sync --json`.
-    func droppedEdits(_ report: SyncReport) -> [JSON] {
+    func droppedEdits(_ report: ListsSyncReport) -> [JSON] {
         report.droppedEdits.map { edit in
             var object: [String: JSON] = ["id": .string(edit.recordName), "zone": .string(edit.zone),
                                           "deletion": .bool(edit.deletion)]
@@ -319,7 +336,7 @@ struct RecordLabels {
         }
     }
 
-    func removals(_ report: SyncReport) -> [String] {
+    func removals(_ report: ListsSyncReport) -> [String] {
         var lines: [String] = []
         for share in report.lostShares {
             let title = list(share).map { "\"\($0.title)\"" } ?? "list \(share.rootRecordName)"
@@ -359,7 +376,7 @@ func plural(_ count: Int, _ word: String) -> String { count == 1 ? word : word +
 
 /// What a sync stopped by the server's "not now" means for the person: the reason, what stays queued, when
 /// to try again.
-func notNowLine(_ error: ServerError, queued: Int) -> String {
+func notNowLine(_ error: LatticeSyncError, queued: Int) -> String {
     "the server asked to wait (\(error.reason)): queued (\(queued) \(plural(queued, "change")) pending); "
         + (error.retryAdvice.map { $0 + " with lattice sync" } ?? "run lattice sync later")
 }
@@ -382,6 +399,22 @@ func describeClientError(_ error: any Error) -> String {
     }
     if let error = error as? TransportError {
         return "the server cannot be reached (\(error.description)); this needs a connection"
+    }
+    if let error = error as? LatticeSyncError {
+        let code = error.serverErrorCode ?? error.code.rawValue
+        if error.isNotNow {
+            return "the server asked to wait: \(error.reason) (\(code))" + (error.retryAdvice.map { "; " + $0 } ?? "")
+        }
+        switch error.code {
+        case .notAuthenticated:
+            return "the server no longer accepts this home's token (\(error.reason)); sign in again with lattice login"
+        case .networkUnavailable:
+            return "the server cannot be reached (\(error.reason)); this needs a connection"
+        case .zoneNotFound:
+            return "the server has no such zone (\(error.reason)); run lattice sync"
+        default:
+            return "the server refused: \(error.reason) (\(code))"
+        }
     }
     return "\(error)"
 }

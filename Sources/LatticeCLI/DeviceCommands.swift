@@ -93,14 +93,14 @@ func runDeviceLogIn(_ options: ClientOptions, server: String) throws {
         throw error
     }
     let account = try AccountClient(serverURL: server).signIn(token: token)
-    try engine.signIn(account)
-    let outcome = options.noSync ? SyncOutcome() : try syncAfterChange(engine, Lists(engine: engine), options)
+    try blocking { try await engine.signIn(account) }
+    let outcome = options.noSync ? SyncOutcome() : try syncAfterChange(engine, Lists(replica: engine), options)
     if options.json {
         printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),
                            "server": .string(account.serverURL), "deviceName": .string(name)]))
     } else {
         print("signed in as \(account.name) (\(account.userRecordName)) on \(account.serverURL) as device \(name)")
-        if outcome.synced { print("\(try Lists(engine: engine).all().count) lists on this device") }
+        if outcome.synced { print("\(try Lists(replica: engine).all().count) lists on this device") }
     }
     try outcome.finish()
 }
@@ -169,7 +169,7 @@ func runDevices(_ arguments: [String]) throws {
     }
 }
 
-private func listDevices(_ engine: SyncEngine, _ options: ClientOptions) throws {
+private func listDevices(_ engine: ListsReplica, _ options: ClientOptions) throws {
     let tokens = try listTokens(engine)
     func time(_ ms: Int64?) -> String {
         guard let ms else { return "never" }
@@ -195,6 +195,6 @@ private func listDevices(_ engine: SyncEngine, _ options: ClientOptions) throws 
 }
 
 /// The account's tokens (`tokens/list`), oldest first.
-private func listTokens(_ engine: SyncEngine) throws -> [TokenListing] {
+private func listTokens(_ engine: ListsReplica) throws -> [TokenListing] {
     TokensListResponse(json: try callServer(engine, "private", "tokens/list", TokensListRequest().json))?.tokens ?? []
 }

@@ -26,7 +26,7 @@ func runLists(_ arguments: [String]) throws {
 }
 
 /// "(N changes pending ...)" under a listing when this device has unsent changes.
-private func printPending(_ engine: SyncEngine) throws {
+private func printPending(_ engine: ListsReplica) throws {
     let pending = try engine.pendingCount()
     if pending > 0 { print("(\(pending) \(plural(pending, "change")) pending: lattice sync sends them)") }
 }
@@ -176,24 +176,34 @@ func runExplain(_ arguments: [String]) throws {
     let field = values[values.count - 1]
     let name = item?.id ?? list.id
     let subject = item.map { "\"\($0.text)\" in \"\(list.title)\"" } ?? "list \"\(list.title)\""
-    guard let record = try engine.record(name, in: list.zone), let provenance = record.provenance(of: field) else {
-        throw CommandFailure("\(subject) has no field \(field)")
+    guard let record = try engine.record(name, in: list.zone) else { throw CommandFailure("\(subject) has no field \(field)") }
+    guard let provenance = record.provenance(ofKey: field) else {
+        // A field written here and not sent yet has no stamp: the server gives it one when it arrives.
+        guard record.changedKeys().contains(field) else { throw CommandFailure("\(subject) has no field \(field)") }
+        let value = record.fieldValue(field).map(fieldJSON) ?? .null
+        if options.json {
+            printJSON(.object(["record": .string(name), "field": .string(field), "kind": .string("unsent"), "value": value]))
+        } else {
+            print("\(field) of \(subject) = \(value == .null ? "(cleared)" : value.serialized())")
+            print("  changed on this device and not sent yet: run lattice sync")
+        }
+        return
     }
-    let mine = engine.replicaID
+    let mine = engine.replicaIDs
     func time(_ stamp: Stamp) -> String {
         ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(stamp.hlc.milliseconds) / 1000))
     }
     func writer(_ stamp: Stamp) -> JSON {
-        .object(["replica": .string(stamp.replica.description), "thisDevice": .bool(stamp.replica == mine),
+        .object(["replica": .string(stamp.replica.description), "thisDevice": .bool(mine.contains(stamp.replica)),
                  "time": .string(time(stamp)), "hlc": .string(stamp.hlc.description)])
     }
     func device(_ stamp: Stamp) -> String {
-        (stamp.replica == mine ? "this device" : "device") + " \(stamp.replica) at \(time(stamp)) (hlc \(stamp.hlc))"
+        (mine.contains(stamp.replica) ? "this device" : "device") + " \(stamp.replica) at \(time(stamp)) (hlc \(stamp.hlc))"
     }
     var object: [String: JSON] = ["record": .string(name), "field": .string(field)]
     switch provenance {
     case .register(let stamp):
-        let value = record[field].map(fieldJSON) ?? .null
+        let value = record.fieldValue(field).map(fieldJSON) ?? .null
         guard options.json else {
             print("\(field) of \(subject) = \(value == .null ? "(cleared)" : value.serialized())")
             print("  last-writer-wins: the write of \(device(stamp)) won")

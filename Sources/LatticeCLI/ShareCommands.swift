@@ -43,23 +43,23 @@ private struct ShareSelection {
 }
 
 /// Among a zone's records on this device, the share of a list: the share rooted at it, else the zone-wide share.
-private func shareRecordName(for list: ListSummary?, among records: [Record]) -> String? {
-    let shares = records.filter { !$0.isDeleted && $0.recordType == "cloudkit.share" }
-    if let list, let rooted = shares.first(where: { $0["rootRecordName"] == .string(list.id) }) {
-        return rooted.id.recordName
+private func shareRecordName(for list: ListSummary?, among records: [LatticeRecord]) -> String? {
+    let shares = records.filter { $0.recordType == "cloudkit.share" }
+    if let list, let rooted = shares.first(where: { $0["rootRecordName"] == list.id }) {
+        return rooted.recordID.recordName
     }
-    return shares.first { $0.id.recordName == "cloudkit.zoneshare" }?.id.recordName
+    return shares.first { $0.recordID.recordName == "cloudkit.zoneshare" }?.recordID.recordName
 }
 
-private func syncOrFail(_ engine: SyncEngine) throws {
-    let report = try engine.sync()
+private func syncOrFail(_ engine: ListsReplica) throws {
+    let report = try blocking { try await engine.sync() }
     guard report.online else {
         throw CommandFailure("cannot reach \(engine.account?.serverURL ?? "the server"): sharing needs a connection")
     }
 }
 
 /// Finds the share of LIST (or of --zone ZONE). A share this device has not fetched yet is fetched once.
-private func shareTarget(_ operands: [String], _ options: ClientOptions, _ engine: SyncEngine, _ lists: Lists) throws
+private func shareTarget(_ operands: [String], _ options: ClientOptions, _ engine: ListsReplica, _ lists: Lists) throws
     -> ShareSelection {
     if let zoneName = try options.parsed.value("zone") {
         guard operands.isEmpty else { throw UsageError("give LIST or --zone ZONE, not both") }
@@ -102,7 +102,7 @@ func durationSeconds(_ text: String) throws(UsageError) -> Int64 {
 }
 
 /// Refreshes this device's copy after a share change (who has access); offline or --no-sync skip it.
-private func refresh(_ engine: SyncEngine, _ lists: Lists, _ options: ClientOptions) throws -> SyncOutcome {
+private func refresh(_ engine: ListsReplica, _ lists: Lists, _ options: ClientOptions) throws -> SyncOutcome {
     if options.noSync { return SyncOutcome(synced: false, pending: try engine.pendingCount()) }
     return try syncAfterChange(engine, lists, options)
 }

@@ -192,7 +192,7 @@ func runWatch(_ arguments: [String]) throws {
     defer { sources.forEach { $0.cancel() } }
 
     guard stop.beginWork() else { return }
-    var online = try engine.sync().online
+    var online = try blocking { try await engine.sync() }.online
     let target = try query.map { try lists.resolve($0) }
     var snapshot = try ListsSnapshot(lists, only: target?.id)
     writeStandardError("watching " + (target.map { "\"\($0.title)\"" } ?? "all lists") + " on \(server)"
@@ -202,7 +202,7 @@ func runWatch(_ arguments: [String]) throws {
     // The server's "not now" (THROTTLED, TRY_AGAIN_LATER): said on stderr, then waited out here, between
     // requests (a stop signal still ends the process at once), not retried at once.
     var pause: Double = 0
-    func notNow(_ error: ServerError) {
+    func notNow(_ error: LatticeSyncError) {
         writeStandardError("the server asked to wait (\(error.reason)); "
                            + (error.retryAdvice.map { $0.replacingOccurrences(of: "try again", with: "trying again") }
                               ?? "trying again in 2 seconds") + "\n")
@@ -218,21 +218,21 @@ func runWatch(_ arguments: [String]) throws {
         do {
             // One parked request on both databases; the server answers the moment either changes, and a
             // stop signal ends the process at once, so the wait can be long.
-            if online { changed = try engine.waitForChanges(timeoutSeconds: 25) }
-        } catch is TransportError {
+            if online { changed = try blocking { try await engine.waitForChanges(timeoutSeconds: 25) } }
+        } catch let error as LatticeSyncError where error.code == .networkUnavailable {
             if online { writeStandardError("lost \(server); retrying\n") }
             online = false
-        } catch let error as ServerError where error.isNotNow {
+        } catch let error as LatticeSyncError where error.isNotNow {
             notNow(error)
             continue
-        } catch let error as ServerError where error.serverErrorCode != .authenticationFailed {
+        } catch let error as LatticeSyncError where error.code != .notAuthenticated {
             changed = true // e.g. an expired token: the sync below starts over
         }
         if !online { Thread.sleep(forTimeInterval: 2) }
         guard stop.beginWork() else { return }
         if changed {
             let labels = try RecordLabels(lists)
-            let report = try engine.sync()
+            let report = try blocking { try await engine.sync() }
             if report.online && !online { writeStandardError("back online\n") }
             online = report.online
             let next = try ListsSnapshot(lists, only: target?.id)

@@ -42,39 +42,39 @@ public enum ListsError: Error, CustomStringConvertible, Sendable {
     }
 }
 
-/// Collaborative lists on top of the sync engine.
+/// Collaborative lists on top of the app's replica (`ListsReplica`, on LatticeSync's public engine).
 ///
 /// A list is a `List` record (field `title`); each item is an `Item` record whose `parent` is the list, so a
 /// root-record share of the list carries its items. Item fields `text`, `done` and `position` are
 /// last-writer-wins registers and `tags` is an add-wins set. Items show in `position` order, ties broken
 /// by id, so concurrent inserts get the same order on every device.
 public final class Lists: Sendable {
-    public let engine: SyncEngine
+    public let replica: ListsReplica
     public static let defaultZone = "Lists"
 
-    public init(engine: SyncEngine) { self.engine = engine }
+    public init(replica: ListsReplica) { self.replica = replica }
 
     // MARK: Reading
 
     public func all() throws -> [ListSummary] {
-        guard let account = engine.account else { throw SyncError.notSignedIn }
+        guard let account = replica.account else { throw SyncError.notSignedIn }
         var lists: [ListSummary] = []
-        for zone in try engine.zones() {
-            let records = try engine.records(in: zone).filter { !$0.isDeleted }
+        for zone in try replica.zones() {
+            let records = try replica.records(in: zone)
             let shares = records.filter { $0.recordType == "cloudkit.share" }
             for record in records where record.recordType == "List" {
-                let share = shares.first { $0["rootRecordName"] == .string(record.id.recordName) }
-                    ?? shares.first { $0.id.recordName == "cloudkit.zoneshare" }
+                let root = record.recordID.recordName
+                let share = shares.first { $0["rootRecordName"] == root }
+                    ?? shares.first { $0.recordID.recordName == "cloudkit.zoneshare" }
                 let permission: String
                 if zone.database == "private" {
                     permission = "owner"
                 } else {
                     permission = share.flatMap { Self.permission(of: account.userRecordName, in: $0) } ?? "readOnly"
                 }
-                let title: String
-                if case .scalar(.string(let text))? = record["title"] { title = text } else { title = "" }
-                let ownerName = zone.database == "private" ? account.name : try engine.userName(zone.ownerRecordName)
-                lists.append(ListSummary(id: record.id.recordName, title: title, ownerRecordName: zone.ownerRecordName,
+                let title: String = record["title"] ?? ""
+                let ownerName = zone.database == "private" ? account.name : try replica.userName(zone.ownerRecordName)
+                lists.append(ListSummary(id: root, title: title, ownerRecordName: zone.ownerRecordName,
                                          ownerName: ownerName, shared: share != nil, permission: permission, zone: zone))
             }
         }
@@ -83,9 +83,9 @@ public final class Lists: Sendable {
 
     /// A participant's permission, from the share record's `participants` entries
     /// ("userRecordName role permission status").
-    static func permission(of user: String, in share: Record) -> String? {
-        guard case .list(_, let entries)? = share["participants"] else { return nil }
-        for case .string(let entry) in entries {
+    static func permission(of user: String, in share: LatticeRecord) -> String? {
+        let entries: [String] = share["participants"] ?? []
+        for entry in entries {
             let parts = entry.split(separator: " ").map(String.init)
             if parts.count == 4, parts[0] == user, parts[3] == "accepted" { return parts[1] == "owner" ? "owner" : parts[2] }
         }
@@ -99,8 +99,8 @@ public final class Lists: Sendable {
     }
 
     public func items(of list: ListSummary) throws -> [ListItem] {
-        try engine.records(in: list.zone)
-            .filter { !$0.isDeleted && $0.recordType == "Item" && $0.parent?.recordName == list.id }
+        try replica.records(in: list.zone)
+            .filter { $0.recordType == "Item" && $0.parent?.recordID.recordName == list.id }
             .map(Self.item)
             .sorted { ($0.position, $0.id) < ($1.position, $1.id) }
     }
@@ -109,22 +109,11 @@ public final class Lists: Sendable {
         try Self.pick(try items(of: list), query: query, kind: "item", id: \.id, label: \.text)
     }
 
-    static func item(_ record: Record) -> ListItem {
-        var text = ""
-        var done = false
-        var position = 0.0
-        var tags: [String] = []
-        if case .scalar(.string(let value))? = record["text"] { text = value }
-        if case .scalar(.int64(let value))? = record["done"] { done = value != 0 }
-        switch record["position"] {
-        case .scalar(.double(let value))?: position = value
-        case .scalar(.int64(let value))?: position = Double(value)
-        default: break
-        }
-        if case .list(_, let elements)? = record["tags"] {
-            tags = elements.compactMap { if case .string(let tag) = $0 { return tag } else { return nil } }
-        }
-        return ListItem(id: record.id.recordName, text: text, done: done, tags: tags, position: position)
+    static func item(_ record: LatticeRecord) -> ListItem {
+        let position: Double = record["position"] ?? (record["position"] as Int64?).map(Double.init) ?? 0
+        let done: Bool = record["done"] ?? false
+        return ListItem(id: record.recordID.recordName, text: record["text"] ?? "", done: done, tags: record["tags"] ?? [],
+                        position: position)
     }
 
     /// Exact id, then exact label, then id prefix, then a unique label match ignoring case.
@@ -157,13 +146,20 @@ public final class Lists: Sendable {
         return prefix + String(random.next() & 0xFFFF_FFFF_FFFF, radix: 16).leftPadded(to: 12)
     }
 
+    /// A record of the list's zone to edit: the one this device holds, or a new one.
+    private func editable(_ name: String, in zone: ListSummary.Zone, creating recordType: String? = nil) throws -> LatticeRecord {
+        if let record = try replica.record(name, in: zone) { return record }
+        guard let recordType else { throw SyncError.notFound(name) }
+        return LatticeRecord(recordType: recordType, recordID: .init(recordName: name, zoneID: replica.zoneID(zone)))
+    }
+
     @discardableResult
     public func create(title: String, zone zoneName: String? = nil) throws -> ListSummary {
-        let zone = try engine.privateZone(zoneName ?? Self.defaultZone)
+        let zone = try replica.privateZone(zoneName ?? Self.defaultZone)
         let id = Self.newID("l")
-        try engine.edit(id, in: zone, creating: "List") { record, stamp in
-            try record.set("title", to: .string(title), at: stamp())
-        }
+        var record = try editable(id, in: zone, creating: "List")
+        record["title"] = title
+        try replica.save(record, in: zone)
         return try resolve(id)
     }
 
@@ -171,77 +167,53 @@ public final class Lists: Sendable {
     public func add(_ text: String, tags: [String] = [], to list: ListSummary) throws -> ListItem {
         try writable(list)
         let position = (try items(of: list).map(\.position).max() ?? 0) + 1
-        let id = Self.newID("i")
-        let parent = try Reference(recordName: list.id)
-        let record = try engine.edit(id, in: list.zone, creating: "Item") { record, stamp in
-            try record.setParent(parent, at: stamp())
-            try record.set("text", to: .string(text), at: stamp())
-            try record.set("done", to: .int64(0), at: stamp())
-            try record.set("position", to: .double(position), at: stamp())
-            try record.add(tags.map { .string($0) }, to: "tags", at: stamp())
-        }
-        return Self.item(try record.decoded())
+        var record = try editable(Self.newID("i"), in: list.zone, creating: "Item")
+        record.parent = .init(recordID: .init(recordName: list.id, zoneID: replica.zoneID(list.zone)))
+        record["text"] = text
+        record["done"] = false
+        record["position"] = position
+        if !tags.isEmpty { record.append(contentsOf: tags, toListForKey: "tags") }
+        try replica.save(record, in: list.zone)
+        return Self.item(record)
     }
 
     public func setDone(_ item: ListItem, in list: ListSummary, _ done: Bool) throws {
         try writable(list)
-        try engine.edit(item.id, in: list.zone) { record, stamp in
-            try record.set("done", to: .int64(done ? 1 : 0), at: stamp())
-        }
+        var record = try editable(item.id, in: list.zone)
+        record["done"] = done
+        try replica.save(record, in: list.zone)
     }
 
     public func edit(_ item: ListItem, in list: ListSummary, text: String?, addTags: [String], removeTags: [String]) throws {
         try writable(list)
-        try engine.edit(item.id, in: list.zone) { record, stamp in
-            if let text { try record.set("text", to: .string(text), at: stamp()) }
-            try record.remove(removeTags.map { .string($0) }, from: "tags", at: stamp())
-            try record.add(addTags.map { .string($0) }, to: "tags", at: stamp())
-        }
+        var record = try editable(item.id, in: list.zone)
+        if let text { record["text"] = text }
+        if !removeTags.isEmpty { record.remove(removeTags, fromListForKey: "tags") }
+        if !addTags.isEmpty { record.append(contentsOf: addTags, toListForKey: "tags") }
+        try replica.save(record, in: list.zone)
     }
 
     public func remove(_ item: ListItem, in list: ListSummary) throws {
         try writable(list)
-        try engine.delete([item.id], in: list.zone)
+        try replica.delete([item.id], in: list.zone)
     }
 
     public func rename(_ list: ListSummary, to title: String) throws {
         try writable(list)
-        try engine.edit(list.id, in: list.zone) { record, stamp in
-            try record.set("title", to: .string(title), at: stamp())
-        }
+        var record = try editable(list.id, in: list.zone)
+        record["title"] = title
+        try replica.save(record, in: list.zone)
     }
 
     /// Deletes the list and its items (owner only for shared lists: the server refuses others).
     public func delete(_ list: ListSummary) throws {
         try writable(list)
-        try engine.delete(try items(of: list).map(\.id) + [list.id], in: list.zone)
+        try replica.delete(try items(of: list).map(\.id) + [list.id], in: list.zone)
     }
+}
 
-    // MARK: Explain
-
-    /// Who won a field of an item (or of the list itself when `item` is nil): the winning write's replica
-    /// and hybrid-logical-clock time, and whether it was this device.
-    public func explain(_ list: ListSummary, item: ListItem?, field: String) throws -> String {
-        let name = item?.id ?? list.id
-        guard let record = try engine.record(name, in: list.zone) else { throw ListsError.notFound(kind: "record", query: name) }
-        let mine = engine.replicaID
-        func who(_ stamp: Stamp) -> String {
-            let date = Date(timeIntervalSince1970: Double(stamp.hlc.milliseconds) / 1000)
-            let device = stamp.replica == mine ? "this device" : "replica \(stamp.replica)"
-            return "\(device) at \(date) (hlc \(stamp.hlc))"
-        }
-        switch record.provenance(of: field) {
-        case .register(let stamp)?:
-            let value = record[field].map { "\($0)" } ?? "cleared"
-            return "\(field) = \(value): written by \(who(stamp))"
-        case .set(let elements, let latest)?:
-            var lines = ["\(field): add-wins set, latest operation at hlc \(latest)"]
-            for (value, dots) in elements { lines.append("  \(value) kept by the add(s) of " + dots.map(who).joined(separator: "; ")) }
-            return lines.joined(separator: "\n")
-        case nil:
-            throw ListsError.invalid("\(name) has no field \(field)")
-        }
-    }
+extension ListSummary {
+    public typealias Zone = LocalZone
 }
 
 extension String {

@@ -28,13 +28,13 @@ import Glibc
 
         /// A device. `offline` stops its syncs from reaching the server (edits queue locally).
         func device(_ label: String) throws -> Device {
-            Device(engine: try SyncEngine(home: data + "/home-\(label)"))
+            Device(engine: try ListsReplica(home: data + "/home-\(label)"))
         }
     }
 
     struct Device {
-        let engine: SyncEngine
-        var lists: Lists { Lists(engine: engine) }
+        let engine: ListsReplica
+        var lists: Lists { Lists(replica: engine) }
 
         func list(_ title: String) throws -> ListSummary { try lists.resolve(title) }
         func items(_ title: String) throws -> [ListItem] { try lists.items(of: try list(title)) }
@@ -64,23 +64,23 @@ import Glibc
         }
     }
 
-    @Test func sharedListEditedOfflineOnBothSidesConverges() throws {
+    @Test func sharedListEditedOfflineOnBothSidesConverges() async throws {
         let seed = RandomSeed.current
         print("EndToEndSyncTests.sharedListEditedOfflineOnBothSidesConverges seed=\(seed)")
         var random = SplitMix64(seed: seed)
         let cluster = try Cluster()
         let alice = try cluster.device("alice")
         let bob = try cluster.device("bob")
-        try alice.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
-        try bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
+        try await alice.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
+        try await bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
 
         let list = try alice.lists.create(title: "Trip")
         let tent = try alice.lists.add("Tent", tags: ["gear"], to: list)
         _ = try alice.lists.add("Map", to: list)
-        #expect(try alice.engine.sync().queued == 0)
+        #expect(try await alice.engine.sync().queued == 0)
         let url = try alice.shareURL(list, publicPermission: "readWrite")
         #expect(try bob.accept(url)["participantStatus"]?.stringValue == "accepted")
-        try bob.engine.sync()
+        try await bob.engine.sync()
         #expect(try bob.items("Trip").map(\.text) == ["Tent", "Map"])
 
         // Offline on both sides: the same item's text; the tag removed on one side and added again on the other.
@@ -92,7 +92,7 @@ import Glibc
 
         // Syncs in a random order until quiet.
         for _ in 0..<4 {
-            for device in [alice, bob].shuffled(using: &random) { try device.engine.sync() }
+            for device in [alice, bob].shuffled(using: &random) { try await device.engine.sync() }
         }
         let aliceView = try alice.items("Trip")
         let bobView = try bob.items("Trip")
@@ -104,7 +104,7 @@ import Glibc
         #expect(aliceView.first { $0.text == "Map" }?.done == true)
     }
 
-    @Test func threeDevicesOfTwoUsersConvergeAfterAThousandRandomOperations() throws {
+    @Test func threeDevicesOfTwoUsersConvergeAfterAThousandRandomOperations() async throws {
         let seed = RandomSeed.current
         print("EndToEndSyncTests.threeDevicesOfTwoUsersConverge seed=\(seed)")
         var random = SplitMix64(seed: seed)
@@ -112,14 +112,14 @@ import Glibc
         let laptop = try cluster.device("alice-laptop")
         let phone = try cluster.device("alice-phone")
         let bob = try cluster.device("bob")
-        let alice = try laptop.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
-        try phone.engine.signIn(serverURL: cluster.url, token: alice.token)
-        try bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
+        let alice = try await laptop.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
+        try await phone.engine.signIn(serverURL: cluster.url, token: alice.token)
+        try await bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
         let list = try laptop.lists.create(title: "Shared")
-        try laptop.engine.sync()
+        try await laptop.engine.sync()
         _ = try bob.accept(try laptop.shareURL(list, publicPermission: "readWrite"))
         let devices = [laptop, phone, bob]
-        for device in devices { try device.engine.sync() }
+        for device in devices { try await device.engine.sync() }
 
         let words = ["apples", "bread", "cheese", "dates", "eggs", "figs"]
         for step in 0..<1_000 {
@@ -141,24 +141,24 @@ import Glibc
             case 8 where items.count > 5:
                 try device.lists.remove(items.randomElement(using: &random)!, in: mine)
             default:
-                try device.engine.sync() // a random sync point
+                try await device.engine.sync() // a random sync point
             }
         }
-        for _ in 0..<3 { for device in devices { try device.engine.sync() } }
+        for _ in 0..<3 { for device in devices { try await device.engine.sync() } }
         let views = try devices.map { try $0.items("Shared") }
         #expect(views[0] == views[1] && views[1] == views[2], "seed \(seed)")
         #expect(try devices.allSatisfy { try $0.engine.pendingCount() == 0 })
     }
 
-    @Test func readOnlyEditsAreRefusedAndRevocationRemovesTheList() throws {
+    @Test func readOnlyEditsAreRefusedAndRevocationRemovesTheList() async throws {
         let cluster = try Cluster()
         let alice = try cluster.device("alice")
         let bob = try cluster.device("bob")
-        try alice.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
-        let bobAccount = try bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
+        try await alice.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
+        let bobAccount = try await bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
         let list = try alice.lists.create(title: "Chores")
         _ = try alice.lists.add("Dishes", to: list)
-        try alice.engine.sync()
+        try await alice.engine.sync()
         // A private share: bob is invited read-only and accepts the URL.
         _ = try alice.engine.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(list.zone.zoneName)]), "rootRecordName": .string(list.id),
@@ -170,14 +170,16 @@ import Glibc
         ]))
         let url = try alice.shareURL(list, publicPermission: "none")
         #expect(try bob.accept(url)["participantPermission"]?.stringValue == "readOnly")
-        try bob.engine.sync()
+        try await bob.engine.sync()
         let shared = try bob.list("Chores")
         #expect(shared.permission == "readOnly")
 
         // An edit that gets past the local check is refused by the server and reverted.
         let dishes = try bob.lists.resolveItem("Dishes", in: shared)
-        try bob.engine.edit(dishes.id, in: shared.zone) { record, stamp in try record.set("text", to: .string("Nope"), at: stamp()) }
-        let report = try bob.engine.sync()
+        var record = try #require(try bob.engine.record(dishes.id, in: shared.zone))
+        record["text"] = "Nope"
+        try bob.engine.save(record, in: shared.zone)
+        let report = try await bob.engine.sync()
         #expect(report.rejected.map(\.code) == ["PERMISSION_FAILURE"])
         #expect(try bob.items("Chores").map(\.text) == ["Dishes"])
 
@@ -186,19 +188,19 @@ import Glibc
             "zoneID": .object(["zoneName": .string(list.zone.zoneName)]),
             "participants": .array([.object(["operation": .string("remove"), "userRecordName": .string(bobAccount.userRecordName)])]),
         ]))
-        let after = try bob.engine.sync()
+        let after = try await bob.engine.sync()
         #expect(after.removedZones.count == 1)
         #expect(try bob.lists.all().isEmpty)
     }
 
-    @Test func urlsOfDeletedOrRotatedSharesFailClearly() throws {
+    @Test func urlsOfDeletedOrRotatedSharesFailClearly() async throws {
         let cluster = try Cluster()
         let alice = try cluster.device("alice")
         let bob = try cluster.device("bob")
-        try alice.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
-        try bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
+        try await alice.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
+        try await bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
         let list = try alice.lists.create(title: "Party")
-        try alice.engine.sync()
+        try await alice.engine.sync()
         let old = try alice.shareURL(list, publicPermission: "readOnly")
         _ = try alice.shareURL(list, publicPermission: "readOnly", extra: ["rotate": .bool(true)])
         let rotated = try bob.accept(old)
@@ -210,15 +212,15 @@ import Glibc
         #expect(try bob.accept(fresh)["reason"]?.stringValue == "the share link is invalid, expired or revoked")
     }
 
-    @Test func aZoneWideShareCarriesEveryListIncludingLaterOnes() throws {
+    @Test func aZoneWideShareCarriesEveryListIncludingLaterOnes() async throws {
         let cluster = try Cluster()
         let alice = try cluster.device("alice")
         let bob = try cluster.device("bob")
-        try alice.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
-        try bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
+        try await alice.engine.signUpAndSignIn(name: "alice", serverURL: cluster.url)
+        try await bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
         _ = try alice.lists.create(title: "One", zone: "Family")
         _ = try alice.lists.create(title: "Two", zone: "Family")
-        try alice.engine.sync()
+        try await alice.engine.sync()
         _ = try alice.engine.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string("Family")]), "publicPermission": .string("readWrite"),
         ]))
@@ -226,11 +228,11 @@ import Glibc
             "zoneID": .object(["zoneName": .string("Family")]),
         ]))["url"]?.stringValue)
         _ = try bob.accept(url)
-        try bob.engine.sync()
+        try await bob.engine.sync()
         #expect(try bob.lists.all().map(\.title) == ["One", "Two"])
         _ = try alice.lists.create(title: "Three", zone: "Family")
-        try alice.engine.sync()
-        try bob.engine.sync()
+        try await alice.engine.sync()
+        try await bob.engine.sync()
         #expect(try bob.lists.all().map(\.title) == ["One", "Three", "Two"])
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import LatticeCore
+import LatticeLists
 @testable import LatticeSync
 import LatticeTestSupport
 import Testing
@@ -70,7 +71,7 @@ import Testing
             try ok("share", "delete", pair.trip, home: world.alice)
         case .publicPermissionNone:
             // The CLI has no command for it; alice's own engine makes the API call.
-            let alice = try SyncEngine(home: world.alice)
+            let alice = try ListsReplica(home: world.alice)
             let reply = try alice.callServer("private", "shares/modify", .object([
                 "zoneID": .object(["zoneName": .string("Lists")]), "shareRecordName": .string(pair.tripShare),
                 "publicPermission": .string("none"),
@@ -82,13 +83,13 @@ import Testing
         return nil
     }
 
-    /// Names of the records bob's device holds in alice's zone, deleted ones included.
+    /// Names of the records bob's device holds in alice's zone.
     static func bobsRecords(_ world: World) throws -> Set<String> {
-        let engine = try SyncEngine(home: world.bob)
+        let engine = try ListsReplica(home: world.bob)
         guard let zone = try engine.zones().first(where: { $0.database == "shared" && $0.zoneName == "Lists" }) else {
             return []
         }
-        return Set(try engine.records(in: zone).map(\.id.recordName))
+        return Set(try engine.records(in: zone).map(\.recordID.recordName))
     }
 
     /// What must hold once bob's device heard of the loss: Trip and everything of it gone from his device,
@@ -125,7 +126,7 @@ import Testing
         #expect(!again.stderr.contains("no longer shared"), "\(label): \(again)")
     }
 
-    @Test func losingOneOfTwoSharesOfAZoneDropsExactlyThatListAtTheNextSync() throws {
+    @Test func losingOneOfTwoSharesOfAZoneDropsExactlyThatListAtTheNextSync() async throws {
         let world = try World()
         for (n, loss) in Loss.allCases.enumerated() {
             let pair = try Self.sharedPair(world, n)
@@ -150,7 +151,7 @@ import Testing
         }
     }
 
-    @Test func editsMadeOfflineToTheLostListAreDroppedAndReportedNeverSent() throws {
+    @Test func editsMadeOfflineToTheLostListAreDroppedAndReportedNeverSent() async throws {
         let world = try World()
         for (n, loss) in Loss.allCases.enumerated() {
             let pair = try Self.sharedPair(world, n)
@@ -204,7 +205,7 @@ import Testing
 extension RevocationCLITests {
     /// The last share of a zone lost: the zone goes (as before), its lists are named no longer shared and the
     /// unsent edits in it are reported dropped.
-    @Test func losingTheOnlyShareOfAZoneReportsItsListsAndDroppedEdits() throws {
+    @Test func losingTheOnlyShareOfAZoneReportsItsListsAndDroppedEdits() async throws {
         let world = try World()
         let solo = try Self.id(Self.ok("list", "create", "Solo", "--zone", "Solo", "--json", home: world.alice))
         try Self.ok("list", "add", solo, "Kept", home: world.alice)

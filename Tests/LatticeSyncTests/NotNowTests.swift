@@ -39,7 +39,7 @@ import Testing
         let waits = Mutex<[String]>([])
     }
 
-    @Test func aLongRetryAfterIsThrownAtOnceWithWhenToTryAgain() throws {
+    @Test func aLongRetryAfterIsThrownAtOnceWithWhenToTryAgain() async throws {
         let transport = Scripted([Self.throttled(retryAfter: 840, reason: "too many sign-ups from this address")])
         let log = Log()
         var client = ServerClient(transport: transport)
@@ -57,7 +57,7 @@ import Testing
         #expect(log.sleeps.withLock { $0 }.isEmpty && log.waits.withLock { $0 }.isEmpty)
     }
 
-    @Test func pausesPastTwoSecondsInTotalAreAnnounced() throws {
+    @Test func pausesPastTwoSecondsInTotalAreAnnounced() async throws {
         // Four short THROTTLED answers (Retry-After 2 s each), then success: 8 s of pauses in all; the first
         // 2 s pass quietly, each later pause is announced first.
         let transport = Scripted(Array(repeating: Self.throttled(retryAfter: 2), count: 4) + [Self.ok])
@@ -97,37 +97,35 @@ import Testing
         }
     }
 
-    @Test func aLongRetryAfterOnAPushIsReportedAndTheChangeStaysQueued() throws {
+    @Test func aLongRetryAfterOnAPushIsReportedAndTheChangeStaysQueued() async throws {
         let world = try SyncWorld()
         let transport = ThrottledPushes(InProcessTransport(service: world.service, online: OnlineSwitch()))
-        let engine = try SyncEngine(home: world.directory + "/home-notnow", transport: transport)
-        let lists = Lists(engine: engine)
-        try engine.signUpAndSignIn(name: "alice", serverURL: "http://127.0.0.1:8080")
+        let engine = try ListsReplica(home: world.directory + "/home-notnow", transport: transport)
+        let lists = Lists(replica: engine)
+        try await engine.signUpAndSignIn(name: "alice", serverURL: "http://127.0.0.1:8080")
         let list = try lists.create(title: "Groceries")
         _ = try lists.add("Milk", to: list)
         let pending = try engine.pendingCount()
         #expect(pending > 0)
 
         transport.throttling.withLock { $0 = true }
-        let asked = Mutex<[Double?]>([])
-        engine.onEvent = { event in
-            if case .serverAskedToWait(_, let retryAfter) = event { asked.withLock { $0.append(retryAfter) } }
-        }
         let started = Date()
-        let report = try engine.sync()
+        let report = try await engine.sync()
         let seconds = Date().timeIntervalSince(started)
-        #expect(seconds < 2, "the sync took \(seconds) s")
+        // Not waited out: the push is not retried (below), and the sync ends long before the 900 s the server
+        // asked for. (The bound is loose: the engine's work runs on Swift's shared threads, which the tests
+        // running beside this one keep busy on a two-core machine.)
+        #expect(seconds < 60, "the sync took \(seconds) s")
         #expect(report.online)
-        #expect(report.notNow?.serverErrorCode == .throttled && report.notNow?.retryAfter == 900, "\(report)")
+        #expect(report.notNow?.serverErrorCode == "THROTTLED" && report.notNow?.retryAfter == 900, "\(report)")
         #expect(report.notNow?.retryAdvice == "try again in 15 minutes")
         let stillPending = try engine.pendingCount()
         #expect(report.sent == 0 && report.queued == pending && stillPending == pending)
         #expect(transport.pushes.withLock { $0 } == 1) // not retried
-        #expect(asked.withLock { $0 } == [900])
 
         // Later, the server takes it.
         transport.throttling.withLock { $0 = false }
-        let later = try engine.sync()
+        let later = try await engine.sync()
         #expect(later.notNow == nil && later.queued == 0, "\(later)")
         #expect(try lists.items(of: list).map(\.text) == ["Milk"])
     }

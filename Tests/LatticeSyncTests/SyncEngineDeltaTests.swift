@@ -93,19 +93,29 @@ final class RecordingTransport: SyncTransport, Sendable {
 extension SyncWorld {
     /// A device whose exchanges are recorded.
     func recordedDevice(_ name: String, beforeSend: @escaping @Sendable (TransportRequest) -> Void = { _ in }) throws
-        -> (SyncEngine, Lists, RecordingTransport) {
+        -> (ListsReplica, Lists, RecordingTransport) {
         let transport = RecordingTransport(InProcessTransport(service: service, online: OnlineSwitch()), beforeSend: beforeSend)
-        let engine = try SyncEngine(home: directory + "/home-\(name)-\(UUID().uuidString.prefix(6))", transport: transport)
-        return (engine, Lists(engine: engine), transport)
+        let replica = try ListsReplica(home: directory + "/home-\(name)-\(UUID().uuidString.prefix(6))", transport: transport)
+        return (replica, Lists(replica: replica), transport)
+    }
+
+    /// A device on the engine the CLI used before, whose exchanges are recorded.
+    func recordedLegacyDevice(_ name: String) throws -> (SyncEngine, RecordingTransport) {
+        let transport = RecordingTransport(InProcessTransport(service: service, online: OnlineSwitch()))
+        return (try SyncEngine(home: directory + "/home-\(name)-\(UUID().uuidString.prefix(6))", transport: transport), transport)
     }
 }
 
-/// Every record's frame on a device, by zone and name (deleted ones included).
-func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
+/// Every record's state on a device (its system fields: the CRDT state the engine last gave), by zone and
+/// name.
+func frames(_ replica: ListsReplica) throws -> [String: [UInt8]] {
     var result: [String: [UInt8]] = [:]
-    for zone in try engine.zones() {
-        for local in try engine.store.transaction({ try $0.records(zoneID: zone.id) }) {
-            result["\(zone.zoneName)/\(zone.ownerRecordName)/\(local.name)"] = local.frame
+    for zone in try replica.zones() {
+        for record in try replica.records(in: zone) {
+            // The archive's CRDT frame (its change tag and key order are not part of the state).
+            let archive = try JSON.parse([UInt8](try record.encodeSystemFields()))
+            let frame = try #require(archive["frame"]?.stringValue.flatMap { Data(base64Encoded: $0) })
+            result["\(zone.zoneName)/\(zone.ownerRecordName)/\(record.recordID.recordName)"] = [UInt8](frame)
         }
     }
     return result
@@ -115,37 +125,40 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
 /// server merged differently, and converges with a device on the JSON path.
 @Suite(.tags(.postgres)) struct SyncEngineDeltaTests {
     /// `batchLimit` caps the records per push request (clamped to 1...400); every record is still sent.
-    @Test func batchLimitSplitsTheQueueIntoRequestsOfThatSize() throws {
+    @Test func batchLimitSplitsTheQueueIntoRequestsOfThatSize() async throws {
         let world = try SyncWorld()
-        let (laptop, lists, net) = try world.recordedDevice("laptop")
-        _ = try laptop.signUpAndSignIn(name: "alice", serverURL: "http://x")
+        let (laptop, net) = try world.recordedLegacyDevice("laptop")
+        _ = try await laptop.signUpAndSignIn(name: "alice", serverURL: "http://x")
         #expect(laptop.batchLimit == 400)
         laptop.batchLimit = 0
         #expect(laptop.batchLimit == 1)
         laptop.batchLimit = 10_000
         #expect(laptop.batchLimit == 400)
         laptop.batchLimit = 7
-        let list = try lists.create(title: "Batched")
-        for index in 0..<19 { _ = try lists.add("item \(index)", to: list) }
+        let zone = try laptop.privateZone("Batched")
+        for index in 0..<20 {
+            try laptop.edit("r\(index)", in: zone, creating: "Item") { record, stamp in
+                try record.set("text", to: .string("item \(index)"), at: stamp())
+            }
+        }
         net.reset()
-        let report = try laptop.sync()
+        let report = try await laptop.sync()
         #expect(report.sent == 20 && report.queued == 0 && report.rejected.isEmpty, "\(report)")
         let sizes = net.exchanges.filter { $0.operation == "deltas/push" }.map(\.pushed.count)
         #expect(sizes == [7, 7, 6], "\(sizes)")
     }
 
-    @Test func aDeviceDoesNotDownloadItsOwnWritesButAnotherDeviceGetsThemAll() throws {
+    @Test func aDeviceDoesNotDownloadItsOwnWritesButAnotherDeviceGetsThemAll() async throws {
         let world = try SyncWorld()
         let (laptop, laptopLists, laptopNet) = try world.recordedDevice("laptop")
-        let account = try laptop.signUpAndSignIn(name: "alice", serverURL: "http://x")
-        #expect(laptop.wire == .binary)
+        let account = try await laptop.signUpAndSignIn(name: "alice", serverURL: "http://x")
         let list = try laptopLists.create(title: "Big")
         for index in 0..<300 { _ = try laptopLists.add("item \(index)", to: list) }
-        let own = Set(try laptop.records(in: list.zone).map(\.id.recordName))
+        let own = Set(try laptop.records(in: list.zone).map(\.recordID.recordName))
         #expect(own.count == 301)
 
         laptopNet.reset()
-        let report = try laptop.sync()
+        let report = try await laptop.sync()
         #expect(report.sent == 301 && report.queued == 0 && report.rejected.isEmpty, "\(report)")
         let pushes = laptopNet.exchanges.filter { $0.operation == "deltas/push" }
         #expect(!pushes.isEmpty && laptopNet.exchanges.allSatisfy { $0.operation != "records/modify" })
@@ -158,14 +171,14 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
         #expect(Set(pulls.flatMap(\.skipped)) == own) // the pull after the push named them as held
 
         laptopNet.reset()
-        _ = try laptop.sync()
+        _ = try await laptop.sync()
         let again = laptopNet.exchanges.filter { $0.operation == "deltas/pull" }.flatMap(\.pulled)
         #expect(again.isEmpty, "the next sync downloaded \(again.count) frames")
 
         // A second device of the same account downloads all of them.
         let (phone, phoneLists, phoneNet) = try world.recordedDevice("phone")
-        try phone.signIn(serverURL: "http://x", token: account.token)
-        let phoneReport = try phone.sync()
+        try await phone.signIn(serverURL: "http://x", token: account.token)
+        let phoneReport = try await phone.sync()
         let phoneDownloads = phoneNet.exchanges.filter { $0.operation == "deltas/pull" }.flatMap(\.pulled)
         #expect(Set(phoneDownloads) == own && phoneDownloads.count == 301, "\(phoneDownloads.count) frames")
         #expect(phoneReport.fetched == 301)
@@ -175,17 +188,17 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
         // And the laptop still downloads what others write: exactly the phone's one change.
         let item = try phoneLists.resolveItem("item 7", in: try phoneLists.resolve("Big"))
         try phoneLists.setDone(item, in: try phoneLists.resolve("Big"), true)
-        _ = try phone.sync()
+        _ = try await phone.sync()
         laptopNet.reset()
-        _ = try laptop.sync()
+        _ = try await laptop.sync()
         #expect(laptopNet.exchanges.filter { $0.operation == "deltas/pull" }.flatMap(\.pulled) == [item.id])
         #expect(try laptopLists.items(of: list).first { $0.id == item.id }?.done == true)
     }
 
-    @Test func whatTheServerMergedDifferentlyComesBack() throws {
+    @Test func whatTheServerMergedDifferentlyComesBack() async throws {
         let world = try SyncWorld()
         // The phone edits the same item while the laptop's push is on its way.
-        let phoneSlot = Locked<(engine: SyncEngine, lists: Lists, armed: Bool)?>(nil)
+        let phoneSlot = Locked<(engine: ListsReplica, lists: Lists, armed: Bool)?>(nil)
         let (laptop, laptopLists, laptopNet) = try world.recordedDevice("laptop") { request in
             guard request.path.hasSuffix("deltas/push") else { return }
             phoneSlot.withLock { slot in
@@ -193,23 +206,24 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
                       let item = try? phone.lists.resolveItem("Dishes", in: list) else { return }
                 slot = (phone.engine, phone.lists, false)
                 try? phone.lists.setDone(item, in: list, true)
-                _ = try? phone.engine.sync()
+                let engine = phone.engine
+                _ = try? blockingWait { try await engine.sync() } // on the transport's thread, not Swift's
             }
         }
-        let account = try laptop.signUpAndSignIn(name: "alice", serverURL: "http://x")
+        let account = try await laptop.signUpAndSignIn(name: "alice", serverURL: "http://x")
         let list = try laptopLists.create(title: "Chores")
         let dishes = try laptopLists.add("Dishes", to: list)
         _ = try laptopLists.add("Laundry", to: list)
-        try laptop.sync()
+        try await laptop.sync()
         let (phone, phoneLists, _) = try world.recordedDevice("phone")
-        try phone.signIn(serverURL: "http://x", token: account.token)
-        try phone.sync()
+        try await phone.signIn(serverURL: "http://x", token: account.token)
+        try await phone.sync()
         phoneSlot.withLock { $0 = (phone, phoneLists, false) }
 
         try laptopLists.edit(dishes, in: list, text: "Wash the dishes", addTags: ["kitchen"], removeTags: [])
         laptopNet.reset()
         phoneSlot.withLock { $0?.armed = true }
-        let report = try laptop.sync()
+        let report = try await laptop.sync()
         #expect(phoneSlot.value?.armed == false, "the concurrent edit did not run")
         #expect(report.queued == 0 && report.rejected.isEmpty)
         let answer = laptopNet.exchanges.flatMap(\.pushed).first { $0["recordName"]?.stringValue == dishes.id }
@@ -217,26 +231,24 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
         #expect(laptopNet.exchanges.filter { $0.operation == "deltas/pull" }.flatMap(\.pulled).contains(dishes.id))
         let merged = try #require(try laptopLists.items(of: list).first { $0.id == dishes.id })
         #expect(merged.text == "Wash the dishes" && merged.done && merged.tags == ["kitchen"], "\(merged)")
-        try phone.sync()
+        try await phone.sync()
         #expect(try frames(phone) == frames(laptop))
     }
 
-    @Test func aJSONDeviceAndABinaryDeviceConverge() throws {
+    @Test func threeDevicesEditingOfflineConvergeToTheSameBytes() async throws {
         let seed = testSeed()
-        print("SyncEngineDeltaTests.aJSONDeviceAndABinaryDeviceConverge seed=\(seed)")
+        print("SyncEngineDeltaTests.threeDevicesEditingOfflineConvergeToTheSameBytes seed=\(seed)")
         var random = SplitMix64(seed: seed)
         let world = try SyncWorld()
         let (alice, aliceLists, aliceNet) = try world.recordedDevice("alice")
         let (phone, phoneLists, phoneNet) = try world.recordedDevice("alice-phone")
         let (bob, bobLists, bobNet) = try world.recordedDevice("bob")
-        phone.wire = .json
-        bob.wire = .json
-        let account = try alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
-        try phone.signIn(serverURL: "http://x", token: account.token)
-        try bob.signUpAndSignIn(name: "bob", serverURL: "http://x")
+        let account = try await alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
+        try await phone.signIn(serverURL: "http://x", token: account.token)
+        try await bob.signUpAndSignIn(name: "bob", serverURL: "http://x")
         let list = try aliceLists.create(title: "Trip")
         for text in ["Tent", "Map", "Stove"] { _ = try aliceLists.add(text, tags: ["gear"], to: list) }
-        try alice.sync()
+        try await alice.sync()
         _ = try alice.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]), "rootRecordName": .string(list.id),
             "publicPermission": .string("readWrite"),
@@ -246,10 +258,10 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
         ]))["url"]?.stringValue)
         _ = try bob.callServer("shared", "records/accept",
             .object(["shortGUIDs": .array([.object(["value": .string(url)])])]))
-        for device in [phone, bob] { try device.sync() }
+        for device in [phone, bob] { try await device.sync() }
 
         // Offline edits on every device, then syncs in a random order until nothing moves.
-        let devices: [(SyncEngine, Lists)] = [(alice, aliceLists), (phone, phoneLists), (bob, bobLists)]
+        let devices: [(ListsReplica, Lists)] = [(alice, aliceLists), (phone, phoneLists), (bob, bobLists)]
         for round in 0..<4 {
             for (index, (_, lists)) in devices.enumerated() {
                 let mine = try lists.resolve("Trip")
@@ -267,37 +279,31 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
                     }
                 }
             }
-            for index in [0, 1, 2].shuffled(using: &random) { _ = try devices[index].0.sync() }
+            for index in [0, 1, 2].shuffled(using: &random) { _ = try await devices[index].0.sync() }
         }
-        for _ in 0..<3 { for (engine, _) in devices { _ = try engine.sync() } }
+        for _ in 0..<3 { for (engine, _) in devices { _ = try await engine.sync() } }
         let views = try devices.map { try $0.1.items(of: try $0.1.resolve("Trip")) }
         #expect(views[0] == views[1] && views[1] == views[2], "seed \(seed)")
         // The replicas hold the same bytes for every record of the list's zone. A participant has no tombstone
         // of a record deleted before it ever reached the share (the share's log never held it).
-        let zoneFrames = { (engine: SyncEngine) throws -> [String: [UInt8]] in
+        let zoneFrames = { (engine: ListsReplica) throws -> [String: [UInt8]] in
             try frames(engine).filter { $0.key.hasPrefix("\(Lists.defaultZone)/\(account.userRecordName)/") }
         }
         let aliceFrames = try zoneFrames(alice), phoneFrames = try zoneFrames(phone), bobFrames = try zoneFrames(bob)
         #expect(aliceFrames == phoneFrames, "seed \(seed)")
         #expect(Set(bobFrames.keys).isSubset(of: aliceFrames.keys), "seed \(seed)")
         for (key, bytes) in aliceFrames {
-            if let bobs = bobFrames[key] {
-                #expect(bobs == bytes, "seed \(seed): \(key) differs on bob")
-            } else {
-                #expect(try RecordFrame(stored: bytes).isDeleted, "seed \(seed): bob lacks \(key)")
-            }
+            #expect(bobFrames[key] == nil || bobFrames[key] == bytes, "seed \(seed): \(key) differs on bob")
         }
-        // Each went its own way.
-        #expect(aliceNet.exchanges.contains { $0.operation == "deltas/push" })
-        #expect(!aliceNet.exchanges.contains { $0.operation == "records/modify" })
-        for net in [phoneNet, bobNet] {
-            #expect(net.exchanges.contains { $0.operation == "records/modify" })
-            #expect(!net.exchanges.contains { $0.operation == "deltas/push" || $0.operation == "deltas/pull" })
+        // Merged states travel on the binary path; a deletion is a records/modify.
+        for net in [aliceNet, phoneNet, bobNet] {
+            #expect(net.exchanges.contains { $0.operation == "deltas/push" })
+            #expect(net.exchanges.contains { $0.operation == "deltas/pull" })
         }
     }
 }
 
-/// `SyncEngine.waitForChanges` over a real socket: one parked request for both databases while idle, and a
+/// `ListsReplica.waitForChanges` (the engines' `waitForServerChanges(of:)`) over a real socket: one parked request for both databases while idle, and a
 /// change made by another device seen well within two seconds.
 @Suite(.serialized) struct SyncEngineWaitTests {
     final class LoopbackWorld {
@@ -312,25 +318,25 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
 
         deinit { server.shutdown() }
 
-        func device(_ name: String) throws -> (SyncEngine, Lists, RecordingTransport) {
+        func device(_ name: String) throws -> (ListsReplica, Lists, RecordingTransport) {
             let transport = RecordingTransport(try HTTPTransport(serverURL: url))
-            let engine = try SyncEngine(home: world.directory + "/home-\(name)", transport: transport)
-            return (engine, Lists(engine: engine), transport)
+            let replica = try ListsReplica(home: world.directory + "/home-\(name)", transport: transport)
+            return (replica, Lists(replica: replica), transport)
         }
     }
 
-    @Test func oneParkedRequestCoversBothDatabasesAndAChangeIsSeenQuickly() throws {
+    @Test func oneParkedRequestCoversBothDatabasesAndAChangeIsSeenQuickly() async throws {
         let loop = try LoopbackWorld()
         // bob watches: his own list (private database) and alice's list shared with him (shared database).
         let (alice, aliceLists, aliceNet) = try loop.device("alice")
         let (bob, bobLists, bobNet) = try loop.device("bob")
         let (bobPhone, bobPhoneLists, bobPhoneNet) = try loop.device("bob-phone")
-        try alice.signUpAndSignIn(name: "alice", serverURL: loop.url)
-        let bobAccount = try bob.signUpAndSignIn(name: "bob", serverURL: loop.url)
-        try bobPhone.signIn(serverURL: loop.url, token: bobAccount.token)
+        try await alice.signUpAndSignIn(name: "alice", serverURL: loop.url)
+        let bobAccount = try await bob.signUpAndSignIn(name: "bob", serverURL: loop.url)
+        try await bobPhone.signIn(serverURL: loop.url, token: bobAccount.token)
         let shared = try aliceLists.create(title: "Groceries")
         _ = try aliceLists.add("Milk", to: shared)
-        try alice.sync()
+        try await alice.sync()
         _ = try alice.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]), "rootRecordName": .string(shared.id),
             "publicPermission": .string("readOnly"),
@@ -341,8 +347,8 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
         _ = try bob.callServer("shared", "records/accept",
             .object(["shortGUIDs": .array([.object(["value": .string(link)])])]))
         _ = try bobLists.create(title: "Mine")
-        try bob.sync()
-        try bobPhone.sync()
+        try await bob.sync()
+        try await bobPhone.sync()
         let mine = try bobPhoneLists.resolve("Mine")
 
         // Idle: what `lattice watch` does, waits of 2 s one after another, for about 5 s.
@@ -358,7 +364,7 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
                 samples.withLock { $0.append(parked) }
                 sampler.signal()
             }
-            #expect(try bob.waitForChanges(timeoutSeconds: 2) == false)
+            #expect(try await bob.waitForChanges(timeoutSeconds: 2) == false)
             _ = sampler.wait(timeout: .now() + 2)
             waits += 1
         }
@@ -381,12 +387,12 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
 
         // A change by another device: alice's to the shared list, then bob's phone's to his own list.
         var latencies: [String] = []
-        let changes: [(label: String, writer: RecordingTransport, change: () throws -> Void,
+        let changes: [(label: String, writer: RecordingTransport, change: () async throws -> Void,
                        seen: @Sendable (Lists) throws -> Bool)] = [
-            ("shared database (alice adds Eggs)", aliceNet, { _ = try aliceLists.add("Eggs", to: shared); try alice.sync() },
+            ("shared database (alice adds Eggs)", aliceNet, { _ = try aliceLists.add("Eggs", to: shared); try await alice.sync() },
              { lists in try lists.items(of: try lists.resolve("Groceries")).contains { $0.text == "Eggs" } }),
             ("private database (bob's phone adds Call mum)", bobPhoneNet,
-             { _ = try bobPhoneLists.add("Call mum", to: mine); try bobPhone.sync() },
+             { _ = try bobPhoneLists.add("Call mum", to: mine); try await bobPhone.sync() },
              { lists in try lists.items(of: try lists.resolve("Mine")).contains { $0.text == "Call mum" } }),
         ]
         for (label, writer, change, seen) in changes {
@@ -396,19 +402,24 @@ func frames(_ engine: SyncEngine) throws -> [String: [UInt8]] {
             Thread {
                 defer { done.signal() }
                 do {
-                    guard try bob.waitForChanges(timeoutSeconds: 10) else { return }
+                    guard try blockingWait({ try await bob.waitForChanges(timeoutSeconds: 10) }) else { return }
                     outcome.withLock { $0.woken = Date() }
-                    _ = try bob.sync()
+                    _ = try blockingWait { try await bob.sync() }
                     if try seen(bobLists) { outcome.withLock { $0.seen = Date() } }
                 } catch {
                     outcome.withLock { $0.error = "\(error)" }
                 }
             }.start()
-            Thread.sleep(forTimeInterval: 0.3) // parked by now
+            try await Task.sleep(for: .milliseconds(300)) // parked by now
             writer.reset()
             let began = Date()
-            try change()
-            #expect(done.wait(timeout: .now() + 10) == .success, "\(label): the watcher never returned")
+            try await change()
+            var returned = false
+            for _ in 0..<500 where !returned { // at most 10 s
+                returned = done.wait(timeout: .now()) == .success
+                if !returned { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            #expect(returned, "\(label): the watcher never returned")
             let result = outcome.value
             #expect(result.error == nil, "\(label): \(result.error ?? "")")
             let woken = try #require(result.woken, "\(label): the wait was not woken")

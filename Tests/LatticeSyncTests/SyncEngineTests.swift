@@ -90,10 +90,18 @@ final class SyncWorld: Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    func device(_ name: String, online: OnlineSwitch = OnlineSwitch()) throws -> (SyncEngine, Lists, OnlineSwitch) {
+    /// A device with the CLI's lists (`ListsReplica`, on `LatticeSyncEngine`).
+    func device(_ name: String, online: OnlineSwitch = OnlineSwitch()) throws -> (ListsReplica, Lists, OnlineSwitch) {
+        let replica = try ListsReplica(home: directory + "/home-\(name)-\(UUID().uuidString.prefix(6))",
+                                       transport: InProcessTransport(service: service, online: online))
+        return (replica, Lists(replica: replica), online)
+    }
+
+    /// A device on the engine the CLI used before (`SyncEngine`), kept as the baseline of `lattice-bench sync`.
+    func legacyDevice(_ name: String, online: OnlineSwitch = OnlineSwitch()) throws -> (SyncEngine, OnlineSwitch) {
         let engine = try SyncEngine(home: directory + "/home-\(name)-\(UUID().uuidString.prefix(6))",
                                     transport: InProcessTransport(service: service, online: online))
-        return (engine, Lists(engine: engine), online)
+        return (engine, online)
     }
 }
 
@@ -105,17 +113,17 @@ final class ServerClock: Sendable {
 }
 
 @Suite(.tags(.postgres)) struct SyncEngineTests {
-    @Test func twoUsersShareAListEditOfflineAndConverge() throws {
+    @Test func twoUsersShareAListEditOfflineAndConverge() async throws {
         let world = try SyncWorld()
         let (alice, aliceLists, aliceNet) = try world.device("alice")
         let (bob, bobLists, bobNet) = try world.device("bob")
-        try alice.signUpAndSignIn(name: "alice", serverURL: "http://127.0.0.1:8080")
-        try bob.signUpAndSignIn(name: "bob", serverURL: "http://127.0.0.1:8080")
+        try await alice.signUpAndSignIn(name: "alice", serverURL: "http://127.0.0.1:8080")
+        try await bob.signUpAndSignIn(name: "bob", serverURL: "http://127.0.0.1:8080")
 
         let groceries = try aliceLists.create(title: "Groceries")
         let milk = try aliceLists.add("Milk", tags: ["dairy"], to: groceries)
         _ = try aliceLists.add("Eggs", to: groceries)
-        let first = try alice.sync()
+        let first = try await alice.sync()
         #expect(first.online && first.queued == 0, "\(first)")
 
         let share = try alice.callServer("private", "shares/create", .object([
@@ -129,7 +137,7 @@ final class ServerClock: Sendable {
         let accepted = try bob.callServer("shared", "records/accept",
             .object(["shortGUIDs": .array([.object(["value": .string(url)])])]))
         #expect(accepted["results"]?.arrayValue?.first?["participantStatus"]?.stringValue == "accepted")
-        #expect(try bob.sync().online)
+        #expect(try await bob.sync().online)
         let bobsList = try bobLists.resolve("Groceries")
         #expect(bobsList.permission == "readWrite")
         #expect(try bobLists.items(of: bobsList).map(\.text) == ["Milk", "Eggs"])
@@ -141,14 +149,14 @@ final class ServerClock: Sendable {
         let bobMilk = try bobLists.resolveItem("Milk", in: bobsList)
         try bobLists.edit(bobMilk, in: bobsList, text: "Whole milk", addTags: ["dairy", "cold"], removeTags: [])
         _ = try bobLists.add("Bread", to: bobsList)
-        let offline = try alice.sync()
+        let offline = try await alice.sync()
         #expect(!offline.online && offline.queued > 0)
 
         aliceNet.set(true)
         bobNet.set(true)
-        try bob.sync()
-        try alice.sync()
-        try bob.sync()
+        try await bob.sync()
+        try await alice.sync()
+        try await bob.sync()
         let aliceView = try aliceLists.items(of: try aliceLists.resolve("Groceries"))
         let bobView = try bobLists.items(of: try bobLists.resolve("Groceries"))
         #expect(aliceView == bobView)
@@ -158,15 +166,15 @@ final class ServerClock: Sendable {
         #expect(aliceView.map(\.text).contains("Bread"))
     }
 
-    @Test func aReadOnlyParticipantsEditIsRejectedAndRestored() throws {
+    @Test func aReadOnlyParticipantsEditIsRejectedAndRestored() async throws {
         let world = try SyncWorld()
         let (alice, aliceLists, _) = try world.device("alice")
         let (bob, bobLists, _) = try world.device("bob")
-        try alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
-        try bob.signUpAndSignIn(name: "bob", serverURL: "http://x")
+        try await alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
+        try await bob.signUpAndSignIn(name: "bob", serverURL: "http://x")
         let list = try aliceLists.create(title: "Chores")
         _ = try aliceLists.add("Dishes", to: list)
-        try alice.sync()
+        try await alice.sync()
         _ = try alice.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]), "rootRecordName": .string(list.id),
             "publicPermission": .string("readOnly"),
@@ -176,14 +184,16 @@ final class ServerClock: Sendable {
         ]))["url"]?.stringValue)
         _ = try bob.callServer("shared", "records/accept",
             .object(["shortGUIDs": .array([.object(["value": .string(url)])])]))
-        try bob.sync()
+        try await bob.sync()
         let bobsList = try bobLists.resolve("Chores")
         #expect(bobsList.permission == "readOnly")
         #expect(throws: ListsError.self) { try bobLists.add("Sneaky", to: bobsList) }
         // Bypass the CLI's check: the engine sends, the server refuses, the copy goes back.
         let item = try bobLists.resolveItem("Dishes", in: bobsList)
-        try bob.edit(item.id, in: bobsList.zone) { record, stamp in try record.set("text", to: .string("Nope"), at: stamp()) }
-        let report = try bob.sync()
+        var record = try #require(try bob.record(item.id, in: bobsList.zone))
+        record["text"] = "Nope"
+        try bob.save(record, in: bobsList.zone)
+        let report = try await bob.sync()
         #expect(report.rejected.first?.code == "PERMISSION_FAILURE")
         #expect(try bobLists.items(of: bobsList).map(\.text) == ["Dishes"])
         #expect(try bob.pendingCount() == 0)
@@ -191,84 +201,76 @@ final class ServerClock: Sendable {
 }
 
 @Suite struct SyncEngineRobustnessTests {
-    @Test func anInterruptedSyncLosesNoEditAndSkipsNoChange() throws {
+    @Test func anInterruptedSyncLosesNoEditAndSkipsNoChange() async throws {
         let world = try SyncWorld()
         let (alice, aliceLists, _) = try world.device("alice")
         let (phone, phoneLists, phoneNet) = try world.device("phone")
-        let account = try alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
-        try phone.signIn(serverURL: "http://x", token: account.token)
+        let account = try await alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
+        try await phone.signIn(serverURL: "http://x", token: account.token)
         let list = try aliceLists.create(title: "Big")
         for index in 0..<120 { _ = try aliceLists.add("item \(index)", to: list) }
-        try alice.sync()
+        try await alice.sync()
         let mine = try phoneLists.create(title: "Phone's")
         _ = try phoneLists.add("offline edit", to: mine)
         // The connection drops at every point of the phone's sync in turn; each time the next sync resumes.
         for cut in 0..<12 {
             phoneNet.dropAfter(cut)
-            _ = try? phone.sync()
+            _ = try? await phone.sync()
             phoneNet.dropAfter(nil)
         }
-        try phone.sync()
-        try alice.sync()
+        try await phone.sync()
+        try await alice.sync()
         #expect(try phoneLists.items(of: try phoneLists.resolve("Big")).count == 120)
         #expect(try aliceLists.items(of: try aliceLists.resolve("Phone's")).map(\.text) == ["offline edit"])
         #expect(try phone.pendingCount() == 0)
     }
 
-    @Test(arguments: SyncWire.allCases)
-    func batchesStayUnderTheLimitsAndSplitOnLimitExceeded(wire: SyncWire) throws {
+    @Test func batchesStayUnderTheLimitsAndSplitOnLimitExceeded() async throws {
         let world = try SyncWorld { $0.maximumRequestBytes = 64 * 1024 }
         let (alice, lists, net) = try world.device("alice")
-        alice.wire = wire
-        try alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
+        try await alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
         let list = try lists.create(title: "Huge")
         for index in 0..<450 { _ = try lists.add("item \(index) " + String(repeating: "x", count: 100), to: list) }
-        var events: [String] = []
-        alice.onEvent = { event in
-            if case .willSendChanges(let count) = event { events.append("willSend \(count)") }
-            if case .didSendChanges(let sent, let failed) = event { events.append("didSend \(sent) \(failed)") }
-        }
-        let report = try alice.sync()
-        #expect(report.queued == 0 && report.rejected.isEmpty)
-        #expect(events.contains("willSend 451") && events.contains("didSend 451 0"))
+        let report = try await alice.sync()
+        #expect(report.queued == 0 && report.rejected.isEmpty && report.sent == 451, "\(report)")
         let requests = net.modifyRequests
         #expect(requests.allSatisfy { $0.operations <= 400 })
         #expect(requests.contains { $0.bytes > 64 * 1024 }) // refused with LIMIT_EXCEEDED, then split
         #expect(requests.filter { $0.bytes <= 64 * 1024 }.map(\.operations).reduce(0, +) == 451)
         let (other, otherLists, _) = try world.device("other")
-        try other.signIn(serverURL: "http://x", token: alice.account!.token)
-        try other.sync()
+        try await other.signIn(serverURL: "http://x", token: alice.account!.token)
+        try await other.sync()
         #expect(try otherLists.items(of: try otherLists.resolve("Huge")).count == 450)
     }
 
-    @Test func anExpiredTokenRefetchesTheZoneAndKeepsPendingEdits() throws {
+    @Test func anExpiredTokenRefetchesTheZoneAndKeepsPendingEdits() async throws {
         let world = try SyncWorld { $0.tombstoneHorizonMilliseconds = 60_000 }
         let (alice, aliceLists, _) = try world.device("alice")
         let (phone, phoneLists, _) = try world.device("phone")
-        let account = try alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
-        try phone.signIn(serverURL: "http://x", token: account.token)
+        let account = try await alice.signUpAndSignIn(name: "alice", serverURL: "http://x")
+        try await phone.signIn(serverURL: "http://x", token: account.token)
         let list = try aliceLists.create(title: "Todo")
         let doomed = try aliceLists.add("doomed", to: list)
         _ = try aliceLists.add("kept", to: list)
-        try alice.sync()
-        try phone.sync()
+        try await alice.sync()
+        try await phone.sync()
         // Alice deletes an item; the tombstone is purged before the phone syncs again.
         try aliceLists.remove(doomed, in: list)
-        try alice.sync()
+        try await alice.sync()
         world.clock.advance(120_000)
         #expect(try world.service.purgeExpired().tombstones >= 1)
         // The phone has an unsent edit meanwhile.
         let phoneList = try phoneLists.resolve("Todo")
         _ = try phoneLists.add("from the phone", to: phoneList)
-        let report = try phone.sync()
+        let report = try await phone.sync()
         #expect(report.online)
         let texts = try phoneLists.items(of: phoneList).map(\.text)
         #expect(texts == ["kept", "from the phone"]) // the purged record is gone, the pending edit survived
-        try alice.sync()
+        try await alice.sync()
         #expect(try aliceLists.items(of: list).map(\.text) == ["kept", "from the phone"])
     }
 
-    @Test func retriesHonourRetryAfterWithBackoff() throws {
+    @Test func retriesHonourRetryAfterWithBackoff() async throws {
         final class Flaky: SyncTransport {
             private let count = Mutex(0)
             var calls: Int { count.withLock { $0 } }

@@ -1,28 +1,47 @@
+import Foundation
+import Synchronization
 import LatticeCore
+import LatticeLists
 import LatticeSync
+
+/// A device's home in tests: the CLI's (`ListsReplica`) or the engine it used before (`SyncEngine`).
+public protocol TestDeviceHome {
+    var account: Account? { get }
+    /// The transport the device's calls go over (with its online switch); nil: HTTP.
+    var testTransport: (any SyncTransport)? { get }
+    func signIn(_ account: Account) async throws
+}
+
+extension SyncEngine: TestDeviceHome {
+    public var testTransport: (any SyncTransport)? { transportOverride }
+}
+
+extension ListsReplica: TestDeviceHome {
+    public var testTransport: (any SyncTransport)? { transportOverride }
+}
 
 // Test shorthands over `AccountClient`: a device's account operations go over the device's own transport
 // (the engine's, with its online switch), as the engine's own calls do.
-extension SyncEngine {
+extension TestDeviceHome {
     /// An account client over this device's transport; for `serverURL` nil, the installed account's server.
     public func accountClient(_ serverURL: String? = nil) throws -> AccountClient {
         guard let url = serverURL ?? account?.serverURL else { throw SyncError.notSignedIn }
-        return try AccountClient(serverURL: url, transport: transportOverride)
+        return try AccountClient(serverURL: url, transport: testTransport)
     }
 
     /// Creates an account on the server and installs it in this home.
     @discardableResult
-    public func signUpAndSignIn(name: String, serverURL: String) throws -> Account {
+    public func signUpAndSignIn(name: String, serverURL: String) async throws -> Account {
         let account = try accountClient(serverURL).signUp(name: name)
-        try signIn(account)
+        try await signIn(account)
         return account
     }
 
     /// Checks `token` on the server and installs its account in this home.
     @discardableResult
-    public func signIn(serverURL: String, token: String) throws -> Account {
+    public func signIn(serverURL: String, token: String) async throws -> Account {
         let account = try accountClient(serverURL).signIn(token: token)
-        try signIn(account)
+        try await signIn(account)
         return account
     }
 
@@ -31,4 +50,22 @@ extension SyncEngine {
         guard let account else { throw SyncError.notSignedIn }
         return try accountClient().call(database, operation, body, as: account)
     }
+}
+
+/// Runs async work to its end from a thread that may block (a `Thread`, a transport's callback on a
+/// Dispatch queue): never from Swift's cooperative threads, which the work itself needs.
+public func blockingWait<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    let result = Mutex<Result<T, any Error>?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        do {
+            let value = try await body()
+            result.withLock { $0 = .success(value) }
+        } catch {
+            result.withLock { $0 = .failure(error) }
+        }
+        done.signal()
+    }
+    done.wait()
+    return try result.withLock { $0! }.get()
 }

@@ -193,6 +193,15 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     let stored: StoredState?
     /// The base decoded (once, when first read).
     var base: Record? { stored?.record }
+    /// The state the edits were made over, when the record was rebased since (`replaying(editsOf:)`): a
+    /// removal from a list removes only the adds that state had seen, so an element another device added
+    /// meanwhile stays, as if the edit had been sent before the fetch. Nil: the edits were made over `stored`.
+    var editBase: EditBase?
+
+    struct EditBase: Sendable {
+        let state: StoredState?
+    }
+
     /// The server's change tag of `base` when known (the strict save policy compares it).
     public internal(set) var recordChangeTag: String?
     /// The edits, each with the moment it was made (`EditMoment`): the engine stamps each with the time
@@ -314,8 +323,13 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     public func replaying(editsOf local: LatticeRecord) -> LatticeRecord {
         var result = self
         for (edit, moment) in local.edits { result.apply(edit, at: moment) }
+        // The edits still count from the state they were made over (see `editBase`).
+        if !local.edits.isEmpty { result.editBase = local.editBase ?? EditBase(state: local.stored) }
         return result
     }
+
+    /// The frame the edits were made over.
+    var editBaseFrame: RecordFrame? { editBase.map { $0.state?.frame } ?? baseFrame }
 
     /// The stamp of the write that won each field (or of each list element's adds), as `lattice explain`
     /// shows: which device (replica id) and when. Nil for a field this device has not received.
@@ -385,8 +399,12 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
             }
             return .object(item)
         }
-        let archive: JSON = .object(["systemFields": .string(try encodeSystemFields().base64EncodedString()),
-                                     "edits": .array(edits)])
+        var members: [String: JSON] = ["systemFields": .string(try encodeSystemFields().base64EncodedString()),
+                                       "edits": .array(edits)]
+        if let editBase, !edits.isEmpty {
+            members["editBase"] = editBase.state.map { .string(Data($0.frame.bytes).base64EncodedString()) } ?? .null
+        }
+        let archive = JSON.object(members)
         return Data(archive.serializedBytes())
     }
 
@@ -397,6 +415,15 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
         guard let json = try? JSON.parse([UInt8](archive)), let fields = json["systemFields"]?.stringValue,
               let systemFields = Data(base64Encoded: fields), let edits = json["edits"]?.arrayValue else { throw invalid }
         try self.init(systemFields: systemFields)
+        if let base = json["editBase"] {
+            if base == .null {
+                editBase = EditBase(state: nil)
+            } else {
+                guard let text = base.stringValue, let bytes = Data(base64Encoded: text),
+                      let frame = try? RecordFrame(validating: [UInt8](bytes)), (try? frame.decoded()) != nil else { throw invalid }
+                editBase = EditBase(state: StoredState(frame))
+            }
+        }
         for item in edits {
             guard let op = item["op"]?.stringValue, let process = item["process"]?.stringValue.flatMap(UInt64.init),
                   let sequence = item["sequence"]?.stringValue.flatMap(UInt64.init) else { throw invalid }

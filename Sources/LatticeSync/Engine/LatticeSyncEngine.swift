@@ -120,6 +120,39 @@ public actor LatticeSyncEngine {
         try await enqueue { engine in await engine.installAccount(newAccount) }
     }
 
+    /// Parks until the server says this database changed since the state's token, or `timeoutSeconds`
+    /// (1 to 50) pass: what automatic sync does between its rounds, for a program that syncs by hand
+    /// (CKSyncEngine has no such call). It does not wait for, or hold up, fetches and sends. Returns
+    /// whether something changed; throws `LatticeSyncError` (offline: `.networkUnavailable`).
+    public func waitForServerChanges(timeoutSeconds: Int) async throws -> Bool {
+        try await Self.waitForServerChanges(of: [self], timeoutSeconds: timeoutSeconds)
+    }
+
+    /// The same for several engines of one account (the private and the shared database): one parked
+    /// request, sent by the first, that the server answers as soon as any of their databases changes.
+    public static func waitForServerChanges(of engines: [LatticeSyncEngine], timeoutSeconds: Int) async throws -> Bool {
+        guard let first = engines.first else { return false }
+        let watched = engines.map { engine in
+            ChangesWaitRequest.Watched(database: engine.database.scope == .private ? .private : .shared,
+                                       syncToken: engine.state.read { $0.databaseToken })
+        }
+        return try await first.parkedWait(watched, seconds: Int64(min(max(timeoutSeconds, 1), 50)))
+    }
+
+    private func parkedWait(_ watched: [ChangesWaitRequest.Watched], seconds: Int64) async throws -> Bool {
+        await startIfNeeded()
+        let request = ChangesWaitRequest(databases: watched, timeoutSeconds: seconds).json
+        let scope = scope
+        do {
+            let reply = try await exchange { client, bearer in
+                try client.call(scope, "changes/wait", request, token: bearer, timeout: TimeInterval(seconds + 10))
+            }
+            return reply["changed"] == .bool(true)
+        } catch {
+            throw LatticeSyncError(error)
+        }
+    }
+
     // MARK: Operations, one at a time
 
     private func enqueue(_ body: @escaping @Sendable (LatticeSyncEngine) async throws -> Void) async throws {
@@ -302,8 +335,9 @@ public actor LatticeSyncEngine {
 
     private func fetchZone(_ zoneID: LatticeRecordZone.ID) async throws {
         await emit(.willFetchRecordZoneChanges(.init(zoneID: zoneID)))
+        let whole: Bool
         do {
-            try await fetchZonePages(zoneID)
+            whole = try await fetchZonePages(zoneID)
         } catch let error as ServerError where error.serverErrorCode == .zoneNotFound {
             state.update { stored in stored.zones.removeAll { $0.zoneID == zoneID } }
             await emit(.didFetchRecordZoneChanges(.init(zoneID: zoneID, error: LatticeSyncError(error))))
@@ -312,12 +346,14 @@ public actor LatticeSyncEngine {
             await emit(.didFetchRecordZoneChanges(.init(zoneID: zoneID, error: LatticeSyncError(error))))
             throw error
         }
-        await emit(.didFetchRecordZoneChanges(.init(zoneID: zoneID, error: nil)))
+        await emit(.didFetchRecordZoneChanges(.init(zoneID: zoneID, error: nil, deliveredWholeZone: whole)))
     }
 
-    private func fetchZonePages(_ zoneID: LatticeRecordZone.ID) async throws {
+    /// Returns whether the pages held every record of the zone (they started from no token).
+    private func fetchZonePages(_ zoneID: LatticeRecordZone.ID) async throws -> Bool {
         let wire = try wireZone(zoneID)
         var entry = state.read { $0.zone(zoneID) } ?? ZoneEntry(zoneID: zoneID)
+        var whole = entry.token == nil && entry.known.isEmpty // own writes it was told of are left out
         let scope = scope
         for _ in 0..<1_000_000 { // pages; bounded
             let request = DeltaPullRequest(zoneID: WireZoneID(zoneName: wire.zoneName, ownerRecordName: wire.ownerRecordName),
@@ -339,6 +375,7 @@ public actor LatticeSyncEngine {
             } catch let error as ServerError where error.serverErrorCode == .changeTokenExpired {
                 entry.token = nil
                 entry.known = []
+                whole = true
                 continue
             } catch let error as CodecError {
                 throw LatticeSyncError(.serverRejectedRequest, "deltas/pull: \(error.description)")
@@ -380,8 +417,9 @@ public actor LatticeSyncEngine {
             let saved = entry
             state.update { $0.setZone(saved) }
             await emitStateUpdate()
-            if !pull.moreComing { return }
+            if !pull.moreComing { return whole }
         }
+        return false
     }
 
     // MARK: Send
@@ -532,9 +570,12 @@ public actor LatticeSyncEngine {
         }
         do {
             let id = try RecordID(recordName: record.recordID.recordName, zoneID: wire)
+            // The edits are made into the state they were made over (for a record rebased on a fetch since,
+            // an older one), then joined with the newest.
             let baseFrame = record.baseFrame
-            var edit = try baseFrame.flatMap { $0.isDeleted ? nil : try RecordEdit(editing: $0) }
-                ?? RecordEdit(creating: id, recordType: record.recordType, over: baseFrame, at: stamp(record.edits.first?.moment))
+            let editFrame = record.editBaseFrame
+            var edit = try editFrame.flatMap { $0.isDeleted ? nil : try RecordEdit(editing: $0) }
+                ?? RecordEdit(creating: id, recordType: record.recordType, over: editFrame, at: stamp(record.edits.first?.moment))
             for (change, moment) in record.edits {
                 switch change {
                 case let .set(key, nil): try edit.clear(key, at: stamp(moment))
@@ -556,7 +597,10 @@ public actor LatticeSyncEngine {
                 stored.clockLatest = clock.latest.rawValue
             }
             let partial = try edit.frame()
-            let joined = try partial.flatMap { _ in try edit.applied() } ?? baseFrame
+            var joined = try partial.flatMap { _ in try edit.applied() } ?? editFrame
+            if record.editBase != nil, let baseFrame {
+                joined = joined.map { RecordFrame.join(baseFrame, $0) ?? baseFrame } ?? baseFrame
+            }
             guard let joined else { throw LatticeSyncError(.invalidArguments, "record \(record.recordID) has nothing to save") }
             return PreparedSave(record: record, partial: partial, result: joined)
         } catch let error as LatticeSyncError {

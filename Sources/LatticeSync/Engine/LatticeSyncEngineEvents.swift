@@ -159,6 +159,17 @@ extension LatticeSyncEngine {
             public let zoneID: LatticeRecordZone.ID
             /// Why the zone's fetch stopped, nil when it completed.
             public let error: LatticeSyncError?
+            /// The fetch started from no change token (the zone's first fetch, or its token had expired), so
+            /// every record of the zone came in this fetch's `fetchedRecordZoneChanges`: a record the app
+            /// holds that did not come is gone from the server (deleted while its deletion could not be
+            /// told), unless the app has a change of it waiting. CKSyncEngine keeps this to itself.
+            public let deliveredWholeZone: Bool
+
+            init(zoneID: LatticeRecordZone.ID, error: LatticeSyncError?, deliveredWholeZone: Bool = false) {
+                self.zoneID = zoneID
+                self.error = error
+                self.deliveredWholeZone = deliveredWholeZone
+            }
         }
         public struct DidFetchChanges: Sendable { public let context: FetchChangesContext }
         public struct WillSendChanges: Sendable { public let context: SendChangesContext }

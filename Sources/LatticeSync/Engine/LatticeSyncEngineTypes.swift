@@ -109,6 +109,15 @@ public struct LatticeSyncError: Error, Hashable, Sendable, CustomStringConvertib
         [.networkUnavailable, .requestRateLimited, .serviceUnavailable, .operationCancelled].contains(code)
     }
 
+    /// Whether the server said "not now" (throttled or busy): the same request may succeed later.
+    public var isNotNow: Bool { code == .requestRateLimited || code == .serviceUnavailable }
+
+    /// When to try again, for people ("try again in 14 minutes"), from `retryAfter`; nil without one.
+    public var retryAdvice: String? {
+        guard let retryAfter, retryAfter > 0 else { return nil }
+        return "try again in " + ServerError.duration(retryAfter)
+    }
+
     public var description: String {
         "\(code.rawValue): \(reason)" + (retryAfter.map { " (try again in \(Int($0.rounded(.up))) s)" } ?? "")
     }
