@@ -75,16 +75,22 @@ struct EngineBenchOptions: Sendable {
 final class BenchApp: LatticeSyncEngineDelegate {
     let records = Mutex<[LatticeRecord.ID: LatticeRecord]>([:])
     let fetched = Atomic<Int>(0)
+    let saved = Atomic<Int>(0)
     let failures = Mutex<[String]>([])
-    let batch: Int
+    /// Records per batch the app gives.
+    let batch: Atomic<Int>
 
-    init(batch: Int) { self.batch = batch }
+    init(batch: Int) { self.batch = Atomic(batch) }
 
     func handleEvent(_ event: LatticeSyncEngine.Event, syncEngine: LatticeSyncEngine) async {
         switch event {
         case .fetchedRecordZoneChanges(let changes):
             fetched.add(changes.modifications.count, ordering: .relaxed)
         case .sentRecordZoneChanges(let sent):
+            saved.add(sent.savedRecords.count, ordering: .relaxed)
+            if !sent.savedRecords.isEmpty {
+                records.withLock { records in for record in sent.savedRecords { records[record.recordID] = record } }
+            }
             if !sent.failedRecordSaves.isEmpty {
                 failures.withLock { $0 += sent.failedRecordSaves.map { "\($0.record.recordID.recordName): \($0.error)" } }
             }
@@ -94,13 +100,13 @@ final class BenchApp: LatticeSyncEngineDelegate {
 
     func nextRecordZoneChangeBatch(_ context: LatticeSyncEngine.SendChangesContext,
                                    syncEngine: LatticeSyncEngine) async -> LatticeSyncEngine.RecordZoneChangeBatch? {
-        let pending = Array(syncEngine.state.pendingRecordZoneChanges.prefix(batch))
+        let pending = Array(syncEngine.state.pendingRecordZoneChanges.prefix(batch.load(ordering: .relaxed)))
         return await LatticeSyncEngine.RecordZoneChangeBatch(pendingChanges: pending) { id in self.records.withLock { $0[id] } }
     }
 }
 
-/// Runs an async body to its end from a synchronous caller.
-private func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+/// Runs an async body to its end from a synchronous caller (a benchmark thread, never one of Swift's own).
+func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
     let result = Mutex<Result<T, any Error>?>(nil)
     let done = DispatchSemaphore(value: 0)
     Task {

@@ -1,6 +1,7 @@
 // `lattice-bench sync`: the whole service end to end. A real `lattice serve` (the `lattice` binary next to
-// this one) on 127.0.0.1, N real client engines (`LatticeSync.SyncEngine`, each with its own home) pushing
-// batches of records over HTTP, a fresh device pulling a large account, and in the same run the storage
+// this one) on 127.0.0.1, N real clients pushing batches of records over HTTP, each with the app engine
+// (`LatticeSync.LatticeSyncEngine`, wire `engine`) and the engine the CLI ran on before (`SyncEngine`, wires
+// `binary` and `json`) measured back to back in the same run, a fresh device pulling a large account, and in the same run the storage
 // ceiling: the same frames written straight into SQLite with the same durability and batch size. With
 // `--database URL --nodes N`: N `lattice serve` nodes on one PostgreSQL database (a scratch database made on
 // URL's server for the run), clients spread over them, and the ceiling written straight through libpq.
@@ -14,6 +15,16 @@ import Synchronization
 import Glibc
 #endif
 
+/// The client a push or pull measurement runs: the app engine, or the baseline engine on one of its wires.
+enum BenchWire: String, CaseIterable, Sendable {
+    /// `LatticeSyncEngine` (the public API): partial states in `deltas/push`, `deltas/pull`.
+    case engine
+    /// `SyncEngine` on its binary path (`deltas/push` of whole frames, `deltas/pull`).
+    case binary
+    /// `SyncEngine` on its JSON path (`records/modify`, `changes/zone`).
+    case json
+}
+
 struct SyncBenchOptions: Sendable {
     var clients = 4
     var batches = [1, 2, 50, 200, 400]
@@ -22,7 +33,7 @@ struct SyncBenchOptions: Sendable {
     var pullRecords = 100_000
     /// Rows the ceiling writes per batch size, at least (cycling through the pushed frames).
     var ceilingRows = 20_000
-    var wires: [SyncWire] = [.binary, .json]
+    var wires: [BenchWire] = [.engine, .binary]
     var modes: [PushMode] = [.rounds, .backlog]
     /// Time budget of one push measurement and of one ceiling measurement (checked between rounds).
     var seconds = 30.0
@@ -51,7 +62,7 @@ struct SyncBenchOptions: Sendable {
 
     static let usage = """
         usage: lattice-bench sync [--clients N] [--batches 1,2,50,200,400] [--records N]
-                                  [--pull-records N] [--ceiling-rows N] [--wire binary|json|both]
+                                  [--pull-records N] [--ceiling-rows N] [--wire W[,W...]|all]
                                   [--push-mode rounds|backlog|both]
                                   [--seconds S] [--timeout S] [--jsonl FILE]
                                   [--database URL [--nodes N] [--database-pool N]]
@@ -59,9 +70,12 @@ struct SyncBenchOptions: Sendable {
         End-to-end sync benchmark. Starts `lattice serve` (the lattice executable next to lattice-bench)
         on 127.0.0.1 with a fresh data directory (SQLite, WAL, synchronous=FULL: the server's default)
         and measures, printing JSON lines:
-          push     N client engines (LatticeSync.SyncEngine over HTTP, one account and one home each,
-                   SyncEngine.batchLimit B) push records made locally (a string, an integer, a
-                   two-element string list); only the send calls are timed. Two pacings:
+          push     N clients (one account each, over HTTP) push records made locally (a string, an
+                   integer, a two-element string list) in requests of B records, on each wire in
+                   turn: engine (the app engine, LatticeSyncEngine: LatticeRecords queued with
+                   state.add, a delegate giving batches of B) and binary or json (SyncEngine, the
+                   engine the CLI ran on before, batchLimit B); only the send calls are timed.
+                   Two pacings:
                    rounds   each client makes B records, then all call send at once (one request
                             each), until the last returns; then the next round
                    backlog  each client makes all its records, then all call send once: each engine
@@ -69,9 +83,12 @@ struct SyncBenchOptions: Sendable {
           ceiling  the frames the clients pushed, written straight into SQLite (WAL, synchronous=FULL,
                    B rows per transaction, a primary key and a second unique index), no service;
                    the frames are written again (under other keys) until --ceiling-rows rows
-          pull     a fresh device (new home, signed in with the token of an account holding
-                   --pull-records records) runs one sync; records/s and seconds
-        and one summary line per wire, batch size and pacing with ratio_service_to_ceiling.
+          pull     a fresh device (signed in with the token of an account holding --pull-records
+                   records) fetches all of it, on each wire: engine (fetchChanges, records handed
+                   to the app in events) or SyncEngine's sync() into its replica; records/s
+        and one summary line per wire, batch size and pacing with ratio_service_to_ceiling, and with
+        the engine wire beside the binary one, ratio_engine_to_binary per batch size and pacing (and
+        for the pull).
 
         With --database URL (a PostgreSQL server; its role needs CREATEDB): a scratch database
         lattice_bench_PID is created on that server for the run and dropped at the end; N nodes
@@ -89,7 +106,7 @@ struct SyncBenchOptions: Sendable {
                              (default 100000)
           --ceiling-rows N   rows the ceiling writes per batch size, at least every pushed frame once,
                              1 to 10000000 (default 20000)
-          --wire W           binary, json or both (default both): the engines' SyncEngine.wire
+          --wire W           engine, binary, json, a comma list, or all (default engine,binary)
           --push-mode M      rounds, backlog or both (default both): how the pushes are paced
           --seconds S        time budget per push and per ceiling measurement, checked between
                              rounds (default 30)
@@ -122,7 +139,7 @@ struct SyncBenchOptions: Sendable {
             case "--records": options.records = try integer(name, try value(), in: 1...1_000_000)
             case "--pull-records": options.pullRecords = try integer(name, try value(), in: 0...10_000_000)
             case "--ceiling-rows": options.ceilingRows = try integer(name, try value(), in: 1...10_000_000)
-            case "--wire": options.wires = try oneOrBoth(name, try value())
+            case "--wire": options.wires = try wireList(try value())
             case "--push-mode": options.modes = try oneOrBoth(name, try value())
             case "--seconds": options.seconds = try seconds(name, try value(), maximum: 3600)
             case "--timeout": options.timeout = try seconds(name, try value(), maximum: 86_400)
@@ -177,6 +194,18 @@ struct SyncBenchOptions: Sendable {
         return [choice]
     }
 
+    private static func wireList(_ text: String) throws(UsageError) -> [BenchWire] {
+        if text == "all" { return BenchWire.allCases }
+        var wires: [BenchWire] = []
+        for part in text.split(separator: ",", omittingEmptySubsequences: false) {
+            guard let wire = BenchWire(rawValue: part.trimmingCharacters(in: .whitespaces)) else {
+                throw UsageError(message: "--wire must be engine, binary, json, a comma list of them, or all, got '\(text)'")
+            }
+            if !wires.contains(wire) { wires.append(wire) }
+        }
+        return wires
+    }
+
     private static func batchList(_ text: String) throws(UsageError) -> [Int] {
         var batches: [Int] = []
         for part in text.split(separator: ",", omittingEmptySubsequences: false) {
@@ -210,6 +239,9 @@ struct BenchClient: Sendable {
     let engine: SyncEngine
     let transport: CountingTransport
     let zone: LocalZone
+    /// The app engine of the same account (another device of it), and its app.
+    let appEngine: LatticeSyncEngine
+    let app: BenchApp
 }
 
 enum SyncBench {
@@ -343,8 +375,16 @@ enum SyncBench {
             guard report.online, report.sent == 1, report.queued == 0 else {
                 throw SystemError.message("client \(index): the warm-up sync was not acknowledged (\(report))")
             }
+            let app = BenchApp(batch: SyncBenchOptions.maximumBatch)
+            var configuration = LatticeSyncEngine.Configuration(database: .private, account: engine.account,
+                                                                stateSerialization: nil, delegate: app)
+            configuration.automaticallySync = false
+            configuration.transport = transport
+            configuration.requestTimeout = 60
+            let appEngine = LatticeSyncEngine(configuration)
             _ = transport.take()
-            return BenchClient(engine: engine, transport: transport, zone: try engine.privateZone(zoneName))
+            return BenchClient(engine: engine, transport: transport, zone: try engine.privateZone(zoneName),
+                               appEngine: appEngine, app: app)
         }
     }
 
@@ -355,6 +395,27 @@ enum SyncBench {
             try record.set("n", to: .int64(Int64(number)), at: stamp())
             try record.add([.string("alpha"), .string("tag\(tag)")], to: "tags", at: stamp())
         }
+    }
+
+    /// The same records through the app engine: `LatticeRecord`s the app keeps, queued once per call.
+    private static func makeItems(_ client: BenchClient, prefix: String, rounds: Range<Int>, batch: Int) {
+        let zone = LatticeRecordZone.ID(zoneName: zoneName)
+        var ids: [LatticeRecord.ID] = []
+        client.app.records.withLock { records in
+            for round in rounds {
+                for item in 0..<batch {
+                    let name = "\(prefix)-r\(round)-\(item)"
+                    let id = LatticeRecord.ID(recordName: name, zoneID: zone)
+                    var record = LatticeRecord(recordType: "Item", recordID: id)
+                    record["name"] = "item \(name)"
+                    record["n"] = Int64(round * 1000 + item)
+                    record.append(contentsOf: ["alpha", "tag\(item)"], toListForKey: "tags")
+                    records[id] = record
+                    ids.append(id)
+                }
+            }
+        }
+        client.appEngine.state.add(pendingRecordZoneChanges: ids.map { .saveRecord($0) })
     }
 
     // MARK: Push
@@ -370,15 +431,16 @@ enum SyncBench {
     /// `send` at once (timed, until the last send returns); stops after `records` per client or the time
     /// budget. `.backlog`: every client makes all `records` (untimed, in the same names as the rounds would),
     /// then every client calls `send` once (timed); each engine sends its queue in `batch`-record requests.
-    private static func push(clients: [BenchClient], crew: Crew, batch: Int, wire: SyncWire, mode: SyncBenchOptions.PushMode,
+    private static func push(clients: [BenchClient], crew: Crew, batch: Int, wire: BenchWire, mode: SyncBenchOptions.PushMode,
                              options: SyncBenchOptions, servers: [BenchServer],
                              collectFrames: Bool) throws -> ([String: JSONValue], [CeilingRow]) {
         let server = servers[0]
         let rounds = (options.records + batch - 1) / batch
         let prefix = "\(wire.rawValue)-b\(batch)" + (mode == .backlog ? "-backlog" : "")
         for client in clients {
-            client.engine.wire = wire
+            if wire != .engine { client.engine.wire = wire == .json ? .json : .binary }
             client.engine.batchLimit = batch
+            client.app.batch.store(batch, ordering: .relaxed)
             _ = client.transport.take()
         }
         let peakScope = server.resetPeakRSS() ? "measurement" : "process"
@@ -396,10 +458,14 @@ enum SyncBench {
             editSeconds += crew.run { index in
                 let client = clients[index]
                 do {
-                    for round in first..<last {
-                        for item in 0..<batch {
-                            try makeItem(client.engine, "\(prefix)-r\(round)-\(item)", in: client.zone,
-                                         number: round * 1000 + item, tag: item)
+                    if wire == .engine {
+                        makeItems(client, prefix: prefix, rounds: first..<last, batch: batch)
+                    } else {
+                        for round in first..<last {
+                            for item in 0..<batch {
+                                try makeItem(client.engine, "\(prefix)-r\(round)-\(item)", in: client.zone,
+                                             number: round * 1000 + item, tag: item)
+                            }
                         }
                     }
                     results.withLock { $0[index].edited += batch * (last - first) }
@@ -410,17 +476,29 @@ enum SyncBench {
             if failure.message != nil { break }
             let cpuBefore = (cpuTicks(serverPIDs), cpuTicks([getpid()]))
             sendSeconds += crew.run { index in
-                var report = SyncReport()
+                var sent = 0, rejected = 0
                 let sendBegan = monotonicNanoseconds()
                 do {
-                    try clients[index].engine.send(&report)
+                    if wire == .engine {
+                        let app = clients[index].app, engine = clients[index].appEngine
+                        let saved = app.saved.load(ordering: .relaxed), failed = app.failures.withLock { $0.count }
+                        defer {
+                            sent = app.saved.load(ordering: .relaxed) - saved
+                            rejected = app.failures.withLock { $0.count } - failed
+                        }
+                        try blocking { try await engine.sendChanges() }
+                    } else {
+                        var report = SyncReport()
+                        defer { (sent, rejected) = (report.sent, report.rejected.count) }
+                        try clients[index].engine.send(&report)
+                    }
                 } catch {
                     failure.record(error, "client \(index) send")
                 }
                 let latency = Double(monotonicNanoseconds() - sendBegan) / 1e9
                 results.withLock {
-                    $0[index].sent += report.sent
-                    $0[index].rejected += report.rejected.count
+                    $0[index].sent += sent
+                    $0[index].rejected += rejected
                     $0[index].sendLatencies.append(latency)
                 }
             }
@@ -438,7 +516,10 @@ enum SyncBench {
         for client in clients { tally.add(client.transport.take()) }
         let perClient = results.withLock { $0 }
         var unacknowledged = 0
-        for client in clients { unacknowledged += (try? client.engine.pendingCount()) ?? 0 }
+        for client in clients {
+            unacknowledged += wire == .engine ? client.appEngine.state.pendingRecordZoneChanges.count
+                : (try? client.engine.pendingCount()) ?? 0
+        }
 
         let sent = perClient.reduce(0) { $0 + $1.sent }
         let edited = perClient.reduce(0) { $0 + $1.edited }
@@ -485,9 +566,19 @@ enum SyncBench {
             var byClient: [[String: [UInt8]]] = []
             for client in clients {
                 var frames: [String: [UInt8]] = [:]
-                for record in try client.engine.records(in: client.zone)
-                    where record.id.recordName.hasPrefix(prefix + "-") {
-                    frames[record.id.recordName] = try BinaryCodec.encode(record)
+                if wire == .engine {
+                    // The saved records' states (the archive's frame: what the engine holds after the send).
+                    for (id, record) in client.app.records.withLock({ $0 }) where id.recordName.hasPrefix(prefix + "-") {
+                        let archive = try JSON.parse([UInt8](try record.encodeSystemFields()))
+                        if let frame = archive["frame"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) {
+                            frames[id.recordName] = [UInt8](frame)
+                        }
+                    }
+                } else {
+                    for record in try client.engine.records(in: client.zone)
+                        where record.id.recordName.hasPrefix(prefix + "-") {
+                        frames[record.id.recordName] = try BinaryCodec.encode(record)
+                    }
                 }
                 byClient.append(frames)
             }
@@ -596,16 +687,36 @@ enum SyncBench {
     }
 
     /// A fresh device (new home) logs in with the pull account's token and runs one `sync()`, timed.
-    private static func pull(token: String, wire: SyncWire, expected: Int, server: BenchServer, root: String) throws
+    private static func pull(token: String, wire: BenchWire, expected: Int, server: BenchServer, root: String) throws
         -> [String: JSONValue] {
         let transport = try CountingTransport(serverURL: server.url)
-        let device = try SyncEngine(home: root + "/pull-device-\(wire.rawValue)", transport: transport)
-        device.wire = wire
-        try device.signIn(AccountClient(serverURL: server.url, transport: transport).signIn(token: token))
-        _ = transport.take()
-        let peakScope = server.resetPeakRSS() ? "measurement" : "process"
-        let began = monotonicNanoseconds()
-        let report = try device.sync()
+        let account = try AccountClient(serverURL: server.url, transport: transport).signIn(token: token)
+        var report = SyncReport()
+        let peakScope: String
+        let began: UInt64
+        if wire == .engine {
+            let app = BenchApp(batch: SyncBenchOptions.maximumBatch)
+            var configuration = LatticeSyncEngine.Configuration(database: .private, account: account, stateSerialization: nil,
+                                                                delegate: app)
+            configuration.automaticallySync = false
+            configuration.transport = transport
+            configuration.requestTimeout = 60
+            let engine = LatticeSyncEngine(configuration)
+            _ = transport.take()
+            peakScope = server.resetPeakRSS() ? "measurement" : "process"
+            began = monotonicNanoseconds()
+            do { try blocking { try await engine.fetchChanges() } } catch let error as LatticeSyncError
+                where error.code == .networkUnavailable { report.online = false }
+            report.fetched = app.fetched.load(ordering: .relaxed)
+        } else {
+            let device = try SyncEngine(home: root + "/pull-device-\(wire.rawValue)", transport: transport)
+            device.wire = wire == .json ? .json : .binary
+            try device.signIn(account)
+            _ = transport.take()
+            peakScope = server.resetPeakRSS() ? "measurement" : "process"
+            began = monotonicNanoseconds()
+            report = try device.sync()
+        }
         let seconds = Double(monotonicNanoseconds() - began) / 1e9
         let tally = transport.take()
         var line = measurementLine(scenario: "pull", wire: wire, batch: nil, clients: 1, records: report.fetched,
@@ -627,7 +738,7 @@ enum SyncBench {
 
     // MARK: Lines
 
-    static func measurementLine(scenario: String, wire: SyncWire?, batch: Int?, clients: Int, records: Int,
+    static func measurementLine(scenario: String, wire: BenchWire?, batch: Int?, clients: Int, records: Int,
                                         seconds: Double, requests: Int, latencies: [Double]) -> [String: JSONValue] {
         [
             "kind": .string("measurement"), "status": .string("ok"), "scenario": .string(scenario),
@@ -669,6 +780,23 @@ enum SyncBench {
                 "push_records_per_s": push["records_per_s"] ?? .null, "ceiling_records_per_s": ceiling["records_per_s"] ?? .null,
                 "ratio_service_to_ceiling": rounded(service / storage, 4),
                 "push_p50_ms": push["p50_ms"] ?? .null, "push_p99_ms": push["p99_ms"] ?? .null,
+            ])
+        }
+        // The app engine beside the baseline on its binary path, measured in the same run.
+        for line in lines where line["wire"]?.stringValue == BenchWire.engine.rawValue {
+            guard let scenario = line["scenario"]?.stringValue, scenario == "push" || scenario == "pull",
+                  let baseline = lines.first(where: {
+                      $0["scenario"] == line["scenario"] && $0["wire"]?.stringValue == BenchWire.binary.rawValue
+                          && $0["batch"] == line["batch"] && $0["mode"] == line["mode"]
+                  }),
+                  let new = line["records_per_s"]?.doubleValue, let old = baseline["records_per_s"]?.doubleValue, old > 0
+            else { continue }
+            let ok = line["status"]?.stringValue == "ok" && baseline["status"]?.stringValue == "ok"
+            out.append([
+                "kind": .string("summary"), "status": .string(ok ? "ok" : "error"), "scenario": .string(scenario),
+                "mode": line["mode"] ?? .null, "batch": line["batch"] ?? .null, "clients": line["clients"] ?? .null,
+                "engine_records_per_s": line["records_per_s"] ?? .null, "binary_records_per_s": baseline["records_per_s"] ?? .null,
+                "ratio_engine_to_binary": rounded(new / old, 4),
             ])
         }
         return out

@@ -67,7 +67,7 @@ import Glibc
         #expect(header["server"]?["url"]?.stringValue?.hasPrefix("http://127.0.0.1:") == true)
         #expect(header["machine"]?["nproc"]?.intValue != nil)
         let wires = try #require(header["parameters"]?["wires"]?.arrayValue).compactMap(\.stringValue)
-        #expect(wires == ["binary", "json"]) // --wire both is the default
+        #expect(wires == ["engine", "binary"]) // the default: the app engine beside the baseline's binary path
         let modes = try #require(header["parameters"]?["push_modes"]?.arrayValue).compactMap(\.stringValue)
         #expect(modes == ["rounds", "backlog"]) // --push-mode both is the default
 
@@ -101,8 +101,9 @@ import Glibc
                 #expect((push["server_cpu_s"]?.doubleValue ?? -1) >= 0 && (push["clients_cpu_s"]?.doubleValue ?? -1) >= 0)
                 let endpoints = push["endpoints"]?.objectValue ?? [:]
                 #expect(endpoints.values.reduce(0) { $0 + Int($1.intValue ?? 0) } == int(push, "requests"))
-                // The wire asked for is the wire used: the binary path's deltas/push, or records/modify.
-                #expect(Array(endpoints.keys) == [wire == "binary" ? "deltas/push" : "records/modify"], "\(endpoints)")
+                // The wire asked for is the wire used: deltas/push (the app engine's partial states, the baseline's
+                // whole frames), or records/modify.
+                #expect(Array(endpoints.keys) == [wire == "json" ? "records/modify" : "deltas/push"], "\(endpoints)")
                 #expect(push["stopped_by"]?.stringValue == "records")
                 let seconds = try #require(push["seconds"]?.doubleValue)
                 let rate = try #require(push["records_per_s"]?.doubleValue)
@@ -138,12 +139,12 @@ import Glibc
             #expect(int(pull, "records") == pullRecords)
             #expect(int(pull, "records_expected") == pullRecords)
             #expect(int(pull, "requests") >= 1)
-            let pages = pull["wire"]?.stringValue == "binary" ? "deltas/pull" : "changes/zone"
+            let pages = pull["wire"]?.stringValue == "json" ? "changes/zone" : "deltas/pull"
             #expect(pull["endpoints"]?[pages]?.intValue ?? 0 >= 1, "\(pull.serialized())")
         }
 
         // Summaries: one per pacing, wire and batch, the ratio of the two rates printed beside it.
-        let summaries = lines.filter { $0["kind"]?.stringValue == "summary" }
+        let summaries = lines.filter { $0["kind"]?.stringValue == "summary" && $0["ratio_service_to_ceiling"] != nil }
         #expect(summaries.count == modes.count * wires.count * batches.count)
         #expect(Set(summaries.compactMap { $0["mode"]?.stringValue }) == Set(modes))
         for summary in summaries {
@@ -151,6 +152,16 @@ import Glibc
             let storage = try #require(summary["ceiling_records_per_s"]?.doubleValue)
             let ratio = try #require(summary["ratio_service_to_ceiling"]?.doubleValue)
             #expect(abs(ratio - push / storage) <= 0.001 * max(1, ratio), "\(summary.serialized())")
+        }
+
+        // And the app engine beside the baseline: one per pacing and batch, and one for the pull.
+        let pairs = lines.filter { $0["kind"]?.stringValue == "summary" && $0["ratio_engine_to_binary"] != nil }
+        #expect(pairs.count == modes.count * batches.count + 1)
+        for pair in pairs {
+            let new = try #require(pair["engine_records_per_s"]?.doubleValue)
+            let old = try #require(pair["binary_records_per_s"]?.doubleValue)
+            let ratio = try #require(pair["ratio_engine_to_binary"]?.doubleValue)
+            #expect(abs(ratio - new / old) <= 0.001 * max(1, ratio), "\(pair.serialized())")
         }
 
         // The server is gone: the bench stopped and reaped it.

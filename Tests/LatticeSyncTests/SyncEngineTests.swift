@@ -201,6 +201,33 @@ final class ServerClock: Sendable {
 }
 
 @Suite struct SyncEngineRobustnessTests {
+    /// A home the CLI's old engine made (`replica.sqlite`) with an unsent edit: opening it with the CLI's
+    /// replica offline refuses and leaves it as it was; online, the edit is sent by the engine that made
+    /// it, the account moves over, and the old file goes.
+    @Test func aHomeTheOldEngineMadeIsBroughtOverWithWhatItHadNotSent() async throws {
+        let world = try SyncWorld()
+        let online = OnlineSwitch()
+        let (old, _) = try world.legacyDevice("old", online: online)
+        let account = try await old.signUpAndSignIn(name: "alice", serverURL: "http://x")
+        let zone = try old.privateZone(Lists.defaultZone)
+        try old.edit("l1", in: zone, creating: "List") { record, stamp in try record.set("title", to: .string("Kept"), at: stamp()) }
+        #expect(try old.pendingCount() == 1)
+        let transport = InProcessTransport(service: world.service, online: online)
+        online.set(false)
+        #expect(throws: ListsError.self) { _ = try ListsReplica(home: old.home, transport: transport) }
+        #expect(FileManager.default.fileExists(atPath: old.home + "/" + LocalStore.fileName))
+        #expect(!FileManager.default.fileExists(atPath: old.home + "/" + ListsReplica.fileName))
+        #expect(try old.pendingCount() == 1)
+
+        online.set(true)
+        let replica = try ListsReplica(home: old.home, transport: transport)
+        #expect(replica.account == account)
+        #expect(!FileManager.default.fileExists(atPath: old.home + "/" + LocalStore.fileName))
+        let report = try await replica.sync()
+        #expect(report.online && report.queued == 0, "\(report)")
+        #expect(try Lists(replica: replica).all().map(\.title) == ["Kept"])
+    }
+
     @Test func anInterruptedSyncLosesNoEditAndSkipsNoChange() async throws {
         let world = try SyncWorld()
         let (alice, aliceLists, _) = try world.device("alice")
