@@ -596,8 +596,14 @@ public actor LatticeSyncEngine {
                 try? clock.observe(HLC(rawValue: previous))
                 stored.clockLatest = clock.latest.rawValue
             }
+            // The partial state is encoded once and joined with the state it was made over (`applied()`
+            // would encode it again).
             let partial = try edit.frame()
-            var joined = try partial.flatMap { _ in try edit.applied() } ?? editFrame
+            var joined = partial.map { RecordFrame.join(editFrame, $0) ?? editFrame ?? $0 } ?? editFrame
+            if let joined, joined.exceedsWriteLimit {
+                throw LatticeSyncError(.limitExceeded, "record \(record.recordID) would encode to \(joined.encodedSize) bytes; "
+                                       + "the limit is \(Record.maximumEncodedSize) bytes")
+            }
             if record.editBase != nil, let baseFrame {
                 joined = joined.map { RecordFrame.join(baseFrame, $0) ?? baseFrame } ?? baseFrame
             }
