@@ -82,6 +82,16 @@ final class BenchApp: LatticeSyncEngineDelegate {
 
     init(batch: Int) { self.batch = Atomic(batch) }
 
+    /// An engine of the private database for this app, syncing by hand, over `transport`.
+    func makeEngine(account: Account?, transport: any SyncTransport) -> LatticeSyncEngine {
+        var configuration = LatticeSyncEngine.Configuration(database: .private, account: account, stateSerialization: nil,
+                                                            delegate: self)
+        configuration.automaticallySync = false
+        configuration.transport = transport
+        configuration.requestTimeout = 60
+        return LatticeSyncEngine(configuration)
+    }
+
     func handleEvent(_ event: LatticeSyncEngine.Event, syncEngine: LatticeSyncEngine) async {
         switch event {
         case .fetchedRecordZoneChanges(let changes):
@@ -100,23 +110,9 @@ final class BenchApp: LatticeSyncEngineDelegate {
 
     func nextRecordZoneChangeBatch(_ context: LatticeSyncEngine.SendChangesContext,
                                    syncEngine: LatticeSyncEngine) async -> LatticeSyncEngine.RecordZoneChangeBatch? {
-        let pending = Array(syncEngine.state.pendingRecordZoneChanges.prefix(batch.load(ordering: .relaxed)))
+        let pending = syncEngine.state.pendingRecordZoneChanges(first: batch.load(ordering: .relaxed))
         return await LatticeSyncEngine.RecordZoneChangeBatch(pendingChanges: pending) { id in self.records.withLock { $0[id] } }
     }
-}
-
-/// Runs an async body to its end from a synchronous caller (a benchmark thread, never one of Swift's own).
-func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-    let result = Mutex<Result<T, any Error>?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    Task {
-        let outcome: Result<T, any Error>
-        do { outcome = .success(try await body()) } catch { outcome = .failure(error) }
-        result.withLock { $0 = outcome }
-        done.signal()
-    }
-    done.wait()
-    return try result.withLock { $0! }.get()
 }
 
 enum EngineBench {
@@ -277,14 +273,10 @@ enum EngineBench {
         let transport = try CountingTransport(serverURL: server.url)
         let account = try AccountClient(serverURL: server.url, transport: transport).signUp(name: "new-push-\(pair)")
         let app = BenchApp(batch: options.batch)
-        var configuration = LatticeSyncEngine.Configuration(database: .private, account: account, stateSerialization: nil,
-                                                            delegate: app)
-        configuration.automaticallySync = false
-        configuration.transport = transport
-        let engine = LatticeSyncEngine(configuration)
+        let engine = app.makeEngine(account: account, transport: transport)
         let zone = LatticeRecordZone.ID(zoneName: "Bench")
         engine.state.add(pendingDatabaseChanges: [.saveZone(LatticeRecordZone(zoneID: zone))])
-        try blocking { try await engine.sendChanges() }
+        try waitForAsyncWork { try await engine.sendChanges() }
         var ids: [LatticeRecord.ID] = []
         let editBegan = monotonicNanoseconds()
         app.records.withLock { records in
@@ -302,7 +294,7 @@ enum EngineBench {
         let editSeconds = Double(monotonicNanoseconds() - editBegan) / 1e9
         _ = transport.take()
         let began = monotonicNanoseconds()
-        try blocking { try await engine.sendChanges() }
+        try waitForAsyncWork { try await engine.sendChanges() }
         let seconds = Double(monotonicNanoseconds() - began) / 1e9
         let failures = app.failures.withLock { $0 }
         if let first = failures.first { throw SystemError.message("new engine push: \(failures.count) failed saves, first \(first)") }
@@ -333,15 +325,10 @@ enum EngineBench {
         let transport = try CountingTransport(serverURL: server.url)
         let account = try AccountClient(serverURL: server.url, transport: transport).signIn(token: token)
         let app = BenchApp(batch: options.batch)
-        var configuration = LatticeSyncEngine.Configuration(database: .private, account: account, stateSerialization: nil,
-                                                            delegate: app)
-        configuration.automaticallySync = false
-        configuration.transport = transport
-        configuration.requestTimeout = 60
-        let engine = LatticeSyncEngine(configuration)
+        let engine = app.makeEngine(account: account, transport: transport)
         _ = transport.take()
         let began = monotonicNanoseconds()
-        try blocking { try await engine.fetchChanges() }
+        try waitForAsyncWork { try await engine.fetchChanges() }
         let seconds = Double(monotonicNanoseconds() - began) / 1e9
         var result = line("pull", engine: "new", pair: pair, records: app.fetched.load(ordering: .relaxed), seconds: seconds,
                           transport: transport, batch: nil, expected: options.pullRecords)

@@ -376,12 +376,7 @@ enum SyncBench {
                 throw SystemError.message("client \(index): the warm-up sync was not acknowledged (\(report))")
             }
             let app = BenchApp(batch: SyncBenchOptions.maximumBatch)
-            var configuration = LatticeSyncEngine.Configuration(database: .private, account: engine.account,
-                                                                stateSerialization: nil, delegate: app)
-            configuration.automaticallySync = false
-            configuration.transport = transport
-            configuration.requestTimeout = 60
-            let appEngine = LatticeSyncEngine(configuration)
+            let appEngine = app.makeEngine(account: engine.account, transport: transport)
             _ = transport.take()
             return BenchClient(engine: engine, transport: transport, zone: try engine.privateZone(zoneName),
                                appEngine: appEngine, app: app)
@@ -486,7 +481,7 @@ enum SyncBench {
                             sent = app.saved.load(ordering: .relaxed) - saved
                             rejected = app.failures.withLock { $0.count } - failed
                         }
-                        try blocking { try await engine.sendChanges() }
+                        try waitForAsyncWork { try await engine.sendChanges() }
                     } else {
                         var report = SyncReport()
                         defer { (sent, rejected) = (report.sent, report.rejected.count) }
@@ -696,16 +691,11 @@ enum SyncBench {
         let began: UInt64
         if wire == .engine {
             let app = BenchApp(batch: SyncBenchOptions.maximumBatch)
-            var configuration = LatticeSyncEngine.Configuration(database: .private, account: account, stateSerialization: nil,
-                                                                delegate: app)
-            configuration.automaticallySync = false
-            configuration.transport = transport
-            configuration.requestTimeout = 60
-            let engine = LatticeSyncEngine(configuration)
+            let engine = app.makeEngine(account: account, transport: transport)
             _ = transport.take()
             peakScope = server.resetPeakRSS() ? "measurement" : "process"
             began = monotonicNanoseconds()
-            do { try blocking { try await engine.fetchChanges() } } catch let error as LatticeSyncError
+            do { try waitForAsyncWork { try await engine.fetchChanges() } } catch let error as LatticeSyncError
                 where error.code == .networkUnavailable { report.online = false }
             report.fetched = app.fetched.load(ordering: .relaxed)
         } else {

@@ -41,7 +41,7 @@ func runSignUp(_ arguments: [String]) throws {
         throw CommandFailure("sign-up refused: \(error.reason) (\(error.code))"
                              + (error.retryAdvice.map { "; " + $0 } ?? ""))
     }
-    try blocking { try await engine.signIn(account) }
+    try waitForAsyncWork { try await engine.signIn(account) }
     if options.json {
         printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),
                            "server": .string(account.serverURL), "token": .string(account.token)]))
@@ -73,7 +73,7 @@ func runLogIn(_ arguments: [String]) throws {
             .userRecordName
     }
     let account = try AccountClient(serverURL: server).signIn(token: token)
-    try blocking { try await engine.signIn(account) }
+    try waitForAsyncWork { try await engine.signIn(account) }
     let outcome = options.noSync ? SyncOutcome() : try syncAfterChange(engine, Lists(replica: engine), options)
     if options.json {
         printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),
@@ -107,7 +107,7 @@ func runLogOut(_ arguments: [String]) throws {
                              + "lattice logout --local to forget the token here only (it then stays valid until "
                              + "revoked, for example with lattice admin revoke-token)")
     }
-    try blocking { try await engine.signOut() }
+    try waitForAsyncWork { try await engine.signOut() }
     let state = local ? "kept on the server (not revoked)" : revoked ? "revoked" : "already revoked or expired"
     if options.json {
         printJSON(.object(["name": .string(account.name), "server": .string(account.serverURL),
@@ -145,7 +145,7 @@ func runSync(_ arguments: [String]) throws {
     if options.noSync { throw UsageError("--no-sync and lattice sync contradict each other") }
     let (engine, lists) = try options.openLists()
     let labels = try RecordLabels(lists)
-    let report = try blocking { try await engine.sync() }
+    let report = try waitForAsyncWork { try await engine.sync() }
     let refusals = labels.refusals(report)
     if options.json {
         printJSON(.object([

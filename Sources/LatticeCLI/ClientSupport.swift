@@ -120,24 +120,6 @@ final class FetchProgressLine: Sendable {
     }
 }
 
-/// Runs the replica's async work (a sync, a sign-in) to its end from a command, which runs on the main
-/// thread: the work runs on Swift's own threads meanwhile, never on the one that waits.
-func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-    let result = Mutex<Result<T, any Error>?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    Task {
-        do {
-            let value = try await body()
-            result.withLock { $0 = .success(value) }
-        } catch {
-            result.withLock { $0 = .failure(error) }
-        }
-        done.signal()
-    }
-    done.wait()
-    return try result.withLock { $0! }.get()
-}
-
 func writeStandardError(_ text: String) {
     FileHandle.standardError.write(Data(text.utf8))
 }
@@ -243,7 +225,7 @@ func syncAfterChange(_ engine: ListsReplica, _ lists: Lists, _ options: ClientOp
         return outcome
     }
     let labels = try RecordLabels(lists)
-    let report = try blocking { try await engine.sync() }
+    let report = try waitForAsyncWork { try await engine.sync() }
     outcome.pending = report.queued
     outcome.synced = report.online && report.notNow == nil
     if !report.online {

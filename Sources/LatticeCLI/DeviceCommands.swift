@@ -93,7 +93,7 @@ func runDeviceLogIn(_ options: ClientOptions, server: String) throws {
         throw error
     }
     let account = try AccountClient(serverURL: server).signIn(token: token)
-    try blocking { try await engine.signIn(account) }
+    try waitForAsyncWork { try await engine.signIn(account) }
     let outcome = options.noSync ? SyncOutcome() : try syncAfterChange(engine, Lists(replica: engine), options)
     if options.json {
         printJSON(.object(["name": .string(account.name), "userRecordName": .string(account.userRecordName),

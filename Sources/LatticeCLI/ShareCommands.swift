@@ -52,7 +52,7 @@ private func shareRecordName(for list: ListSummary?, among records: [LatticeReco
 }
 
 private func syncOrFail(_ engine: ListsReplica) throws {
-    let report = try blocking { try await engine.sync() }
+    let report = try waitForAsyncWork { try await engine.sync() }
     guard report.online else {
         throw CommandFailure("cannot reach \(engine.account?.serverURL ?? "the server"): sharing needs a connection")
     }

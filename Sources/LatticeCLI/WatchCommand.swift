@@ -192,7 +192,7 @@ func runWatch(_ arguments: [String]) throws {
     defer { sources.forEach { $0.cancel() } }
 
     guard stop.beginWork() else { return }
-    var online = try blocking { try await engine.sync() }.online
+    var online = try waitForAsyncWork { try await engine.sync() }.online
     let target = try query.map { try lists.resolve($0) }
     var snapshot = try ListsSnapshot(lists, only: target?.id)
     writeStandardError("watching " + (target.map { "\"\($0.title)\"" } ?? "all lists") + " on \(server)"
@@ -218,7 +218,7 @@ func runWatch(_ arguments: [String]) throws {
         do {
             // One parked request on both databases; the server answers the moment either changes, and a
             // stop signal ends the process at once, so the wait can be long.
-            if online { changed = try blocking { try await engine.waitForChanges(timeoutSeconds: 25) } }
+            if online { changed = try waitForAsyncWork { try await engine.waitForChanges(timeoutSeconds: 25) } }
         } catch let error as LatticeSyncError where error.code == .networkUnavailable {
             if online { writeStandardError("lost \(server); retrying\n") }
             online = false
@@ -232,7 +232,7 @@ func runWatch(_ arguments: [String]) throws {
         guard stop.beginWork() else { return }
         if changed {
             let labels = try RecordLabels(lists)
-            let report = try blocking { try await engine.sync() }
+            let report = try waitForAsyncWork { try await engine.sync() }
             if report.online && !online { writeStandardError("back online\n") }
             online = report.online
             let next = try ListsSnapshot(lists, only: target?.id)

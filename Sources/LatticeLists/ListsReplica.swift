@@ -339,26 +339,9 @@ public struct ListsSyncReport: Sendable {
     }
 
     /// A share of part of a zone that this device lost (its records left the device).
-    public struct LostShare: Sendable, Hashable {
-        public let database: String
-        public let zone: String
-        public let owner: String
-        /// The share's root record (for a shared list, the list).
-        public let rootRecordName: String
-        public let shareRecordName: String?
-    }
-
+    public typealias LostShare = LatticeSync.LostShare
     /// An unsent change that will never be sent: its record went out of reach.
-    public struct DroppedEdit: Sendable, Hashable {
-        public let database: String
-        public let zone: String
-        public let owner: String
-        public let recordName: String
-        /// The root of the lost share the record was in, when known.
-        public let rootRecordName: String?
-        /// The unsent change was the record's deletion.
-        public let deletion: Bool
-    }
+    public typealias DroppedEdit = LatticeSync.DroppedEdit
 
     public var sent = 0
     public var fetched = 0
@@ -405,7 +388,9 @@ final class ListsSyncDelegate: LatticeSyncEngineDelegate {
 
     func nextRecordZoneChangeBatch(_ context: LatticeSyncEngine.SendChangesContext,
                                    syncEngine: LatticeSyncEngine) async -> LatticeSyncEngine.RecordZoneChangeBatch? {
-        let pending = syncEngine.state.pendingRecordZoneChanges.filter { context.options.zoneIDs?.contains($0.recordID.zoneID) ?? true }
+        let pending = context.options.zoneIDs.map { zones in
+            syncEngine.state.pendingRecordZoneChanges.filter { zones.contains($0.recordID.zoneID) }
+        } ?? syncEngine.state.pendingRecordZoneChanges(first: LatticeSyncEngine.RecordZoneChangeBatch.maximumRecords)
         let store = store
         let account = replica?.account
         let scope = syncEngine.database.scope

@@ -12,6 +12,14 @@ public struct LostShare: Sendable, Hashable {
     /// The share's root record (for a shared list, the list).
     public let rootRecordName: String
     public let shareRecordName: String?
+
+    public init(database: String, zone: String, owner: String, rootRecordName: String, shareRecordName: String?) {
+        self.database = database
+        self.zone = zone
+        self.owner = owner
+        self.rootRecordName = rootRecordName
+        self.shareRecordName = shareRecordName
+    }
 }
 
 /// A local edit that was never sent and never will be: its record went out of this device's reach (a lost
@@ -25,6 +33,15 @@ public struct DroppedEdit: Sendable, Hashable {
     public let rootRecordName: String?
     /// The unsent edit was the record's deletion.
     public let deletion: Bool
+
+    public init(database: String, zone: String, owner: String, recordName: String, rootRecordName: String?, deletion: Bool) {
+        self.database = database
+        self.zone = zone
+        self.owner = owner
+        self.recordName = recordName
+        self.rootRecordName = rootRecordName
+        self.deletion = deletion
+    }
 }
 
 /// What one page of a zone's feed took away from the device.

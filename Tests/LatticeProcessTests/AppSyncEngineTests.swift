@@ -279,6 +279,8 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         again.model.withLock { $0.notes = notes }
         #expect(b.state.pendingRecordZoneChanges == [.saveRecord(.init(recordName: "kept", zoneID: again.zone))])
         #expect(b.state.replicaID == a.state.replicaID, "the same device")
+        #expect(b.state.pendingRecordZoneChanges(first: 400) == b.state.pendingRecordZoneChanges)
+        #expect(b.state.pendingRecordZoneChanges(first: 0).isEmpty && b.state.pendingRecordZoneChanges(first: -1).isEmpty)
         try await b.sendChanges()
         #expect(b.state.pendingRecordZoneChanges.isEmpty)
         let (other, c) = world.device()

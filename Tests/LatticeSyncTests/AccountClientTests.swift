@@ -57,6 +57,7 @@ import Testing
         let world = try SyncWorld()
         let (engine, lists, online) = try world.device("laptop")
         let alice = try await engine.signUpAndSignIn(name: "alice", serverURL: Self.server)
+        #expect(engine.account == alice)
         _ = try lists.create(title: "Groceries")
         #expect(try await engine.sync().online)
         _ = try lists.create(title: "Chores")

@@ -207,7 +207,7 @@ func frames(_ replica: ListsReplica) throws -> [String: [UInt8]] {
                 slot = (phone.engine, phone.lists, false)
                 try? phone.lists.setDone(item, in: list, true)
                 let engine = phone.engine
-                _ = try? blockingWait { try await engine.sync() } // on the transport's thread, not Swift's
+                _ = try? waitForAsyncWork { try await engine.sync() } // on the transport's thread, not Swift's
             }
         }
         let account = try await laptop.signUpAndSignIn(name: "alice", serverURL: "http://x")
@@ -402,9 +402,9 @@ func frames(_ replica: ListsReplica) throws -> [String: [UInt8]] {
             Thread {
                 defer { done.signal() }
                 do {
-                    guard try blockingWait({ try await bob.waitForChanges(timeoutSeconds: 10) }) else { return }
+                    guard try waitForAsyncWork({ try await bob.waitForChanges(timeoutSeconds: 10) }) else { return }
                     outcome.withLock { $0.woken = Date() }
-                    _ = try blockingWait { try await bob.sync() }
+                    _ = try waitForAsyncWork { try await bob.sync() }
                     if try seen(bobLists) { outcome.withLock { $0.seen = Date() } }
                 } catch {
                     outcome.withLock { $0.error = "\(error)" }

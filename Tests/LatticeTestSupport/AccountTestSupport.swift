@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import LatticeCore
 import LatticeLists
 import LatticeSync
@@ -52,20 +51,3 @@ extension TestDeviceHome {
     }
 }
 
-/// Runs async work to its end from a thread that may block (a `Thread`, a transport's callback on a
-/// Dispatch queue): never from Swift's cooperative threads, which the work itself needs.
-public func blockingWait<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-    let result = Mutex<Result<T, any Error>?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    Task {
-        do {
-            let value = try await body()
-            result.withLock { $0 = .success(value) }
-        } catch {
-            result.withLock { $0 = .failure(error) }
-        }
-        done.signal()
-    }
-    done.wait()
-    return try result.withLock { $0! }.get()
-}

@@ -829,3 +829,23 @@ enum Blocking {
         }
     }
 }
+
+/// Runs async work (an engine's `fetchChanges()`, `sendChanges()`, ...) to its end from a program that
+/// blocks: a command-line tool's main thread, a thread of its own. The caller's thread waits while the work
+/// runs on Swift's shared threads, so it must never be one of those (from async code, `await` instead):
+/// on a two-core machine two such waits would leave the work no thread to run on.
+public func waitForAsyncWork<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    let result = Mutex<Result<T, any Error>?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        do {
+            let value = try await body()
+            result.withLock { $0 = .success(value) }
+        } catch {
+            result.withLock { $0 = .failure(error) }
+        }
+        done.signal()
+    }
+    done.wait()
+    return try result.withLock { $0! }.get()
+}

@@ -50,6 +50,13 @@ extension LatticeSyncEngine {
             storage.withLock { $0.pendingRecords.map(\.change) }
         }
 
+        /// The first `count` record changes waiting to be sent, oldest first: what a delegate needs for a
+        /// batch (`RecordZoneChangeBatch` takes at most `maximumRecords`), without a copy of a long queue
+        /// for every batch. (CKSyncEngine has only the whole list.)
+        public func pendingRecordZoneChanges(first count: Int) -> [PendingRecordZoneChange] {
+            storage.withLock { $0.pendingRecords.prefix(max(count, 0)).map(\.change) }
+        }
+
         /// The zone changes waiting to be sent, oldest first.
         public var pendingDatabaseChanges: [PendingDatabaseChange] {
             storage.withLock { $0.pendingZones }
