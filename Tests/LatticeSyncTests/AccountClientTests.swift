@@ -19,10 +19,10 @@ import Testing
         let alice = try accounts.signUp(name: "alice")
         #expect(alice.name == "alice" && alice.serverURL == Self.server && !alice.token.isEmpty)
         #expect(laptop.account == nil)
-        #expect(try await accounts.signIn(token: alice.token) == alice)
+        #expect(try accounts.signIn(token: alice.token) == alice)
         #expect(laptop.account == nil)
         do {
-            _ = try await accounts.signIn(token: "not-a-token")
+            _ = try accounts.signIn(token: "not-a-token")
             Issue.record("an unknown token signed in")
         } catch let error as ServerError {
             #expect(error.serverErrorCode == .authenticationFailed)
@@ -41,7 +41,7 @@ import Testing
 
         // The same account with another token: a new token, the same data, no account change.
         let token = try #require(try accounts.call("private", "tokens/create", .object([:]), as: alice)["token"]?.stringValue)
-        let again = try await accounts.signIn(token: token)
+        let again = try accounts.signIn(token: token)
         try await engine.signIn(again)
         #expect(engine.account?.token == token)
         #expect(try lists.all().map(\.title) == ["Groceries"] && engine.pendingCount() > 0)
@@ -75,7 +75,7 @@ import Testing
         let accounts = try engine.accountClient()
         #expect(try accounts.revokeToken(of: alice))
         do {
-            _ = try await accounts.signIn(token: alice.token)
+            _ = try accounts.signIn(token: alice.token)
             Issue.record("a revoked token signed in")
         } catch let error as ServerError {
             #expect(error.serverErrorCode == .authenticationFailed)
@@ -140,7 +140,7 @@ import Testing
         var accounts = try AccountClient(serverURL: Self.server, transport: transport)
         accounts.server.sleep = { seconds in log.sleeps.withLock { $0.append(seconds) } }
         accounts.server.onWait = { wait in log.waits.withLock { $0.append(wait.description) } }
-        let ann = try await accounts.signIn(token: "t")
+        let ann = try accounts.signIn(token: "t")
         #expect(ann == Account(serverURL: Self.server, token: "t", userRecordName: "_u1", name: "ann"))
         #expect(log.sleeps.withLock { $0 }.count == 4)
         let waits = log.waits.withLock { $0 }

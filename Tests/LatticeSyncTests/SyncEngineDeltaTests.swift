@@ -142,7 +142,7 @@ func frames(_ replica: ListsReplica) throws -> [String: [UInt8]] {
             }
         }
         net.reset()
-        let report = try await laptop.sync()
+        let report = try laptop.sync()
         #expect(report.sent == 20 && report.queued == 0 && report.rejected.isEmpty, "\(report)")
         let sizes = net.exchanges.filter { $0.operation == "deltas/push" }.map(\.pushed.count)
         #expect(sizes == [7, 7, 6], "\(sizes)")
