@@ -1,5 +1,5 @@
 // `lattice-bench engine`: the app engine (`LatticeSyncEngine`, CKSyncEngine's shape) against the engine the
-// CLI uses (`SyncEngine`), in pairs on one `lattice serve`: a push of records at one batch size, and a pull
+// CLI ran on before (`SyncEngine`), in pairs on one `lattice serve`: a push of records at one batch size, and a pull
 // of a whole account by a fresh device. Each pair runs both engines back to back (the order alternating), so
 // the ratio new ÷ old is taken from measurements seconds apart on this noisy machine.
 
@@ -23,7 +23,7 @@ struct EngineBenchOptions: Sendable {
     static let usage = """
         usage: lattice-bench engine [--pairs N] [--records N] [--batch B] [--pull-records N] [--timeout S] [--jsonl FILE]
 
-        The app engine (LatticeSyncEngine) beside the CLI's engine (SyncEngine), in pairs against one
+        The app engine (LatticeSyncEngine) beside the engine the CLI ran on before (SyncEngine), in pairs against one
         lattice serve on SQLite, both over HTTP on 127.0.0.1, the order alternating pair by pair:
           push   one client makes --records records locally (untimed: a string, an integer and a list of
                  two), then sends them in requests of --batch records (timed, until acknowledged)

@@ -185,9 +185,11 @@ let explainUsage = """
 
     Which write won a field of an item (text, done, position, tags) or of the list (title): the
     device (replica) and hybrid-logical-clock time, and whether it was this device. For tags, the adds
-    that keep each tag.
+    that keep each tag. A field changed on this device and not sent yet has no winner until it is
+    sent: it says so.
     --json: {"record","field","kind":"register","value","winner":{"replica","thisDevice","time","hlc"}}
     or {"record","field","kind":"set","elements":[{"value","addedBy":[...]}]}
+    or {"record","field","kind":"unsent","value"}
 
     \(listHelpTail)
 

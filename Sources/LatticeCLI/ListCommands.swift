@@ -177,8 +177,8 @@ func runExplain(_ arguments: [String]) throws {
     let name = item?.id ?? list.id
     let subject = item.map { "\"\($0.text)\" in \"\(list.title)\"" } ?? "list \"\(list.title)\""
     guard let record = try engine.record(name, in: list.zone) else { throw CommandFailure("\(subject) has no field \(field)") }
-    guard let provenance = record.provenance(ofKey: field) else {
-        // A field written here and not sent yet has no stamp: the server gives it one when it arrives.
+    // A field changed here and not sent yet has no stamp until the engine sends it: say so.
+    guard !record.changedKeys().contains(field), let provenance = record.provenance(ofKey: field) else {
         guard record.changedKeys().contains(field) else { throw CommandFailure("\(subject) has no field \(field)") }
         let value = record.fieldValue(field).map(fieldJSON) ?? .null
         if options.json {

@@ -81,6 +81,41 @@ import Glibc
         #expect(people.contains("[x] Eggs") && people.contains("#cold #dairy"), "\(people)")
     }
 
+    /// `lattice explain`: the winning write of a field and of each tag, from this device and from another;
+    /// a change not sent yet says so.
+    @Test func explainNamesTheWinningWriteAndAnUnsentChange() throws {
+        let world = try World()
+        try Self.ok("list", "create", "Trip", home: world.alice)
+        try Self.ok("list", "add", "Trip", "Tent", "--tag", "gear", home: world.alice)
+        let mine = try Self.ok("explain", "Trip", "Tent", "text", "--json", home: world.alice).json
+        #expect(mine["kind"]?.stringValue == "register" && mine["value"]?.stringValue == "Tent", "\(mine.serialized())")
+        #expect(mine["winner"]?["thisDevice"] == .bool(true))
+        let tags = try Self.ok("explain", "Trip", "Tent", "tags", "--json", home: world.alice).json
+        #expect(tags["kind"]?.stringValue == "set" && tags["elements"]?.arrayValue?.first?["value"]?.stringValue == "gear",
+                "\(tags.serialized())")
+        let title = try Self.ok("explain", "Trip", "title", home: world.alice)
+        #expect(title.stdout.contains("the write of this device"), "\(title)")
+
+        // bob, who joins the list, sees alice's device as the writer.
+        try Self.ok("share", "create", "Trip", "--public-permission", "read-write", home: world.alice)
+        let link = try #require(try Self.ok("share", "url", "Trip", "--json", home: world.alice).json["url"]?.stringValue)
+        try Self.ok("accept", link, "--yes", home: world.bob)
+        let theirs = try Self.ok("explain", "Trip", "Tent", "text", "--json", home: world.bob).json
+        #expect(theirs["winner"]?["thisDevice"] == .bool(false) && theirs["winner"]?["replica"] == mine["winner"]?["replica"],
+                "\(theirs.serialized())")
+
+        // A change not sent yet has no winner until the server has it.
+        try Self.ok("list", "edit", "Trip", "Tent", "--text", "Big tent", "--no-sync", home: world.bob)
+        let unsent = try Self.ok("explain", "Trip", "Big tent", "text", "--json", home: world.bob).json
+        #expect(unsent == .object(["record": mine["record"] ?? .null, "field": .string("text"), "kind": .string("unsent"),
+                                   "value": .string("Big tent")]), "\(unsent.serialized())")
+        try Self.ok("sync", home: world.bob)
+        let sent = try Self.ok("explain", "Trip", "Big tent", "text", "--json", home: world.bob).json
+        #expect(sent["value"]?.stringValue == "Big tent" && sent["winner"]?["thisDevice"] == .bool(true), "\(sent.serialized())")
+        let missing = try Self.lattice("explain", "Trip", "Big tent", "colour", home: world.bob)
+        #expect(missing.status == 1 && missing.stderr.contains("has no field colour"), "\(missing)")
+    }
+
     @Test func refusedWritesRevokedAccessAndDeadLinksAreReported() throws {
         let world = try World()
         let (list, url) = try world.sharedGroceries()
