@@ -214,7 +214,7 @@ enum EngineBench {
         var line = SyncBench.measurementLine(scenario: scenario, wire: .binary, batch: batch, clients: 1, records: records,
                                              seconds: seconds, requests: tally.requests, latencies: tally.latencies)
         line["engine"] = .string(engine)
-        line["api"] = .string(engine == "old" ? "SyncEngine (the CLI's)" : "LatticeSyncEngine (CKSyncEngine's shape)")
+        line["api"] = .string(engine == "old" ? "SyncEngine (the baseline the CLI ran on before)" : "LatticeSyncEngine (CKSyncEngine's shape)")
         line["pair"] = .integer(pair)
         line["records_expected"] = .integer(expected)
         line["latency_of"] = .string("one HTTP request")

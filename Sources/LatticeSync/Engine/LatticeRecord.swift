@@ -165,6 +165,10 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
         }
 
         public var description: String { "\(recordName) in \(zoneID)" }
+
+        /// Equal IDs have equal names: the name alone is hashed (a batch looks records up by ID several
+        /// times each; names rarely repeat across zones, and equality still compares the zone).
+        public func hash(into hasher: inout Hasher) { hasher.combine(recordName) }
     }
 
     /// A reference to another record, as `CKRecord.Reference` (the parent, or a field's value).
