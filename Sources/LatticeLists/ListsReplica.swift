@@ -25,6 +25,7 @@ public final class ListsReplica: Sendable {
     /// The transport of every call (tests inject one); nil: HTTP to the account's server.
     package let transportOverride: (any SyncTransport)?
     private let now: @Sendable () -> UInt64
+    private let onRetryWait: @Sendable (ServerClient.RetryWait) -> Void
 
     struct Engines: Sendable {
         var `private`: LatticeSyncEngine
@@ -36,11 +37,17 @@ public final class ListsReplica: Sendable {
 
     /// Opens (creating) the home directory and its lists. A home an earlier `lattice` made (its
     /// `replica.sqlite`) is brought over: its account is kept, and what it had not sent is sent first.
+    /// `onRetryWait` hears of each pause once a call's retries have waited 2 s in all (by default a line on
+    /// stderr: a person at a terminal never waits in silence).
     public init(home: String, transport: (any SyncTransport)? = nil,
-                now: @escaping @Sendable () -> UInt64 = { UInt64(Date().timeIntervalSince1970 * 1000) }) throws {
+                now: @escaping @Sendable () -> UInt64 = { UInt64(Date().timeIntervalSince1970 * 1000) },
+                onRetryWait: @escaping @Sendable (ServerClient.RetryWait) -> Void = { wait in
+                    FileHandle.standardError.write(Data("lattice: \(wait)\n".utf8))
+                }) throws {
         self.home = home
         transportOverride = transport
         self.now = now
+        self.onRetryWait = onRetryWait
         if !FileManager.default.fileExists(atPath: home) {
             try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
@@ -55,7 +62,8 @@ public final class ListsReplica: Sendable {
         if carried != nil { try? FileManager.default.removeItem(atPath: legacy) }
         delegate = ListsSyncDelegate(store: store)
         let account = try store.transaction { tx in try Self.storedAccount(tx) }
-        engines = Mutex(try Self.makeEngines(account: account, store: store, delegate: delegate, transport: transport, now: now))
+        engines = Mutex(try Self.makeEngines(account: account, store: store, delegate: delegate, transport: transport, now: now,
+                                             onRetryWait: onRetryWait))
         delegate.replica = self
     }
 
@@ -80,7 +88,8 @@ public final class ListsReplica: Sendable {
     }
 
     private static func makeEngines(account: Account?, store: LocalStore, delegate: ListsSyncDelegate,
-                                    transport: (any SyncTransport)?, now: @escaping @Sendable () -> UInt64) throws -> Engines {
+                                    transport: (any SyncTransport)?, now: @escaping @Sendable () -> UInt64,
+                                    onRetryWait: @escaping @Sendable (ServerClient.RetryWait) -> Void) throws -> Engines {
         func engine(_ database: LatticeDatabase) throws -> LatticeSyncEngine {
             let saved = try store.transaction { tx in try tx.metadata(stateKey(database.scope)) }
             var serialization: LatticeSyncEngine.State.Serialization?
@@ -98,6 +107,7 @@ public final class ListsReplica: Sendable {
             configuration.transport = transport
             configuration.now = now
             configuration.requestTimeout = 60
+            configuration.onRetryWait = onRetryWait
             return LatticeSyncEngine(configuration)
         }
         return Engines(private: try engine(.private), shared: try engine(.shared))
@@ -180,7 +190,7 @@ public final class ListsReplica: Sendable {
         }
         // The engines compare the account with their states' and drop tokens and pending changes of another.
         let engines = try Self.makeEngines(account: account, store: store, delegate: delegate, transport: transportOverride,
-                                           now: now)
+                                           now: now, onRetryWait: onRetryWait)
         self.engines.withLock { $0 = engines }
         for engine in engines.all { try await engine.setAccount(account) }
         try saveStates()

@@ -97,6 +97,41 @@ import Testing
         }
     }
 
+    /// Answers the first `count` pushes with THROTTLED and a 1 s Retry-After; everything else goes to the server.
+    final class BrieflyThrottledPushes: SyncTransport, Sendable {
+        let inner: any SyncTransport
+        let left: Mutex<Int>
+        init(_ inner: any SyncTransport, count: Int) {
+            self.inner = inner
+            left = Mutex(count)
+        }
+        func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+            if request.path.hasSuffix("/deltas/push"), left.withLock({ left in defer { left -= 1 }; return left > 0 }) {
+                return NotNowTests.throttled(retryAfter: 1)
+            }
+            return try inner.send(request, timeout: timeout)
+        }
+    }
+
+    /// The CLI's sync over the app engine never waits in silence: short pauses past 2 s in all are told
+    /// (`ListsReplica`'s `onRetryWait`, a line on stderr in `lattice`), and the change then goes through.
+    @Test func aSyncsRetryPausesPastTwoSecondsAreTold() async throws {
+        let world = try SyncWorld()
+        let transport = BrieflyThrottledPushes(InProcessTransport(service: world.service, online: OnlineSwitch()), count: 4)
+        let told = Mutex<[String]>([])
+        let engine = try ListsReplica(home: world.directory + "/home-waits", transport: transport,
+                                      onRetryWait: { wait in told.withLock { $0.append(wait.description) } })
+        let lists = Lists(replica: engine)
+        try await engine.signUpAndSignIn(name: "alice", serverURL: "http://127.0.0.1:8080")
+        let list = try lists.create(title: "Groceries")
+        _ = try lists.add("Milk", to: list)
+        let report = try await engine.sync()
+        #expect(report.notNow == nil && report.queued == 0, "\(report)")
+        let waits = told.withLock { $0 }
+        #expect(waits.count == 2, "\(waits)") // 1 s + 1 s pass quietly, the third and fourth pauses are told
+        #expect(waits.allSatisfy { $0.contains("deltas/push") && $0.contains("THROTTLED") }, "\(waits)")
+    }
+
     @Test func aLongRetryAfterOnAPushIsReportedAndTheChangeStaysQueued() async throws {
         let world = try SyncWorld()
         let transport = ThrottledPushes(InProcessTransport(service: world.service, online: OnlineSwitch()))

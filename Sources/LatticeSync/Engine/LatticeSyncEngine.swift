@@ -36,6 +36,10 @@ public actor LatticeSyncEngine {
         public var requestTimeout: Double = 30
         /// How requests reach the server; nil: HTTP to the account's server URL.
         public var transport: (any SyncTransport)?
+        /// Told before each pause once a call's retries ("not now", a dropped connection) have waited more
+        /// than 2 s in all, so a program can say why it is waiting; nil: the pauses are not told (the
+        /// caller hears of a failure through the thrown error).
+        public var onRetryWait: (@Sendable (ServerClient.RetryWait) -> Void)?
         /// Physical time in milliseconds since 1970 for the device's clock (injected in tests).
         public var now: @Sendable () -> UInt64 = { UInt64(Date().timeIntervalSince1970 * 1000) }
 
@@ -237,7 +241,7 @@ public actor LatticeSyncEngine {
         if let server, server.url == account.serverURL { return server.client }
         let transport = try configuration.transport ?? HTTPTransport(serverURL: account.serverURL)
         var client = ServerClient(transport: transport, container: database.container, environment: database.environment)
-        client.onWait = { _ in } // the engine's caller hears of failures through the thrown error
+        client.onWait = configuration.onRetryWait ?? { _ in }
         server = (account.serverURL, client)
         return client
     }
