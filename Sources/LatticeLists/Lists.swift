@@ -147,7 +147,7 @@ public final class Lists: Sendable {
     }
 
     /// A record of the list's zone to edit: the one this device holds, or a new one.
-    private func editable(_ name: String, in zone: ListSummary.Zone, creating recordType: String? = nil) throws -> LatticeRecord {
+    private func editable(_ name: String, in zone: LocalZone, creating recordType: String? = nil) throws -> LatticeRecord {
         if let record = try replica.record(name, in: zone) { return record }
         guard let recordType else { throw SyncError.notFound(name) }
         return LatticeRecord(recordType: recordType, recordID: .init(recordName: name, zoneID: replica.zoneID(zone)))
@@ -210,10 +210,6 @@ public final class Lists: Sendable {
         try writable(list)
         try replica.delete(try items(of: list).map(\.id) + [list.id], in: list.zone)
     }
-}
-
-extension ListSummary {
-    public typealias Zone = LocalZone
 }
 
 extension String {

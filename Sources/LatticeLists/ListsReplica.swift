@@ -56,21 +56,19 @@ public final class ListsReplica: Sendable {
         let fresh = !FileManager.default.fileExists(atPath: path)
         let legacy = home + "/" + LocalStore.fileName
         var carried: Account?
-        if fresh && FileManager.default.fileExists(atPath: legacy) { carried = try Self.bringOver(legacy, transport: transport) }
+        if fresh && FileManager.default.fileExists(atPath: legacy) { carried = try Self.bringOver(home, transport: transport) }
         store = try LocalStore(path: path)
-        if let carried { try store.transaction { tx in try tx.setMetadata("account", Self.encode(StoredAccount(carried))) } }
+        if let carried { try store.transaction { tx in try tx.setMetadata("account", Self.encode(carried)) } }
         if carried != nil { try? FileManager.default.removeItem(atPath: legacy) }
         delegate = ListsSyncDelegate(store: store)
         let account = try store.transaction { tx in try Self.storedAccount(tx) }
         engines = Mutex(try Self.makeEngines(account: account, store: store, delegate: delegate, transport: transport, now: now,
                                              onRetryWait: onRetryWait))
-        delegate.replica = self
     }
 
     /// The account of a home an earlier `lattice` made, once the changes it had not sent are sent (with
     /// the engine that made them: their edits are in its frames, not in `LatticeRecord` edits).
-    private static func bringOver(_ path: String, transport: (any SyncTransport)?) throws -> Account? {
-        let home = (path as NSString).deletingLastPathComponent
+    private static func bringOver(_ home: String, transport: (any SyncTransport)?) throws -> Account? {
         let old = try SyncEngine(home: home, transport: transport)
         guard let account = old.account else { return nil }
         let pending = try old.pendingCount()
@@ -143,26 +141,10 @@ public final class ListsReplica: Sendable {
     /// The account signed in on this device, nil when no one is.
     public var account: Account? { (try? store.transaction { tx in try Self.storedAccount(tx) }) ?? nil }
 
-    private static func storedAccount(_ tx: LocalTransaction) throws -> Account? {
-        guard let text = try tx.metadata("account") else { return nil }
-        return (try? JSONDecoder().decode(StoredAccount.self, from: Data(text.utf8)))?.account
-    }
-
     /// The account as the file keeps it (the home is the owner's only: the token is in it).
-    struct StoredAccount: Codable {
-        var serverURL: String
-        var token: String
-        var userRecordName: String
-        var name: String
-
-        init(_ account: Account) {
-            serverURL = account.serverURL
-            token = account.token
-            userRecordName = account.userRecordName
-            name = account.name
-        }
-
-        var account: Account { Account(serverURL: serverURL, token: token, userRecordName: userRecordName, name: name) }
+    static func storedAccount(_ tx: LocalTransaction) throws -> Account? {
+        guard let text = try tx.metadata("account") else { return nil }
+        return try? JSONDecoder().decode(Account.self, from: Data(text.utf8))
     }
 
     /// Installs `account` (from `AccountClient`); no network. Another account takes the home over: the old
@@ -179,14 +161,12 @@ public final class ListsReplica: Sendable {
     }
 
     private func install(_ account: Account?) async throws {
-        let previous = self.account
-        let sameUser = previous != nil && account != nil && previous!.userRecordName == account!.userRecordName
-            && previous!.serverURL == account!.serverURL
         try store.transaction { tx in
-            if !sameUser {
+            let sameAccount = try Self.storedAccount(tx).flatMap { previous in account.map(previous.isSameAccount) } ?? false
+            if !sameAccount {
                 for zone in try tx.zones() { try tx.deleteZone(zone.id) }
             }
-            try tx.setMetadata("account", try account.map { try Self.encode(StoredAccount($0)) })
+            try tx.setMetadata("account", try account.map(Self.encode))
         }
         // The engines compare the account with their states' and drop tokens and pending changes of another.
         let engines = try Self.makeEngines(account: account, store: store, delegate: delegate, transport: transportOverride,
@@ -221,6 +201,21 @@ public final class ListsReplica: Sendable {
     }
 
     func scope(_ zone: LocalZone) -> LatticeDatabase.Scope { zone.database == "private" ? .private : .shared }
+
+    /// The other way: the app's zone (its database, name and owner) for an engine's zone ID.
+    static func zoneKey(_ id: LatticeRecordZone.ID, scope: LatticeDatabase.Scope, account: Account)
+        -> (database: String, zoneName: String, owner: String) {
+        (scope == .private ? "private" : "shared", id.zoneName,
+         id.ownerName == LatticeRecordZone.ID.currentUserOwnerName ? account.userRecordName : id.ownerName)
+    }
+
+    /// The app's zone for an engine's zone ID (made when `creating`), nil when this device does not know it.
+    static func zone(_ id: LatticeRecordZone.ID, scope: LatticeDatabase.Scope, account: Account, _ tx: LocalTransaction,
+                     creating: Bool = false) throws -> LocalZone? {
+        let key = zoneKey(id, scope: scope, account: account)
+        return creating ? try tx.ensureZone(database: key.database, zoneName: key.zoneName, owner: key.owner, onServer: true)
+            : try tx.zone(database: key.database, zoneName: key.zoneName, owner: key.owner)
+    }
 
     /// The zone's records as this device shows them (unsent edits included, records it deleted left out).
     public func records(in zone: LocalZone) throws -> [LatticeRecord] {
@@ -379,17 +374,16 @@ final class ListsSyncDelegate: LatticeSyncEngineDelegate {
     private let fetchedSoFar = Mutex(0)
     /// The records each zone's fetch under way delivered, by scope and zone. Guards nothing else.
     private let delivered = Mutex<[String: Set<String>]>([:])
-    /// The app (set once, right after it is made). Weak: the app owns this delegate.
-    private let owner = Mutex<Weak?>(nil)
-
-    struct Weak: Sendable { weak var value: ListsReplica? }
-
-    var replica: ListsReplica? {
-        get { owner.withLock { $0?.value } }
-        set { owner.withLock { $0 = Weak(value: newValue) } }
-    }
 
     init(store: LocalStore) { self.store = store }
+
+    /// The account in the app's file (the engines have it too, but not for the app to read).
+    private var account: Account? { (try? store.transaction { tx in try ListsReplica.storedAccount(tx) }) ?? nil }
+
+    private func zone(_ id: LatticeRecordZone.ID, scope: LatticeDatabase.Scope, account: Account,
+                      creating: Bool = false) throws -> LocalZone? {
+        try store.transaction { tx in try ListsReplica.zone(id, scope: scope, account: account, tx, creating: creating) }
+    }
 
     func begin() { report.withLock { $0 = ListsSyncReport() } }
     func end() -> ListsSyncReport { report.withLock { $0 } }
@@ -401,40 +395,37 @@ final class ListsSyncDelegate: LatticeSyncEngineDelegate {
         let pending = context.options.zoneIDs.map { zones in
             syncEngine.state.pendingRecordZoneChanges.filter { zones.contains($0.recordID.zoneID) }
         } ?? syncEngine.state.pendingRecordZoneChanges(first: LatticeSyncEngine.RecordZoneChangeBatch.maximumRecords)
-        let store = store
-        let account = replica?.account
+        // The batch's records, read in one transaction (a record the file no longer has is left out, and its
+        // change dropped). When the file cannot be read, nothing is sent and every change stays queued.
         let scope = syncEngine.database.scope
-        return await LatticeSyncEngine.RecordZoneChangeBatch(pendingChanges: pending) { id in
-            guard let account, let zone = try? Self.localZone(id.zoneID, scope: scope, account: account, store: store),
-                  let row = try? store.transaction({ tx in try tx.record(zoneID: zone.id, name: id.recordName) }) else { return nil }
-            return try? LatticeRecord(archive: Data(row.frame))
-        }
-    }
-
-    /// The app's zone for an engine's zone ID, nil when this device does not know it.
-    static func localZone(_ id: LatticeRecordZone.ID, scope: LatticeDatabase.Scope, account: Account, store: LocalStore,
-                          creating: Bool = false) throws -> LocalZone? {
-        let database = scope == .private ? "private" : "shared"
-        let owner = id.ownerName == LatticeRecordZone.ID.currentUserOwnerName ? account.userRecordName : id.ownerName
-        return try store.transaction { tx in
-            creating ? try tx.ensureZone(database: database, zoneName: id.zoneName, owner: owner, onServer: true)
-                : try tx.zone(database: database, zoneName: id.zoneName, owner: owner)
-        }
+        guard let records = try? store.transaction({ tx -> [LatticeRecord.ID: LatticeRecord] in
+            guard let account = try ListsReplica.storedAccount(tx) else { return [:] }
+            var records: [LatticeRecord.ID: LatticeRecord] = [:]
+            var zones: [LatticeRecordZone.ID: LocalZone?] = [:]
+            for case .saveRecord(let id) in pending.prefix(LatticeSyncEngine.RecordZoneChangeBatch.maximumRecords) {
+                if zones[id.zoneID] == nil { zones[id.zoneID] = try ListsReplica.zone(id.zoneID, scope: scope, account: account, tx) }
+                guard let zone = zones[id.zoneID] ?? nil, let row = try tx.record(zoneID: zone.id, name: id.recordName) else { continue }
+                records[id] = try? LatticeRecord(archive: Data(row.frame))
+            }
+            return records
+        }) else { return nil }
+        return await LatticeSyncEngine.RecordZoneChangeBatch(pendingChanges: pending) { id in records[id] }
     }
 
     // MARK: Events
 
     func handleEvent(_ event: LatticeSyncEngine.Event, syncEngine: LatticeSyncEngine) async {
-        guard let account = replica?.account else { return }
         let scope = syncEngine.database.scope
         do {
-            switch event {
-            case .stateUpdate(let update):
+            if case .stateUpdate(let update) = event {
                 let text = try ListsReplica.encode(update.stateSerialization)
-                try store.transaction { tx in try tx.setMetadata(ListsReplica.stateKey(scope), text) }
+                return try store.transaction { tx in try tx.setMetadata(ListsReplica.stateKey(scope), text) }
+            }
+            guard let account else { return }
+            switch event {
             case .fetchedDatabaseChanges(let changes):
                 for modification in changes.modifications {
-                    _ = try Self.localZone(modification.zoneID, scope: scope, account: account, store: store, creating: true)
+                    _ = try zone(modification.zoneID, scope: scope, account: account, creating: true)
                 }
                 for deletion in changes.deletions {
                     try removeZone(deletion.zoneID, scope: scope, account: account, engine: syncEngine)
@@ -449,8 +440,8 @@ final class ListsSyncDelegate: LatticeSyncEngineDelegate {
                     try pruneUndelivered(done.zoneID, keeping: names, scope: scope, account: account, engine: syncEngine)
                 }
             case .sentDatabaseChanges(let sent):
-                for zone in sent.savedZones {
-                    _ = try Self.localZone(zone.zoneID, scope: scope, account: account, store: store, creating: true)
+                for saved in sent.savedZones {
+                    _ = try zone(saved.zoneID, scope: scope, account: account, creating: true)
                 }
             case .sentRecordZoneChanges(let sent):
                 try applySent(sent, scope: scope, account: account, engine: syncEngine)
@@ -467,12 +458,14 @@ final class ListsSyncDelegate: LatticeSyncEngineDelegate {
         }
     }
 
-    private func databaseName(_ scope: LatticeDatabase.Scope) -> String { scope == .private ? "private" : "shared" }
-
     private func applyFetched(_ changes: LatticeSyncEngine.Event.FetchedRecordZoneChanges, scope: LatticeDatabase.Scope,
                               account: Account, engine: LatticeSyncEngine) throws {
-        guard let zone = try Self.localZone(changes.zoneID, scope: scope, account: account, store: store, creating: true) else { return }
-        let pending = engine.state.pendingRecordZoneChanges
+        guard let zone = try self.zone(changes.zoneID, scope: scope, account: account, creating: true) else { return }
+        // The zone's waiting changes by record name.
+        var pending: [String: [LatticeSyncEngine.PendingRecordZoneChange]] = [:]
+        for change in engine.state.pendingRecordZoneChanges where change.recordID.zoneID == changes.zoneID {
+            pending[change.recordID.recordName, default: []].append(change)
+        }
         let lost = Dictionary(changes.lostShares.map { ($0.rootRecordID.recordName, $0) }, uniquingKeysWith: { first, _ in first })
         var dropped: [LatticeSyncEngine.PendingRecordZoneChange] = []
         var droppedEdits: [ListsSyncReport.DroppedEdit] = []
@@ -521,7 +514,7 @@ final class ListsSyncDelegate: LatticeSyncEngineDelegate {
             }
             for (name, root, leftShare) in leaving {
                 try tx.deleteRecord(zoneID: zone.id, name: name)
-                for change in pending where change.recordID.recordName == name {
+                for change in pending[name] ?? [] {
                     dropped.append(change)
                     guard leftShare else { continue } // deleted elsewhere: the deletion wins
                     var deleting = false
@@ -555,24 +548,23 @@ final class ListsSyncDelegate: LatticeSyncEngineDelegate {
                            account: Account, engine: LatticeSyncEngine) throws {
         var rejected: [ListsSyncReport.Rejection] = []
         var goneZones: [LatticeRecordZone.ID] = []
+        // Records queued again after the batch was asked for keep their edits (their change still waits).
+        let waiting = Set(engine.state.pendingRecordZoneChanges.map(\.recordID))
         try store.transaction { tx in
-            for record in sent.savedRecords {
-                guard let zone = try Self.zone(record.recordID.zoneID, scope: scope, account: account, tx) else { continue }
-                // Edits queued after the batch was asked for stay (their change is still pending).
-                let later = engine.state.pendingRecordZoneChanges.contains(.saveRecord(record.recordID))
-                if later { continue }
+            for record in sent.savedRecords where !waiting.contains(record.recordID) {
+                guard let zone = try ListsReplica.zone(record.recordID.zoneID, scope: scope, account: account, tx) else { continue }
                 try tx.saveRecord(zoneID: zone.id, name: record.recordID.recordName, frame: [UInt8](try record.encodeWithEdits()),
                                   dirty: false)
                 try tx.clearDirty(zoneID: zone.id, name: record.recordID.recordName)
             }
             for id in sent.deletedRecordIDs {
-                guard let zone = try Self.zone(id.zoneID, scope: scope, account: account, tx) else { continue }
+                guard let zone = try ListsReplica.zone(id.zoneID, scope: scope, account: account, tx) else { continue }
                 try tx.deleteRecord(zoneID: zone.id, name: id.recordName)
             }
             var failures = sent.failedRecordSaves.map { ($0.record.recordID, $0.error, Optional($0.record)) }
             failures += sent.failedRecordDeletes.map { ($0.key, $0.value, nil) }
             for (id, error, record) in failures {
-                guard let zone = try Self.zone(id.zoneID, scope: scope, account: account, tx) else { continue }
+                guard let zone = try ListsReplica.zone(id.zoneID, scope: scope, account: account, tx) else { continue }
                 if error.code == .zoneNotFound || error.serverErrorCode == "ACCESS_DENIED" {
                     if !goneZones.contains(id.zoneID) { goneZones.append(id.zoneID) }
                     continue
@@ -605,28 +597,21 @@ final class ListsSyncDelegate: LatticeSyncEngineDelegate {
                                   account: Account, engine: LatticeSyncEngine) throws {
         let waiting = Set(engine.state.pendingRecordZoneChanges.filter { $0.recordID.zoneID == zoneID }.map(\.recordID.recordName))
         try store.transaction { tx in
-            guard let zone = try Self.zone(zoneID, scope: scope, account: account, tx) else { return }
+            guard let zone = try ListsReplica.zone(zoneID, scope: scope, account: account, tx) else { return }
             for row in try tx.records(zoneID: zone.id) where !names.contains(row.name) && !waiting.contains(row.name) {
                 try tx.deleteRecord(zoneID: zone.id, name: row.name)
             }
         }
     }
 
-    private static func zone(_ id: LatticeRecordZone.ID, scope: LatticeDatabase.Scope, account: Account,
-                             _ tx: LocalTransaction) throws -> LocalZone? {
-        let owner = id.ownerName == LatticeRecordZone.ID.currentUserOwnerName ? account.userRecordName : id.ownerName
-        return try tx.zone(database: scope == .private ? "private" : "shared", zoneName: id.zoneName, owner: owner)
-    }
-
     /// A zone that went away (deleted by its owner, a zone share that ended): its records and unsent
     /// changes leave the device, reported.
     private func removeZone(_ zoneID: LatticeRecordZone.ID, scope: LatticeDatabase.Scope, account: Account,
                             engine: LatticeSyncEngine) throws {
-        let database = databaseName(scope)
-        let owner = zoneID.ownerName == LatticeRecordZone.ID.currentUserOwnerName ? account.userRecordName : zoneID.ownerName
+        let (database, _, owner) = ListsReplica.zoneKey(zoneID, scope: scope, account: account)
         let pending = engine.state.pendingRecordZoneChanges.filter { $0.recordID.zoneID == zoneID }
         let known = try store.transaction { tx -> Bool in
-            guard let zone = try tx.zone(database: database, zoneName: zoneID.zoneName, owner: owner) else { return false }
+            guard let zone = try ListsReplica.zone(zoneID, scope: scope, account: account, tx) else { return false }
             try tx.deleteZone(zone.id)
             return true
         }

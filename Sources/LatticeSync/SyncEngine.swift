@@ -2,8 +2,9 @@ import Foundation
 import LatticeAPI
 import LatticeCore
 
-/// The signed-in account of a home.
-public struct Account: Sendable, Hashable {
+/// The signed-in account of a home. `Codable` for an app that keeps it (its token is a secret: keep it where
+/// only the user can read it).
+public struct Account: Sendable, Hashable, Codable {
     public var serverURL: String
     public var token: String
     public var userRecordName: String
@@ -28,7 +29,7 @@ public struct Account: Sendable, Hashable {
     }
 
     /// The same user on the same server (the token may differ).
-    func isSameAccount(as other: Account) -> Bool {
+    public func isSameAccount(as other: Account) -> Bool {
         userRecordName == other.userRecordName && serverURL == other.serverURL
     }
 }

@@ -774,15 +774,8 @@ public actor LatticeSyncEngine {
         let pendingNow = !state.read { $0.pendingRecords.isEmpty && $0.pendingZones.isEmpty }
         if pendingNow && failures == 0 { return failures } // queued while this round ran
         let backoff = failures == 0 ? nil : min(60.0, pow(2.0, Double(failures)))
-        let watched = state.read { $0.databaseToken }
-        let database = database.scope == .private ? DatabaseKind.private : DatabaseKind.shared
-        let scope = scope
         let poll: (@Sendable () async throws -> Void)? = account == nil ? nil : { @Sendable [weak self] in
-            guard let self else { return }
-            let request = ChangesWaitRequest(databases: [.init(database: database, syncToken: watched)], timeoutSeconds: 50).json
-            _ = try await self.exchange { client, bearer in
-                try client.call(scope, "changes/wait", request, token: bearer, timeout: 60)
-            }
+            _ = try await self?.waitForServerChanges(timeoutSeconds: 50)
         }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { for await _ in stream { return } }
