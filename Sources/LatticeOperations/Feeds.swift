@@ -85,10 +85,17 @@ public struct Feeds: Sendable, OperationArea {
                 do {
                     let page = try decoded.get()
                     var rendered: [JSON] = []
+                    let pageZone = try zones.zoneID(page.zoneID, caller)
+                    var shareNames: [String: String]? // read with the first record
                     let feed = try zoneFeedPage(syncToken: page.syncToken, resultsLimit: page.resultsLimit,
-                                                zoneID: try zones.zoneID(page.zoneID, caller), caller, tx) { stored in
+                                                zoneID: pageZone, caller, tx) { stored in
                         try caller.deadline.check()
-                        let json = recordJSON(stored, try decode(stored), desiredKeys: nil)
+                        if shareNames == nil {
+                            shareNames = try zones.resolveZone(pageZone, caller, tx).zone
+                                .map { try shares.shareRecordNamesByRoot(zoneRowID: $0.rowID, tx) } ?? [:]
+                        }
+                        let json = recordJSON(stored, try decode(stored), desiredKeys: nil,
+                                              share: shareNames?[stored.recordName])
                         guard budget.admit(json) else { return false }
                         rendered.append(json)
                         return true

@@ -34,9 +34,14 @@ extension OperationArea {
 
     /// A stored record as CloudKit's record dictionary plus the server's fields (change tag, created,
     /// modified), with only the fields named in `desiredKeys` (all when nil); the other keys are always there.
-    func recordJSON(_ stored: StoredRecord, _ record: Record, desiredKeys: Set<String>?) -> JSON {
+    /// `share` names the share record of a hierarchy share rooted at this record (CloudKit's `share`
+    /// reference, in the record's zone).
+    func recordJSON(_ stored: StoredRecord, _ record: Record, desiredKeys: Set<String>?, share: String? = nil) -> JSON {
         let rendered = record.cloudKitJSON(fields: desiredKeys)
         guard case .object(var object) = rendered else { return rendered }
+        if let share, !stored.deleted {
+            object["share"] = .object(["recordName": .string(share), "zoneID": object["zoneID"] ?? .null])
+        }
         object["recordChangeTag"] = .string(stored.changeTag)
         object["created"] = .object(["timestamp": .int(stored.createdMs), "userRecordName": .string(stored.createdBy)])
         object["modified"] = .object(["timestamp": .int(stored.modifiedMs), "userRecordName": .string(stored.modifiedBy)])

@@ -18,6 +18,7 @@ extension Records {
             try zones.requireZone(resolved)
             var results: [JSON] = []
             var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
+            let shareNames = try resolved.zone.map { try shares.shareRecordNamesByRoot(zoneRowID: $0.rowID, tx) } ?? [:]
             for (index, requestedName) in request.recordNames.enumerated() {
                 let name = requestedName ?? ""
                 do {
@@ -30,7 +31,7 @@ extension Records {
                         throw ServiceError(.notFound, "record \(name) does not exist")
                     }
                     guard !budget.isFull else { throw budget.lookupRefusal(name) }
-                    let json = recordJSON(stored, try decode(stored), desiredKeys: desiredKeys)
+                    let json = recordJSON(stored, try decode(stored), desiredKeys: desiredKeys, share: shareNames[stored.recordName])
                     guard budget.admit(json) else { throw budget.lookupRefusal(name) }
                     results.append(json)
                 } catch let error as ServiceError {
@@ -103,12 +104,13 @@ extension Records {
             var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
             var records: [JSON] = []
             var last: QueryPosition?
+            let shareNames = try shares.shareRecordNamesByRoot(zoneRowID: zone.rowID, tx)
             for match in matches.prefix(limit) {
                 try caller.deadline.check()
                 guard let stored = try tx.record(zoneRowID: zone.rowID, name: match.recordName), !stored.deleted else {
                     continue
                 }
-                let json = recordJSON(stored, try decode(stored), desiredKeys: desiredKeys)
+                let json = recordJSON(stored, try decode(stored), desiredKeys: desiredKeys, share: shareNames[stored.recordName])
                 guard budget.admit(json) else { break }
                 records.append(json)
                 last = match

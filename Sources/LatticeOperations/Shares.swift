@@ -328,7 +328,32 @@ public struct Shares: Sendable {
             try cascadeMembership(from: root, member: true, share: share, zone: zone, tx)
         }
         try writeShareRecord(share, roster, zone: zone, zoneID: resolved.zoneID, caller: caller, tx, &touched)
+        try touchRoot(of: share, zone: zone, caller: caller, tx, &touched)
         return try shareJSON(share, roster, zone: zone, tx)
+    }
+
+    /// Saving or deleting a hierarchy share changes its root record, as in CloudKit (its `share` reference):
+    /// the root gets a new position and change tag, after the share record's, so every feed delivers the
+    /// root again once the share record is in (`share` is rendered from the zone's live shares).
+    private func touchRoot(of share: StoredShare, zone: StoredZone, caller: Caller, _ tx: any StorageTransaction,
+                           _ touched: inout Set<Int64>) throws {
+        guard let root = share.rootRecordName, let stored = try tx.record(zoneRowID: zone.rowID, name: root),
+              !stored.deleted else { return }
+        _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
+            recordName: root, recordType: stored.recordType, frame: stored.frame, deleted: false,
+            parentName: stored.parentName, userRecordName: caller.user.recordName, nowMs: core.configuration.now()))
+        touched.insert(zone.databaseID)
+        try recordsChanged([root], in: zone, caller: caller, tx, &touched)
+    }
+
+    /// The zone's hierarchy shares by root record name (the share record's name), for the `share`
+    /// reference of root records in answers.
+    package func shareRecordNamesByRoot(zoneRowID: Int64, _ tx: any StorageTransaction) throws -> [String: String] {
+        var names: [String: String] = [:]
+        for share in try tx.shares(zoneRowID: zoneRowID) {
+            if let root = share.rootRecordName { names[root] = share.recordName }
+        }
+        return names
     }
 
     /// A stand-in share rooted at `root`, to ask whether another share's root lies under it.
@@ -502,7 +527,9 @@ public struct Shares: Sendable {
         guard caller.database == .private else {
             throw ServiceError(.permissionFailure, "only the owner deletes a share; participants leave with shares/leave")
         }
-        try removeShare(share, roster, zone: try resolved.existingZone(), caller: caller, tx, &touched)
+        let zone = try resolved.existingZone()
+        try removeShare(share, roster, zone: zone, caller: caller, tx, &touched)
+        try touchRoot(of: share, zone: zone, caller: caller, tx, &touched)
         return ShareDeleteResponse(shareRecordName: share.recordName).json
     }
 

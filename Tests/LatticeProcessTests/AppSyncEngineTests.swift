@@ -556,6 +556,56 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         #expect(device.model.withLock { $0.zoneDeletions }.contains(accepted.zoneID), "\(device.events)")
     }
 
+    @Test func aSharedRootCarriesItsShareUntilTheShareIsDeleted() async throws {
+        let world = try World()
+        let (owner, a) = world.device()
+        try await Self.makeZone(a, owner)
+        owner.edit(a, "list") { $0["title"] = "Groceries" }
+        owner.edit(a, "item") { item in
+            item["title"] = "Milk"
+            item.parent = .init(recordID: .init(recordName: "list", zoneID: owner.zone))
+        }
+        try await a.sendChanges()
+        let (laptop, b) = world.device()
+        try await b.fetchChanges()
+        let listID = LatticeRecord.ID(recordName: "list", zoneID: laptop.zone)
+        #expect(laptop.model.withLock { $0.notes[listID] }?.share == nil)
+
+        let client = try AccountClient(serverURL: world.url)
+        let zone: JSON = .object(["zoneName": .string("Notes")])
+        let made = try client.call("private", "shares/create", .object(["zoneID": zone, "rootRecordName": .string("list")]),
+                                   as: world.account)
+        let shareName = try #require(made["shareRecordName"]?.stringValue)
+        // The HTTP API shows it on the root, as CloudKit's record dictionary does.
+        let looked = try client.call("private", "records/lookup", .object([
+            "zoneID": zone, "records": .array([.object(["recordName": .string("list")]), .object(["recordName": .string("item")])]),
+        ]), as: world.account)
+        #expect(looked["records"]?.arrayValue?.first?["share"]?["recordName"]?.stringValue == shareName, "\(looked)")
+        #expect(looked["records"]?.arrayValue?.last?["share"] == nil)
+
+        // Sharing changed the root: the next fetch gives it again, with its share; the child has none.
+        try await b.fetchChanges()
+        let list = try #require(laptop.model.withLock { $0.notes[listID] })
+        #expect(list.share?.recordID == LatticeRecord.ID(recordName: shareName, zoneID: laptop.zone))
+        #expect(laptop.model.withLock { $0.notes[.init(recordName: "item", zoneID: laptop.zone)] }?.share == nil)
+        #expect(laptop.model.withLock { $0.notes[.init(recordName: shareName, zoneID: laptop.zone)] }?.recordType
+                == LatticeRecord.shareRecordType)
+        // Kept in the system fields.
+        #expect(try LatticeRecord(systemFields: list.encodeSystemFields()).share == list.share)
+        // And in the state: a device restarted from it still knows the share when the root changes again.
+        let (restarted, c) = world.device(state: laptop.model.withLock { $0.serialization })
+        owner.edit(a, "list") { $0["title"] = "Groceries for Sunday" }
+        try await a.sendChanges()
+        try await c.fetchChanges()
+        #expect(restarted.model.withLock { $0.notes[listID] }?.share == list.share)
+
+        _ = try client.call("private", "shares/delete", .object(["zoneID": zone, "shareRecordName": .string(shareName)]),
+                            as: world.account)
+        try await b.fetchChanges()
+        #expect(laptop.model.withLock { $0.notes[listID] }?.share == nil, "the deleted share is gone from the root")
+        #expect(laptop.model.withLock { $0.notes[listID] }?["title"] as String? == "Groceries for Sunday")
+    }
+
     @Test func cancelOperationsEndsAFetchAtOnce() async throws {
         let world = try World()
         let (device, engine) = world.device()

@@ -191,6 +191,10 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
         case parent(Reference?)
     }
 
+    /// The record type of a share's record, as `CKRecord.SystemType.share`: the engine gives these like any
+    /// other record (title, public permission, participants, `rootRecordName`).
+    public static let shareRecordType = "cloudkit.share"
+
     public let recordID: ID
     public let recordType: String
     /// The state the engine last gave (its system fields), nil for a record made on this device.
@@ -208,6 +212,12 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
 
     /// The server's change tag of `base` when known (the strict save policy compares it).
     public internal(set) var recordChangeTag: String?
+    /// The share of a hierarchy share rooted at this record, as `CKRecord.share`: set on the records the
+    /// engine gives (fetched or saved) and kept in the system fields. Sharing a record or deleting its share
+    /// changes the root on the server, so the next fetch gives the root again with its new `share`. Nil for
+    /// a record under the root and for records of a zone-wide share (its share record is
+    /// `cloudkit.zoneshare` in the zone). Shares are made with the HTTP API or `lattice share`.
+    public internal(set) var share: Reference?
     /// The edits, each with the moment it was made (`EditMoment`): the engine stamps each with the time
     /// of the first `State.add(pendingRecordZoneChanges:)` after it.
     var edits: [(edit: Edit, moment: EditMoment)] = []
@@ -348,7 +358,8 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     public func encodeSystemFields() throws -> Data {
         var archive = SystemFieldsArchive(recordName: recordID.recordName, zoneName: recordID.zoneID.zoneName,
                                           ownerName: recordID.zoneID.ownerName, recordType: recordType,
-                                          recordChangeTag: recordChangeTag, frame: nil)
+                                          recordChangeTag: recordChangeTag, frame: nil,
+                                          shareRecordName: share?.recordID.recordName)
         if let stored { archive.frame = Data(stored.frame.bytes) }
         return try JSONEncoder().encode(archive)
     }
@@ -364,6 +375,8 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
                                                                                     ownerName: archive.ownerName))
         recordType = archive.recordType
         recordChangeTag = archive.recordChangeTag
+        let zoneID = recordID.zoneID
+        share = archive.shareRecordName.map { Reference(recordID: ID(recordName: $0, zoneID: zoneID)) }
         if let frame = archive.frame {
             do {
                 let validated = try RecordFrame(validating: [UInt8](frame))
@@ -506,4 +519,6 @@ struct SystemFieldsArchive: Codable {
     var recordChangeTag: String?
     /// The CRDT state as a record frame (`RecordFrame` bytes).
     var frame: Data?
+    /// `share`'s record name, in the record's zone.
+    var shareRecordName: String?
 }

@@ -391,6 +391,8 @@ public actor LatticeSyncEngine {
             }
             var modifications: [Event.FetchedRecordZoneChanges.Modification] = []
             var deletions: [Event.FetchedRecordZoneChanges.Deletion] = []
+            if entry.token == nil { entry.shares = nil } // every share record comes again
+            let shares = entry.noteShares(frames, lost: pull.lostShares.map(\.rootRecordName))
             for frame in frames {
                 let id = LatticeRecord.ID(recordName: frame.recordName, zoneID: zoneID)
                 if frame.isDeleted {
@@ -398,7 +400,8 @@ public actor LatticeSyncEngine {
                     continue
                 }
                 // Validated with the delta; decoded when the app first reads it.
-                let record = LatticeRecord(frame: frame, recordID: id)
+                var record = LatticeRecord(frame: frame, recordID: id)
+                record.share = shares[frame.recordName].map { .init(recordID: .init(recordName: $0, zoneID: zoneID)) }
                 var provenance: [String: FieldProvenance] = [:]
                 if configuration.includesFieldProvenance, let decoded = record.base {
                     for field in decoded.fields { provenance[field.name] = decoded.provenance(of: field.name) }
@@ -655,6 +658,7 @@ public actor LatticeSyncEngine {
             }
         }
         var saved: [LatticeRecord] = []
+        let shares = state.read { $0.zone(zone)?.shares } ?? [:]
         for item in prepared {
             let name = item.record.recordID.recordName
             let answer = items[name]
@@ -667,8 +671,10 @@ public actor LatticeSyncEngine {
             } else if item.partial != nil && answer == nil {
                 failed.append(.init(record: item.record, error: LatticeSyncError(.serverRejectedRequest, "no answer for \(name)")))
             } else {
-                saved.append(LatticeRecord(frame: item.result, recordID: item.record.recordID,
-                                           changeTag: answer?["recordChangeTag"]?.stringValue ?? item.record.recordChangeTag))
+                var record = LatticeRecord(frame: item.result, recordID: item.record.recordID,
+                                           changeTag: answer?["recordChangeTag"]?.stringValue ?? item.record.recordChangeTag)
+                record.share = shares[name].map { .init(recordID: .init(recordName: $0, zoneID: zone)) }
+                saved.append(record)
             }
         }
         return (saved, failed)
