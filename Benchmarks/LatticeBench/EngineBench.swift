@@ -243,7 +243,7 @@ enum EngineBench {
         -> [String: JSONValue] {
         let transport = try CountingTransport(serverURL: server.url)
         let engine = try SyncEngine(home: root + "/old-push-\(pair)", transport: transport)
-        try engine.signIn(AccountClient(serverURL: server.url, transport: transport).signUp(name: "old-push-\(pair)"))
+        try engine.signIn(AccountClient(serverURL: server.url, transport: transport).signUpWaiting(name: "old-push-\(pair)"))
         engine.batchLimit = options.batch
         let zone = try engine.privateZone("Bench")
         // The zone is made on the server by the first send: one untimed record first.
@@ -271,7 +271,7 @@ enum EngineBench {
     private static func pushNew(pair: Int, _ options: EngineBenchOptions, server: BenchServer, root: String) throws
         -> [String: JSONValue] {
         let transport = try CountingTransport(serverURL: server.url)
-        let account = try AccountClient(serverURL: server.url, transport: transport).signUp(name: "new-push-\(pair)")
+        let account = try AccountClient(serverURL: server.url, transport: transport).signUpWaiting(name: "new-push-\(pair)")
         let app = BenchApp(batch: options.batch)
         let engine = app.makeEngine(account: account, transport: transport)
         let zone = LatticeRecordZone.ID(zoneName: "Bench")
@@ -309,7 +309,7 @@ enum EngineBench {
         throws -> [String: JSONValue] {
         let transport = try CountingTransport(serverURL: server.url)
         let device = try SyncEngine(home: root + "/old-pull-\(pair)", transport: transport)
-        try device.signIn(AccountClient(serverURL: server.url, transport: transport).signIn(token: token))
+        try device.signIn(AccountClient(serverURL: server.url, transport: transport).signInWaiting(token: token))
         _ = transport.take()
         let began = monotonicNanoseconds()
         let report = try device.sync()
@@ -323,7 +323,7 @@ enum EngineBench {
     private static func pullNew(pair: Int, token: String, _ options: EngineBenchOptions, server: BenchServer, root: String)
         throws -> [String: JSONValue] {
         let transport = try CountingTransport(serverURL: server.url)
-        let account = try AccountClient(serverURL: server.url, transport: transport).signIn(token: token)
+        let account = try AccountClient(serverURL: server.url, transport: transport).signInWaiting(token: token)
         let app = BenchApp(batch: options.batch)
         let engine = app.makeEngine(account: account, transport: transport)
         _ = transport.take()

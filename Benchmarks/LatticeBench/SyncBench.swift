@@ -368,7 +368,7 @@ enum SyncBench {
             let transport = try CountingTransport(serverURL: server.url)
             let engine = try SyncEngine(home: root + "/client-\(index)", transport: transport)
             let accounts = try AccountClient(serverURL: server.url, transport: transport)
-            try engine.signIn(accounts.signUp(name: "bench-client-\(index)"))
+            try engine.signIn(accounts.signUpWaiting(name: "bench-client-\(index)"))
             let zone = try engine.privateZone(zoneName)
             try makeItem(engine, "warm-up", in: zone, number: 0, tag: 0)
             let report = try engine.sync()
@@ -631,10 +631,10 @@ enum SyncBench {
         let transport = try CountingTransport(serverURL: server.url)
         let owner = try SyncEngine(home: root + "/pull-owner", transport: transport)
         let accounts = try AccountClient(serverURL: server.url, transport: transport)
-        let account = try accounts.signUp(name: "bench-pull")
+        let account = try accounts.signUpWaiting(name: "bench-pull")
         try owner.signIn(account)
         let zone: JSON = .object(["zoneName": .string(pullZoneName)])
-        let created = try accounts.call("private", "zones/modify", .object(["operations": .array([
+        let created = try accounts.callWaiting("private", "zones/modify", .object(["operations": .array([
             .object(["operationType": .string("create"), "zone": .object(["zoneID": zone])]),
         ])]), as: account)
         if let code = created["zones"]?.arrayValue?.first?["serverErrorCode"]?.stringValue {
@@ -661,7 +661,7 @@ enum SyncBench {
                     ]),
                 ])])
             }
-            let reply = try accounts.call("private", "records/modify",
+            let reply = try accounts.callWaiting("private", "records/modify",
                                           .object(["zoneID": zone, "operations": .array(operations)]), as: account)
             let items = reply["records"]?.arrayValue ?? []
             guard items.count == operations.count, items.allSatisfy({ $0["serverErrorCode"] == nil }) else {
@@ -685,7 +685,7 @@ enum SyncBench {
     private static func pull(token: String, wire: BenchWire, expected: Int, server: BenchServer, root: String) throws
         -> [String: JSONValue] {
         let transport = try CountingTransport(serverURL: server.url)
-        let account = try AccountClient(serverURL: server.url, transport: transport).signIn(token: token)
+        let account = try AccountClient(serverURL: server.url, transport: transport).signInWaiting(token: token)
         var report = SyncReport()
         let peakScope: String
         let began: UInt64

@@ -2,6 +2,7 @@
 // threads that run one phase together, and the storage ceiling (frames written straight into SQLite).
 
 import CSQLite
+import LatticeCore
 import Foundation
 import LatticeSync
 import Synchronization
@@ -40,8 +41,9 @@ struct RequestTally: Sendable {
 }
 
 /// The engine's real `HTTPTransport` (one per client, so its keep-alive connections are reused), with
-/// every exchange counted and timed. It changes nothing in the requests or the answers.
-final class CountingTransport: SyncTransport {
+/// every exchange counted and timed, in both its forms (async for the app engine, blocking for the old
+/// one). It changes nothing in the requests or the answers.
+final class CountingTransport: BlockingSyncTransport {
     private let inner: HTTPTransport
     private let tally = Mutex(RequestTally())
 
@@ -49,15 +51,27 @@ final class CountingTransport: SyncTransport {
         inner = try HTTPTransport(serverURL: serverURL)
     }
 
-    func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+    func send(_ request: TransportRequest, timeout: TimeInterval) async throws -> TransportResponse {
         let began = monotonicNanoseconds()
-        let response: TransportResponse
         do {
-            response = try inner.send(request, timeout: timeout)
+            return counted(request, try await inner.send(request, timeout: timeout), began: began)
         } catch {
             tally.withLock { $0.otherErrors += 1 }
             throw error
         }
+    }
+
+    func sendBlocking(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+        let began = monotonicNanoseconds()
+        do {
+            return counted(request, try inner.sendBlocking(request, timeout: timeout), began: began)
+        } catch {
+            tally.withLock { $0.otherErrors += 1 }
+            throw error
+        }
+    }
+
+    private func counted(_ request: TransportRequest, _ response: TransportResponse, began: UInt64) -> TransportResponse {
         let seconds = Double(monotonicNanoseconds() - began) / 1e9
         let endpoint = request.path.split(separator: "/").suffix(2).joined(separator: "/")
         let contentType = request.headers.first { $0.key.lowercased() == "content-type" }?.value
@@ -271,4 +285,17 @@ func percentile(_ values: [Double], _ p: Double) -> Double? {
     let sorted = values.sorted()
     let rank = Int((p * Double(sorted.count)).rounded(.up))
     return sorted[min(sorted.count, max(rank, 1)) - 1]
+}
+
+extension AccountClient {
+    /// `signUp(name:)`, waited for on the benchmark's own threads (never one of Swift's shared threads).
+    func signUpWaiting(name: String) throws -> Account { try waitForAsyncWork { try await signUp(name: name) } }
+
+    /// `signIn(token:)`, waited for likewise.
+    func signInWaiting(token: String) throws -> Account { try waitForAsyncWork { try await signIn(token: token) } }
+
+    /// `call(_:_:_:as:)`, waited for likewise.
+    func callWaiting(_ database: String, _ operation: String, _ body: JSON, as account: Account) throws -> JSON {
+        try waitForAsyncWork { try await call(database, operation, body, as: account) }
+    }
 }

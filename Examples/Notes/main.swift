@@ -124,16 +124,16 @@ func note(_ query: String) -> Note {
 switch command {
 case "signup":
     guard arguments.words.count == 2, let server = arguments.value("server") else { fail(usage, status: 2) }
-    do { await signIn(try AccountClient(serverURL: server).signUp(name: arguments.words[1])) } catch { fail("\(error)") }
+    do { await signIn(try await AccountClient(serverURL: server).signUp(name: arguments.words[1])) } catch { fail("\(error)") }
 
 case "login":
     guard let server = arguments.value("server") else { fail(usage, status: 2) }
     do {
         let client = try AccountClient(serverURL: server)
         if let token = arguments.value("token") {
-            await signIn(try client.signIn(token: token))
+            await signIn(try await client.signIn(token: token))
         } else if let idToken = arguments.value("id-token"), let issuer = arguments.value("issuer") {
-            await signIn(try client.signIn(idToken: idToken, issuer: issuer, deviceName: "lattice-notes"))
+            await signIn(try await client.signIn(idToken: idToken, issuer: issuer, deviceName: "lattice-notes"))
         } else {
             fail(usage, status: 2)
         }

@@ -34,7 +34,7 @@ func runSignUp(_ arguments: [String]) throws {
     try checkSwitch(engine, server: server) { _ in nil }
     let account: Account
     do {
-        account = try AccountClient(serverURL: server).signUp(name: name)
+        account = try waitForAsyncWork { try await AccountClient(serverURL: server).signUp(name: name) }
     } catch let error as ServerError {
         // Said at once, with why (a taken name, closed registration, the sign-up limit) and, for a limit,
         // when to try again: the client does not wait out a long Retry-After.
@@ -68,11 +68,11 @@ func runLogIn(_ arguments: [String]) throws {
     guard !token.isEmpty else { throw UsageError("--token needs a token") }
     let engine = try options.openEngine(creating: true)
     try checkSwitch(engine, server: server) { server in
-        let client = ServerClient(transport: try HTTPTransport(serverURL: server))
+        let client = ServerClient(transport: try HTTPTransport(serverURL: server)).blocking
         return CurrentUserResponse(json: try client.call("private", "users/current", CurrentUserRequest().json, token: token))?
             .userRecordName
     }
-    let account = try AccountClient(serverURL: server).signIn(token: token)
+    let account = try waitForAsyncWork { try await AccountClient(serverURL: server).signIn(token: token) }
     try waitForAsyncWork { try await engine.signIn(account) }
     let outcome = options.noSync ? SyncOutcome() : try syncAfterChange(engine, Lists(replica: engine), options)
     if options.json {
@@ -100,7 +100,9 @@ func runLogOut(_ arguments: [String]) throws {
     // Revoked on the server first: when the server cannot be reached, nothing is forgotten here.
     let revoked: Bool
     do {
-        revoked = local ? false : try AccountClient(serverURL: account.serverURL).revokeToken(of: account)
+        revoked = local ? false : try waitForAsyncWork {
+            try await AccountClient(serverURL: account.serverURL).revokeToken(of: account)
+        }
     } catch let error as TransportError {
         throw CommandFailure("cannot reach \(account.serverURL) (\(error.description)): the token was not revoked and "
                              + "this home stays signed in; run lattice logout again when the server is reachable, or "

@@ -101,7 +101,7 @@ struct ClientOptions {
 /// A raw call with the home's account for an operation that is online only (sharing, tokens, devices).
 func callServer(_ engine: ListsReplica, _ database: String, _ operation: String, _ body: JSON) throws -> JSON {
     guard let account = engine.account else { throw SyncError.notSignedIn }
-    return try AccountClient(serverURL: account.serverURL).call(database, operation, body, as: account)
+    return try waitForAsyncWork { try await AccountClient(serverURL: account.serverURL).call(database, operation, body, as: account) }
 }
 
 /// "fetched N records" on one rewritten stderr line while a sync fetches.

@@ -40,7 +40,7 @@ func runDeviceLogIn(_ options: ClientOptions, server: String) throws {
     // Over the waiting sign-ins of this address the wait is minutes: say so at once rather than retry.
     var once = client
     once.maximumAttempts = 1
-    let reply = try once.post("/auth/device/start", DeviceStartRequest(deviceName: name).json, token: nil)
+    let reply = try once.blocking.post("/auth/device/start", DeviceStartRequest(deviceName: name).json, token: nil)
     guard let started = DeviceStartResponse(json: reply), reply["expiresIn"]?.intValue != nil else {
         throw CommandFailure("the server sent no device sign-in code (is \(server) a Lattice server?)")
     }
@@ -62,7 +62,7 @@ func runDeviceLogIn(_ options: ClientOptions, server: String) throws {
         guard Date() < deadline else { throw CommandFailure("the code \(userCode) expired before it was approved") }
         Thread.sleep(forTimeInterval: Double(interval))
         do {
-            token = DeviceTokenResponse(json: try client.post("/auth/device/token",
+            token = DeviceTokenResponse(json: try client.blocking.post("/auth/device/token",
                                                               DeviceTokenRequest(deviceCode: deviceCode).json, token: nil))?.token
             if token == nil { throw CommandFailure("the server answered the approved sign-in without a token") }
         } catch let error as ServerError {
@@ -83,16 +83,16 @@ func runDeviceLogIn(_ options: ClientOptions, server: String) throws {
     guard let token else { return }
     do {
         try checkSwitch(engine, server: server) { server in
-            let client = ServerClient(transport: try HTTPTransport(serverURL: server))
+            let client = ServerClient(transport: try HTTPTransport(serverURL: server)).blocking
             return CurrentUserResponse(json: try client.call("private", "users/current", CurrentUserRequest().json, token: token))?
                 .userRecordName
         }
     } catch {
         // This home keeps its account: the new token is not left behind unused.
-        try? client.revokeToken(token)
+        try? client.blocking.revokeToken(token)
         throw error
     }
-    let account = try AccountClient(serverURL: server).signIn(token: token)
+    let account = try waitForAsyncWork { try await AccountClient(serverURL: server).signIn(token: token) }
     try waitForAsyncWork { try await engine.signIn(account) }
     let outcome = options.noSync ? SyncOutcome() : try syncAfterChange(engine, Lists(replica: engine), options)
     if options.json {
@@ -137,7 +137,7 @@ func runDevices(_ arguments: [String]) throws {
         guard let account = engine.account else { throw CommandFailure(SyncError.notSignedIn.description) }
         var client = ServerClient(transport: try HTTPTransport(serverURL: account.serverURL))
         client.maximumAttempts = 1 // too many wrong codes is a wait of up to an hour: said at once, not retried
-        let reply = try client.post("/auth/device/approve", request.json, token: account.token)
+        let reply = try client.blocking.post("/auth/device/approve", request.json, token: account.token)
         if options.json { return printJSON(reply) }
         let answer = DeviceApproveResponse(json: reply)
         let device = answer?.deviceName ?? "the device"

@@ -3,9 +3,9 @@ import LatticeAPI
 import LatticeCore
 
 /// Talks to a Lattice server about an account, for what only works online: signing up, signing in with a
-/// token, revoking the account's token, and raw calls such as sharing, tokens and devices. It keeps nothing:
-/// a home installs the `Account` it returns with `SyncEngine.signIn(_:)` and forgets it with
-/// `SyncEngine.signOut()`.
+/// token or an OpenID Connect ID token, accepting a share, revoking the account's token, and raw calls such
+/// as sharing, tokens and devices. Its calls are async (cancelling the task ends one). It keeps nothing: an
+/// app gives the `Account` it returns to its engines (`LatticeSyncEngine.Configuration.account`).
 ///
 /// Every call goes through `ServerClient`: "not now" answers (THROTTLED, TRY_AGAIN_LATER) are retried
 /// quietly for a short while, longer waits are announced to `server.onWait`, and a `retryAfter` longer
@@ -13,8 +13,8 @@ import LatticeCore
 ///
 /// ```swift
 /// let server = try AccountClient(serverURL: "http://127.0.0.1:8080")
-/// try engine.signIn(server.signUp(name: "alice"))
-/// let link = try server.call("private", "shares/url", body, as: engine.account!)
+/// let account = try await server.signUp(name: "alice")
+/// let link = try await server.call("private", "shares/url", body, as: account)
 /// ```
 public struct AccountClient: Sendable {
     /// The server this client talks to; an account it is given must be of this server.
@@ -30,15 +30,15 @@ public struct AccountClient: Sendable {
 
     /// Creates an account named `name` on the server (`POST /auth/signup`).
     /// - Returns: the new account with its bearer token; nothing is kept here.
-    public func signUp(name: String) throws -> Account {
-        let reply = try server.post("/auth/signup", SignUpRequest(name: name).json, token: nil)
+    public func signUp(name: String) async throws -> Account {
+        let reply = try await server.post("/auth/signup", SignUpRequest(name: name).json, token: nil)
         guard let answer = SignUpResponse(json: reply) else { throw SyncError.unexpectedAnswer("signup") }
         return Account(serverURL: serverURL, token: answer.token, userRecordName: answer.userRecordName, name: name)
     }
 
     /// The account an existing token belongs to, checked with `users/current`.
-    public func signIn(token: String) throws -> Account {
-        let reply = try server.call("private", "users/current", CurrentUserRequest().json, token: token)
+    public func signIn(token: String) async throws -> Account {
+        let reply = try await server.call("private", "users/current", CurrentUserRequest().json, token: token)
         guard let user = CurrentUserResponse(json: reply) else { throw SyncError.unexpectedAnswer("users/current") }
         return Account(serverURL: serverURL, token: token, userRecordName: user.userRecordName, name: user.name)
     }
@@ -48,10 +48,10 @@ public struct AccountClient: Sendable {
     /// its `(iss, sub)` maps to (made on the first sign-in).
     /// - Throws: `ServerError` (`AUTHENTICATION_FAILED` for a token the server refuses, `BAD_REQUEST` for an
     ///   issuer it does not accept), `TransportError` offline.
-    public func signIn(idToken: String, issuer: String, deviceName: String? = nil) throws -> Account {
+    public func signIn(idToken: String, issuer: String, deviceName: String? = nil) async throws -> Account {
         var body: [String: JSON] = ["issuer": .string(issuer), "idToken": .string(idToken)]
         if let deviceName { body["deviceName"] = .string(deviceName) }
-        let reply = try server.post("/auth/oidc/token", .object(body), token: nil)
+        let reply = try await server.post("/auth/oidc/token", .object(body), token: nil)
         guard let token = reply["token"]?.stringValue, let user = reply["userRecordName"]?.stringValue else {
             throw SyncError.unexpectedAnswer("auth/oidc/token")
         }
@@ -73,8 +73,8 @@ public struct AccountClient: Sendable {
     /// Accepts a share link (a long or a short one) for `account` (`records/accept`), as CloudKit's
     /// `CKAcceptSharesOperation`: the zone then comes with the next fetch of a `.shared` engine.
     /// - Throws: `ServerError` when the link is invalid, expired or revoked, or the account may not join.
-    public func acceptShare(_ link: String, as account: Account) throws -> AcceptedShare {
-        let reply = try call("shared", "records/accept", .object(["shortGUIDs": .array([.object(["value": .string(link)])])]),
+    public func acceptShare(_ link: String, as account: Account) async throws -> AcceptedShare {
+        let reply = try await call("shared", "records/accept", .object(["shortGUIDs": .array([.object(["value": .string(link)])])]),
                              as: account)
         guard let result = reply["results"]?.arrayValue?.first else { throw SyncError.unexpectedAnswer("records/accept") }
         if let code = result["serverErrorCode"]?.stringValue {
@@ -97,10 +97,10 @@ public struct AccountClient: Sendable {
     /// - Throws: `TransportError` when the server cannot be reached, or the server's refusal other than
     ///   AUTHENTICATION_FAILED.
     @discardableResult
-    public func revokeToken(of account: Account) throws -> Bool {
+    public func revokeToken(of account: Account) async throws -> Bool {
         try requireSameServer(account)
         do {
-            try server.revokeToken(account.token)
+            try await server.revokeToken(account.token)
             return true
         } catch let error as ServerError where error.serverErrorCode == .authenticationFailed {
             return false
@@ -109,9 +109,9 @@ public struct AccountClient: Sendable {
 
     /// A raw API call with the account's token (`POST /database/1/.../{database}/{operation}`), for
     /// operations that are online only: sharing, tokens, devices.
-    public func call(_ database: String, _ operation: String, _ body: JSON, as account: Account) throws -> JSON {
+    public func call(_ database: String, _ operation: String, _ body: JSON, as account: Account) async throws -> JSON {
         try requireSameServer(account)
-        return try server.call(database, operation, body, token: account.token)
+        return try await server.call(database, operation, body, token: account.token)
     }
 
     /// A token is only ever sent to the server that issued it.

@@ -39,6 +39,7 @@ public struct ServerError: Error, CustomStringConvertible, Sendable {
 
 /// Calls the Lattice HTTP API with retries: THROTTLED and TRY_AGAIN_LATER (and a dropped connection) are
 /// retried with exponential backoff and jitter, honouring `Retry-After`; anything else is returned at once.
+/// Calls are async; cancelling the task ends a call at once, its exchange or its pause included.
 ///
 /// It never waits long in silence: an answer whose `retryAfter` is over `longestQuietWait` seconds is
 /// thrown at once (the caller tells the person when to try again: `ServerError.retryAdvice`), and once
@@ -50,8 +51,8 @@ public struct ServerClient: Sendable {
     public let environment: String
     /// Attempts per call for retryable failures.
     public var maximumAttempts = 5
-    /// Pauses between attempts; injected so tests need not wait.
-    public var sleep: @Sendable (Double) -> Void = { Thread.sleep(forTimeInterval: $0) }
+    /// Pauses between attempts; nil sleeps for real. Injected so tests need not wait.
+    public var sleep: (@Sendable (Double) -> Void)?
     /// The longest a call waits without saying so: a longer `retryAfter` is not waited for, and pauses past
     /// this much in total are announced to `onWait`.
     public var longestQuietWait: Double = 2
@@ -88,72 +89,146 @@ public struct ServerClient: Sendable {
     }
 
     /// `POST /database/1/{container}/{environment}/{database}/{operation}`.
-    public func call(_ database: String, _ operation: String, _ body: JSON, token: String?, timeout: TimeInterval = 30) throws
-        -> JSON {
-        try post("/database/1/\(container)/\(environment)/\(database)/\(operation)", body, token: token, timeout: timeout)
+    public func call(_ database: String, _ operation: String, _ body: JSON, token: String?, timeout: TimeInterval = 30)
+        async throws -> JSON {
+        try await post(databasePath(database, operation), body, token: token, timeout: timeout)
     }
 
-    public func post(_ path: String, _ body: JSON, token: String?, timeout: TimeInterval = 30) throws -> JSON {
-        let response = try exchange(path, body: body.serializedBytes(), contentType: "application/json", token: token,
-                                    timeout: timeout)
-        return (try? JSON.parse(response.body)) ?? .null
+    public func post(_ path: String, _ body: JSON, token: String?, timeout: TimeInterval = 30) async throws -> JSON {
+        let request = Self.request(path, body: body.serializedBytes(), contentType: "application/json", token: token)
+        return Self.json(try await exchange(request, timeout: timeout))
     }
 
     /// Revokes `token` itself on the server (`tokens/revoke {"current": true}`): its next use fails.
-    public func revokeToken(_ token: String) throws {
-        let answer = try call("private", "tokens/revoke", TokensRevokeRequest(current: true).json, token: token)
-        let first = TokensRevokeResponse(json: answer)?.tokens.first
-        guard let first, first.revoked else {
-            throw ServerError(code: first?.error?.code.rawValue ?? "HTTP_200",
-                              reason: "the server did not revoke the token", status: 200, retryAfter: nil)
-        }
+    public func revokeToken(_ token: String) async throws {
+        try Self.checkRevoked(try await call("private", "tokens/revoke", TokensRevokeRequest(current: true).json, token: token))
     }
 
     /// A call whose body is binary (`deltas/push`), answered in JSON.
     public func callBinary(_ database: String, _ operation: String, body: [UInt8], contentType: String, token: String?,
-                           timeout: TimeInterval = 30) throws -> TransportResponse {
-        try exchange("/database/1/\(container)/\(environment)/\(database)/\(operation)", body: body,
-                     contentType: contentType, token: token, timeout: timeout)
+                           timeout: TimeInterval = 30) async throws -> TransportResponse {
+        try await exchange(Self.request(databasePath(database, operation), body: body, contentType: contentType, token: token),
+                           timeout: timeout)
     }
 
     /// A call with a JSON body whose answer may be binary (`deltas/pull`): the raw response of a success.
     public func callRaw(_ database: String, _ operation: String, _ body: JSON, token: String?,
-                        timeout: TimeInterval = 30) throws -> TransportResponse {
-        try exchange("/database/1/\(container)/\(environment)/\(database)/\(operation)", body: body.serializedBytes(),
-                     contentType: "application/json", token: token, timeout: timeout)
+                        timeout: TimeInterval = 30) async throws -> TransportResponse {
+        try await exchange(Self.request(databasePath(database, operation), body: body.serializedBytes(),
+                                        contentType: "application/json", token: token), timeout: timeout)
     }
 
-    /// One POST with the retries described above; a non-2xx answer becomes a `ServerError`.
-    private func exchange(_ path: String, body: [UInt8], contentType: String, token: String?, timeout: TimeInterval)
-        throws -> TransportResponse {
-        var headers: [String: String] = ["Content-Type": contentType]
-        if let token { headers["Authorization"] = "Bearer " + token }
-        let request = TransportRequest(method: "POST", path: path, headers: headers, body: body)
-        var attempt = 0
-        var waited = 0.0
-        /// Waits before the next attempt, announcing the pause when the call's waiting goes past the quiet limit.
-        func pause(_ seconds: Double, _ cause: String) {
-            if waited + seconds > longestQuietWait {
-                onWait(RetryWait(path: path, seconds: seconds, attempt: attempt + 1, maximumAttempts: maximumAttempts,
-                                 cause: cause))
-            }
-            waited += seconds
-            sleep(seconds)
+    /// The same calls, answered on the caller's thread: for the package's blocking callers (the command
+    /// line's account commands, the engine the benchmarks compare with). Never from one of Swift's shared
+    /// threads. The transport must have a blocking form (`HTTPTransport` has).
+    package var blocking: Blocking { Blocking(client: self) }
+
+    package struct Blocking: Sendable {
+        let client: ServerClient
+
+        package func call(_ database: String, _ operation: String, _ body: JSON, token: String?,
+                          timeout: TimeInterval = 30) throws -> JSON {
+            try post(client.databasePath(database, operation), body, token: token, timeout: timeout)
         }
-        while true {
-            attempt += 1
-            let response: TransportResponse
-            do {
-                response = try transport.send(request, timeout: timeout)
-            } catch let error as TransportError {
-                // Offline: one quick second try, then report it (edits stay queued).
-                if attempt < 2 {
-                    pause(backoff(attempt), "the server cannot be reached (\(error.description))")
-                    continue
-                }
-                throw error
+
+        package func post(_ path: String, _ body: JSON, token: String?, timeout: TimeInterval = 30) throws -> JSON {
+            ServerClient.json(try exchange(ServerClient.request(path, body: body.serializedBytes(),
+                                                                 contentType: "application/json", token: token),
+                                           timeout: timeout))
+        }
+
+        package func revokeToken(_ token: String) throws {
+            try ServerClient.checkRevoked(try call("private", "tokens/revoke", TokensRevokeRequest(current: true).json,
+                                                   token: token))
+        }
+
+        package func callBinary(_ database: String, _ operation: String, body: [UInt8], contentType: String,
+                                token: String?, timeout: TimeInterval = 30) throws -> TransportResponse {
+            try exchange(ServerClient.request(client.databasePath(database, operation), body: body, contentType: contentType,
+                                              token: token), timeout: timeout)
+        }
+
+        package func callRaw(_ database: String, _ operation: String, _ body: JSON, token: String?,
+                             timeout: TimeInterval = 30) throws -> TransportResponse {
+            try exchange(ServerClient.request(client.databasePath(database, operation), body: body.serializedBytes(),
+                                              contentType: "application/json", token: token), timeout: timeout)
+        }
+
+        private func exchange(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+            guard let transport = client.transport as? any BlockingSyncTransport else {
+                throw TransportError("this transport answers only async calls")
             }
-            if (200..<300).contains(response.status) { return response }
+            var attempts = client.attempts(request.path)
+            while true {
+                let outcome: Result<TransportResponse, TransportError>
+                do {
+                    outcome = .success(try transport.sendBlocking(request, timeout: timeout))
+                } catch let error as TransportError {
+                    outcome = .failure(error)
+                }
+                switch try attempts.next(after: outcome) {
+                case .answer(let response): return response
+                case .pause(let seconds):
+                    if let sleep = client.sleep { sleep(seconds) } else { Thread.sleep(forTimeInterval: seconds) }
+                }
+            }
+        }
+    }
+
+    // MARK: The retry rules, shared by both forms
+
+    /// One POST with the retries described above; a non-2xx answer becomes a `ServerError`.
+    private func exchange(_ request: TransportRequest, timeout: TimeInterval) async throws -> TransportResponse {
+        var attempts = attempts(request.path)
+        while true {
+            let outcome: Result<TransportResponse, TransportError>
+            do {
+                outcome = .success(try await transport.send(request, timeout: timeout))
+            } catch let error as TransportError {
+                outcome = .failure(error)
+            }
+            switch try attempts.next(after: outcome) {
+            case .answer(let response): return response
+            case .pause(let seconds):
+                if let sleep { sleep(seconds) } else { try await Task.sleep(nanoseconds: UInt64(seconds * 1e9)) }
+            }
+        }
+    }
+
+    func attempts(_ path: String) -> Attempts {
+        Attempts(path: path, maximumAttempts: maximumAttempts, longestQuietWait: longestQuietWait, onWait: onWait)
+    }
+
+    /// The attempts of one call: after each, the answer to return, the error to throw, or how long to pause
+    /// before the next (announced to `onWait` once the call's pauses pass the quiet limit).
+    struct Attempts {
+        enum Next { case answer(TransportResponse), pause(Double) }
+
+        let path: String
+        let maximumAttempts: Int
+        let longestQuietWait: Double
+        let onWait: @Sendable (RetryWait) -> Void
+        private(set) var attempt = 1
+        private var waited = 0.0
+
+        init(path: String, maximumAttempts: Int, longestQuietWait: Double, onWait: @escaping @Sendable (RetryWait) -> Void) {
+            self.path = path
+            self.maximumAttempts = maximumAttempts
+            self.longestQuietWait = longestQuietWait
+            self.onWait = onWait
+        }
+
+        mutating func next(after outcome: Result<TransportResponse, TransportError>) throws -> Next {
+            let response: TransportResponse
+            switch outcome {
+            case .failure(let error):
+                // Offline: one quick second try, then report it (edits stay queued).
+                guard attempt < 2 else { throw error }
+                return pause(backoff(attempt), "the server cannot be reached (\(error.description))")
+            case .success(let answer):
+                response = answer
+            }
+            if (200..<300).contains(response.status) { return .answer(response) }
             let json = (try? JSON.parse(response.body)) ?? .null
             let error = ServerError(code: json["serverErrorCode"]?.stringValue ?? "HTTP_\(response.status)",
                                     reason: json["reason"]?.stringValue ?? "HTTP \(response.status)",
@@ -164,13 +239,43 @@ public struct ServerClient: Sendable {
             guard error.isNotNow, attempt < maximumAttempts, (error.retryAfter ?? 0) <= longestQuietWait else {
                 throw error
             }
-            pause(max(error.retryAfter ?? 0, backoff(attempt)), "the server answered \(error.code): \(error.reason)")
+            return pause(max(error.retryAfter ?? 0, backoff(attempt)), "the server answered \(error.code): \(error.reason)")
+        }
+
+        private mutating func pause(_ seconds: Double, _ cause: String) -> Next {
+            if waited + seconds > longestQuietWait {
+                onWait(RetryWait(path: path, seconds: seconds, attempt: attempt + 1, maximumAttempts: maximumAttempts,
+                                 cause: cause))
+            }
+            waited += seconds
+            attempt += 1
+            return .pause(seconds)
         }
     }
 
-    /// 0.2 s, 0.4 s, 0.8 s ... capped at 10 s, each with up to 50% random jitter.
-    func backoff(_ attempt: Int) -> Double {
-        let base = min(10, 0.2 * pow(2, Double(attempt - 1)))
-        return base * (1 + Double.random(in: 0..<0.5))
+    private func databasePath(_ database: String, _ operation: String) -> String {
+        "/database/1/\(container)/\(environment)/\(database)/\(operation)"
     }
+
+    private static func request(_ path: String, body: [UInt8], contentType: String, token: String?) -> TransportRequest {
+        var headers: [String: String] = ["Content-Type": contentType]
+        if let token { headers["Authorization"] = "Bearer " + token }
+        return TransportRequest(method: "POST", path: path, headers: headers, body: body)
+    }
+
+    private static func json(_ response: TransportResponse) -> JSON { (try? JSON.parse(response.body)) ?? .null }
+
+    private static func checkRevoked(_ answer: JSON) throws {
+        let first = TokensRevokeResponse(json: answer)?.tokens.first
+        guard let first, first.revoked else {
+            throw ServerError(code: first?.error?.code.rawValue ?? "HTTP_200",
+                              reason: "the server did not revoke the token", status: 200, retryAfter: nil)
+        }
+    }
+}
+
+/// 0.2 s, 0.4 s, 0.8 s ... capped at 10 s, each with up to 50% random jitter.
+func backoff(_ attempt: Int) -> Double {
+    let base = min(10, 0.2 * pow(2, Double(attempt - 1)))
+    return base * (1 + Double.random(in: 0..<0.5))
 }

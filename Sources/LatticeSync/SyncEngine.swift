@@ -187,8 +187,8 @@ public final class SyncEngine: @unchecked Sendable {
         (try? store.transaction { tx in try Self.storedAccount(tx) }).flatMap { $0 }
     }
 
-    func client(for account: Account) throws -> ServerClient {
-        ServerClient(transport: try transportOverride ?? HTTPTransport(serverURL: account.serverURL))
+    func client(for account: Account) throws -> ServerClient.Blocking {
+        ServerClient(transport: try transportOverride ?? HTTPTransport(serverURL: account.serverURL)).blocking
     }
 
     private func requireAccount() throws -> Account {
@@ -408,7 +408,7 @@ public final class SyncEngine: @unchecked Sendable {
         var moreComing: Bool
     }
 
-    private func fetchZone(_ zone: LocalZone, client: ServerClient, account: Account, report: inout SyncReport) throws {
+    private func fetchZone(_ zone: LocalZone, client: ServerClient.Blocking, account: Account, report: inout SyncReport) throws {
         var token = zone.syncToken
         var fromScratch = token == nil
         var seen: Set<String> = []
@@ -466,7 +466,7 @@ public final class SyncEngine: @unchecked Sendable {
     }
 
     /// `deltas/pull`: one binary page, leaving out the positions of this device's own acknowledged writes.
-    private func pullPage(_ zone: LocalZone, zoneID: ZoneID, token: String?, known: [[Int64]], client: ServerClient,
+    private func pullPage(_ zone: LocalZone, zoneID: ZoneID, token: String?, known: [[Int64]], client: ServerClient.Blocking,
                           account: Account) throws -> ZonePage {
         let request = DeltaPullRequest(zoneID: WireZoneID(zoneName: zoneID.zoneName, ownerRecordName: zoneID.ownerRecordName),
                                        syncToken: token, known: known.compactMap { $0.count == 2 ? $0[0]...$0[1] : nil })
@@ -484,7 +484,7 @@ public final class SyncEngine: @unchecked Sendable {
     }
 
     /// `changes/zone`: one JSON page; CRDT states are turned into frames for the same join.
-    private func changesPage(_ zone: LocalZone, zoneID: ZoneID, token: String?, client: ServerClient,
+    private func changesPage(_ zone: LocalZone, zoneID: ZoneID, token: String?, client: ServerClient.Blocking,
                              account: Account) throws -> ZonePage {
         let request = ZoneChangesRequest(zones: [ZoneChangesItem(
             zoneID: WireZoneID(zoneName: zoneID.zoneName, ownerRecordName: zoneID.ownerRecordName), syncToken: token)])
@@ -610,7 +610,7 @@ public final class SyncEngine: @unchecked Sendable {
 
     /// One non-atomic batch (each record stands alone) with a client operation id. Split in half and sent
     /// again on LIMIT_EXCEEDED.
-    private func sendBatch(_ batch: [LocalRecord], zone: LocalZone, client: ServerClient, account: Account,
+    private func sendBatch(_ batch: [LocalRecord], zone: LocalZone, client: ServerClient.Blocking, account: Account,
                            report: inout SyncReport) throws -> (Int, Int) {
         let zoneID = try ZoneID(zoneName: zone.zoneName, ownerRecordName: zone.ownerRecordName)
         let frames = try batch.map { try RecordFrame(stored: $0.frame) }
@@ -666,7 +666,7 @@ public final class SyncEngine: @unchecked Sendable {
     }
 
     /// `deltas/push`: the frames as one zone delta; answers one item per record.
-    private func pushFrames(_ frames: [RecordFrame], zoneID: ZoneID, zone: LocalZone, client: ServerClient,
+    private func pushFrames(_ frames: [RecordFrame], zoneID: ZoneID, zone: LocalZone, client: ServerClient.Blocking,
                             account: Account) throws -> [JSON] {
         let push = SyncMessage.Push(clientOperationID: UUID().uuidString, atomic: false,
                                     delta: BinaryCodec.encodeDelta(zoneID: zoneID, frames: frames))
@@ -679,7 +679,7 @@ public final class SyncEngine: @unchecked Sendable {
     /// `records/modify` with each frame's CRDT state in JSON (`forceUpdate`: the server joins them), asking
     /// for no fields back (`desiredKeys: []`): as on the binary path, the device does not download its own
     /// writes in the answer; what the server joined in from others comes with the next fetch.
-    private func modifyFrames(_ frames: [RecordFrame], zoneID: ZoneID, zone: LocalZone, client: ServerClient,
+    private func modifyFrames(_ frames: [RecordFrame], zoneID: ZoneID, zone: LocalZone, client: ServerClient.Blocking,
                               account: Account) throws -> [JSON] {
         // Written straight from the records (LatticeAPI's `RecordStatesRequest.body`), no JSON tree made.
         let body = RecordStatesRequest.body(zoneID: zoneID, try frames.map { (type: .forceUpdate, record: try $0.decoded()) },
@@ -691,7 +691,7 @@ public final class SyncEngine: @unchecked Sendable {
     }
 
     /// A refused record goes back to the server's state (or away, if the server has none).
-    private func revert(_ local: LocalRecord, zone: LocalZone, client: ServerClient, account: Account) throws {
+    private func revert(_ local: LocalRecord, zone: LocalZone, client: ServerClient.Blocking, account: Account) throws {
         let zoneID = try ZoneID(zoneName: zone.zoneName, ownerRecordName: zone.ownerRecordName)
         let request = RecordsLookupRequest(zoneID: WireZoneID(zoneName: zoneID.zoneName, ownerRecordName: zoneID.ownerRecordName),
                                            recordNames: [local.name])

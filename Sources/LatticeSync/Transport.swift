@@ -37,15 +37,31 @@ public struct TransportError: Error, CustomStringConvertible, Sendable {
     public init(_ description: String) { self.description = description }
 }
 
-/// How the engine reaches a server. `HTTPTransport` is the real one; tests may pass one that calls the
-/// service in-process.
+/// How the engine reaches a server: one exchange, async, bounded by `timeout` seconds. A cancelled task
+/// ends the exchange at once with `CancellationError`. `HTTPTransport` is the real one; an app may pass its
+/// own (its networking stack, a test double) in `LatticeSyncEngine.Configuration.transport`.
 public protocol SyncTransport: Sendable {
-    func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse
+    func send(_ request: TransportRequest, timeout: TimeInterval) async throws -> TransportResponse
+}
+
+/// A transport that can also answer on the caller's thread, for the blocking callers inside the package
+/// (`ServerClient.Blocking`: the command line's account calls, the engine the benchmarks compare with).
+/// Its async `send` by default runs the blocking one, which suits a transport that never waits (one that
+/// calls the service in-process).
+package protocol BlockingSyncTransport: SyncTransport {
+    func sendBlocking(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse
+}
+
+extension BlockingSyncTransport {
+    package func send(_ request: TransportRequest, timeout: TimeInterval) async throws -> TransportResponse {
+        try sendBlocking(request, timeout: timeout)
+    }
 }
 
 /// HTTP to a server: `PlainHTTPClient` for `http://` URLs (unless the environment names a proxy),
-/// URLSession (FoundationNetworking on Linux) for `https://` and behind proxies.
-public final class HTTPTransport: SyncTransport {
+/// URLSession (FoundationNetworking on Linux) for `https://` and behind proxies. The async `send` holds no
+/// thread while it waits, and cancelling the task cancels the exchange.
+public final class HTTPTransport: BlockingSyncTransport {
     public let baseURL: URL
     private let session: URLSession
     private let plain: PlainHTTPClient?
@@ -63,11 +79,44 @@ public final class HTTPTransport: SyncTransport {
         plain = PlainHTTPClient.serves(url) ? try PlainHTTPClient(url: url) : nil
     }
 
-    public func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
-        if let plain { return try plain.send(request, timeout: timeout) }
+    public func send(_ request: TransportRequest, timeout: TimeInterval) async throws -> TransportResponse {
+        if let plain { return try await plain.send(request, timeout: timeout) }
+        let urlRequest = try urlRequest(request, timeout: timeout)
+        do {
+            let (data, response) = try await session.data(for: urlRequest)
+            return try answer(data, response)
+        } catch let error as TransportError {
+            throw error
+        } catch {
+            try Task.checkCancellation()
+            throw TransportError("cannot reach \(base): \(error.localizedDescription)")
+        }
+    }
+
+    package func sendBlocking(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+        if let plain { return try plain.sendBlocking(request, timeout: timeout) }
+        let urlRequest = try urlRequest(request, timeout: timeout)
+        let box = ExchangeBox()
+        let base = base
+        let task = session.dataTask(with: urlRequest) { [self] data, response, error in
+            if let error {
+                box.finish(.failure(TransportError("cannot reach \(base): \(error.localizedDescription)")))
+            } else {
+                box.finish(Result { () throws(TransportError) in try answer(data ?? Data(), response) })
+            }
+        }
+        task.resume()
+        return try box.wait().get()
+    }
+
+    /// The server URL without its trailing slashes.
+    private var base: String {
         var trimmed = baseURL.absoluteString
         while trimmed.hasSuffix("/") { trimmed.removeLast() }
-        let base = trimmed
+        return trimmed
+    }
+
+    private func urlRequest(_ request: TransportRequest, timeout: TimeInterval) throws(TransportError) -> URLRequest {
         guard let url = URL(string: base + request.path) else { throw TransportError("bad path \(request.path)") }
         var urlRequest = URLRequest(url: url, timeoutInterval: timeout)
         urlRequest.httpMethod = request.method
@@ -78,22 +127,16 @@ public final class HTTPTransport: SyncTransport {
                 urlRequest.setValue("application/json", forHTTPHeaderField: "Content-Type")
             }
         }
-        let box = ExchangeBox()
-        let task = session.dataTask(with: urlRequest) { data, response, error in
-            if let error {
-                box.finish(.failure(TransportError("cannot reach \(base): \(error.localizedDescription)")))
-            } else if let http = response as? HTTPURLResponse {
-                var headers: [String: String] = [:]
-                for (key, value) in http.allHeaderFields {
-                    if let key = key as? String, let value = value as? String { headers[key.lowercased()] = value }
-                }
-                box.finish(.success(TransportResponse(status: http.statusCode, headers: headers, body: [UInt8](data ?? Data()))))
-            } else {
-                box.finish(.failure(TransportError("no HTTP answer from \(base)")))
-            }
+        return urlRequest
+    }
+
+    private func answer(_ data: Data, _ response: URLResponse?) throws(TransportError) -> TransportResponse {
+        guard let http = response as? HTTPURLResponse else { throw TransportError("no HTTP answer from \(base)") }
+        var headers: [String: String] = [:]
+        for (key, value) in http.allHeaderFields {
+            if let key = key as? String, let value = value as? String { headers[key.lowercased()] = value }
         }
-        task.resume()
-        return try box.wait().get()
+        return TransportResponse(status: http.statusCode, headers: headers, body: [UInt8](data))
     }
 }
 

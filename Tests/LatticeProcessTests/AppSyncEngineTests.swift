@@ -119,10 +119,10 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         let account: Account
         let url: String
 
-        init() throws {
+        init() async throws {
             server = try ServerUnderTest(data: temporaryDirectory("app-engine"))
             url = "http://127.0.0.1:\(server.port)"
-            account = try AccountClient(serverURL: url).signUp(name: "nora")
+            account = try await AccountClient(serverURL: url).signUp(name: "nora")
         }
 
         func device(state: LatticeSyncEngine.State.Serialization? = nil, account: Account? = nil,
@@ -146,7 +146,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func randomConcurrentEditsOnThreeDevicesConverge() async throws {
-        let world = try World()
+        let world = try await World()
         let seed = RandomSeed.current
         print("AppSyncEngineTests.randomConcurrentEditsOnThreeDevicesConverge seed=\(seed) (LATTICE_SEED=\(seed) replays it)")
         var random = SplitMix64(seed: seed)
@@ -184,7 +184,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func concurrentEditsOfOneRecordMergeByEditTimeWithoutAConflict() async throws {
-        let world = try World()
+        let world = try await World()
         let (laptop, a) = world.device(provenance: true)
         let (phone, b) = world.device(provenance: true)
         try await Self.makeZone(a, laptop)
@@ -218,7 +218,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func theStrictSavePolicyReportsServerRecordChanged() async throws {
-        let world = try World()
+        let world = try await World()
         let (laptop, a) = world.device()
         let (phone, b) = world.device()
         try await Self.makeZone(a, laptop)
@@ -260,7 +260,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func stateSerializationSurvivesARestartWithPendingChanges() async throws {
-        let world = try World()
+        let world = try await World()
         var saved: LatticeSyncEngine.State.Serialization?
         let (laptop, a) = world.device()
         try await Self.makeZone(a, laptop)
@@ -294,7 +294,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func unsentEditsArchivedWithTheirMomentsAreStampedAsPreciselyAfterARestart() async throws {
-        let world = try World()
+        let world = try await World()
         let (laptop, a) = world.device()
         let (phone, b) = world.device()
         try await Self.makeZone(a, laptop)
@@ -328,7 +328,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func eventsComeInTheDocumentedOrder() async throws {
-        let world = try World()
+        let world = try await World()
         let (device, engine) = world.device()
         try await Self.makeZone(engine, device)
         #expect(Array(device.events.prefix(2)) == ["accountChange", "stateUpdate"], "\(device.events)")
@@ -360,7 +360,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func aSentBatchNamesItselfAndTheEditsItCovered() async throws {
-        let world = try World()
+        let world = try await World()
         let (device, engine) = world.device()
         try await Self.makeZone(engine, device)
         device.edit(engine, "a") { $0["title"] = "first" }
@@ -390,7 +390,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func signingOutDropsThePendingChangesAndSaysWhich() async throws {
-        let world = try World()
+        let world = try await World()
         let (device, engine) = world.device()
         try await Self.makeZone(engine, device)
         device.edit(engine, "unsent") { $0["title"] = "never sent" }
@@ -405,7 +405,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         #expect(engine.state.pendingRecordZoneChanges.isEmpty && engine.state.pendingDatabaseChanges.isEmpty)
         await #expect(throws: LatticeSyncError.self) { try await engine.fetchChanges() }
         // Another account on the same device starts clean and is told as a sign-in.
-        let other = try AccountClient(serverURL: world.url).signUp(name: "otto")
+        let other = try await AccountClient(serverURL: world.url).signUp(name: "otto")
         try await engine.setAccount(other)
         guard case .signIn(let current)? = device.model.withLock({ $0.accountChanges.last?.changeType }) else {
             Issue.record("expected a sign-in")
@@ -424,7 +424,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func offlineTheErrorIsNetworkUnavailableAndChangesStay() async throws {
-        let world = try World()
+        let world = try await World()
         let (device, engine) = world.device()
         try await Self.makeZone(engine, device)
         device.edit(engine, "a") { $0["title"] = "offline" }
@@ -440,7 +440,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func automaticSyncFetchesWhenTheServerSaysAndSendsWhatIsQueued() async throws {
-        let world = try World()
+        let world = try await World()
         let (laptop, a) = world.device()
         try await Self.makeZone(a, laptop)
         let phone = NotesDevice()
@@ -485,12 +485,12 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         try await a.sendChanges()
         let client = try AccountClient(serverURL: world.url)
         let zone: JSON = .object(["zoneName": .string("Notes")])
-        _ = try client.call("private", "shares/create", .object(["zoneID": zone, "publicPermission": .string(permission)]),
+        _ = try await client.call("private", "shares/create", .object(["zoneID": zone, "publicPermission": .string(permission)]),
                             as: world.account)
-        let urls = try client.call("private", "shares/url", .object(["zoneID": zone]), as: world.account)
+        let urls = try await client.call("private", "shares/url", .object(["zoneID": zone]), as: world.account)
         let link = try #require(urls[short ? "shortURL" : "url"]?.stringValue)
-        let account = try client.signUp(name: "gus")
-        let accepted = try client.acceptShare(link, as: account)
+        let account = try await client.signUp(name: "gus")
+        let accepted = try await client.acceptShare(link, as: account)
         let guest = NotesDevice()
         var configuration = LatticeSyncEngine.Configuration(database: .shared, account: account, stateSerialization: nil,
                                                             delegate: guest)
@@ -502,7 +502,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func aSharedZoneIsAcceptedFetchedEditedAndItsEndArrivesAsAnEvent() async throws {
-        let world = try World()
+        let world = try await World()
         let shared = try await Self.shareNotes(world, title: "Shared note", permission: "readWrite", short: true)
         let (owner, a, accepted, device, client, zone) = (shared.owner, shared.ownerEngine, shared.accepted, shared.guest,
                                                           shared.client, shared.zone)
@@ -518,7 +518,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         try await a.fetchChanges()
         #expect(owner.snapshot["n"]?.contains("Edited by gus") == true, "\(owner.snapshot)")
         // The owner stops sharing: the guest hears the zone is gone.
-        _ = try client.call("private", "shares/delete", .object(["zoneID": zone]), as: world.account)
+        _ = try await client.call("private", "shares/delete", .object(["zoneID": zone]), as: world.account)
         device.clearEvents()
         try await sharedEngine.fetchChanges()
         #expect(device.events.contains("fetchedDatabaseChanges") || device.events.contains("didFetchRecordZoneChanges"), "\(device.events)")
@@ -527,7 +527,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func aReadOnlyParticipantsSaveFailsPerRecordAndADeletedZoneReachesTheOtherDevices() async throws {
-        let world = try World()
+        let world = try await World()
         let sharing = try await Self.shareNotes(world, title: "Read only for gus", permission: "readOnly", short: false)
         let (owner, a, accepted, device, shared) = (sharing.owner, sharing.ownerEngine, sharing.accepted, sharing.guest,
                                                     sharing.guestEngine)
@@ -557,7 +557,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func aSharedRootCarriesItsShareUntilTheShareIsDeleted() async throws {
-        let world = try World()
+        let world = try await World()
         let (owner, a) = world.device()
         try await Self.makeZone(a, owner)
         owner.edit(a, "list") { $0["title"] = "Groceries" }
@@ -573,11 +573,11 @@ final class NotesDevice: LatticeSyncEngineDelegate {
 
         let client = try AccountClient(serverURL: world.url)
         let zone: JSON = .object(["zoneName": .string("Notes")])
-        let made = try client.call("private", "shares/create", .object(["zoneID": zone, "rootRecordName": .string("list")]),
+        let made = try await client.call("private", "shares/create", .object(["zoneID": zone, "rootRecordName": .string("list")]),
                                    as: world.account)
         let shareName = try #require(made["shareRecordName"]?.stringValue)
         // The HTTP API shows it on the root, as CloudKit's record dictionary does.
-        let looked = try client.call("private", "records/lookup", .object([
+        let looked = try await client.call("private", "records/lookup", .object([
             "zoneID": zone, "records": .array([.object(["recordName": .string("list")]), .object(["recordName": .string("item")])]),
         ]), as: world.account)
         #expect(looked["records"]?.arrayValue?.first?["share"]?["recordName"]?.stringValue == shareName, "\(looked)")
@@ -599,7 +599,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         try await c.fetchChanges()
         #expect(restarted.model.withLock { $0.notes[listID] }?.share == list.share)
 
-        _ = try client.call("private", "shares/delete", .object(["zoneID": zone, "shareRecordName": .string(shareName)]),
+        _ = try await client.call("private", "shares/delete", .object(["zoneID": zone, "shareRecordName": .string(shareName)]),
                             as: world.account)
         try await b.fetchChanges()
         #expect(laptop.model.withLock { $0.notes[listID] }?.share == nil, "the deleted share is gone from the root")
@@ -607,7 +607,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
     }
 
     @Test func cancelOperationsEndsAFetchAtOnce() async throws {
-        let world = try World()
+        let world = try await World()
         let (device, engine) = world.device()
         try await Self.makeZone(engine, device)
         // Stop the server without killing it: its requests hang until cancelled.

@@ -40,11 +40,11 @@ import Glibc
         func items(_ title: String) throws -> [ListItem] { try lists.items(of: try list(title)) }
 
         /// A share URL for a list (hierarchy share created on first use).
-        func shareURL(_ list: ListSummary, publicPermission: String, extra: [String: JSON] = [:]) throws -> String {
+        func shareURL(_ list: ListSummary, publicPermission: String, extra: [String: JSON] = [:]) async throws -> String {
             let zone: JSON = .object(["zoneName": .string(list.zone.zoneName)])
-            let existing = try? engine.callServer("private", "shares/lookup", .object(["zoneID": zone]))
+            let existing = try? await engine.callServer("private", "shares/lookup", .object(["zoneID": zone]))
             if existing?["shareRecordName"] == nil {
-                let created = try engine.callServer("private", "shares/create", .object([
+                let created = try await engine.callServer("private", "shares/create", .object([
                     "zoneID": zone, "rootRecordName": .string(list.id), "title": .string(list.title),
                     "publicPermission": .string(publicPermission),
                 ]))
@@ -52,15 +52,15 @@ import Glibc
             }
             var body: [String: JSON] = ["zoneID": zone]
             for (key, value) in extra { body[key] = value }
-            guard let url = try engine.callServer("private", "shares/url", .object(body))["url"]?.stringValue else {
+            guard let url = try await engine.callServer("private", "shares/url", .object(body))["url"]?.stringValue else {
                 throw HarnessError("no url")
             }
             return url
         }
 
-        func accept(_ url: String) throws -> JSON {
+        func accept(_ url: String) async throws -> JSON {
             let link = JSON.object(["shortGUIDs": .array([.object(["value": .string(url)])])])
-            return try engine.callServer("shared", "records/accept", link)["results"]?.arrayValue?.first ?? .null
+            return try await engine.callServer("shared", "records/accept", link)["results"]?.arrayValue?.first ?? .null
         }
     }
 
@@ -78,8 +78,8 @@ import Glibc
         let tent = try alice.lists.add("Tent", tags: ["gear"], to: list)
         _ = try alice.lists.add("Map", to: list)
         #expect(try await alice.engine.sync().queued == 0)
-        let url = try alice.shareURL(list, publicPermission: "readWrite")
-        #expect(try bob.accept(url)["participantStatus"]?.stringValue == "accepted")
+        let url = try await alice.shareURL(list, publicPermission: "readWrite")
+        #expect(try await bob.accept(url)["participantStatus"]?.stringValue == "accepted")
         try await bob.engine.sync()
         #expect(try bob.items("Trip").map(\.text) == ["Tent", "Map"])
 
@@ -117,7 +117,7 @@ import Glibc
         try await bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
         let list = try laptop.lists.create(title: "Shared")
         try await laptop.engine.sync()
-        _ = try bob.accept(try laptop.shareURL(list, publicPermission: "readWrite"))
+        _ = try await bob.accept(try await laptop.shareURL(list, publicPermission: "readWrite"))
         let devices = [laptop, phone, bob]
         for device in devices { try await device.engine.sync() }
 
@@ -160,16 +160,16 @@ import Glibc
         _ = try alice.lists.add("Dishes", to: list)
         try await alice.engine.sync()
         // A private share: bob is invited read-only and accepts the URL.
-        _ = try alice.engine.callServer("private", "shares/create", .object([
+        _ = try await alice.engine.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(list.zone.zoneName)]), "rootRecordName": .string(list.id),
         ]))
-        _ = try alice.engine.callServer("private", "shares/modify", .object([
+        _ = try await alice.engine.callServer("private", "shares/modify", .object([
             "zoneID": .object(["zoneName": .string(list.zone.zoneName)]),
             "participants": .array([.object(["operation": .string("invite"), "userName": .string("bob"),
                                              "permission": .string("readOnly")])]),
         ]))
-        let url = try alice.shareURL(list, publicPermission: "none")
-        #expect(try bob.accept(url)["participantPermission"]?.stringValue == "readOnly")
+        let url = try await alice.shareURL(list, publicPermission: "none")
+        #expect(try await bob.accept(url)["participantPermission"]?.stringValue == "readOnly")
         try await bob.engine.sync()
         let shared = try bob.list("Chores")
         #expect(shared.permission == "readOnly")
@@ -184,7 +184,7 @@ import Glibc
         #expect(try bob.items("Chores").map(\.text) == ["Dishes"])
 
         // Removal revokes: bob's next sync reports it and the list leaves his lists.
-        _ = try alice.engine.callServer("private", "shares/modify", .object([
+        _ = try await alice.engine.callServer("private", "shares/modify", .object([
             "zoneID": .object(["zoneName": .string(list.zone.zoneName)]),
             "participants": .array([.object(["operation": .string("remove"), "userRecordName": .string(bobAccount.userRecordName)])]),
         ]))
@@ -201,15 +201,15 @@ import Glibc
         try await bob.engine.signUpAndSignIn(name: "bob", serverURL: cluster.url)
         let list = try alice.lists.create(title: "Party")
         try await alice.engine.sync()
-        let old = try alice.shareURL(list, publicPermission: "readOnly")
-        _ = try alice.shareURL(list, publicPermission: "readOnly", extra: ["rotate": .bool(true)])
-        let rotated = try bob.accept(old)
+        let old = try await alice.shareURL(list, publicPermission: "readOnly")
+        _ = try await alice.shareURL(list, publicPermission: "readOnly", extra: ["rotate": .bool(true)])
+        let rotated = try await bob.accept(old)
         #expect(rotated["serverErrorCode"]?.stringValue == "ACCESS_DENIED")
         #expect(rotated["reason"]?.stringValue == "the share link is invalid, expired or revoked")
-        let fresh = try alice.shareURL(list, publicPermission: "readOnly")
-        _ = try alice.engine.callServer("private", "shares/delete",
+        let fresh = try await alice.shareURL(list, publicPermission: "readOnly")
+        _ = try await alice.engine.callServer("private", "shares/delete",
                                         .object(["zoneID": .object(["zoneName": .string(list.zone.zoneName)])]))
-        #expect(try bob.accept(fresh)["reason"]?.stringValue == "the share link is invalid, expired or revoked")
+        #expect(try await bob.accept(fresh)["reason"]?.stringValue == "the share link is invalid, expired or revoked")
     }
 
     @Test func aZoneWideShareCarriesEveryListIncludingLaterOnes() async throws {
@@ -221,13 +221,13 @@ import Glibc
         _ = try alice.lists.create(title: "One", zone: "Family")
         _ = try alice.lists.create(title: "Two", zone: "Family")
         try await alice.engine.sync()
-        _ = try alice.engine.callServer("private", "shares/create", .object([
+        _ = try await alice.engine.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string("Family")]), "publicPermission": .string("readWrite"),
         ]))
-        let url = try #require(try alice.engine.callServer("private", "shares/url", .object([
+        let url = try await #require(try alice.engine.callServer("private", "shares/url", .object([
             "zoneID": .object(["zoneName": .string("Family")]),
         ]))["url"]?.stringValue)
-        _ = try bob.accept(url)
+        _ = try await bob.accept(url)
         try await bob.engine.sync()
         #expect(try bob.lists.all().map(\.title) == ["One", "Two"])
         _ = try alice.lists.create(title: "Three", zone: "Family")

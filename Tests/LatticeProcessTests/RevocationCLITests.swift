@@ -60,7 +60,7 @@ import Testing
 
     /// Takes Trip away from bob. Returns the output of the command that did it on bob's side, if any (leaving
     /// online syncs at once, so that command reports the loss).
-    static func lose(_ loss: Loss, _ pair: Pair, _ world: World, offline: Bool) throws -> CLITests.Outcome? {
+    static func lose(_ loss: Loss, _ pair: Pair, _ world: World, offline: Bool) async throws -> CLITests.Outcome? {
         switch loss {
         case .removed:
             try ok("share", "remove", pair.trip, "bob", home: world.alice)
@@ -72,7 +72,7 @@ import Testing
         case .publicPermissionNone:
             // The CLI has no command for it; alice's own engine makes the API call.
             let alice = try ListsReplica(home: world.alice)
-            let reply = try alice.callServer("private", "shares/modify", .object([
+            let reply = try await alice.callServer("private", "shares/modify", .object([
                 "zoneID": .object(["zoneName": .string("Lists")]), "shareRecordName": .string(pair.tripShare),
                 "publicPermission": .string("none"),
             ]))
@@ -132,7 +132,7 @@ import Testing
             let pair = try Self.sharedPair(world, n)
             let started = Date()
             let label = "\(loss) #\(n)"
-            let immediate = try Self.lose(loss, pair, world, offline: false)
+            let immediate = try await Self.lose(loss, pair, world, offline: false)
             // Leaving syncs at once: that command reports it. Otherwise bob's next sync does.
             let outcome = try immediate ?? Self.ok("sync", "--json", home: world.bob)
             #expect(outcome.stderr.contains("\"\(pair.tripTitle)\" is no longer shared with you"),
@@ -166,7 +166,7 @@ import Testing
             // Meanwhile alice edits Map (so the server's copy is newer than bob's, and only the server can tell
             // that his pending removal of it is out of reach), then Trip goes away; bob syncs later.
             try Self.ok("list", "edit", pair.trip, "Map", "--text", "Map \(n)", home: world.alice)
-            _ = try Self.lose(loss, pair, world, offline: true)
+            _ = try await Self.lose(loss, pair, world, offline: true)
             let sync = try Self.ok("sync", "--json", home: world.bob)
             let report = try sync.json
             #expect(report["noLongerShared"]?.arrayValue?.map { $0["id"]?.stringValue } == [pair.trip],

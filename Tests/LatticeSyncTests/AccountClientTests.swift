@@ -16,13 +16,13 @@ import Testing
         let world = try SyncWorld()
         let (laptop, _, _) = try world.device("laptop")
         let accounts = try laptop.accountClient(Self.server)
-        let alice = try accounts.signUp(name: "alice")
+        let alice = try await accounts.signUp(name: "alice")
         #expect(alice.name == "alice" && alice.serverURL == Self.server && !alice.token.isEmpty)
         #expect(laptop.account == nil)
-        #expect(try accounts.signIn(token: alice.token) == alice)
+        await #expect(try accounts.signIn(token: alice.token) == alice)
         #expect(laptop.account == nil)
         do {
-            _ = try accounts.signIn(token: "not-a-token")
+            _ = try await accounts.signIn(token: "not-a-token")
             Issue.record("an unknown token signed in")
         } catch let error as ServerError {
             #expect(error.serverErrorCode == .authenticationFailed)
@@ -33,21 +33,21 @@ import Testing
         let world = try SyncWorld()
         let (engine, lists, _) = try world.device("laptop")
         let accounts = try engine.accountClient(Self.server)
-        let alice = try accounts.signUp(name: "alice")
+        let alice = try await accounts.signUp(name: "alice")
         try await engine.signIn(alice)
         #expect(engine.account == alice)
         _ = try lists.create(title: "Groceries")
         #expect(try engine.pendingCount() > 0)
 
         // The same account with another token: a new token, the same data, no account change.
-        let token = try #require(try accounts.call("private", "tokens/create", .object([:]), as: alice)["token"]?.stringValue)
-        let again = try accounts.signIn(token: token)
+        let token = try await #require(try accounts.call("private", "tokens/create", .object([:]), as: alice)["token"]?.stringValue)
+        let again = try await accounts.signIn(token: token)
         try await engine.signIn(again)
         #expect(engine.account?.token == token)
         #expect(try lists.all().map(\.title) == ["Groceries"] && engine.pendingCount() > 0)
 
         // Another account takes the home over: alice's lists and unsent edits leave it.
-        let bob = try accounts.signUp(name: "bob")
+        let bob = try await accounts.signUp(name: "bob")
         try await engine.signIn(bob)
         #expect(engine.account == bob)
         #expect(try engine.zones().isEmpty && engine.pendingCount() == 0)
@@ -73,14 +73,14 @@ import Testing
         let (engine, _, _) = try world.device("laptop")
         let alice = try await engine.signUpAndSignIn(name: "alice", serverURL: Self.server)
         let accounts = try engine.accountClient()
-        #expect(try accounts.revokeToken(of: alice))
+        await #expect(try accounts.revokeToken(of: alice))
         do {
-            _ = try accounts.signIn(token: alice.token)
+            _ = try await accounts.signIn(token: alice.token)
             Issue.record("a revoked token signed in")
         } catch let error as ServerError {
             #expect(error.serverErrorCode == .authenticationFailed)
         }
-        #expect(try accounts.revokeToken(of: alice) == false) // already revoked: nothing left to revoke
+        await #expect(try accounts.revokeToken(of: alice) == false) // already revoked: nothing left to revoke
         #expect(engine.account == alice) // the home forgets it only when told to
     }
 
@@ -89,20 +89,23 @@ import Testing
         let (engine, _, online) = try world.device("laptop")
         let alice = try await engine.signUpAndSignIn(name: "alice", serverURL: Self.server)
         online.set(false)
-        #expect(throws: TransportError.self) { try engine.accountClient().revokeToken(of: alice) }
+        await #expect(throws: TransportError.self) { try await engine.accountClient().revokeToken(of: alice) }
         #expect(engine.account == alice)
         online.set(true)
-        #expect(try engine.accountClient().signIn(token: alice.token) == alice)
+        await #expect(try engine.accountClient().signIn(token: alice.token) == alice)
     }
 
     @Test func anAccountOfAnotherServerIsRefusedBeforeAnythingIsSent() async throws {
         let transport = NotNowTests.Scripted([NotNowTests.ok])
         let accounts = try AccountClient(serverURL: "http://a.example", transport: transport)
         let elsewhere = Account(serverURL: "http://b.example", token: "secret", userRecordName: "_u", name: "u")
-        for attempt in [{ _ = try accounts.call("private", "tokens/list", .object([:]), as: elsewhere) },
-                        { _ = try accounts.revokeToken(of: elsewhere) }] {
+        let attempts: [@Sendable () async throws -> Void] = [
+            { _ = try await accounts.call("private", "tokens/list", .object([:]), as: elsewhere) },
+            { _ = try await accounts.revokeToken(of: elsewhere) },
+        ]
+        for attempt in attempts {
             do {
-                try attempt()
+                try await attempt()
                 Issue.record("the call went to another server")
             } catch let error as SyncError {
                 guard case .otherServer(let url) = error else {
@@ -122,7 +125,7 @@ import Testing
         accounts.server.sleep = { seconds in log.sleeps.withLock { $0.append(seconds) } }
         accounts.server.onWait = { wait in log.waits.withLock { $0.append(wait.description) } }
         do {
-            _ = try accounts.signUp(name: "bob")
+            _ = try await accounts.signUp(name: "bob")
             Issue.record("the sign-up succeeded")
         } catch let error as ServerError {
             #expect(error.isNotNow && error.retryAdvice == "try again in 14 minutes")
@@ -140,7 +143,7 @@ import Testing
         var accounts = try AccountClient(serverURL: Self.server, transport: transport)
         accounts.server.sleep = { seconds in log.sleeps.withLock { $0.append(seconds) } }
         accounts.server.onWait = { wait in log.waits.withLock { $0.append(wait.description) } }
-        let ann = try accounts.signIn(token: "t")
+        let ann = try await accounts.signIn(token: "t")
         #expect(ann == Account(serverURL: Self.server, token: "t", userRecordName: "_u1", name: "ann"))
         #expect(log.sleeps.withLock { $0 }.count == 4)
         let waits = log.waits.withLock { $0 }

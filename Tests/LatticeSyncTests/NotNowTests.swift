@@ -12,12 +12,12 @@ import Testing
 /// engine keeps what it could not send queued.
 @Suite struct NotNowTests {
     /// Answers with `answers` in turn (the last one again and again), recording how many calls came.
-    final class Scripted: SyncTransport, Sendable {
+    final class Scripted: BlockingSyncTransport, Sendable {
         private let answers: [TransportResponse]
         private let calls = Mutex(0)
         init(_ answers: [TransportResponse]) { self.answers = answers }
         var count: Int { calls.withLock { $0 } }
-        func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+        func sendBlocking(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
             let index = calls.withLock { count -> Int in
                 count += 1
                 return count - 1
@@ -46,7 +46,7 @@ import Testing
         client.sleep = { seconds in log.sleeps.withLock { $0.append(seconds) } }
         client.onWait = { wait in log.waits.withLock { $0.append(wait.description) } }
         do {
-            _ = try client.post("/auth/signup", .object(["name": .string("bob")]), token: nil)
+            _ = try await client.post("/auth/signup", .object(["name": .string("bob")]), token: nil)
             Issue.record("the call succeeded")
         } catch let error as ServerError {
             #expect(error.serverErrorCode == .throttled && error.isNotNow)
@@ -65,7 +65,7 @@ import Testing
         var client = ServerClient(transport: transport)
         client.sleep = { seconds in log.sleeps.withLock { $0.append(seconds) } }
         client.onWait = { wait in log.waits.withLock { $0.append(wait.description) } }
-        let reply = try client.call("private", "zones/list", .object([:]), token: "t")
+        let reply = try await client.call("private", "zones/list", .object([:]), token: "t")
         #expect(reply["ok"] == .bool(true))
         #expect(log.sleeps.withLock { $0 }.count == 4)
         let waits = log.waits.withLock { $0 }
@@ -83,33 +83,33 @@ import Testing
 
     /// Answers the pushes (`deltas/push`, `records/modify`) with THROTTLED and a 15-minute Retry-After while
     /// `throttling`; everything else goes to the server.
-    final class ThrottledPushes: SyncTransport, Sendable {
-        let inner: any SyncTransport
+    final class ThrottledPushes: BlockingSyncTransport, Sendable {
+        let inner: any BlockingSyncTransport
         let throttling = Mutex(false)
         let pushes = Mutex(0)
-        init(_ inner: any SyncTransport) { self.inner = inner }
-        func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+        init(_ inner: any BlockingSyncTransport) { self.inner = inner }
+        func sendBlocking(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
             if request.path.hasSuffix("/deltas/push") || request.path.hasSuffix("/records/modify") {
                 pushes.withLock { $0 += 1 }
                 if throttling.withLock({ $0 }) { return NotNowTests.throttled(retryAfter: 900) }
             }
-            return try inner.send(request, timeout: timeout)
+            return try inner.sendBlocking(request, timeout: timeout)
         }
     }
 
     /// Answers the first `count` pushes with THROTTLED and a 1 s Retry-After; everything else goes to the server.
-    final class BrieflyThrottledPushes: SyncTransport, Sendable {
-        let inner: any SyncTransport
+    final class BrieflyThrottledPushes: BlockingSyncTransport, Sendable {
+        let inner: any BlockingSyncTransport
         let left: Mutex<Int>
-        init(_ inner: any SyncTransport, count: Int) {
+        init(_ inner: any BlockingSyncTransport, count: Int) {
             self.inner = inner
             left = Mutex(count)
         }
-        func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+        func sendBlocking(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
             if request.path.hasSuffix("/deltas/push"), left.withLock({ left in defer { left -= 1 }; return left > 0 }) {
                 return NotNowTests.throttled(retryAfter: 1)
             }
-            return try inner.send(request, timeout: timeout)
+            return try inner.sendBlocking(request, timeout: timeout)
         }
     }
 

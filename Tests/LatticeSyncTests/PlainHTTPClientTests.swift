@@ -127,15 +127,30 @@ private func post(_ body: String, to path: String = "/api/x") -> TransportReques
     TransportRequest(method: "POST", path: path, headers: ["Authorization": "Bearer t"], body: Array(body.utf8))
 }
 
+/// The client's two forms: async (`send`, waits holding no thread) and blocking (`sendBlocking`, waits on
+/// the caller's thread). Every behaviour below holds for both.
+enum ClientForm: CaseIterable, Sendable {
+    case async, blocking
+}
+
+extension PlainHTTPClient {
+    fileprivate func send(_ request: TransportRequest, timeout: TimeInterval, form: ClientForm) async throws -> TransportResponse {
+        switch form {
+        case .async: try await send(request, timeout: timeout)
+        case .blocking: try sendBlocking(request, timeout: timeout)
+        }
+    }
+}
+
 @Suite struct PlainHTTPClientTests {
-    @Test func keepsOneConnectionForRequestsOneAfterAnother() throws {
+    @Test(arguments: ClientForm.allCases) func keepsOneConnectionForRequestsOneAfterAnother(_ form: ClientForm) async throws {
         let peer = try ScriptedPeer { index in
             .answer("HTTP/1.1 200 OK\r\nContent-Length: 7\r\nX-Thing: a\r\nx-thing: b\r\n\r\n{\"n\":\(index)}")
         }
         defer { peer.stop() }
         let http = try client(peer, path: "/base/")
         for index in 0..<3 {
-            let response = try http.send(post("{}"), timeout: 5)
+            let response = try await http.send(post("{}"), timeout: 5, form: form)
             #expect(response.status == 200)
             #expect(String(decoding: response.body, as: UTF8.self) == "{\"n\":\(index)}")
             #expect(response.headers["x-thing"] == "a, b")
@@ -150,21 +165,21 @@ private func post(_ body: String, to path: String = "/api/x") -> TransportReques
         #expect(first.hasSuffix("\r\n\r\n{}"))
     }
 
-    @Test func readsChunkedAnswersAndSkipsInterimOnes() throws {
+    @Test(arguments: ClientForm.allCases) func readsChunkedAnswersAndSkipsInterimOnes(_ form: ClientForm) async throws {
         let peer = try ScriptedPeer { _ in
             .answer("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n"
                     + "4;ext=1\r\nabcd\r\n3\r\nefg\r\n0\r\nTrailer: x\r\n\r\n")
         }
         defer { peer.stop() }
         let http = try client(peer)
-        let response = try http.send(post("{}"), timeout: 5)
+        let response = try await http.send(post("{}"), timeout: 5, form: form)
         #expect(response.status == 201)
         #expect(String(decoding: response.body, as: UTF8.self) == "abcdefg")
-        _ = try http.send(post("{}"), timeout: 5)
+        _ = try await http.send(post("{}"), timeout: 5, form: form)
         #expect(peer.connections == 1)
     }
 
-    @Test func aConnectionTheServerLetGoIsReplaced() throws {
+    @Test(arguments: ClientForm.allCases) func aConnectionTheServerLetGoIsReplaced(_ form: ClientForm) async throws {
         // 0: answered, connection kept open. 1: the server closes without answering (a kept connection it
         // let go): the client tries once more on a new connection, which answers 2.
         let peer = try ScriptedPeer { index in
@@ -172,12 +187,12 @@ private func post(_ body: String, to path: String = "/api/x") -> TransportReques
         }
         defer { peer.stop() }
         let http = try client(peer)
-        #expect(try http.send(post("{}"), timeout: 5).body == Array("0".utf8))
-        #expect(try http.send(post("{}"), timeout: 5).body == Array("2".utf8))
+        #expect(try await http.send(post("{}"), timeout: 5, form: form).body == Array("0".utf8))
+        #expect(try await http.send(post("{}"), timeout: 5, form: form).body == Array("2".utf8))
         #expect(peer.connections == 2)
     }
 
-    @Test func aClosedConnectionIsNotReused() throws {
+    @Test(arguments: ClientForm.allCases) func aClosedConnectionIsNotReused(_ form: ClientForm) async throws {
         // Answers that end the connection: `Connection: close`, or a body without a length.
         let peer = try ScriptedPeer { index in
             index == 0 ? .answer("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\na", thenClose: true)
@@ -185,13 +200,13 @@ private func post(_ body: String, to path: String = "/api/x") -> TransportReques
         }
         defer { peer.stop() }
         let http = try client(peer)
-        #expect(try http.send(post("{}"), timeout: 5).body == Array("a".utf8))
-        #expect(try http.send(post("{}"), timeout: 5).body == Array("until the end".utf8))
-        #expect(try http.send(post("{}"), timeout: 5).status == 200)
+        #expect(try await http.send(post("{}"), timeout: 5, form: form).body == Array("a".utf8))
+        #expect(try await http.send(post("{}"), timeout: 5, form: form).body == Array("until the end".utf8))
+        #expect(try await http.send(post("{}"), timeout: 5, form: form).status == 200)
         #expect(peer.connections == 3)
     }
 
-    @Test func badOrOversizedAnswersAreTransportErrors() throws {
+    @Test(arguments: ClientForm.allCases) func badOrOversizedAnswersAreTransportErrors(_ form: ClientForm) async throws {
         let huge = String(repeating: "a", count: PlainHTTPClient.maximumHeaderBytes + 10)
         let answers = [
             "SMTP ready\r\n\r\n",
@@ -206,31 +221,77 @@ private func post(_ body: String, to path: String = "/api/x") -> TransportReques
         defer { peer.stop() }
         let http = try client(peer)
         for answer in answers {
-            #expect(throws: TransportError.self, "\(answer.prefix(40).debugDescription)") {
-                try http.send(post("{}"), timeout: 5)
+            await #expect(throws: TransportError.self, "\(answer.prefix(40).debugDescription)") {
+                try await http.send(post("{}"), timeout: 5, form: form)
             }
         }
     }
 
-    @Test func anAnswerThatNeverComesTimesOut() throws {
+    @Test(arguments: ClientForm.allCases) func anAnswerThatNeverComesTimesOut(_ form: ClientForm) async throws {
         let peer = try ScriptedPeer { _ in .hang }
         defer { peer.stop() }
         let http = try client(peer)
         let started = Date()
-        let error = #expect(throws: TransportError.self) { try http.send(post("{}"), timeout: 0.3) }
+        let error = await #expect(throws: TransportError.self) { try await http.send(post("{}"), timeout: 0.3, form: form) }
         #expect(error?.description.contains("timed out") == true, "\(String(describing: error))")
         #expect(Date().timeIntervalSince(started) < 5)
     }
 
-    @Test func aRefusedConnectionIsATransportError() throws {
+    @Test(arguments: ClientForm.allCases) func aRefusedConnectionIsATransportError(_ form: ClientForm) async throws {
         // A port nobody listens on: bind one, note it, close it.
         let peer = try ScriptedPeer { _ in .drop }
         let port = peer.port
         peer.stop()
         usleep(200_000)
         let http = try PlainHTTPClient(url: URL(string: "http://127.0.0.1:\(port)")!)
-        let error = #expect(throws: TransportError.self) { try http.send(post("{}"), timeout: 2) }
+        let error = await #expect(throws: TransportError.self) { try await http.send(post("{}"), timeout: 2, form: form) }
         #expect(error?.description.contains("cannot reach http://127.0.0.1:\(port)") == true, "\(String(describing: error))")
+    }
+
+    @Test func cancellingTheTaskEndsTheExchangeAtOnce() async throws {
+        let peer = try ScriptedPeer { _ in .hang }
+        defer { peer.stop() }
+        let http = try client(peer)
+        let exchange = Task { try await http.send(post("{}"), timeout: 30) }
+        try await Task.sleep(for: .milliseconds(200))
+        let started = ContinuousClock.now
+        exchange.cancel()
+        let result = await exchange.result
+        #expect(ContinuousClock.now - started < .seconds(2))
+        guard case .failure(let error) = result else {
+            Issue.record("the exchange did not fail")
+            return
+        }
+        #expect(error is CancellationError, "\(error)")
+    }
+
+    /// Waiting for an answer holds no thread: 32 exchanges are under way at once (the peer holds 32
+    /// connections, none answered), where exchanges that held a thread of the two-thread pool would come two at a
+    /// time. Cancelling them ends them all.
+    @Test func waitingExchangesHoldNoThread() async throws {
+        let peer = try ScriptedPeer { _ in .hang }
+        defer { peer.stop() }
+        let http = try client(peer)
+        let group = Task {
+            await withTaskGroup(of: Bool.self) { group in
+                for _ in 0..<32 {
+                    group.addTask {
+                        do {
+                            _ = try await http.send(post("{}"), timeout: 20)
+                            return false
+                        } catch {
+                            return error is CancellationError
+                        }
+                    }
+                }
+                return await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+            }
+        }
+        let began = ContinuousClock.now
+        while peer.connections < 32 && ContinuousClock.now - began < .seconds(15) { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(peer.connections == 32, "exchanges waiting at once: \(peer.connections)")
+        group.cancel()
+        #expect(await group.value == 32, "every exchange ends with CancellationError")
     }
 
     @Test func proxiesInTheEnvironmentLeaveTheWorkToURLSession() throws {

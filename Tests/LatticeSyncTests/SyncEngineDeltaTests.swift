@@ -23,7 +23,7 @@ func testSeed() -> UInt64 {
 }
 
 /// A transport that records every exchange (and what each `deltas/pull` answer carried) around another one.
-final class RecordingTransport: SyncTransport, Sendable {
+final class RecordingTransport: BlockingSyncTransport, Sendable {
     struct Exchange: Sendable {
         let operation: String
         let database: String
@@ -44,12 +44,12 @@ final class RecordingTransport: SyncTransport, Sendable {
         var mostInFlight = 0
     }
 
-    let inner: any SyncTransport
+    let inner: any BlockingSyncTransport
     /// Runs before a request is passed on (a concurrent edit made "while the request travels").
     private let beforeSend: @Sendable (TransportRequest) -> Void
     private let state = Mutex(State())
 
-    init(_ inner: any SyncTransport, beforeSend: @escaping @Sendable (TransportRequest) -> Void = { _ in }) {
+    init(_ inner: any BlockingSyncTransport, beforeSend: @escaping @Sendable (TransportRequest) -> Void = { _ in }) {
         self.inner = inner
         self.beforeSend = beforeSend
     }
@@ -59,7 +59,7 @@ final class RecordingTransport: SyncTransport, Sendable {
 
     func reset() { state.withLock { $0 = State() } }
 
-    func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+    func sendBlocking(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
         // /database/1/{container}/{environment}/{database}/{operation}
         let parts = request.path.split(separator: "/").map(String.init)
         let operation = parts.count >= 6 ? parts[5...].joined(separator: "/") : request.path
@@ -72,7 +72,7 @@ final class RecordingTransport: SyncTransport, Sendable {
         }
         defer { state.withLock { $0.inFlight -= 1 } }
         beforeSend(request)
-        let response = try inner.send(request, timeout: timeout)
+        let response = try inner.sendBlocking(request, timeout: timeout)
         var pulled: [String] = [], skipped: [String] = [], pushed: [JSON] = []
         if operation == "deltas/pull", response.status == 200, let message = try? SyncMessage.Pull(decoding: response.body) {
             skipped = message.skipped
@@ -249,14 +249,14 @@ func frames(_ replica: ListsReplica) throws -> [String: [UInt8]] {
         let list = try aliceLists.create(title: "Trip")
         for text in ["Tent", "Map", "Stove"] { _ = try aliceLists.add(text, tags: ["gear"], to: list) }
         try await alice.sync()
-        _ = try alice.callServer("private", "shares/create", .object([
+        _ = try await alice.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]), "rootRecordName": .string(list.id),
             "publicPermission": .string("readWrite"),
         ]))
-        let url = try #require(try alice.callServer("private", "shares/url", .object([
+        let url = try await #require(try alice.callServer("private", "shares/url", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]),
         ]))["url"]?.stringValue)
-        _ = try bob.callServer("shared", "records/accept",
+        _ = try await bob.callServer("shared", "records/accept",
             .object(["shortGUIDs": .array([.object(["value": .string(url)])])]))
         for device in [phone, bob] { try await device.sync() }
 
@@ -337,14 +337,14 @@ func frames(_ replica: ListsReplica) throws -> [String: [UInt8]] {
         let shared = try aliceLists.create(title: "Groceries")
         _ = try aliceLists.add("Milk", to: shared)
         try await alice.sync()
-        _ = try alice.callServer("private", "shares/create", .object([
+        _ = try await alice.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]), "rootRecordName": .string(shared.id),
             "publicPermission": .string("readOnly"),
         ]))
-        let link = try #require(try alice.callServer("private", "shares/url", .object([
+        let link = try await #require(try alice.callServer("private", "shares/url", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]),
         ]))["url"]?.stringValue)
-        _ = try bob.callServer("shared", "records/accept",
+        _ = try await bob.callServer("shared", "records/accept",
             .object(["shortGUIDs": .array([.object(["value": .string(link)])])]))
         _ = try bobLists.create(title: "Mine")
         try await bob.sync()

@@ -11,12 +11,12 @@ import Synchronization
 import Testing
 
 /// Calls the service in-process: the engine's transport without sockets.
-struct InProcessTransport: SyncTransport {
+struct InProcessTransport: BlockingSyncTransport {
     let service: LatticeService
     /// While false, every call fails as if the network were down.
     let online: OnlineSwitch
 
-    func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+    func sendBlocking(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
         guard online.isOn else { throw TransportError("offline (test)") }
         guard online.allowCall() else { throw TransportError("connection dropped (test)") }
         // The HTTP adapter's body cap, which the in-process path would otherwise skip.
@@ -126,15 +126,15 @@ final class ServerClock: Sendable {
         let first = try await alice.sync()
         #expect(first.online && first.queued == 0, "\(first)")
 
-        let share = try alice.callServer("private", "shares/create", .object([
+        let share = try await alice.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]), "rootRecordName": .string(groceries.id),
             "title": .string("Groceries"), "publicPermission": .string("readWrite"),
         ]))
         #expect(share["shareRecordName"] != nil, "\(share.serialized())")
-        let url = try #require(try alice.callServer("private", "shares/url", .object([
+        let url = try await #require(try alice.callServer("private", "shares/url", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]),
         ]))["url"]?.stringValue)
-        let accepted = try bob.callServer("shared", "records/accept",
+        let accepted = try await bob.callServer("shared", "records/accept",
             .object(["shortGUIDs": .array([.object(["value": .string(url)])])]))
         #expect(accepted["results"]?.arrayValue?.first?["participantStatus"]?.stringValue == "accepted")
         #expect(try await bob.sync().online)
@@ -175,14 +175,14 @@ final class ServerClock: Sendable {
         let list = try aliceLists.create(title: "Chores")
         _ = try aliceLists.add("Dishes", to: list)
         try await alice.sync()
-        _ = try alice.callServer("private", "shares/create", .object([
+        _ = try await alice.callServer("private", "shares/create", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]), "rootRecordName": .string(list.id),
             "publicPermission": .string("readOnly"),
         ]))
-        let url = try #require(try alice.callServer("private", "shares/url", .object([
+        let url = try await #require(try alice.callServer("private", "shares/url", .object([
             "zoneID": .object(["zoneName": .string(Lists.defaultZone)]),
         ]))["url"]?.stringValue)
-        _ = try bob.callServer("shared", "records/accept",
+        _ = try await bob.callServer("shared", "records/accept",
             .object(["shortGUIDs": .array([.object(["value": .string(url)])])]))
         try await bob.sync()
         let bobsList = try bobLists.resolve("Chores")
@@ -298,10 +298,10 @@ final class ServerClock: Sendable {
     }
 
     @Test func retriesHonourRetryAfterWithBackoff() async throws {
-        final class Flaky: SyncTransport {
+        final class Flaky: BlockingSyncTransport {
             private let count = Mutex(0)
             var calls: Int { count.withLock { $0 } }
-            func send(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
+            func sendBlocking(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse {
                 let calls = count.withLock { count in
                     count += 1
                     return count
@@ -321,7 +321,7 @@ final class ServerClock: Sendable {
         let sleeps = SleepLog()
         var client = ServerClient(transport: flaky)
         client.sleep = { sleeps.add($0) }
-        let reply = try client.call("private", "zones/list", .object([:]), token: "t")
+        let reply = try await client.call("private", "zones/list", .object([:]), token: "t")
         #expect(reply["ok"] == .bool(true))
         #expect(flaky.calls == 3)
         #expect(sleeps.values.count == 2)

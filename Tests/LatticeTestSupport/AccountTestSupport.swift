@@ -31,7 +31,7 @@ extension TestDeviceHome {
     /// Creates an account on the server and installs it in this home.
     @discardableResult
     public func signUpAndSignIn(name: String, serverURL: String) async throws -> Account {
-        let account = try accountClient(serverURL).signUp(name: name)
+        let account = try await accountClient(serverURL).signUp(name: name)
         try await signIn(account)
         return account
     }
@@ -39,15 +39,15 @@ extension TestDeviceHome {
     /// Checks `token` on the server and installs its account in this home.
     @discardableResult
     public func signIn(serverURL: String, token: String) async throws -> Account {
-        let account = try accountClient(serverURL).signIn(token: token)
+        let account = try await accountClient(serverURL).signIn(token: token)
         try await signIn(account)
         return account
     }
 
     /// An online-only call (sharing, tokens) with this home's account.
-    public func callServer(_ database: String, _ operation: String, _ body: JSON) throws -> JSON {
+    public func callServer(_ database: String, _ operation: String, _ body: JSON) async throws -> JSON {
         guard let account else { throw SyncError.notSignedIn }
-        return try accountClient().call(database, operation, body, as: account)
+        return try await accountClient().call(database, operation, body, as: account)
     }
 }
 

@@ -149,7 +149,7 @@ public actor LatticeSyncEngine {
         let scope = scope
         do {
             let reply = try await exchange { client, bearer in
-                try client.call(scope, "changes/wait", request, token: bearer, timeout: TimeInterval(seconds + 10))
+                try await client.call(scope, "changes/wait", request, token: bearer, timeout: TimeInterval(seconds + 10))
             }
             return reply["changed"] == .bool(true)
         } catch {
@@ -248,12 +248,13 @@ public actor LatticeSyncEngine {
 
     private var scope: String { database.scope.rawValue }
 
-    /// Runs a blocking exchange off the actor, bounded by the request timeout; cancellation answers at once.
-    private func exchange<T: Sendable>(_ body: @escaping @Sendable (ServerClient, String) throws -> T) async throws -> T {
+    /// One call to the server with the account's token, bounded by its timeout (the actor is free while it
+    /// waits; operations run one at a time through `enqueue`). Cancelling the task ends it at once: the
+    /// transport drops the exchange, and a send not acknowledged stays queued (sending it again is harmless:
+    /// the server's join is idempotent and the request carries a client operation id).
+    private func exchange<T: Sendable>(_ body: (ServerClient, String) async throws -> T) async throws -> T {
         let account = try requireAccount()
-        let client = try client(account)
-        let token = account.token
-        return try await Blocking.run { try body(client, token) }
+        return try await body(try client(account), account.token)
     }
 
     private func wireZone(_ zoneID: LatticeRecordZone.ID) throws -> ZoneID {
@@ -298,7 +299,7 @@ public actor LatticeSyncEngine {
             let request = DatabaseChangesRequest(syncToken: token).json
             let reply: JSON
             do {
-                reply = try await exchange { client, bearer in try client.call(scope, "changes/database", request, token: bearer) }
+                reply = try await exchange { client, bearer in try await client.call(scope, "changes/database", request, token: bearer) }
             } catch let error as ServerError where error.serverErrorCode == .changeTokenExpired {
                 token = nil // every zone is looked at again
                 changed = []
@@ -369,7 +370,7 @@ public actor LatticeSyncEngine {
             let maximumHLC: HLC
             do {
                 let response = try await exchange { client, bearer in
-                    try client.callRaw(scope, "deltas/pull", request, token: bearer, timeout: timeout)
+                    try await client.callRaw(scope, "deltas/pull", request, token: bearer, timeout: timeout)
                 }
                 pull = try SyncMessage.Pull(decoding: response.body)
                 let delta = try EncodedDelta(validating: pull.delta)
@@ -453,7 +454,7 @@ public actor LatticeSyncEngine {
         }
         let request = ZonesModifyRequest(operations: operations).json
         let scope = scope
-        let reply = try await exchange { client, bearer in try client.call(scope, "zones/modify", request, token: bearer) }
+        let reply = try await exchange { client, bearer in try await client.call(scope, "zones/modify", request, token: bearer) }
         let items = reply["zones"]?.arrayValue ?? []
         var saved: [LatticeRecordZone] = []
         var failedSaves: [Event.SentDatabaseChanges.FailedZoneSave] = []
@@ -693,7 +694,7 @@ public actor LatticeSyncEngine {
                                                delta: BinaryCodec.encodeDelta(zoneID: wire, frames: saves.compactMap(\.partial)))
                 let body = message.encoded()
                 let response = try await exchange { client, bearer in
-                    try client.callBinary(scope, "deltas/push", body: body, contentType: SyncMessage.contentType, token: bearer,
+                    try await client.callBinary(scope, "deltas/push", body: body, contentType: SyncMessage.contentType, token: bearer,
                                           timeout: timeout)
                 }
                 guard let read = BatchAnswerItems.read(response.body) else {
@@ -711,7 +712,7 @@ public actor LatticeSyncEngine {
                                              "atomic": .bool(batch.atomicByZone), "desiredKeys": .array([]),
                                              "clientOperationID": .string(UUID().uuidString)])
                 let reply = try await exchange { client, bearer in
-                    try client.call(scope, "records/modify", request, token: bearer, timeout: timeout)
+                    try await client.call(scope, "records/modify", request, token: bearer, timeout: timeout)
                 }
                 items = reply["records"]?.arrayValue ?? []
             }
@@ -737,7 +738,7 @@ public actor LatticeSyncEngine {
         let scope = scope
         let reply: JSON
         do {
-            reply = try await exchange { client, bearer in try client.call(scope, "records/modify", request, token: bearer) }
+            reply = try await exchange { client, bearer in try await client.call(scope, "records/modify", request, token: bearer) }
         } catch let error as ServerError where error.refusesTheWholeRequest {
             let refusal = LatticeSyncError(error)
             return ([], Dictionary(ids.map { ($0, refusal) }, uniquingKeysWith: { $1 }))
@@ -805,31 +806,6 @@ extension ServerError {
     /// as opposed to "not now", a lost token or an answer in no known code, which end the send.
     var refusesTheWholeRequest: Bool {
         !isNotNow && serverErrorCode != nil && serverErrorCode != .authenticationFailed
-    }
-}
-
-/// Blocking work (an HTTP exchange through `ServerClient`) run on a Dispatch thread and awaited. When the
-/// awaiting task is cancelled, the await ends at once with `CancellationError`; the exchange itself ends
-/// within its own time limit and its answer is dropped (a send not acknowledged stays queued, and sending
-/// it again is harmless: the server's join is idempotent and the request carries a client operation id).
-enum Blocking {
-    /// Holds the continuation until the work or the cancellation resumes it, whichever comes first.
-    final class Slot<T: Sendable>: Sendable {
-        let continuation = Mutex<CheckedContinuation<T, any Error>?>(nil)
-        func resume(_ result: Result<T, any Error>) { continuation.withLock { $0.take() }?.resume(with: result) }
-    }
-
-    static func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        let slot = Slot<T>()
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                slot.continuation.withLock { $0 = continuation }
-                if Task.isCancelled { return slot.resume(.failure(CancellationError())) }
-                DispatchQueue.global().async { slot.resume(Result { try body() }) }
-            }
-        } onCancel: {
-            slot.resume(.failure(CancellationError()))
-        }
     }
 }
 
