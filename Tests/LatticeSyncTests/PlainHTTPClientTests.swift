@@ -19,7 +19,9 @@ private final class ScriptedPeer: Sendable {
 
     let port: UInt16
     private let listener: Int32
-    private let state = Mutex<(connections: Int, requests: [String], stopped: Bool)>((0, [], false))
+    /// `listenerClosed`: the accept loop closed the listener (its descriptor number may belong to another
+    /// socket of the process since, so `stop` must not touch it).
+    private let state = Mutex<(connections: Int, requests: [String], stopped: Bool, listenerClosed: Bool)>((0, [], false, false))
     private let script: @Sendable (Int) -> Action
 
     init(_ script: @escaping @Sendable (Int) -> Action) throws {
@@ -49,8 +51,10 @@ private final class ScriptedPeer: Sendable {
     var requests: [String] { state.withLock { $0.requests } }
 
     func stop() {
-        state.withLock { $0.stopped = true }
-        shutdown(listener, Int32(SHUT_RDWR))
+        state.withLock { state in
+            state.stopped = true
+            if !state.listenerClosed { shutdown(listener, Int32(SHUT_RDWR)) }
+        }
     }
 
     private var stopped: Bool { state.withLock { $0.stopped } }
@@ -66,7 +70,10 @@ private final class ScriptedPeer: Sendable {
             state.withLock { $0.connections += 1 }
             Thread { [self] in serve(connection) }.start()
         }
-        close(listener)
+        state.withLock { state in
+            close(listener)
+            state.listenerClosed = true
+        }
     }
 
     private func serve(_ fd: Int32) {
@@ -139,6 +146,16 @@ extension PlainHTTPClient {
         case .async: try await send(request, timeout: timeout)
         case .blocking: try sendBlocking(request, timeout: timeout)
         }
+    }
+}
+
+/// Runs jobs one at a time on a serial Dispatch queue.
+final class SerialQueueExecutor: TaskExecutor {
+    let queue = DispatchQueue(label: "lattice.tests.serial-executor")
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        queue.async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }
 }
 
@@ -265,19 +282,20 @@ extension PlainHTTPClient {
         #expect(error is CancellationError, "\(error)")
     }
 
-    /// Waiting for an answer holds no thread: 32 exchanges are under way at once (the peer holds 32
-    /// connections, none answered), where exchanges that held a thread of the two-thread pool would come two at a
-    /// time. Cancelling them ends them all.
+    /// Waiting for an answer holds no thread: 32 exchanges run as tasks on one serial queue (one job at a
+    /// time, so an exchange that held its thread while waiting would let no other start), and all 32 are
+    /// under way at once (the peer holds 32 connections, none answered). Cancelling them ends them all.
     @Test func waitingExchangesHoldNoThread() async throws {
         let peer = try ScriptedPeer { _ in .hang }
         defer { peer.stop() }
         let http = try client(peer)
-        let group = Task {
+        let executor = SerialQueueExecutor()
+        let group = Task(executorPreference: executor) {
             await withTaskGroup(of: Bool.self) { group in
                 for _ in 0..<32 {
                     group.addTask {
                         do {
-                            _ = try await http.send(post("{}"), timeout: 20)
+                            _ = try await http.send(post("{}"), timeout: 25) // the peer hangs up after 30 s
                             return false
                         } catch {
                             return error is CancellationError
@@ -288,7 +306,7 @@ extension PlainHTTPClient {
             }
         }
         let began = ContinuousClock.now
-        while peer.connections < 32 && ContinuousClock.now - began < .seconds(15) { try await Task.sleep(for: .milliseconds(20)) }
+        while peer.connections < 32 && ContinuousClock.now - began < .seconds(20) { try await Task.sleep(for: .milliseconds(20)) }
         #expect(peer.connections == 32, "exchanges waiting at once: \(peer.connections)")
         group.cancel()
         #expect(await group.value == 32, "every exchange ends with CancellationError")
