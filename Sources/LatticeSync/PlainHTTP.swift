@@ -72,9 +72,20 @@ final class PlainHTTPClient: Sendable {
                     break // let go meanwhile: try a new one
                 }
             }
-            let addresses = try await PlainHTTPConnection.resolve(host: host, port: port)
-            let fresh = try await PlainHTTPConnection.connect(addresses, host: host, deadline: deadline)
-            return keep(try await fresh.exchange(bytes, method: request.method, deadline: deadline), fresh)
+            // A new connection: the connecting is the exchange's first wait, so the task is resumed once.
+            var reason = "no address for \(host)"
+            for address in try await PlainHTTPConnection.resolve(host: host, port: port) {
+                let (fresh, pending) = try PlainHTTPConnection.start(address, reason: &reason)
+                guard let fresh else { continue }
+                do throws(PlainHTTPFailure) {
+                    let answer = try await fresh.exchange(bytes, method: request.method, deadline: deadline, connecting: pending)
+                    return keep(answer, fresh)
+                } catch {
+                    guard case .connectFailed(let why) = error else { throw error }
+                    reason = why // the next address
+                }
+            }
+            throw PlainHTTPFailure.beforeAnswer(reason)
         } catch {
             if case .cancelled = error { throw CancellationError() }
             throw transportError(error)
@@ -122,7 +133,8 @@ final class PlainHTTPClient: Sendable {
 
     private func transportError(_ failure: PlainHTTPFailure) -> TransportError {
         switch failure {
-        case .beforeAnswer(let reason), .failed(let reason): TransportError("cannot reach http://\(authority): \(reason)")
+        case .beforeAnswer(let reason), .failed(let reason), .connectFailed(let reason):
+            TransportError("cannot reach http://\(authority): \(reason)")
         case .cancelled: TransportError("cancelled")
         }
     }
@@ -155,6 +167,8 @@ enum PlainHTTPFailure: Error {
     case beforeAnswer(String)
     case failed(String)
     case cancelled
+    /// A new connection that did not connect (the next address may).
+    case connectFailed(String)
 }
 
 /// A point in time the exchange must finish by (the monotonic clock).
@@ -212,7 +226,9 @@ enum SocketCalls {
         Darwin.connect(fd, address, length)
     }
 
-    static func poll(_ entry: inout pollfd, _ milliseconds: Int32) -> Int32 { Darwin.poll(&entry, 1, milliseconds) }
+    static func poll(_ entries: UnsafeMutablePointer<pollfd>, _ count: nfds_t, _ milliseconds: Int32) -> Int32 {
+        Darwin.poll(entries, count, milliseconds)
+    }
     #else
     static let stream = Int32(SOCK_STREAM.rawValue)
 
@@ -230,7 +246,9 @@ enum SocketCalls {
         Glibc.connect(fd, address, length)
     }
 
-    static func poll(_ entry: inout pollfd, _ milliseconds: Int32) -> Int32 { Glibc.poll(&entry, 1, milliseconds) }
+    static func poll(_ entries: UnsafeMutablePointer<pollfd>, _ count: nfds_t, _ milliseconds: Int32) -> Int32 {
+        Glibc.poll(entries, count, milliseconds)
+    }
     #endif
 }
 
@@ -250,7 +268,7 @@ enum SocketReadiness {
 }
 
 /// One TCP connection (non-blocking socket), closed when the last reference goes. Each step comes in two
-/// forms: async (waits through `ReadinessWait`, holding no thread) and blocking (`poll` on the caller's
+/// forms: async (waits through `SocketPoller`, holding no thread) and blocking (`poll` on the caller's
 /// thread); both share the socket calls and the `ResponseParser`.
 final class PlainHTTPConnection: Sendable {
     let descriptor: Int32
@@ -300,28 +318,6 @@ final class PlainHTTPConnection: Sendable {
         return addresses
     }
 
-    /// A connection to the first of `addresses` that accepts within the deadline.
-    static func connect(_ addresses: [SocketAddress], host: String, deadline: Deadline) async throws(PlainHTTPFailure)
-        -> PlainHTTPConnection {
-        var reason = "no address for \(host)"
-        for address in addresses {
-            let (connection, pending) = try start(address, reason: &reason)
-            guard let connection else { continue }
-            if pending {
-                do throws(PlainHTTPFailure) {
-                    try await connection.wait(.writable, deadline: deadline, timeout: "connect timed out")
-                } catch {
-                    if case .cancelled = error { throw error }
-                    reason = "connect timed out"
-                    continue
-                }
-                guard connection.connected(reason: &reason) else { continue }
-            }
-            return connection
-        }
-        throw .beforeAnswer(reason)
-    }
-
     static func connectBlocking(_ addresses: [SocketAddress], host: String, deadline: Deadline) throws(PlainHTTPFailure)
         -> PlainHTTPConnection {
         var reason = "no address for \(host)"
@@ -342,7 +338,7 @@ final class PlainHTTPConnection: Sendable {
 
     /// A socket connecting to `address`: nil (with the reason) when it failed at once; `pending` while the
     /// connection is under way.
-    private static func start(_ address: SocketAddress, reason: inout String) throws(PlainHTTPFailure)
+    static func start(_ address: SocketAddress, reason: inout String) throws(PlainHTTPFailure)
         -> (PlainHTTPConnection?, pending: Bool) {
         let fd = SocketCalls.nonBlockingSocket(address.family, address.type, address.proto)
         guard fd >= 0 else {
@@ -363,7 +359,7 @@ final class PlainHTTPConnection: Sendable {
     }
 
     /// Whether a connection under way succeeded (`SO_ERROR`).
-    private func connected(reason: inout String) -> Bool {
+    fileprivate func connected(reason: inout String) -> Bool {
         var failure: Int32 = 0
         var size = socklen_t(MemoryLayout<Int32>.size)
         guard getsockopt(descriptor, SOL_SOCKET, SO_ERROR, &failure, &size) == 0, failure == 0 else {
@@ -383,99 +379,52 @@ final class PlainHTTPConnection: Sendable {
     static func poll(_ fd: Int32, _ readiness: SocketReadiness, deadline: Deadline) -> Bool {
         while let milliseconds = deadline.remainingMilliseconds {
             var entry = pollfd(fd: fd, events: readiness.pollEvents, revents: 0)
-            let ready = SocketCalls.poll(&entry, milliseconds)
+            let ready = SocketCalls.poll(&entry, 1, milliseconds)
             if ready > 0 { return true }
             if ready < 0 && errno != EINTR { return true } // the next call reports the error
         }
         return false
     }
 
-    /// Waits, holding no thread, until the socket is ready; `failed(timeout)` past the deadline,
-    /// `cancelled` when the task is cancelled.
-    func wait(_ readiness: SocketReadiness, deadline: Deadline, timeout: String) async throws(PlainHTTPFailure) {
-        let wait = ReadinessWait()
-        let outcome = await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                wait.start(continuation, connection: self, readiness: readiness, deadline: deadline)
-            }
-        } onCancel: {
-            wait.finish(.cancelled)
-        }
-        switch outcome {
-        case .ready: return
-        case .timedOut: throw .failed(timeout)
-        case .cancelled: throw .cancelled
-        }
-    }
-
     /// No bytes waiting and not closed by the peer: fit to carry the next request.
     var isQuiet: Bool {
         var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-        return SocketCalls.poll(&entry, 0) == 0
+        return SocketCalls.poll(&entry, 1, 0) == 0
     }
 
     // MARK: One exchange
 
-    /// Sends `bytes` and reads the answer, holding no thread while it waits.
-    func exchange(_ bytes: [UInt8], method: String, deadline: Deadline) async throws(PlainHTTPFailure) -> ResponseParser.Answer {
-        var parser = ResponseParser(method: method)
-        var offset = 0
-        do throws(PlainHTTPFailure) {
-            while offset < bytes.count {
-                if try sendSome(bytes, from: &offset) { continue }
-                try await wait(.writable, deadline: deadline, timeout: "sending the request timed out")
-            }
-        } catch {
-            // The server may have answered early (a body it refuses) and closed: that answer counts.
-            if case .cancelled = error { throw error }
-            guard let early = try? await readAnswer(&parser, deadline: deadline) else { throw error }
-            return early
-        }
-        return try await readAnswer(&parser, deadline: deadline)
-    }
-
-    func exchangeBlocking(_ bytes: [UInt8], method: String, deadline: Deadline) throws(PlainHTTPFailure) -> ResponseParser.Answer {
-        var parser = ResponseParser(method: method)
-        var offset = 0
-        do throws(PlainHTTPFailure) {
-            while offset < bytes.count {
-                if try sendSome(bytes, from: &offset) { continue }
-                guard Self.poll(descriptor, .writable, deadline: deadline) else { throw .failed("sending the request timed out") }
-            }
-        } catch {
-            guard let early = try? readAnswerBlocking(&parser, deadline: deadline) else { throw error }
-            return early
-        }
-        return try readAnswerBlocking(&parser, deadline: deadline)
-    }
-
-    private func readAnswer(_ parser: inout ResponseParser, deadline: Deadline) async throws(PlainHTTPFailure) -> ResponseParser.Answer {
-        while true {
-            if let answer = try parser.answer() { return answer }
-            switch try receiveSome(into: &parser) {
-            case .received: continue
-            case .ended: return try parser.endOfStream()
-            case .wouldBlock: try await wait(.readable, deadline: deadline, timeout: "the answer timed out")
-            }
-        }
-    }
-
-    private func readAnswerBlocking(_ parser: inout ResponseParser, deadline: Deadline) throws(PlainHTTPFailure)
+    /// Sends `bytes` and reads the answer, holding no thread while it waits: what the socket takes or
+    /// gives at once is done here, the rest on the poller's thread (`SocketPoller`), which resumes the task
+    /// once, with the answer or the failure.
+    func exchange(_ bytes: [UInt8], method: String, deadline: Deadline, connecting: Bool = false) async throws(PlainHTTPFailure)
         -> ResponseParser.Answer {
+        let machine = ExchangeMachine(connection: self, bytes: bytes, method: method, connecting: connecting)
+        switch machine.step(after: nil) {
+        case .done(let result):
+            return try result.get()
+        case .wait(let readiness):
+            let result = await SocketPoller.shared.drive(self, readiness, deadline: deadline) { machine.step(after: $0) }
+            guard let result else { throw .cancelled }
+            return try result.get()
+        }
+    }
+
+    /// The same on the caller's thread, waiting with `poll`.
+    func exchangeBlocking(_ bytes: [UInt8], method: String, deadline: Deadline) throws(PlainHTTPFailure) -> ResponseParser.Answer {
+        let machine = ExchangeMachine(connection: self, bytes: bytes, method: method)
+        var outcome: SocketPoller.Outcome?
         while true {
-            if let answer = try parser.answer() { return answer }
-            switch try receiveSome(into: &parser) {
-            case .received: continue
-            case .ended: return try parser.endOfStream()
-            case .wouldBlock:
-                guard Self.poll(descriptor, .readable, deadline: deadline) else { throw .failed("the answer timed out") }
+            switch machine.step(after: outcome) {
+            case .done(let result): return try result.get()
+            case .wait(let readiness): outcome = Self.poll(descriptor, readiness, deadline: deadline) ? .ready : .timedOut
             }
         }
     }
 
     /// Sends what the socket takes now; false when it takes nothing (wait until writable). A failure is
     /// `beforeAnswer` (the server has answered nothing yet).
-    private func sendSome(_ bytes: [UInt8], from offset: inout Int) throws(PlainHTTPFailure) -> Bool {
+    fileprivate func sendSome(_ bytes: [UInt8], from offset: inout Int) throws(PlainHTTPFailure) -> Bool {
         let sent = bytes.withUnsafeBytes { raw in SocketCalls.send(descriptor, raw.baseAddress! + offset, raw.count - offset) }
         if sent >= 0 {
             offset += sent
@@ -486,10 +435,10 @@ final class PlainHTTPConnection: Sendable {
         throw .beforeAnswer(Self.describe("send"))
     }
 
-    private enum Received { case received, ended, wouldBlock }
+    fileprivate enum Received { case received, ended, wouldBlock }
 
     /// Receives what has arrived (at most 64 KiB) into the parser.
-    private func receiveSome(into parser: inout ResponseParser) throws(PlainHTTPFailure) -> Received {
+    fileprivate func receiveSome(into parser: inout ResponseParser) throws(PlainHTTPFailure) -> Received {
         try withUnsafeTemporaryAllocation(byteCount: 64 * 1024, alignment: 1) { scratch throws(PlainHTTPFailure) -> Received in
             let got = recv(descriptor, scratch.baseAddress, scratch.count, 0)
             if got > 0 {
@@ -505,65 +454,229 @@ final class PlainHTTPConnection: Sendable {
     }
 }
 
-/// One wait for a socket to become ready, without a thread: a Dispatch source on the socket and a timer
-/// for the deadline, whichever fires first (or the task's cancellation) resumes the waiting task once.
-final class ReadinessWait: Sendable {
-    enum Outcome: Sendable { case ready, timedOut, cancelled }
+/// What a step of socket work gives: wait for the socket, or the result.
+enum SocketStep<T: Sendable>: Sendable {
+    case wait(SocketReadiness)
+    case done(T)
+}
 
-    private struct Waiting {
-        var continuation: CheckedContinuation<Outcome, Never>?
-        var sources: [DispatchSourceHandle] = []
-        /// Set when it ended before it started (cancelled first).
-        var ended: Outcome?
+/// One request and its answer on one connection, as steps that never block: write what the socket takes,
+/// then read and parse what has come, each step saying what to wait for next. The async exchange runs its
+/// steps on the poller's thread after the first; the blocking one on the caller's thread between `poll`s.
+final class ExchangeMachine: Sendable {
+    typealias Result = Swift.Result<ResponseParser.Answer, PlainHTTPFailure>
+
+    private struct State {
+        /// The connection is under way: wait until writable, then check it connected.
+        var connecting: Bool
+        var writing = true
+        var offset = 0
+        var parser: ResponseParser
+        /// Why the request could not be sent in full: the server may still have answered (a body it refuses)
+        /// before closing, and that answer counts; without one, this is the failure.
+        var writeFailure: PlainHTTPFailure?
     }
 
-    private let waiting = Mutex(Waiting())
-    /// The queue every socket source and timer of this client fires on (their handlers only resume a task).
-    static let queue = DispatchQueue(label: "lattice.plain-http")
+    private let connection: PlainHTTPConnection
+    private let bytes: [UInt8]
+    /// Steps run one after another (the caller's, then the poller's); the lock makes the handover explicit.
+    private let state: Mutex<State>
 
-    func start(_ continuation: CheckedContinuation<Outcome, Never>, connection: PlainHTTPConnection,
-               readiness: SocketReadiness, deadline: Deadline) {
-        let descriptor = connection.descriptor
-        let readable = readiness == .readable
-        let left = min(deadline.remainingNanoseconds ?? 0, UInt64(Int.max))
-        let ended = waiting.withLock { state -> Outcome? in
-            if let ended = state.ended { return ended } // cancelled before it started
-            let socket = DispatchSourceHandle(readable ? DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: Self.queue)
-                                                       : DispatchSource.makeWriteSource(fileDescriptor: descriptor, queue: Self.queue))
-            socket.source.setEventHandler { [self] in finish(.ready) }
-            // The connection (and so its descriptor) lives until the source is cancelled.
-            socket.source.setCancelHandler { withExtendedLifetime(connection) {} }
-            let timer = DispatchSource.makeTimerSource(queue: Self.queue)
-            timer.schedule(deadline: .now() + .nanoseconds(Int(left)))
-            timer.setEventHandler { [self] in finish(.timedOut) }
-            state.continuation = continuation
-            state.sources = [socket, DispatchSourceHandle(timer)]
-            // Their handlers run on the queue and wait for this lock: none can end the wait before it is set.
-            for handle in state.sources { handle.source.resume() }
-            return nil
-        }
-        if let ended { continuation.resume(returning: ended) }
+    init(connection: PlainHTTPConnection, bytes: [UInt8], method: String, connecting: Bool = false) {
+        self.connection = connection
+        self.bytes = bytes
+        state = Mutex(State(connecting: connecting, parser: ResponseParser(method: method)))
     }
 
-    /// Ends the wait (the first call counts): the sources are cancelled and the task resumed.
-    func finish(_ outcome: Outcome) {
-        let (continuation, sources) = waiting.withLock { state in
-            if state.continuation == nil && state.ended == nil { state.ended = outcome }
-            defer { state.continuation = nil; state.sources = [] }
-            return (state.continuation, state.sources)
+    /// Does what the socket allows now; `outcome` is how the last wait ended (nil before the first).
+    func step(after outcome: SocketPoller.Outcome?) -> SocketStep<Result> {
+        state.withLock { state in
+            if state.connecting {
+                switch outcome {
+                case nil: return .wait(.writable)
+                case .timedOut?: return .done(.failure(.connectFailed("connect timed out")))
+                case .ready?:
+                    var reason = ""
+                    guard connection.connected(reason: &reason) else { return .done(.failure(.connectFailed(reason))) }
+                    state.connecting = false
+                }
+            } else if outcome == .timedOut {
+                return .done(.failure(state.writeFailure
+                    ?? .failed(state.writing ? "sending the request timed out" : "the answer timed out")))
+            }
+            do throws(PlainHTTPFailure) {
+                while state.writing && state.offset < bytes.count {
+                    do throws(PlainHTTPFailure) {
+                        if try !connection.sendSome(bytes, from: &state.offset) { return .wait(.writable) }
+                    } catch {
+                        state.writeFailure = error
+                        break
+                    }
+                }
+                state.writing = false
+                while true {
+                    if let answer = try state.parser.answer() { return .done(.success(answer)) }
+                    switch try connection.receiveSome(into: &state.parser) {
+                    case .received: continue
+                    case .ended: return .done(.success(try state.parser.endOfStream()))
+                    case .wouldBlock: return .wait(.readable)
+                    }
+                }
+            } catch {
+                return .done(.failure(state.writeFailure ?? error))
+            }
         }
-        for handle in sources { handle.source.cancel() }
-        continuation?.resume(returning: outcome)
     }
 }
 
-/// A Dispatch source carried between threads. Dispatch sources are thread-safe (libdispatch lets any thread
-/// set their handlers, resume and cancel them), but the Swift overlay does not mark them `Sendable`; the
-/// handle says so for the one member, which is never reassigned.
-final class DispatchSourceHandle: Sendable {
-    nonisolated(unsafe) let source: any DispatchSourceProtocol
+/// The one thread that waits for the sockets of every async exchange of the process, and does their socket
+/// work. A task registers a step function with its socket and suspends (holding no thread); this thread's
+/// `poll` over all registered sockets, with the nearest deadline as its timeout, runs each step when its
+/// socket is ready (or its deadline passed), and the step either asks to wait again or gives the result,
+/// which resumes the task: once per exchange, however many waits it took. A cancelled task is resumed at
+/// once (nil) and the poller woken through its pipe to drop the socket. The thread starts with the first
+/// wait and then stays, parked in `poll` while nothing waits.
+///
+/// A registration holds its connection, and the poller holds the connections of the sockets it is polling
+/// until that `poll` returns, so a descriptor is never closed (and its number reused) while it is polled.
+/// Steps do only non-blocking socket calls and parsing.
+final class SocketPoller: Sendable {
+    enum Outcome: Sendable { case ready, timedOut }
 
-    init(_ source: any DispatchSourceProtocol) { self.source = source }
+    static let shared = SocketPoller()
+
+    private struct Registration {
+        let id: UInt64
+        let connection: PlainHTTPConnection
+        let events: Int16
+        let deadline: Deadline
+        /// Runs the step after a wait; the readiness to wait for next, or nil once the task is resumed.
+        let advance: @Sendable (Outcome) -> SocketReadiness?
+        /// Resumes the task as cancelled.
+        let cancel: @Sendable () -> Void
+
+        func waiting(for readiness: SocketReadiness) -> Registration {
+            Registration(id: id, connection: connection, events: readiness.pollEvents, deadline: deadline, advance: advance,
+                         cancel: cancel)
+        }
+    }
+
+    private struct Registry {
+        var waiting: [UInt64: Registration] = [:]
+        /// Tasks cancelled while not registered (before their first wait, or while a step ran).
+        var cancelled: Set<UInt64> = []
+        var nextID: UInt64 = 1
+        var threadStarted = false
+    }
+
+    private let registry = Mutex(Registry())
+    /// A pipe whose read end is polled with the sockets: a byte written wakes the poller.
+    private let wakeRead: Int32
+    private let wakeWrite: Int32
+
+    private init() {
+        var ends: [Int32] = [-1, -1]
+        if pipe(&ends) == 0 {
+            for end in ends {
+                _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
+                _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+            }
+        }
+        (wakeRead, wakeWrite) = (ends[0], ends[1])
+    }
+
+    /// Waits for `connection` to be `readiness`, then runs `step` on the poller's thread (with `.timedOut`
+    /// once the deadline has passed) until it gives a result. Nil when the task was cancelled.
+    func drive<T: Sendable>(_ connection: PlainHTTPConnection, _ readiness: SocketReadiness, deadline: Deadline,
+                            step: @escaping @Sendable (Outcome) -> SocketStep<T>) async -> T? {
+        let id = registry.withLock { registry in
+            defer { registry.nextID += 1 }
+            return registry.nextID
+        }
+        let result = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<T?, Never>) in
+                let registration = Registration(
+                    id: id, connection: connection, events: readiness.pollEvents, deadline: deadline,
+                    advance: { outcome in
+                        switch step(outcome) {
+                        case .wait(let next): return next
+                        case .done(let value):
+                            continuation.resume(returning: value)
+                            return nil
+                        }
+                    },
+                    cancel: { continuation.resume(returning: nil) })
+                register(registration, wake: true)
+            }
+        } onCancel: {
+            let taken = registry.withLock { registry -> Registration? in
+                if let registration = registry.waiting.removeValue(forKey: id) { return registration }
+                registry.cancelled.insert(id)
+                return nil
+            }
+            taken?.cancel()
+            wake()
+        }
+        // A cancellation that came after the task was resumed left its mark: not needed any more.
+        registry.withLock { _ = $0.cancelled.remove(id) }
+        return result
+    }
+
+    /// Adds a registration to the poll, unless its task was cancelled meanwhile (then resumes it so); the
+    /// poller is woken to include it (not needed from the poller's own thread).
+    private func register(_ registration: Registration, wake wakes: Bool) {
+        let (cancelled, startThread) = registry.withLock { registry -> (Bool, Bool) in
+            if registry.cancelled.remove(registration.id) != nil { return (true, false) }
+            registry.waiting[registration.id] = registration
+            defer { registry.threadStarted = true }
+            return (false, !registry.threadStarted)
+        }
+        if cancelled { return registration.cancel() }
+        if startThread {
+            let thread = Thread { [self] in run() }
+            thread.name = "lattice.socket-poller"
+            thread.start()
+        }
+        if wakes { wake() }
+    }
+
+    private func wake() {
+        var byte: UInt8 = 1
+        _ = write(wakeWrite, &byte, 1) // a full pipe already wakes it
+    }
+
+    private func run() {
+        var drain = [UInt8](repeating: 0, count: 256)
+        while true {
+            let polled = registry.withLock { Array($0.waiting.values) }
+            var entries = [pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
+            entries += polled.map { pollfd(fd: $0.connection.descriptor, events: $0.events, revents: 0) }
+            var timeout: Int32 = -1
+            if let nearest = polled.map(\.deadline.nanoseconds).min() {
+                let now = Deadline.now()
+                timeout = nearest <= now ? 0 : Int32(min(UInt64(Int32.max), (nearest - now + 999_999) / 1_000_000))
+            }
+            let count = entries.withUnsafeMutableBufferPointer { SocketCalls.poll($0.baseAddress!, nfds_t($0.count), timeout) }
+            if count < 0 && errno != EINTR { usleep(1000) } // not expected; never a busy loop
+            if entries[0].revents != 0 { while read(wakeRead, &drain, drain.count) > 0 {} }
+            let now = Deadline.now()
+            // Taken off the registry first: a cancellation from now on finds none and marks the id instead.
+            let due = registry.withLock { registry -> [(Registration, Outcome)] in
+                var due: [(Registration, Outcome)] = []
+                for (index, registration) in polled.enumerated() {
+                    let outcome: Outcome? = entries[index + 1].revents != 0 ? .ready
+                        : registration.deadline.nanoseconds <= now ? .timedOut : nil
+                    if let outcome, registry.waiting.removeValue(forKey: registration.id) != nil {
+                        due.append((registration, outcome))
+                    }
+                }
+                return due
+            }
+            for (registration, outcome) in due {
+                if let next = registration.advance(outcome) { register(registration.waiting(for: next), wake: false) }
+            }
+        }
+    }
 }
 
 /// Reads one HTTP/1.x answer as its bytes arrive, within the client's bounds: the bytes are appended as

@@ -46,15 +46,20 @@ public protocol SyncTransport: Sendable {
 
 /// A transport that can also answer on the caller's thread, for the blocking callers inside the package
 /// (`ServerClient.Blocking`: the command line's account calls, the engine the benchmarks compare with).
-/// Its async `send` by default runs the blocking one, which suits a transport that never waits (one that
-/// calls the service in-process).
+/// Its async `send` by default runs the blocking one on a Dispatch thread (never one of Swift's shared
+/// threads, which a parked `changes/wait` would hold for its whole timeout); a cancelled task still waits
+/// for it (its timeout bounds it). `HTTPTransport` has a real async `send`.
 package protocol BlockingSyncTransport: SyncTransport {
     func sendBlocking(_ request: TransportRequest, timeout: TimeInterval) throws -> TransportResponse
 }
 
 extension BlockingSyncTransport {
     package func send(_ request: TransportRequest, timeout: TimeInterval) async throws -> TransportResponse {
-        try sendBlocking(request, timeout: timeout)
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(with: Result { try self.sendBlocking(request, timeout: timeout) })
+            }
+        }
     }
 }
 

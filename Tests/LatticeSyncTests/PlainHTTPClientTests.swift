@@ -59,10 +59,10 @@ private final class ScriptedPeer: Sendable {
 
     private var stopped: Bool { state.withLock { $0.stopped } }
 
-    /// Accepts for at most 30 seconds, each connection served on a thread of its own.
+    /// Accepts for at most 120 seconds, each connection served on a thread of its own.
     private func acceptLoop() {
         let started = Date()
-        while !stopped && Date().timeIntervalSince(started) < 30 {
+        while !stopped && Date().timeIntervalSince(started) < 120 {
             var entry = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
             guard poll(&entry, 1, 100) > 0 else { continue }
             let connection = accept(listener, nil, nil)
@@ -80,7 +80,7 @@ private final class ScriptedPeer: Sendable {
         defer { close(fd) }
         var buffer: [UInt8] = []
         let started = Date()
-        while !stopped && Date().timeIntervalSince(started) < 30 {
+        while !stopped && Date().timeIntervalSince(started) < 120 {
             // One request: the head, then Content-Length bytes of body.
             guard let request = readRequest(fd, &buffer) else { return }
             let index = state.withLock { state in
@@ -95,7 +95,7 @@ private final class ScriptedPeer: Sendable {
             case .drop:
                 return
             case .hang:
-                while !stopped && Date().timeIntervalSince(started) < 30 { usleep(20_000) }
+                while !stopped && Date().timeIntervalSince(started) < 120 { usleep(20_000) }
                 return
             }
         }
@@ -143,14 +143,17 @@ enum ClientForm: CaseIterable, Sendable {
 extension PlainHTTPClient {
     fileprivate func send(_ request: TransportRequest, timeout: TimeInterval, form: ClientForm) async throws -> TransportResponse {
         switch form {
-        case .async: try await send(request, timeout: timeout)
+        case .async: try await withTaskExecutorPreference(SerialQueueExecutor.shared) { try await send(request, timeout: timeout) }
         case .blocking: try sendBlocking(request, timeout: timeout)
         }
     }
 }
 
-/// Runs jobs one at a time on a serial Dispatch queue.
+/// Runs jobs one at a time on a serial Dispatch queue. The async cases run on one (`shared`) so that their
+/// resumptions need none of Swift's shared threads, which the suites that wait for subprocesses can hold
+/// for a long time in a full test run.
 final class SerialQueueExecutor: TaskExecutor {
+    static let shared = SerialQueueExecutor()
     let queue = DispatchQueue(label: "lattice.tests.serial-executor")
 
     func enqueue(_ job: consuming ExecutorJob) {
@@ -248,10 +251,13 @@ final class SerialQueueExecutor: TaskExecutor {
         let peer = try ScriptedPeer { _ in .hang }
         defer { peer.stop() }
         let http = try client(peer)
-        let started = Date()
-        let error = await #expect(throws: TransportError.self) { try await http.send(post("{}"), timeout: 0.3, form: form) }
+        let (error, elapsed) = await withTaskExecutorPreference(SerialQueueExecutor.shared) {
+            let started = Date()
+            let error = await #expect(throws: TransportError.self) { try await http.send(post("{}"), timeout: 0.3, form: form) }
+            return (error, Date().timeIntervalSince(started))
+        }
         #expect(error?.description.contains("timed out") == true, "\(String(describing: error))")
-        #expect(Date().timeIntervalSince(started) < 5)
+        #expect(elapsed < 5)
     }
 
     @Test(arguments: ClientForm.allCases) func aRefusedConnectionIsATransportError(_ form: ClientForm) async throws {
@@ -269,12 +275,15 @@ final class SerialQueueExecutor: TaskExecutor {
         let peer = try ScriptedPeer { _ in .hang }
         defer { peer.stop() }
         let http = try client(peer)
-        let exchange = Task { try await http.send(post("{}"), timeout: 30) }
-        try await Task.sleep(for: .milliseconds(200))
-        let started = ContinuousClock.now
-        exchange.cancel()
-        let result = await exchange.result
-        #expect(ContinuousClock.now - started < .seconds(2))
+        let (result, elapsed) = await withTaskExecutorPreference(SerialQueueExecutor.shared) {
+            let exchange = Task(executorPreference: SerialQueueExecutor.shared) { try await http.send(post("{}"), timeout: 30) }
+            try? await Task.sleep(for: .milliseconds(200))
+            let started = ContinuousClock.now
+            exchange.cancel()
+            let result = await exchange.result
+            return (result, ContinuousClock.now - started)
+        }
+        #expect(elapsed < .seconds(2))
         guard case .failure(let error) = result else {
             Issue.record("the exchange did not fail")
             return
@@ -289,13 +298,12 @@ final class SerialQueueExecutor: TaskExecutor {
         let peer = try ScriptedPeer { _ in .hang }
         defer { peer.stop() }
         let http = try client(peer)
-        let executor = SerialQueueExecutor()
-        let group = Task(executorPreference: executor) {
+        let group = Task(executorPreference: SerialQueueExecutor()) {
             await withTaskGroup(of: Bool.self) { group in
                 for _ in 0..<32 {
                     group.addTask {
                         do {
-                            _ = try await http.send(post("{}"), timeout: 25) // the peer hangs up after 30 s
+                            _ = try await http.send(post("{}"), timeout: 60) // the peer hangs up after 120 s
                             return false
                         } catch {
                             return error is CancellationError
@@ -305,10 +313,15 @@ final class SerialQueueExecutor: TaskExecutor {
                 return await group.reduce(0) { $0 + ($1 ? 1 : 0) }
             }
         }
-        let began = ContinuousClock.now
-        while peer.connections < 32 && ContinuousClock.now - began < .seconds(20) { try await Task.sleep(for: .milliseconds(20)) }
-        #expect(peer.connections == 32, "exchanges waiting at once: \(peer.connections)")
-        group.cancel()
+        // Watched from a serial queue of its own too: the check needs none of Swift's shared threads either.
+        let waiting = await withTaskExecutorPreference(SerialQueueExecutor.shared) {
+            let began = ContinuousClock.now
+            while peer.connections < 32 && ContinuousClock.now - began < .seconds(20) { try? await Task.sleep(for: .milliseconds(20)) }
+            let waiting = peer.connections
+            group.cancel()
+            return waiting
+        }
+        #expect(waiting == 32, "exchanges waiting at once: \(waiting)")
         #expect(await group.value == 32, "every exchange ends with CancellationError")
     }
 
