@@ -113,7 +113,7 @@ public struct SyncReport: Sendable {
 /// `lock` (a recursive lock) guards every mutable member (`clock`, `handler`, `selectedWire`,
 /// `selectedBatchLimit`) and serializes the public operations; `store` is itself Sendable and the other
 /// members are constants.
-public final class SyncEngine: @unchecked Sendable {
+package final class SyncEngine: @unchecked Sendable {
     public let home: String
     let store: LocalStore
     private let lock = NSRecursiveLock()
