@@ -213,6 +213,9 @@ extension LatticeService {
 
     /// `application/vnd.lattice.delta` with `version=1` (or no version, which means 1).
     static func isDeltaMediaType(_ value: String) -> Bool {
+        // What Lattice's clients send, spelled as they spell it: no parse (this ran on every push, and
+        // Foundation's trimming was 2 % of the server's CPU in a one-record-per-request run).
+        if value == SyncMessage.contentType { return true }
         let parts = value.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
         guard parts.first == "application/vnd.lattice.delta" else { return false }
         return parts.dropFirst().allSatisfy { !$0.hasPrefix("version=") || $0 == "version=1" }
