@@ -52,21 +52,26 @@ public struct DeltaPullRequest: Sendable, Hashable {
     public var syncToken: String?
     public var resultsLimit: Int?
     public var known: [ClosedRange<Int64>]
+    /// Ask for the share of each root record of a hierarchy share in the page (`Pull.sharedRoots`).
+    public var shares: Bool
 
-    public init(zoneID: WireZoneID, syncToken: String? = nil, resultsLimit: Int? = nil, known: [ClosedRange<Int64>] = []) {
+    public init(zoneID: WireZoneID, syncToken: String? = nil, resultsLimit: Int? = nil, known: [ClosedRange<Int64>] = [],
+                shares: Bool = false) {
         self.zoneID = zoneID
         self.syncToken = syncToken
         self.resultsLimit = resultsLimit
         self.known = known
+        self.shares = shares
     }
 
-    /// The server's order: `known`, the zone id, `resultsLimit`, `syncToken`.
+    /// The server's order: `known`, the zone id, `resultsLimit`, `syncToken`, `shares`.
     public init(json: JSON) throws(ServiceError) {
         known = try Self.known(json["known"])
         zoneID = try WireZoneID(json: json["zoneID"], path: "zoneID")
         let reader = RequestReader(json)
         resultsLimit = try reader.resultsLimit()
         syncToken = try reader.optionalString("syncToken")
+        shares = try reader.optionalBool("shares") ?? false
     }
 
     /// `known` as the server reads it first (before the zone id; the token and limit are read with the
@@ -97,6 +102,7 @@ public struct DeltaPullRequest: Sendable, Hashable {
         if !known.isEmpty {
             writer.set("known", .array(known.map { .array([.int($0.lowerBound), .int($0.upperBound)]) }))
         }
+        if shares { writer.set("shares", .bool(true)) }
         return writer.json
     }
 }

@@ -67,6 +67,18 @@ public enum SyncMessage {
         }
     }
 
+    /// A record of the page that is the root of a hierarchy share, and its share's record (CloudKit's `share`
+    /// reference), in pages pulled with `shares` asked for.
+    public struct SharedRoot: Sendable, Hashable {
+        public var rootRecordName: String
+        public var shareRecordName: String
+
+        public init(rootRecordName: String, shareRecordName: String) {
+            self.rootRecordName = rootRecordName
+            self.shareRecordName = shareRecordName
+        }
+    }
+
     /// One page of a zone's changes for a device.
     public struct Pull: Sendable, Equatable {
         public var syncToken: String
@@ -75,15 +87,19 @@ public enum SyncMessage {
         public var lostShares: [LostShare]
         /// Records changed in this page that the device already holds exactly (its own writes).
         public var skipped: [String]
+        /// The page's records that are roots of hierarchy shares, with their share (only when the request
+        /// asked for `shares`; a page without any is encoded as before).
+        public var sharedRoots: [SharedRoot]
         public var delta: [UInt8]
 
         public init(syncToken: String, moreComing: Bool, removed: [String], lostShares: [LostShare], skipped: [String] = [],
-                    delta: [UInt8]) {
+                    sharedRoots: [SharedRoot] = [], delta: [UInt8]) {
             self.syncToken = syncToken
             self.moreComing = moreComing
             self.removed = removed
             self.lostShares = lostShares
             self.skipped = skipped
+            self.sharedRoots = sharedRoots
             self.delta = delta
         }
 
@@ -91,7 +107,8 @@ public enum SyncMessage {
             var writer = BinaryWriter(capacity: 64 + delta.count + removed.count * 16)
             writer.header(kind: pullKind)
             writer.string(syncToken)
-            writer.u8(moreComing ? 1 : 0)
+            // Flag 1: more pages come. Flag 2: the shared roots' list follows `skipped`.
+            writer.u8((moreComing ? 1 : 0) | (sharedRoots.isEmpty ? 0 : 2))
             writer.varint(UInt64(removed.count))
             for name in removed { writer.string(name) }
             writer.varint(UInt64(lostShares.count))
@@ -101,6 +118,13 @@ public enum SyncMessage {
             }
             writer.varint(UInt64(skipped.count))
             for name in skipped { writer.string(name) }
+            if !sharedRoots.isEmpty {
+                writer.varint(UInt64(sharedRoots.count))
+                for root in sharedRoots {
+                    writer.string(root.rootRecordName)
+                    writer.string(root.shareRecordName)
+                }
+            }
             writer.append(delta)
             return writer.finish()
         }
@@ -110,11 +134,13 @@ public enum SyncMessage {
             try SyncMessage.read(bytes, kind: pullKind, name: "a delta pull") { (reader: inout BinaryReader) throws(CodecError) in
                 token = try reader.boundedString("syncToken")
                 flags = try reader.u8("pull flags")
-                guard flags & ~1 == 0 else { throw reader.fail(.malformed, "pull flags") }
-                // removed, then lostShares (two names each), then skipped.
-                for (list, namesPerItem) in [(0, 1), (1, 2), (2, 1)] {
+                guard flags & ~3 == 0 else { throw reader.fail(.malformed, "pull flags") }
+                // removed, then lostShares (two names each), then skipped, then (flag 2) the shared roots (two each).
+                for (list, namesPerItem) in [(0, 1), (1, 2), (2, 1), (3, 2)] where list < 3 || flags & 2 != 0 {
                     let count = try reader.count(minimumElementSize: 2 * namesPerItem,
-                                                 list == 1 ? "lost share count" : "record name count")
+                                                 list == 1 ? "lost share count" : list == 3 ? "shared root count" : "record name count")
+                    // Flag 2 with no shared root would not encode back to the same bytes.
+                    if list == 3 && count == 0 { throw reader.fail(.malformed, "an empty shared roots list") }
                     var names: [String] = []
                     names.reserveCapacity(count * namesPerItem)
                     for _ in 0..<(count * namesPerItem) { names.append(try reader.name(.recordName)) }
@@ -129,6 +155,10 @@ public enum SyncMessage {
                 LostShare(rootRecordName: lists[1][$0], shareRecordName: lists[1][$0 + 1])
             }
             skipped = lists[2]
+            let roots = lists.count > 3 ? lists[3] : []
+            sharedRoots = stride(from: 0, to: roots.count, by: 2).map {
+                SharedRoot(rootRecordName: roots[$0], shareRecordName: roots[$0 + 1])
+            }
             delta = Array(bytes[start...])
         }
     }

@@ -111,10 +111,12 @@ extension Deltas {
         return PushOutcome(zoneID: resolved.zoneID, zoneRowID: zone.rowID, prepared: prepared, outcomes: outcomes)
     }
 
-    /// `deltas/pull {"zoneID", "syncToken"?, "resultsLimit"?, "known"?: [[from, to], ...]}`: one page of the
-    /// zone's changes since the token, as `changes/zone` pages them, in binary. Records whose current zone
-    /// position lies in a `known` range (the device's own acknowledged writes, `upToDate` in their push
+    /// `deltas/pull {"zoneID", "syncToken"?, "resultsLimit"?, "known"?: [[from, to], ...], "shares"?}`: one page
+    /// of the zone's changes since the token, as `changes/zone` pages them, in binary. Records whose current
+    /// zone position lies in a `known` range (the device's own acknowledged writes, `upToDate` in their push
     /// answer) are left out of the frames and only named (`skipped`); the token moves past them all the same.
+    /// With `shares: true` the page names the share of each root record of a hierarchy share it holds
+    /// (`sharedRoots`, CloudKit's `share` reference), whatever page the share's own record comes in.
     public func pull(_ caller: Caller, _ body: [String: JSON]) throws -> [UInt8] {
         guard caller.database != .public else {
             throw ServiceError.badRequest("the public database has no change feed (as in CloudKit)")
@@ -127,10 +129,21 @@ extension Deltas {
         var budget = ResponseBudget(limit: configuration.maximumResponseBytes)
         var frames: [RecordFrame] = []
         var skipped: [String] = []
+        var sharedRoots: [SyncMessage.SharedRoot] = []
+        var shareNames: [String: String]? // read with the first record, when asked for
         let page = try storage.read(deadline: caller.deadline) { tx in
             try Feeds(core).zoneFeedPage(syncToken: request.syncToken, resultsLimit: request.resultsLimit, zoneID: zoneID,
                                          caller, tx, maximumLimit: configuration.maximumPullRecords) { stored in
                 try caller.deadline.check()
+                if request.shares && !stored.deleted {
+                    if shareNames == nil {
+                        shareNames = try zones.resolveZone(zoneID, caller, tx).zone
+                            .map { try Shares(core).shareRecordNamesByRoot(zoneRowID: $0.rowID, tx) } ?? [:]
+                    }
+                    if let share = shareNames?[stored.recordName] {
+                        sharedRoots.append(SyncMessage.SharedRoot(rootRecordName: stored.recordName, shareRecordName: share))
+                    }
+                }
                 if known.contains(stored.seq) {
                     guard budget.admit(bytes: stored.recordName.utf8.count + 1) else { return false }
                     skipped.append(stored.recordName)
@@ -143,7 +156,7 @@ extension Deltas {
         }
         let delta = BinaryCodec.encodeDelta(zoneID: page.zoneID, frames: frames)
         return SyncMessage.Pull(syncToken: page.syncToken, moreComing: page.moreComing, removed: page.removed,
-                                lostShares: page.lostShares, skipped: skipped, delta: delta).encoded()
+                                lostShares: page.lostShares, skipped: skipped, sharedRoots: sharedRoots, delta: delta).encoded()
     }
 }
 

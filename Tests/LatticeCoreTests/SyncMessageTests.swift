@@ -38,7 +38,10 @@ struct SyncMessageTests {
                          removed: names(&rng),
                          lostShares: names(&rng).map { SyncMessage.LostShare(rootRecordName: $0, shareRecordName: "s" + $0) }
                             .filter { Names.isValid($0.shareRecordName, kind: .recordName) },
-                         skipped: names(&rng), delta: delta(&rng))
+                         skipped: names(&rng),
+                         sharedRoots: names(&rng).map { SyncMessage.SharedRoot(rootRecordName: $0, shareRecordName: "s" + $0) }
+                            .filter { Names.isValid($0.shareRecordName, kind: .recordName) },
+                         delta: delta(&rng))
     }
 
     private static func codecError(_ body: () throws(CodecError) -> Void) -> CodecError? {
@@ -146,6 +149,7 @@ struct SyncMessageTests {
             push.bytes.append(UInt8(1 << bit) | 1)
             #expect(Self.pushError(push.bytes) == CodecError(code: .malformed, context: "push flags", offset: 9))
 
+            guard bit > 1 else { continue } // pull flag 2: the shared roots follow
             var pull = ByteBuilder()
             pull.header(kind: 4)
             pull.string("token")

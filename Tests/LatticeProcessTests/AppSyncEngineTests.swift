@@ -592,6 +592,14 @@ final class NotesDevice: LatticeSyncEngineDelegate {
                 == LatticeRecord.shareRecordType)
         // Kept in the system fields.
         #expect(try LatticeRecord(systemFields: list.encodeSystemFields()).share == list.share)
+        // The share's record changes again (a new title) and now comes after the root in the zone's log: a
+        // new device still gets the root with its share (each page names the shares of its roots).
+        _ = try await client.call("private", "shares/modify", .object([
+            "zoneID": zone, "shareRecordName": .string(shareName), "title": .string("Groceries, shared"),
+        ]), as: world.account)
+        let (fresh, e) = world.device()
+        try await e.fetchChanges()
+        #expect(fresh.model.withLock { $0.notes[listID] }?.share == list.share)
         // And in the state: a device restarted from it still knows the share when the root changes again.
         let (restarted, c) = world.device(state: laptop.model.withLock { $0.serialization })
         owner.edit(a, "list") { $0["title"] = "Groceries for Sunday" }

@@ -213,10 +213,11 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     /// The server's change tag of `base` when known (the strict save policy compares it).
     public internal(set) var recordChangeTag: String?
     /// The share of a hierarchy share rooted at this record, as `CKRecord.share`: set on the records the
-    /// engine gives (fetched or saved) and kept in the system fields. Sharing a record or deleting its share
-    /// changes the root on the server, so the next fetch gives the root again with its new `share`. Nil for
-    /// a record under the root and for records of a zone-wide share (its share record is
-    /// `cloudkit.zoneshare` in the zone). Shares are made with the HTTP API or `lattice share`.
+    /// engine fetches (each page of `deltas/pull` names the shares of its roots), kept on a record it saves,
+    /// and kept in the system fields. Sharing a record or deleting its share changes the root on the server,
+    /// so the next fetch gives the root again with its new `share`. Nil for a record under the root and for
+    /// records of a zone-wide share (its share record is `cloudkit.zoneshare` in the zone). Shares are made
+    /// with the HTTP API or `lattice share`.
     public internal(set) var share: Reference?
     /// The edits, each with the moment it was made (`EditMoment`): the engine stamps each with the time
     /// of the first `State.add(pendingRecordZoneChanges:)` after it.

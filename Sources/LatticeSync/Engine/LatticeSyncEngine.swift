@@ -363,7 +363,8 @@ public actor LatticeSyncEngine {
         for _ in 0..<1_000_000 { // pages; bounded
             let request = DeltaPullRequest(zoneID: WireZoneID(zoneName: wire.zoneName, ownerRecordName: wire.ownerRecordName),
                                            syncToken: entry.token,
-                                           known: entry.known.compactMap { $0.count == 2 ? $0[0]...$0[1] : nil }).json
+                                           known: entry.known.compactMap { $0.count == 2 ? $0[0]...$0[1] : nil },
+                                           shares: true).json
             let timeout = configuration.requestTimeout
             let pull: SyncMessage.Pull
             let frames: [RecordFrame]
@@ -392,8 +393,8 @@ public actor LatticeSyncEngine {
             }
             var modifications: [Event.FetchedRecordZoneChanges.Modification] = []
             var deletions: [Event.FetchedRecordZoneChanges.Deletion] = []
-            if entry.token == nil { entry.shares = nil } // every share record comes again
-            let shares = entry.noteShares(frames, lost: pull.lostShares.map(\.rootRecordName))
+            var shares: [String: String] = [:]
+            for root in pull.sharedRoots { shares[root.rootRecordName] = root.shareRecordName }
             for frame in frames {
                 let id = LatticeRecord.ID(recordName: frame.recordName, zoneID: zoneID)
                 if frame.isDeleted {
@@ -659,7 +660,6 @@ public actor LatticeSyncEngine {
             }
         }
         var saved: [LatticeRecord] = []
-        let shares = state.read { $0.zone(zone)?.shares } ?? [:]
         for item in prepared {
             let name = item.record.recordID.recordName
             let answer = items[name]
@@ -674,7 +674,7 @@ public actor LatticeSyncEngine {
             } else {
                 var record = LatticeRecord(frame: item.result, recordID: item.record.recordID,
                                            changeTag: answer?["recordChangeTag"]?.stringValue ?? item.record.recordChangeTag)
-                record.share = shares[name].map { .init(recordID: .init(recordName: $0, zoneID: zone)) }
+                record.share = item.record.share // saving a record does not change its share
                 saved.append(record)
             }
         }

@@ -172,24 +172,6 @@ extension LatticeSyncEngine {
         var token: String?
         /// Positions of this device's writes the server holds exactly as sent, since the last complete pull.
         var known: [[Int64]] = []
-        /// The zone's hierarchy shares as fetched: root record name to share record name (`LatticeRecord.share`).
-        /// Optional so that a state saved before it was kept still decodes.
-        var shares: [String: String]?
-
-        /// Takes in the share records of a fetched page (a `cloudkit.share` record names its root in the
-        /// field `rootRecordName`) and the shares the caller lost; returns the share of each root.
-        mutating func noteShares(_ frames: [RecordFrame], lost: [String]) -> [String: String] {
-            var byRoot = shares ?? [:]
-            for root in lost { byRoot[root] = nil }
-            for frame in frames where frame.recordType == LatticeRecord.shareRecordType {
-                byRoot = byRoot.filter { $0.value != frame.recordName }
-                if !frame.isDeleted, case .scalar(.string(let root))? = (try? frame.decoded())?["rootRecordName"] {
-                    byRoot[root] = frame.recordName
-                }
-            }
-            shares = byRoot.isEmpty ? nil : byRoot
-            return byRoot
-        }
     }
 
     /// What a serialization holds (version 1).
