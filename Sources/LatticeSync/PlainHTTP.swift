@@ -12,9 +12,10 @@ import Synchronization
 /// A sync client's exchanges are small POSTs, one after another, to one server; URLSession (libcurl and
 /// Dispatch on Linux) spent about as much CPU per request as the server's whole HTTP layer. This client
 /// keeps up to `maximumIdle` keep-alive connections on non-blocking sockets. `send` is async: while it
-/// waits for the socket it holds no thread (a Dispatch source wakes it), and a cancelled task ends the
-/// exchange at once (the connection is dropped). `sendBlocking` waits on the caller's thread instead
-/// (`poll`), for the blocking callers (`ServerClient.Blocking`). Either way every wait is bounded by the
+/// waits for the socket it holds no thread (`SocketPoller` runs the exchange's next step when the socket
+/// is ready), and a cancelled task ends the exchange at once (the connection is dropped). `sendBlocking`
+/// runs the same steps on the caller's thread between `poll`s, for the blocking callers
+/// (`ServerClient.Blocking`). Either way every wait is bounded by the
 /// exchange's deadline, and the answer is bounded too: at most `maximumHeaderBytes` of status line and
 /// headers, at most `maximumBodyBytes` of body; more is a `TransportError`, as is anything that is not
 /// HTTP/1.x.
