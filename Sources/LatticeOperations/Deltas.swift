@@ -136,10 +136,7 @@ extension Deltas {
                                          caller, tx, maximumLimit: configuration.maximumPullRecords) { stored in
                 try caller.deadline.check()
                 if request.shares && !stored.deleted {
-                    if shareNames == nil {
-                        shareNames = try zones.resolveZone(zoneID, caller, tx).zone
-                            .map { try Shares(core).shareRecordNamesByRoot(zoneRowID: $0.rowID, tx) } ?? [:]
-                    }
+                    if shareNames == nil { shareNames = try Shares(core).shareRecordNamesByRoot(in: zoneID, caller, tx) }
                     if let share = shareNames?[stored.recordName] {
                         sharedRoots.append(SyncMessage.SharedRoot(rootRecordName: stored.recordName, shareRecordName: share))
                     }

@@ -90,10 +90,7 @@ public struct Feeds: Sendable, OperationArea {
                     let feed = try zoneFeedPage(syncToken: page.syncToken, resultsLimit: page.resultsLimit,
                                                 zoneID: pageZone, caller, tx) { stored in
                         try caller.deadline.check()
-                        if shareNames == nil {
-                            shareNames = try zones.resolveZone(pageZone, caller, tx).zone
-                                .map { try shares.shareRecordNamesByRoot(zoneRowID: $0.rowID, tx) } ?? [:]
-                        }
+                        if shareNames == nil { shareNames = try shares.shareRecordNamesByRoot(in: pageZone, caller, tx) }
                         let json = recordJSON(stored, try decode(stored), desiredKeys: nil,
                                               share: shareNames?[stored.recordName])
                         guard budget.admit(json) else { return false }

@@ -356,6 +356,12 @@ public struct Shares: Sendable {
         return names
     }
 
+    /// The same for a zone named as the caller names it (none for a zone that does not exist).
+    package func shareRecordNamesByRoot(in zoneID: ZoneID, _ caller: Caller, _ tx: any StorageTransaction) throws
+        -> [String: String] {
+        try zones.resolveZone(zoneID, caller, tx).zone.map { try shareRecordNamesByRoot(zoneRowID: $0.rowID, tx) } ?? [:]
+    }
+
     /// A stand-in share rooted at `root`, to ask whether another share's root lies under it.
     private func sharePlaceholder(_ root: String, _ zone: StoredZone) -> StoredShare {
         StoredShare(id: 0, publicID: "", zoneRowID: zone.rowID, recordName: "", rootRecordName: root, ownerID: 0,

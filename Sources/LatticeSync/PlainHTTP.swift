@@ -106,9 +106,19 @@ final class PlainHTTPClient: Sendable {
                     break
                 }
             }
-            let addresses = try PlainHTTPConnection.resolveBlocking(host: host, port: port)
-            let fresh = try PlainHTTPConnection.connectBlocking(addresses, host: host, deadline: deadline)
-            return keep(try fresh.exchangeBlocking(bytes, method: request.method, deadline: deadline), fresh)
+            var reason = "no address for \(host)"
+            for address in try PlainHTTPConnection.resolveBlocking(host: host, port: port) {
+                let (fresh, pending) = try PlainHTTPConnection.start(address, reason: &reason)
+                guard let fresh else { continue }
+                do throws(PlainHTTPFailure) {
+                    let answer = try fresh.exchangeBlocking(bytes, method: request.method, deadline: deadline, connecting: pending)
+                    return keep(answer, fresh)
+                } catch {
+                    guard case .connectFailed(let why) = error else { throw error }
+                    reason = why // the next address
+                }
+            }
+            throw PlainHTTPFailure.beforeAnswer(reason)
         } catch {
             throw transportError(error)
         }
@@ -319,24 +329,6 @@ final class PlainHTTPConnection: Sendable {
         return addresses
     }
 
-    static func connectBlocking(_ addresses: [SocketAddress], host: String, deadline: Deadline) throws(PlainHTTPFailure)
-        -> PlainHTTPConnection {
-        var reason = "no address for \(host)"
-        for address in addresses {
-            let (connection, pending) = try start(address, reason: &reason)
-            guard let connection else { continue }
-            if pending {
-                guard poll(connection.descriptor, .writable, deadline: deadline) else {
-                    reason = "connect timed out"
-                    continue
-                }
-                guard connection.connected(reason: &reason) else { continue }
-            }
-            return connection
-        }
-        throw .beforeAnswer(reason)
-    }
-
     /// A socket connecting to `address`: nil (with the reason) when it failed at once; `pending` while the
     /// connection is under way.
     static func start(_ address: SocketAddress, reason: inout String) throws(PlainHTTPFailure)
@@ -411,9 +403,10 @@ final class PlainHTTPConnection: Sendable {
         }
     }
 
-    /// The same on the caller's thread, waiting with `poll`.
-    func exchangeBlocking(_ bytes: [UInt8], method: String, deadline: Deadline) throws(PlainHTTPFailure) -> ResponseParser.Answer {
-        let machine = ExchangeMachine(connection: self, bytes: bytes, method: method)
+    /// The same on the caller's thread, waiting with `poll` (the connecting too, for a new connection).
+    func exchangeBlocking(_ bytes: [UInt8], method: String, deadline: Deadline, connecting: Bool = false)
+        throws(PlainHTTPFailure) -> ResponseParser.Answer {
+        let machine = ExchangeMachine(connection: self, bytes: bytes, method: method, connecting: connecting)
         var outcome: SocketPoller.Outcome?
         while true {
             switch machine.step(after: outcome) {
