@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
+#include <openssl/hmac.h>
 #include <openssl/opensslv.h>
 #include <openssl/x509.h>
 #include <openssl/bn.h>

@@ -12,6 +12,7 @@ let serveUsage = """
                          [--connections N] [--per-address-connections N] [--workers N]
                          [--workers-per-client N] [--header-timeout S] [--body-timeout S]
                          [--body-budget-mib N] [--parked-waits-per-user N] [--shutdown-grace S]
+                         [--push-streams-per-user N] [--push-streams-per-address N] [--push-heartbeat S]
                          [--signup-per-address N] [--signup-global N] [--auth-failures-per-minute N]
                          [--token-lifetime SECONDS] [--disk-budget BYTES] [--client-operations-per-user N]
                          [--quota-per-database BYTES] [--requests-per-second-per-account N]
@@ -124,6 +125,11 @@ let serveUsage = """
                                  past it new requests get 503 TRY_AGAIN_LATER with Retry-After
       --parked-waits-per-user N  changes/wait requests one account may have parked (default 8);
                                  more get 429 THROTTLED
+      --push-streams-per-user N  push streams (GET /push/{token}) one account may hold open (default
+                                 32; one per device); more get 429 THROTTLED
+      --push-streams-per-address N  push streams one client address may hold open (default 256)
+      --push-heartbeat S         seconds between keep-alive comments on push streams, and checks of
+                                 their push tokens (default 30)
       --shutdown-grace S         seconds in-flight requests get to finish on SIGTERM (default 10); if
                                  the process is still stopping 5 s later, it exits anyway (status 1)
     """
@@ -140,7 +146,8 @@ func runServe(_ arguments: [String]) throws {
                                                                "per-address-connections", "workers",
                                                                "workers-per-client", "header-timeout", "body-timeout",
                                                                "body-budget-mib", "parked-waits-per-user",
-                                                               "shutdown-grace",
+                                                               "shutdown-grace", "push-streams-per-user",
+                                                               "push-streams-per-address", "push-heartbeat",
                                                                "signup-per-address", "signup-global",
                                                                "auth-failures-per-minute", "token-lifetime",
                                                                "disk-budget", "client-operations-per-user",
@@ -276,6 +283,13 @@ private func applyConnectionOptions(_ parsed: ParsedArguments, to options: inout
         options.service.maximumParkedWaitsPerUser = waits
     }
     if let seconds = try parsed.integer("shutdown-grace", in: 0...3600) { options.http.shutdownGracePeriodSeconds = seconds }
+    if let streams = try parsed.integer("push-streams-per-user", in: 1...100_000) {
+        options.service.maximumPushStreamsPerUser = streams
+    }
+    if let streams = try parsed.integer("push-streams-per-address", in: 1...1_000_000) {
+        options.service.maximumPushStreamsPerAddress = streams
+    }
+    if let seconds = try parsed.integer("push-heartbeat", in: 1...3600) { options.service.pushHeartbeatSeconds = seconds }
 
     // Every connection is a file descriptor; so are the database, the log and each HTTP thread's poller.
     let reserve = 64 + 4 * options.http.threadPoolSize

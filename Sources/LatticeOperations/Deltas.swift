@@ -85,7 +85,7 @@ extension Deltas {
     }
 
     func pushDelta(_ caller: Caller, _ prepared: PreparedPush, atomic: Bool, _ tx: any StorageTransaction,
-                   _ touched: inout Set<Int64>) throws -> PushOutcome {
+                   _ touched: inout CommitEffects) throws -> PushOutcome {
         let delta = prepared.delta
         let zoneJSON = JSON.object(["zoneName": .string(delta.zoneID.zoneName),
                                     "ownerRecordName": .string(delta.zoneID.ownerRecordName)])

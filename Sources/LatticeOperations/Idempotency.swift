@@ -92,7 +92,7 @@ public struct Idempotency: Sendable, OperationArea {
     /// with the same id and body gets its answer again (remembered whole) instead of applying twice; the same
     /// id with another body is BAD_REQUEST. Batch writes, whose answers can be large, go through `batch`.
     public func run(_ caller: Caller, replay: ReplayKey?,
-                    _ body: (any StorageTransaction, inout Set<Int64>) throws -> JSON) throws -> Answer {
+                    _ body: (any StorageTransaction, inout CommitEffects) throws -> JSON) throws -> Answer {
         guard let replay else {
             return Answer(try core.write(deadline: caller.deadline) { tx, touched in try body(tx, &touched) })
         }
@@ -115,7 +115,7 @@ public struct Idempotency: Sendable, OperationArea {
     func batch<Outcome: BatchOutcome>(
         _ caller: Caller, replay: ReplayKey?, form: ReplayForm, isSmall: (Outcome) -> Bool,
         render: (Outcome) throws -> Answer,
-        _ body: (any StorageTransaction, inout Set<Int64>) throws -> Outcome) throws -> Answer {
+        _ body: (any StorageTransaction, inout CommitEffects) throws -> Outcome) throws -> Answer {
         let answer: BatchAnswer<Outcome>
         do {
             answer = try core.write(deadline: caller.deadline) { tx, touched in

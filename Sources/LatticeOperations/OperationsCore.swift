@@ -132,11 +132,13 @@ public final class OperationsCore: Sendable {
     /// the committed positions (`committed`). A backend may run `body` again (a retried conflict): each run
     /// starts with nothing touched. Without a `deadline` it gets one of the configured length from now.
     package func write<T>(deadline: RequestDeadline? = nil,
-                          _ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
+                          _ body: (any StorageTransaction, inout CommitEffects) throws -> T) throws -> T {
         let (result, positions, reserved) = try storage.write(deadline: deadline ?? freshDeadline()) { tx
             -> (T, [(databaseID: Int64, position: Int64)], Int64?) in
-            var touched = Set<Int64>()
+            var touched = CommitEffects()
             let result = try body(tx, &touched)
+            // The notifications the change raises commit with it (Subscriptions.swift).
+            try Subscriptions(self).fire(touched, tx)
             // Keep the clock's high-water mark ahead of the writes it stamped (NodeClockLease): after a
             // restart the clock never goes back, even if the wall clock did. Most transactions are covered
             // by the committed reservation and leave the node's row alone.

@@ -127,7 +127,7 @@ public struct Records: Sendable {
     /// record's JSON can cost more than writing it, and happens after the commit (`renderModify`), so the
     /// writer is not held for it.
     func modifyRecordsOutcome(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction,
-                              _ touched: inout Set<Int64>, refused: [Int: ServiceError] = [:]) throws -> ModifyOutcome {
+                              _ touched: inout CommitEffects, refused: [Int: ServiceError] = [:]) throws -> ModifyOutcome {
         let operationsJSON = try RequestReader(body).items("operations", limit: configuration.maximumOperations)
         guard !operationsJSON.isEmpty else { throw ServiceError.badRequest("operations is empty") }
         let atomic = try atomicFlag(body["atomic"])
@@ -204,7 +204,7 @@ public struct Records: Sendable {
     /// ATOMIC_ERROR). Each write gets the zone's share record names. `distinctNames`: the caller knows no name
     /// repeats (a validated delta is in strict name order), so the batch is saved in one go without tracking names.
     func writeBatch(names: [String], atomic: Bool, zone: StoredZone, resolved: ResolvedZone, caller: Caller,
-                    _ tx: any StorageTransaction, _ touched: inout Set<Int64>, distinctNames: Bool = false,
+                    _ tx: any StorageTransaction, _ touched: inout CommitEffects, distinctNames: Bool = false,
                     plan planWrite: (_ index: Int, _ shareRecordNames: Set<String>) throws -> PlannedWrite) throws
         -> [Result<AppliedWrite, ServiceError>] {
         // The zone's share records, read once: a batch never creates or deletes shares mid-way. A zone
@@ -231,6 +231,8 @@ public struct Records: Sendable {
             for (position, record) in saved.enumerated() {
                 slots[pendingIndexes[position]] = .success(AppliedWrite(stored: record, frame: pendingAfter[position]))
                 changedNames.append(record.recordName)
+                touched.recordWritten(zone, before: pendingStored[position], after: record, frame: pendingAfter[position],
+                                      caller: caller)
             }
             pendingIndexes.removeAll(keepingCapacity: true)
             pendingWrites.removeAll(keepingCapacity: true)
@@ -283,7 +285,6 @@ public struct Records: Sendable {
             throw AtomicBatchFailed(answer: .object(["records": .array(items)]))
         }
         if !changedNames.isEmpty {
-            touched.insert(zone.databaseID)
             guard !zoneShares.isEmpty else { return outcomes }
             // The owner deleting a hierarchy root deletes its share, as in CloudKit.
             if !resolved.isShared {

@@ -138,6 +138,24 @@ public struct ServiceConfiguration: Sendable {
     /// `changes/wait` requests one account may have parked at once; more get THROTTLED (429).
     public var maximumParkedWaitsPerUser = 8
 
+    // MARK: subscriptions and push
+
+    /// Subscriptions one database may hold (`subscriptions/modify` answers QUOTA_EXCEEDED past it).
+    public var maximumSubscriptionsPerDatabase = 200
+    /// Push tokens (`tokens/create`) one device token or browser session may make.
+    public var maximumPushTokensPerDevice = 8
+    /// Push streams (`GET /push/{token}`) one account may hold open on one node (one per device; a device's
+    /// new stream replaces its old one).
+    public var maximumPushStreamsPerUser = 32
+    /// Push streams one client address (an IPv6 /64 counts as one) may hold open on one node.
+    public var maximumPushStreamsPerAddress = 256
+    /// Seconds between the comment lines every push stream gets (proxies keep it open; a dead peer is found
+    /// by the write) and the checks of its push token.
+    public var pushHeartbeatSeconds = 30
+    /// Bytes a push stream may have waiting for a slow reader before it is cut off (it reconnects with
+    /// `Last-Event-ID` and loses nothing: notifications are kept in the storage).
+    public var pushBacklogBytes = 64 * 1024
+
     // MARK: web files
 
     /// The directory whose files `GET /web/{path}` and `GET /` serve (`StaticFiles`, Docs/Web.md); nil

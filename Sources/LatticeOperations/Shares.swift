@@ -38,7 +38,7 @@ public struct Shares: Sendable {
     /// Writes the roster's participants and public permission back, and moves the shared-database logs of
     /// everyone whose access changed (so their feeds and long polls see it at once).
     package func saveRoster(_ roster: ShareRoster, of share: inout StoredShare, before: ShareRoster, caller: Caller,
-                    _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
+                    _ tx: any StorageTransaction, _ touched: inout CommitEffects) throws {
         let now = core.configuration.now()
         for participant in roster.participants where before.participant(participant.userID) != participant {
             try tx.saveParticipant(StoredParticipant(shareID: share.id, userID: participant.userID,
@@ -56,15 +56,19 @@ public struct Shares: Sendable {
     }
 
     private func markShared(_ share: StoredShare, for userID: Int64, deleted: Bool, caller: Caller,
-                            _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
+                            _ tx: any StorageTransaction, _ touched: inout CommitEffects) throws {
         let database = try tx.database(DatabaseKey(kind: .shared, environment: caller.environment, ownerID: userID))
         try tx.markSharedZone(databaseID: database.id, shareID: share.id, deleted: deleted)
-        touched.insert(database.id)
+        if let zone = try tx.zone(rowID: share.zoneRowID) {
+            touched.zoneChanged(zone, in: database.id, caller: caller)
+        } else {
+            touched.insert(database.id)
+        }
     }
 
     /// Tells every accepted participant's shared database that the share's zone changed.
     package func fanOut(_ share: StoredShare, caller: Caller, _ tx: any StorageTransaction,
-                _ touched: inout Set<Int64>) throws {
+                _ touched: inout CommitEffects) throws {
         for participant in try tx.participants(shareID: share.id)
         where participant.status == .accepted && participant.role != .owner {
             try markShared(share, for: participant.userID, deleted: false, caller: caller, tx, &touched)
@@ -193,7 +197,7 @@ public struct Shares: Sendable {
     /// After records of a zone changed: updates each hierarchy share's log (records that entered, left or
     /// changed inside it, descendants included) and tells the participants' shared databases.
     package func recordsChanged(_ names: [String], in zone: StoredZone, caller: Caller, _ tx: any StorageTransaction,
-                        _ touched: inout Set<Int64>) throws {
+                        _ touched: inout CommitEffects) throws {
         guard !names.isEmpty else { return }
         for share in try tx.shares(zoneRowID: zone.rowID) {
             guard share.rootRecordName != nil else {
@@ -274,7 +278,7 @@ public struct Shares: Sendable {
 
     /// `shares/create {"zoneID", "rootRecordName"?, "title"?, "publicPermission"?}` (private database, by the
     /// owner): a hierarchy share rooted at a record, or a zone-wide share when no root is given.
-    package func createShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+    package func createShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout CommitEffects) throws
         -> JSON {
         guard caller.database == .private else { throw ServiceError.badRequest("shares are created in the owner's private database") }
         let request = try ShareCreateRequest(json: .object(body))
@@ -336,13 +340,13 @@ public struct Shares: Sendable {
     /// the root gets a new position and change tag, after the share record's, so every feed delivers the
     /// root again once the share record is in (`share` is rendered from the zone's live shares).
     private func touchRoot(of share: StoredShare, zone: StoredZone, caller: Caller, _ tx: any StorageTransaction,
-                           _ touched: inout Set<Int64>) throws {
+                           _ touched: inout CommitEffects) throws {
         guard let root = share.rootRecordName, let stored = try tx.record(zoneRowID: zone.rowID, name: root),
               !stored.deleted else { return }
-        _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
+        let saved = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
             recordName: root, recordType: stored.recordType, frame: stored.frame, deleted: false,
             parentName: stored.parentName, userRecordName: caller.user.recordName, nowMs: core.configuration.now()))
-        touched.insert(zone.databaseID)
+        touched.recordWritten(zone, before: stored, after: saved, frame: try core.frame(saved), caller: caller)
         try recordsChanged([root], in: zone, caller: caller, tx, &touched)
     }
 
@@ -382,7 +386,7 @@ public struct Shares: Sendable {
     /// by the owner (private database) or an administrator (shared database). Participant operations:
     /// `{"operation": "invite", "userName" | "userRecordName", "permission", "role"?}`,
     /// `{"operation": "setPermission", ..., "permission"}`, `{"operation": "remove", ...}`.
-    package func modifyShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+    package func modifyShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout CommitEffects) throws
         -> JSON {
         let request = try ShareModifyRequest(json: .object(body))
         var (resolved, share, roster) = try targetShare(caller, request.target, tx)
@@ -459,7 +463,7 @@ public struct Shares: Sendable {
     /// invitation down and becomes `removed` (only a new invitation lets them in); the owner sees it in the
     /// roster. NOT_FOUND when they have no pending invitation to such a share.
     package func declineInvitation(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction,
-                                   _ touched: inout Set<Int64>) throws -> JSON {
+                                   _ touched: inout CommitEffects) throws -> JSON {
         guard caller.database == .shared else { throw ServiceError.badRequest("invitations are declined in the shared database") }
         let target = try ShareTarget(json: .object(body))
         var matches: [StoredShare] = []
@@ -492,7 +496,7 @@ public struct Shares: Sendable {
     }
 
     /// `shares/leave {"zoneID", "shareRecordName"?}` (shared database): the caller leaves the share.
-    package func leaveShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+    package func leaveShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout CommitEffects) throws
         -> JSON {
         guard caller.database == .shared else { throw ServiceError.badRequest("leave a share through the shared database") }
         let target = try ShareLeaveRequest(json: .object(body))
@@ -527,7 +531,7 @@ public struct Shares: Sendable {
 
     /// `shares/delete {"zoneID", "shareRecordName"?}` (private database, owner only): stops sharing. Every
     /// participant loses access on their next request and sees the zone deleted in their shared database.
-    package func deleteShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+    package func deleteShare(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout CommitEffects) throws
         -> JSON {
         let (resolved, share, roster) = try targetShare(caller, try ShareDeleteRequest(json: .object(body)), tx)
         guard caller.database == .private else {
@@ -541,7 +545,7 @@ public struct Shares: Sendable {
 
     /// Deletes a share: marks it deleted, revokes every participant and deletes its record.
     package func removeShare(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, caller: Caller,
-                     _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws {
+                     _ tx: any StorageTransaction, _ touched: inout CommitEffects) throws {
         var share = share
         for participant in roster.participants where participant.role != .owner && participant.status == .accepted {
             try markShared(share, for: participant.userID, deleted: true, caller: caller, tx, &touched)
@@ -556,14 +560,14 @@ public struct Shares: Sendable {
                 _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
                     recordName: share.recordName, recordType: deleted.recordType, frame: deleted.bytes,
                     deleted: true, userRecordName: caller.user.recordName, nowMs: core.configuration.now()))
-                touched.insert(zone.databaseID)
+                touched.zoneChanged(zone, caller: caller)
             }
         }
     }
 
     /// `shares/url {"zoneID", "shareRecordName"?, "permission"?, "expiresInSeconds"?, "maxUses"?, "rotate"?}`:
     /// a signed share URL. `rotate` moves the share's URL epoch first, so every older URL stops working.
-    package func shareURL(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws -> JSON {
+    package func shareURL(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout CommitEffects) throws -> JSON {
         guard let keyRing = core.keyRing else { throw ServiceError(.internalError, "share links are not configured on this server") }
         let request = try ShareURLRequest(json: .object(body))
         var (resolved, share, roster) = try targetShare(caller, request.target, tx)
@@ -653,7 +657,7 @@ public struct Shares: Sendable {
 
     /// `records/accept {"shortGUIDs": [{"value": token or URL}]}`: joins the shares. Accepting again is a no-op;
     /// a link's `max_uses` counts distinct joins and cannot be exceeded, even by concurrent accepts.
-    package func acceptShares(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout Set<Int64>) throws
+    package func acceptShares(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction, _ touched: inout CommitEffects) throws
         -> JSON {
         let links = try ShareLinksRequest(json: .object(body)).links
         var results: [Result<ShareMetadata, ServiceError>] = []
@@ -738,7 +742,7 @@ public struct Shares: Sendable {
     /// always shed participants.
     package func writeShareRecord(_ share: StoredShare, _ roster: ShareRoster, zone: StoredZone, zoneID: ZoneID,
                           caller: Caller, checksQuota: Bool = true, _ tx: any StorageTransaction,
-                          _ touched: inout Set<Int64>) throws {
+                          _ touched: inout CommitEffects) throws {
         let stored = try tx.record(zoneRowID: zone.rowID, name: share.recordName).map(core.frame)
         var edit: RecordEdit
         if let stored, !stored.isDeleted {
@@ -771,7 +775,7 @@ public struct Shares: Sendable {
         _ = try tx.saveRecord(zoneRowID: zone.rowID, RecordWrite(
             recordName: share.recordName, recordType: Self.shareRecordType, frame: record.bytes,
             deleted: false, userRecordName: ownerName, nowMs: core.configuration.now()))
-        touched.insert(zone.databaseID)
+        touched.zoneChanged(zone, caller: caller)
         try recordsChanged([share.recordName], in: zone, caller: caller, tx, &touched)
     }
 

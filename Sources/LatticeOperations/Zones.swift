@@ -175,7 +175,7 @@ public struct Zones: Sendable {
     /// Each operation stands alone. Creating a zone that exists returns it (as CloudKit's save does);
     /// deleting a zone deletes its records and moves it to the database log as deleted.
     public func modifyZones(_ caller: Caller, _ body: [String: JSON], _ tx: any StorageTransaction,
-                            _ touched: inout Set<Int64>) throws -> JSON {
+                            _ touched: inout CommitEffects) throws -> JSON {
         guard caller.database == .private else {
             throw ServiceError.badRequest("zones can only be created and deleted in the private database")
         }
@@ -196,7 +196,7 @@ public struct Zones: Sendable {
                         let zone = try tx.createZone(databaseID: resolved.database.id, name: resolved.zoneID.zoneName,
                                                      ownerRecordName: resolved.zoneID.ownerRecordName,
                                                      nowMs: core.configuration.now())
-                        touched.insert(zone.databaseID)
+                        touched.zoneChanged(zone, caller: caller)
                         return self.zoneJSON(zone)
                     case .delete:
                         guard let zone = resolved.zone else {
@@ -207,7 +207,7 @@ public struct Zones: Sendable {
                             try shares.removeShare(share, try shares.roster(share, tx), zone: zone, caller: caller, tx, &touched)
                         }
                         try tx.deleteZone(rowID: zone.rowID, nowMs: core.configuration.now())
-                        touched.insert(zone.databaseID)
+                        touched.zoneChanged(zone, caller: caller)
                         return .object(["zoneID": resolved.zoneID.cloudKitJSON, "deleted": .bool(true)])
                     }
                 }

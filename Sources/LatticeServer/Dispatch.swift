@@ -120,7 +120,8 @@ extension LatticeService {
         }
         let context = RequestContext(user: user, kind: kind, environment: environment, body: body,
                                      rawBody: request.body, path: request.path, push: push, states: states,
-                                     deadline: deadline, tokenID: tokenID)
+                                     deadline: deadline, tokenID: tokenID,
+                                     viaBearer: request.header("authorization") != nil)
         // States never delete: they always add data.
         if states != nil || route.growth.adds(body) { try checkDiskBudget(route.operationName) }
         try perform(self, context, request.abandonment, respond)

@@ -158,11 +158,16 @@ public struct HTTPResponse: Sendable, Equatable {
     /// Header names as they are sent.
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
+    /// A body sent while it is made (server-sent events), instead of `body`: the answer has no length and
+    /// lasts until the stream finishes or the connection ends.
+    public var stream: HTTPStreamBody?
 
-    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
+    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
+                stream: HTTPStreamBody? = nil) {
         self.status = status
         self.headers = headers
         self.body = body
+        self.stream = stream
     }
 
     public func header(_ name: String) -> String? {
@@ -180,7 +185,7 @@ public struct HTTPResponse: Sendable, Equatable {
     }
 
     public static func == (a: HTTPResponse, b: HTTPResponse) -> Bool {
-        a.status == b.status && a.body == b.body && a.headers.map(\.name) == b.headers.map(\.name)
+        a.status == b.status && a.body == b.body && a.stream === b.stream && a.headers.map(\.name) == b.headers.map(\.name)
             && a.headers.map(\.value) == b.headers.map(\.value)
     }
 }

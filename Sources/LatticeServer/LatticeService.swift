@@ -20,6 +20,8 @@ public final class LatticeService: HTTPHandler, Sendable {
     /// Signs and verifies share URLs; nil on a server without share links (some tests).
     var keyRing: ShareKeyRing? { core.keyRing }
     let notifier: ChangeNotifier
+    /// The push streams this node holds (`GET /push/{token}`, PushStreams.swift).
+    let pushStreams: PushStreams
     let limiter: RateLimiter?
     /// Failed authentications per client address (in memory, per process).
     let authenticationFailures: RateLimiter?
@@ -54,9 +56,17 @@ public final class LatticeService: HTTPHandler, Sendable {
                 log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(("lattice: " + $0 + "\n").utf8)) }) throws {
         let notifier = ChangeNotifier()
         self.notifier = notifier
+        let pushStreams = PushStreams(limits: .init(perUser: configuration.maximumPushStreamsPerUser,
+                                                    perAddress: configuration.maximumPushStreamsPerAddress,
+                                                    heartbeatSeconds: configuration.pushHeartbeatSeconds,
+                                                    backlogBytes: configuration.pushBacklogBytes),
+                                      deadlineMilliseconds: configuration.requestDeadlineMilliseconds, log: log)
+        self.pushStreams = pushStreams
         core = try OperationsCore(storage: storage, configuration: configuration, keyRing: keyRing, log: log) { positions in
             for (id, position) in positions { notifier.notify(databaseID: id, position: position) }
+            pushStreams.wake(databaseIDs: positions.map(\.databaseID))
         }
+        pushStreams.attach(Subscriptions(core))
         openIDConnect = OpenIDConnect(core, providers: configuration.oidcProviders)
         limiter = configuration.rateLimit.map(RateLimiter.init)
         authenticationFailures = configuration.failedAuthenticationLimit.map(RateLimiter.init)
@@ -73,6 +83,7 @@ public final class LatticeService: HTTPHandler, Sendable {
     public func beginShutdown() {
         shuttingDown.store(true, ordering: .sequentiallyConsistent)
         notifier.shutDown()
+        pushStreams.shutDown()
     }
 
     /// Removes tombstones, deleted zones and remembered operation ids past their horizons (and expired
@@ -134,7 +145,7 @@ public final class LatticeService: HTTPHandler, Sendable {
     func freshDeadline() -> RequestDeadline { core.freshDeadline() }
 
     /// The one write transaction of every change (`OperationsCore.write`).
-    func write<T>(deadline: RequestDeadline? = nil, _ body: (any StorageTransaction, inout Set<Int64>) throws -> T) throws -> T {
+    func write<T>(deadline: RequestDeadline? = nil, _ body: (any StorageTransaction, inout CommitEffects) throws -> T) throws -> T {
         try core.write(deadline: deadline, body)
     }
 
@@ -148,7 +159,7 @@ public final class LatticeService: HTTPHandler, Sendable {
 
     /// A write under the body's `clientOperationID`, if any (`Idempotency.run`).
     func idempotent(_ context: RequestContext,
-                    _ body: (any StorageTransaction, inout Set<Int64>) throws -> JSON) throws -> HTTPResponse {
+                    _ body: (any StorageTransaction, inout CommitEffects) throws -> JSON) throws -> HTTPResponse {
         .answer(try Idempotency(core).run(context.caller, replay: try replayKey(context), body))
     }
 
@@ -176,6 +187,8 @@ struct RequestContext {
     var deadline: RequestDeadline? = nil
     /// The id of the bearer token the request was made with.
     var tokenID: String? = nil
+    /// Made with `Authorization: Bearer` (not a browser session).
+    var viaBearer = true
 
     var databaseKey: DatabaseKey {
         DatabaseKey(kind: kind, environment: environment, ownerID: kind == .public ? 0 : user.id)

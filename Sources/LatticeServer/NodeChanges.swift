@@ -39,6 +39,12 @@ extension LatticeService {
     /// concerns. Only databases with a parked waiter are read; after `.resynchronize` (announcements may
     /// have been lost) every parked waiter's databases are. Runs on `remoteChanges`, off the backend's thread.
     func observedChange(_ change: StorageChange) {
+        // Push streams read their notifications from the storage themselves: they only need waking.
+        let streamed = pushStreams.watchedDatabaseIDs
+        switch change {
+        case .databases(let ids): pushStreams.wake(databaseIDs: ids.filter(streamed.contains))
+        case .resynchronize: pushStreams.wake(databaseIDs: streamed.sorted())
+        }
         let watched = notifier.watchedDatabaseIDs
         let wanted: [Int64]
         switch change {

@@ -382,9 +382,39 @@ extension LatticeService {
             HTTPResponse(status: 200, headers: [(name: "Content-Type", value: SyncMessage.contentType)],
                          body: try Deltas(service.core).pull(context.caller, context.body))
         },
+        .database("subscriptions/modify") { service, context in
+            .json(try Subscriptions(service.core).modify(context.caller, context.body))
+        },
+        .database("subscriptions/list") { service, context in .json(try Subscriptions(service.core).list(context.caller)) },
+        .database("subscriptions/lookup") { service, context in
+            .json(try Subscriptions(service.core).lookup(context.caller, context.body))
+        },
+        // A device's push stream (PushStreams.swift): the push token in the path is its credential.
+        Route(method: "GET", pattern: RoutePattern("/push/{token}"), authentication: .none, lane: .pool,
+              throttle: .perAddress, hidesPath: true, handler: .plain { service, request, parameters in
+                  try service.openPushStream(request, token: parameters["token"] ?? "")
+              }),
         .database("tokens/list") { service, context in .json(try Accounts(service.core).listTokens(context.caller)) },
-        .database("tokens/create", authentication: .bearer) { service, context in
+        // CloudKit's tokens/create makes a push token ({"apnsEnvironment"}); a body without apnsEnvironment is the
+        // bearer-token request tokens/issue now takes, still answered here (with a Deprecation header).
+        .database("tokens/create") { service, context in
+            if PushTokenRequest.isPushTokenRequest(.object(context.body)) {
+                return .json(try Subscriptions(service.core).createPushToken(context.caller, context.body))
+            }
+            guard context.viaBearer else {
+                throw ServiceError(.authenticationRequired, "tokens/create without apnsEnvironment makes a bearer token "
+                                   + "(tokens/issue), which takes Authorization: Bearer")
+            }
+            var response = HTTPResponse.json(try Accounts(service.core).createToken(context.caller, context.body))
+            response.headers.append((name: "Deprecation", value: "true"))
+            response.headers.append((name: "Link", value: "<tokens/issue>; rel=\"successor-version\""))
+            return response
+        },
+        .database("tokens/issue", authentication: .bearer) { service, context in
             .json(try Accounts(service.core).createToken(context.caller, context.body))
+        },
+        .database("tokens/register") { service, context in
+            .json(try Subscriptions(service.core).registerPushToken(context.caller, context.body))
         },
         .database("tokens/signinLink", authentication: .bearer) { service, context in
             .json(try service.createSignInLink(context))

@@ -158,7 +158,7 @@ extension Optional where Wrapped == RequestDeadline {
 /// Composed of one protocol per area, so a caller that needs one area can take the narrow protocol
 /// (`any RecordStorage`) instead of the whole transaction; every backend implements all of them, and
 /// `StorageContractTests` checks each. Only `savepoint`, which spans every area, is declared here.
-public protocol StorageTransaction: MetadataStorage, AccountStorage, DeviceStorage, PasskeyStorage, IdentityStorage, ShortLinkStorage, ZoneStorage, RecordStorage,
+public protocol StorageTransaction: MetadataStorage, AccountStorage, DeviceStorage, PasskeyStorage, IdentityStorage, ShortLinkStorage, SubscriptionStorage, ZoneStorage, RecordStorage,
                                     ShareStorage, ClientOperationStorage, NodeStorage, LockStorage, CopyStorage,
                                     MaintenanceStorage {
     /// Runs `body` so that, if it throws, only its own writes are undone (a savepoint), and rethrows.

@@ -142,6 +142,18 @@ public enum StorageTables {
         ("share_short_links", ["code", "share_id", "token", "created_ms"], "code"),
         ("share_records", ["share_id", "record_name", "member", "seq"], "share_id, seq"),
         ("shared_zones", ["database_id", "share_id", "deleted", "db_seq"], "database_id, share_id"),
+        ("subscriptions", ["id", "database_id", "user_id", "name", "kind", "zone_name", "zone_owner", "record_type", "fires_on",
+                           "fires_once", "definition", "webhook_url", "webhook_secret", "created_ms", "modified_ms",
+                           "webhook_seq"], "id"),
+        ("notification_counters", ["user_id", "last_seq"], "user_id"),
+        ("notifications", ["subscription_id", "zone_id", "user_id", "database_id", "subscription_name", "kind", "zone_name",
+                           "zone_owner", "seq", "origin", "run_after"],
+         "subscription_id, zone_id"),
+        ("push_tokens", ["hash", "user_id", "device_token_id", "environment", "apns_environment", "registered",
+                         "created_ms"], "hash"),
+        ("webhook_deliveries", ["id", "subscription_id", "user_id", "seq", "url", "payload", "state", "attempts",
+                                "next_attempt_ms", "claimed_by", "claimed_until_ms", "last_status", "last_error",
+                                "created_ms", "finished_ms"], "id"),
     ]
 
     /// The table of this name; a name not in `all` (never spliced into SQL) is refused.

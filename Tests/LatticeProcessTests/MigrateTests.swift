@@ -70,6 +70,16 @@ import Glibc
         try CLITests.ok("list", "add", chores, "Sweep", home: alice)
         try CLITests.ok("share", "create", chores, home: alice) // private: invitations only
         try CLITests.ok("share", "invite", chores, "carol", "--permission", "read-only", home: alice)
+        // A subscription and a registered push token of alice's: bob's change below raises a notification.
+        let subscribed = try Self.post(sqlite.port, Self.privateDatabase + "subscriptions/modify", token: aliceToken, .object([
+            "operations": .array([.object(["operationType": .string("create"), "subscription": .object([
+                "subscriptionID": .string("everything"), "subscriptionType": .string("database")])])])]))
+        #expect(subscribed["subscriptions"]?.arrayValue?.first?["serverErrorCode"] == nil)
+        let push = try Self.post(sqlite.port, Self.privateDatabase + "tokens/create", token: aliceToken,
+                                 .object(["apnsEnvironment": .string("production")]))
+        let pushToken = try #require(push["apnsToken"])
+        _ = try Self.post(sqlite.port, Self.privateDatabase + "tokens/register", token: aliceToken,
+                          .object(["apnsEnvironment": .string("production"), "apnsToken": pushToken]))
         try CLITests.ok("list", "check", list, "Eggs", home: bob)
         try CLITests.ok("sync", home: alice)
         // A device sign-in waiting, and a failed approval (a code nobody shows, unless by a 1 in 20^8 chance).

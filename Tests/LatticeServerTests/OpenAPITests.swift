@@ -116,9 +116,11 @@ import Testing
                 var errors = 0
                 for (status, declared) in responses {
                     let response = try resolve(declared, in: document)
-                    // Errors are always JSON; a success is JSON or, on the binary sync path, a delta.
+                    // Errors are always JSON; a success is JSON or, on the binary sync path, a delta, or, on the
+                    // push stream, server-sent events.
                     let schema = response["content"]?["application/json"]?["schema"]
                         ?? (status == "200" ? response["content"]?["application/vnd.lattice.delta"]?["schema"] : nil)
+                        ?? (status == "200" && path == "/push/{token}" ? response["content"]?["text/event-stream"]?["schema"] : nil)
                     #expect(schema != nil, "\(name) \(status) is not application/json")
                     guard let code = Int(status), code >= 400 else { continue }
                     errors += 1

@@ -98,6 +98,61 @@ import Testing
               + latencies.map { "\(Int($0 * 1000)) ms" }.joined(separator: ", ") + " (write included)")
     }
 
+    /// A push stream held by node a hears of a write committed on node b (through the database's
+    /// announcement), not of the device's own write, and a reconnect to node b resumes where it left off.
+    @Test func aPushStreamOnOneNodeHearsOfAWriteOnTheOther() throws {
+        let cluster = try Cluster()
+        let a = try cluster.node("a"), b = try cluster.node("b")
+        let serverA = try HTTPServer(handler: a.service, configuration: HTTPServerConfiguration(port: 0))
+        defer { serverA.shutdown() }
+        let serverB = try HTTPServer(handler: b.service, configuration: HTTPServerConfiguration(port: 0))
+        defer { serverB.shutdown() }
+        let ann = try Self.signUp("ann", a.service)
+        let (_, issued) = Self.call(a.service, "tokens/issue", .object([:]), token: ann)
+        let phone = try #require(issued["token"]?.stringValue)
+        try Self.createZone(b.service, token: ann)
+        let (subscribed, _) = Self.call(b.service, "subscriptions/modify", .object(["operations": .array([.object([
+            "operationType": .string("create"), "subscription": .object([
+                "subscriptionID": .string("lists"), "subscriptionType": .string("zone"),
+                "zoneID": .object(["zoneName": .string("Lists")])])])])]), token: ann)
+        #expect(subscribed == 200)
+        let (_, made) = Self.call(a.service, "tokens/create", .object(["apnsEnvironment": .string("production")]), token: phone)
+        let push = try #require(made["apnsToken"]?.stringValue)
+        let (registered, _) = Self.call(b.service, "tokens/register", .object([
+            "apnsEnvironment": .string("production"), "apnsToken": .string(push)]), token: phone)
+        #expect(registered == 200)
+
+        func open(_ port: UInt16, lastEventID: String? = nil) throws -> RawHTTPClient {
+            let client = try RawHTTPClient(port: port, timeoutSeconds: 5)
+            var head = "GET /push/\(push) HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            if let lastEventID { head += "Last-Event-ID: \(lastEventID)\r\n" }
+            try client.write(Array((head + "\r\n").utf8))
+            #expect(try client.readUntil("event: ready").found)
+            return client
+        }
+        let stream = try open(serverA.port)
+        let started = Date()
+        let (ownWrite, _) = Self.call(b.service, "records/modify", .object([
+            "zoneID": .object(["zoneName": .string("Lists")]), "operations": .array([operation("create", "mine")]),
+        ]), token: phone)
+        #expect(ownWrite == 200)
+        let (otherWrite, _) = Self.call(b.service, "records/modify", .object([
+            "zoneID": .object(["zoneName": .string("Lists")]), "operations": .array([operation("create", "theirs")]),
+        ]), token: ann)
+        #expect(otherWrite == 200)
+        let heard = try stream.readUntil("event: notification")
+        #expect(heard.found, "\(heard.text)")
+        print("PostgresNodesTests: a push stream on a heard of a write on b after \(Int(Date().timeIntervalSince(started) * 1000)) ms")
+        let data = try stream.readUntil("\n\n").text
+        #expect(data.contains("\"subscriptionID\":\"lists\""))
+        // One notification: the phone's own write raised none for it (the later write's row is the one read).
+        #expect(!(try stream.readUntil("event: notification", within: 1).found))
+
+        // The device moves to node b from before that notification: it gets it again there.
+        let resumed = try open(serverB.port, lastEventID: "0")
+        #expect(try resumed.readUntil("event: notification").found)
+    }
+
     @Test func aKeyRotatedThroughOneNodeSignsAndRetiresOnTheOther() throws {
         let cluster = try Cluster()
         let a = try cluster.node("a"), b = try cluster.node("b")

@@ -47,6 +47,11 @@ struct SQLiteTests {
             DROP TABLE external_identities;
             DROP TABLE oidc_logins;
             DROP TABLE share_short_links;
+            DROP TABLE subscriptions;
+            DROP TABLE notification_counters;
+            DROP TABLE notifications;
+            DROP TABLE push_tokens;
+            DROP TABLE webhook_deliveries;
             DROP INDEX users_by_name_key;
             ALTER TABLE users DROP COLUMN name_key;
             INSERT INTO users(record_name, name, created_ms) VALUES ('_a', 'mom', 1), ('_b', 'Mom', 2), ('_c', 'ann', 3);

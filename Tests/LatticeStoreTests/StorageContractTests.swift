@@ -1148,6 +1148,110 @@ struct StorageContractTests {
 
     /// Short links: a code points at one share's token; a taken code is a duplicate and changes nothing;
     /// pruning keeps a share's newest codes and leaves other shares' alone.
+    /// Subscriptions are unique per database; notifications coalesce per subscription and zone and keep who
+    /// made the run of changes; a device skips a row all of whose changes after its cursor were its own.
+    @Test(arguments: StorageBackends.all)
+    func notificationsCoalesceAndRememberTheirOrigin(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let (subscription, user) = try storage.write { tx throws in
+                let user = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1)
+                let database = try tx.database(DatabaseKey(kind: .private, environment: "production", ownerID: user.id))
+                let made = try tx.insertSubscription(StoredSubscription(
+                    databaseID: database.id, userID: user.id, name: "lists", kind: .zone, zoneName: "Lists",
+                    zoneOwner: Self.ann, recordType: nil, firesOn: 7, firesOnce: false, definition: "{}", createdMs: 1,
+                    modifiedMs: 1))
+                return (made, user)
+            }
+            expectDuplicate { _ = try storage.write { try $0.insertSubscription(subscription) } }
+            let trigger = NotificationTrigger(userID: user.id, subscriptionRowID: subscription.rowID, zoneRowID: 9,
+                                              databaseID: subscription.databaseID, subscriptionName: "lists", kind: .zone,
+                                              zoneName: "Lists", zoneOwner: Self.ann)
+            // Phone, phone, laptop: one row, last made by the laptop after the phone's position 2.
+            for origin in ["phone", "phone", "laptop"] {
+                _ = try storage.write { try $0.raiseNotifications([trigger], origin: origin) }
+            }
+            try storage.read { tx throws in
+                let rows = try tx.notifications(userID: user.id, after: 0, limit: 10)
+                #expect(rows.count == 1 && rows.first?.seq == 3 && rows.first?.origin == "laptop" && rows.first?.runAfter == 2)
+                #expect(rows.first?.concerns(device: "laptop", after: 2) == false, "only its own change since 2")
+                #expect(rows.first?.concerns(device: "laptop", after: 1) == true, "the phone's change at 2 is news")
+                #expect(rows.first?.concerns(device: "phone", after: 2) == true)
+                #expect(try tx.lastNotificationSeq(userID: user.id) == 3)
+            }
+            #expect(try storage.write { try $0.deleteSubscription(rowID: subscription.rowID, keepingNotifications: false) })
+            try storage.read { tx throws in #expect(try tx.notifications(userID: user.id, after: 0, limit: 10).isEmpty) }
+        }
+    }
+
+    /// The outbox: deliveries numbered per subscription, claimed one at a time per subscription and in order,
+    /// never by two nodes at once, retried, dead-lettered, replayed and purged.
+    @Test(arguments: StorageBackends.all)
+    func webhookDeliveriesAreClaimedInOrderOncePerNode(_ backend: StorageBackend) throws {
+        try withStorage(backend) { storage in
+            let subscriptions = try storage.write { tx throws in
+                let user = try tx.insertUser(name: "ann", recordName: Self.ann, nowMs: 1)
+                let database = try tx.database(DatabaseKey(kind: .private, environment: "production", ownerID: user.id))
+                return try ["one", "two"].map { name in
+                    try tx.insertSubscription(StoredSubscription(
+                        databaseID: database.id, userID: user.id, name: name, kind: .database, zoneName: nil, zoneOwner: nil,
+                        recordType: nil, firesOn: 7, firesOnce: false, definition: "{}", webhookURL: "http://127.0.0.1:1/",
+                        webhookSecret: [1], createdMs: 1, modifiedMs: 1))
+                }
+            }
+            let (one, two) = (subscriptions[0], subscriptions[1])
+            func claim(_ node: String, _ now: Int64) throws -> [StoredDelivery] {
+                try storage.write { tx throws in try tx.claimDeliveries(node: node, nowMs: now, leaseMs: 1_000, limit: 10) }
+            }
+            try storage.write { tx throws in
+                for index in 1...3 {
+                    let made = try tx.enqueueDelivery(subscriptionRowID: one.rowID, userID: one.userID, url: "http://a/",
+                                                      payload: Array("\(index)".utf8), nowMs: 10)
+                    #expect(made.seq == Int64(index) && made.state == .pending)
+                }
+                _ = try tx.enqueueDelivery(subscriptionRowID: two.rowID, userID: two.userID, url: "http://b/", payload: [], nowMs: 10)
+            }
+            // Node a takes the first of each subscription; node b, meanwhile, nothing.
+            let first = try claim("a", 20)
+            #expect(Set(first.map { "\($0.subscriptionRowID)/\($0.seq)" }) == ["\(one.rowID)/1", "\(two.rowID)/1"])
+            #expect(first.allSatisfy { $0.attempts == 1 && $0.claimedBy == "a" })
+            #expect(try claim("b", 21).isEmpty)
+            let head = try #require(first.first { $0.subscriptionRowID == one.rowID })
+            #expect(try storage.write { try $0.finishDelivery(id: head.id, node: "b", outcome: .delivered(status: 200), nowMs: 22) }
+                    == false, "b holds no claim")
+            #expect(try storage.write { try $0.finishDelivery(id: head.id, node: "a", outcome: .delivered(status: 200), nowMs: 22) })
+            let other = try #require(first.first { $0.subscriptionRowID == two.rowID })
+            #expect(try storage.write {
+                try $0.finishDelivery(id: other.id, node: "a", outcome: .retry(status: 503, error: "busy", nextAttemptMs: 500),
+                                      nowMs: 22)
+            })
+            // Now the second of `one` is due; `two`'s waits for its retry time.
+            let second = try claim("b", 30)
+            #expect(second.map(\.seq) == [2] && second.first?.subscriptionRowID == one.rowID)
+            // b dies holding it: its lease runs out and a takes it again.
+            #expect(try claim("a", 500).count == 1,
+                    "two's retry only: one's second is still leased to b")
+            let retaken = try claim("a", 1_100)
+            #expect(retaken.map(\.seq) == [2] && retaken.first?.attempts == 2, "\(retaken)")
+            guard retaken.count == 1 else { return }
+            #expect(try storage.write {
+                try $0.finishDelivery(id: retaken[0].id, node: "a", outcome: .failed(status: nil, error: "refused"), nowMs: 1_200)
+            })
+            // A dead-lettered delivery no longer holds back the next.
+            let third = try claim("a", 1_300)
+            #expect(third.map(\.seq) == [3])
+            #expect(try storage.write { try $0.releaseDeliveryClaims(node: "a") } >= 1)
+            try storage.read { tx throws in
+                let failed = try tx.deliveries(subscriptionRowID: one.rowID, state: .failed, afterSeq: 0, limit: 10)
+                #expect(failed.map(\.seq) == [2] && failed.first?.lastError == "refused")
+                #expect(try tx.deliveries(subscriptionRowID: one.rowID, state: nil, afterSeq: 1, limit: 10).map(\.seq) == [2, 3])
+            }
+            #expect(try storage.write { try $0.replayDeliveries(subscriptionRowID: one.rowID, seqs: nil, nowMs: 1_400) } == 1)
+            let replayed = try claim("a", 1_500)
+            #expect(replayed.contains { $0.subscriptionRowID == one.rowID && $0.seq == 2 && $0.attempts == 1 })
+            #expect(try storage.write { try $0.purgeDeliveries(finishedBefore: 100, limit: 10) } == 1, "the delivered first one")
+        }
+    }
+
     @Test(arguments: StorageBackends.all)
     func shortLinksPointAtTokensAndPruneOldestFirst(_ backend: StorageBackend) throws {
         try withStorage(backend) { storage in

@@ -105,6 +105,18 @@ struct StorageNodesContractTests {
             try tx.setShareMembership(shareID: share.id, recordName: "item", member: true)
             let shared = try tx.database(DatabaseKey(kind: .shared, environment: "production", ownerID: bob.id))
             try tx.markSharedZone(databaseID: shared.id, shareID: share.id, deleted: false)
+            let subscription = try tx.insertSubscription(StoredSubscription(
+                databaseID: database.id, userID: ann.id, name: "lists", kind: .zone, zoneName: "Lists", zoneOwner: "_a",
+                recordType: nil, firesOn: 7, firesOnce: false, definition: "{}", webhookURL: "https://example.com/hook",
+                webhookSecret: [9, 9], createdMs: 20, modifiedMs: 20))
+            _ = try tx.raiseNotifications([NotificationTrigger(
+                userID: ann.id, subscriptionRowID: subscription.rowID, zoneRowID: zone.rowID, databaseID: database.id,
+                subscriptionName: "lists", kind: .zone, zoneName: "Lists", zoneOwner: "_a")], origin: "00000000000000t1")
+            _ = try tx.enqueueDelivery(subscriptionRowID: subscription.rowID, userID: ann.id, url: "https://example.com/hook",
+                                       payload: Array("{}".utf8), nowMs: 22)
+            try tx.insertPushToken(StoredPushToken(hash: [4, 4], userID: ann.id, deviceTokenID: "00000000000000t1",
+                                                   environment: "production", apnsEnvironment: "production",
+                                                   registered: true, createdMs: 21))
             try tx.saveClientOperation(userID: ann.id, operationID: "op-1",
                                        ClientOperation(requestHash: [7, 7], status: 200, response: Array("{}".utf8)),
                                        chargedTo: database.id, nowMs: 19)

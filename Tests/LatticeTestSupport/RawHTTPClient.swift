@@ -190,6 +190,45 @@ public final class RawHTTPClient {
         }
     }
 
+    /// Reads until `marker` arrives (what came up to its end is answered and consumed), the server closes the
+    /// connection, a read times out (the client's timeout), or `seconds` pass in all (a stream that keeps
+    /// sending something else). For a streamed answer (server-sent events).
+    public func readUntil(_ marker: String, within seconds: Double = 15) throws -> (text: String, found: Bool, closed: Bool) {
+        let needle = Array(marker.utf8)
+        let deadline = Date().addingTimeInterval(seconds)
+        while true {
+            if Date() > deadline {
+                defer { consumeAll() }
+                return (String(decoding: received[readIndex...], as: UTF8.self), false, false)
+            }
+            let pending = received[readIndex...]
+            if let range = Self.firstRange(of: needle, in: pending) {
+                let text = String(decoding: received[readIndex..<range.upperBound], as: UTF8.self)
+                readIndex = range.upperBound
+                return (text, true, false)
+            }
+            switch try fill() {
+            case .data: continue
+            case .closed:
+                defer { consumeAll() }
+                return (String(decoding: received[readIndex...], as: UTF8.self), false, true)
+            case .timedOut:
+                defer { consumeAll() }
+                return (String(decoding: received[readIndex...], as: UTF8.self), false, false)
+            }
+        }
+    }
+
+    private static func firstRange(of needle: [UInt8], in haystack: ArraySlice<UInt8>) -> Range<Int>? {
+        guard !needle.isEmpty, haystack.count >= needle.count else { return nil }
+        var start = haystack.startIndex
+        while start + needle.count <= haystack.endIndex {
+            if haystack[start..<(start + needle.count)].elementsEqual(needle) { return start..<(start + needle.count) }
+            start += 1
+        }
+        return nil
+    }
+
     /// `chunks` in chunked transfer encoding, with the final empty chunk.
     public static func chunked(_ chunks: [[UInt8]]) -> [UInt8] {
         var encoded: [UInt8] = []

@@ -404,9 +404,21 @@ private func logSafe(_ text: String) -> String {
 /// Sends `response` on `connection`. The library computes Content-Length itself, so a handler's own
 /// Content-Length header is left out. While the server drains, the connection closes after the answer.
 private func queueResponse(_ response: HTTPResponse, on connection: OpaquePointer, closeAfterwards: Bool) -> Bool {
-    let created = response.body.withUnsafeBytes { bytes in
-        MHD_create_response_from_buffer(bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress),
-                                        .RESPMEM_MUST_COPY)
+    let created: OpaquePointer?
+    if let stream = response.stream {
+        // The library holds the retain until it frees the answer (`streamBodyFree`).
+        stream.attach(connection)
+        let context = Unmanaged.passRetained(stream).toOpaque()
+        created = MHD_create_response_from_callback(UInt64.max, 4_096, streamBodyRead, context, streamBodyFree)
+        if created == nil {
+            Unmanaged<HTTPStreamBody>.fromOpaque(context).release()
+            stream.release()
+        }
+    } else {
+        created = response.body.withUnsafeBytes { bytes in
+            MHD_create_response_from_buffer(bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress),
+                                            .RESPMEM_MUST_COPY)
+        }
     }
     guard let created else { return false }
     defer { MHD_destroy_response(created) }

@@ -293,6 +293,9 @@ public final class SQLiteStorage: Storage, Sendable {
                            sql: IdentityTables.migration(blob: "BLOB", integer: "INTEGER")),
         // Short share links (ShortLinks.swift).
         Migrator.Migration("v11: short share links", sql: ShortLinkTables.migration(integer: "INTEGER", text: "TEXT")),
+        Migrator.Migration("v12: subscriptions, notifications, push tokens",
+                           sql: SubscriptionTables.migration(integer: "INTEGER", text: "TEXT", blob: "BLOB",
+                                                             key: "INTEGER PRIMARY KEY AUTOINCREMENT")),
     ])
 
     /// The node a SQLite deployment runs as (one process), unless told otherwise.
@@ -1024,6 +1027,188 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
         try run("DELETE FROM share_short_links WHERE share_id = ? AND code NOT IN (SELECT code FROM share_short_links "
                 + "WHERE share_id = ? ORDER BY created_ms DESC, code LIMIT ?)",
                 [.integer(shareID), .integer(shareID), .integer(Int64(max(0, keeping)))])
+    }
+
+    // MARK: Subscriptions (Subscriptions.swift)
+
+    func insertSubscription(_ subscription: StoredSubscription) throws -> StoredSubscription {
+        let values = subscriptionValues(subscription, integer: SQLiteValue.integer, text: SQLiteValue.text,
+                                        bytes: SQLiteValue.blob, null: .null)
+        let inserted = try run("INSERT INTO subscriptions(\(Self.subscriptionColumns.dropFirst(4))) VALUES "
+                               + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", values)
+        if inserted == 0 { throw StorageError.duplicate("a subscription named \(subscription.name)") }
+        var stored = subscription
+        stored.rowID = db.lastInsertRowID
+        return stored
+    }
+
+    func updateSubscription(_ subscription: StoredSubscription) throws -> Bool {
+        let values = subscriptionValues(subscription, integer: SQLiteValue.integer, text: SQLiteValue.text,
+                                        bytes: SQLiteValue.blob, null: .null)
+        return try run("UPDATE subscriptions SET kind = ?, zone_name = ?, zone_owner = ?, record_type = ?, fires_on = ?, "
+                       + "fires_once = ?, definition = ?, webhook_url = ?, webhook_secret = ?, modified_ms = ? WHERE id = ?",
+                       Array(values[3..<12]) + [values[13], .integer(subscription.rowID)]) > 0
+    }
+
+    func deleteSubscription(rowID: Int64, keepingNotifications: Bool) throws -> Bool {
+        if !keepingNotifications { try run("DELETE FROM notifications WHERE subscription_id = ?", [.integer(rowID)]) }
+        return try run("DELETE FROM subscriptions WHERE id = ?", [.integer(rowID)]) > 0
+    }
+
+    func subscription(databaseID: Int64, name: String) throws -> StoredSubscription? {
+        try rows("SELECT \(Self.subscriptionColumns) FROM subscriptions WHERE database_id = ? AND name = ?",
+                 [.integer(databaseID), .text(name)]).first.map(subscription)
+    }
+
+    func subscriptions(databaseID: Int64, limit: Int) throws -> [StoredSubscription] {
+        try rows("SELECT \(Self.subscriptionColumns) FROM subscriptions WHERE database_id = ? ORDER BY name LIMIT ?",
+                 [.integer(databaseID), .integer(Int64(max(0, limit)))]).map(subscription)
+    }
+
+    func subscriptionCount(databaseID: Int64) throws -> Int {
+        Int(try rows("SELECT count(*) FROM subscriptions WHERE database_id = ?", [.integer(databaseID)]).first?[0].integer ?? 0)
+    }
+
+    func subscriptions(databaseIDs: [Int64]) throws -> [StoredSubscription] {
+        guard !databaseIDs.isEmpty else { return [] }
+        let marks = Array(repeating: "?", count: databaseIDs.count).joined(separator: ", ")
+        return try rows("SELECT \(Self.subscriptionColumns) FROM subscriptions WHERE database_id IN (\(marks)) ORDER BY id",
+                        databaseIDs.map(SQLiteValue.integer)).map(subscription)
+    }
+
+    func raiseNotifications(_ triggers: [NotificationTrigger], origin: String?) throws -> [Int64: Int64] {
+        var counts: [Int64: Int64] = [:]
+        var order: [Int64] = []
+        for trigger in triggers {
+            if counts[trigger.userID] == nil { order.append(trigger.userID) }
+            counts[trigger.userID, default: 0] += 1
+        }
+        var next: [Int64: Int64] = [:]
+        var last: [Int64: Int64] = [:]
+        for user in order {
+            let top = try rows("INSERT INTO notification_counters(user_id, last_seq) VALUES (?, ?) ON CONFLICT(user_id) "
+                               + "DO UPDATE SET last_seq = last_seq + excluded.last_seq RETURNING last_seq",
+                               [.integer(user), .integer(counts[user]!)]).first?[0].integer ?? 0
+            next[user] = top - counts[user]! + 1
+            last[user] = top
+        }
+        let originValue: SQLiteValue = origin.map(SQLiteValue.text) ?? .null
+        for trigger in triggers {
+            let seq = next[trigger.userID]!
+            next[trigger.userID] = seq + 1
+            try run("INSERT INTO notifications(\(Self.notificationColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0) "
+                    + "ON CONFLICT(subscription_id, zone_id) DO UPDATE SET "
+                    + "run_after = CASE WHEN notifications.origin IS excluded.origin THEN notifications.run_after "
+                    + "ELSE notifications.seq END, origin = excluded.origin, seq = excluded.seq, "
+                    + "zone_name = excluded.zone_name, zone_owner = excluded.zone_owner",
+                    triggerValues(trigger, integer: SQLiteValue.integer, text: SQLiteValue.text, null: .null)
+                        + [.integer(seq), originValue])
+        }
+        return last
+    }
+
+    func notifications(userID: Int64, after cursor: Int64, limit: Int) throws -> [StoredNotification] {
+        try rows("SELECT \(Self.notificationColumns) FROM notifications WHERE user_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                 [.integer(userID), .integer(cursor), .integer(Int64(max(0, limit)))]).map { try notification($0) }
+    }
+
+    func lastNotificationSeq(userID: Int64) throws -> Int64 {
+        try rows("SELECT last_seq FROM notification_counters WHERE user_id = ?", [.integer(userID)]).first?[0].integer ?? 0
+    }
+
+    func insertPushToken(_ token: StoredPushToken) throws {
+        let inserted = try run("INSERT INTO push_tokens(hash, user_id, device_token_id, environment, apns_environment, "
+                               + "registered, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                               [.blob(token.hash), .integer(token.userID), .text(token.deviceTokenID),
+                                .text(token.environment), .text(token.apnsEnvironment),
+                                .integer(token.registered ? 1 : 0), .integer(token.createdMs)])
+        if inserted == 0 { throw StorageError.duplicate("a push token with this hash") }
+    }
+
+    func pushToken(hash: [UInt8], nowMs: Int64) throws -> StoredPushToken? {
+        try rows("SELECT \(Self.pushTokenColumns) FROM push_tokens p JOIN tokens t ON t.id = p.device_token_id "
+                 + "WHERE p.hash = ? AND (t.expires_ms IS NULL OR t.expires_ms > ?)",
+                 [.blob(hash), .integer(nowMs)]).first.map(pushToken)
+    }
+
+    func registerPushToken(hash: [UInt8], userID: Int64) throws -> Bool {
+        try run("UPDATE push_tokens SET registered = 1 WHERE hash = ? AND user_id = ?", [.blob(hash), .integer(userID)]) > 0
+    }
+
+    func pushTokenCount(deviceTokenID: String) throws -> Int {
+        Int(try rows("SELECT count(*) FROM push_tokens WHERE device_token_id = ?", [.text(deviceTokenID)]).first?[0].integer ?? 0)
+    }
+
+    func forgetOrphanPushTokens(limit: Int) throws -> Int {
+        try run("DELETE FROM push_tokens WHERE hash IN (SELECT p.hash FROM push_tokens p LEFT JOIN tokens t "
+                + "ON t.id = p.device_token_id WHERE t.id IS NULL LIMIT ?)", [.integer(Int64(max(0, limit)))])
+    }
+
+    // MARK: Webhook deliveries (Subscriptions.swift)
+
+    func enqueueDelivery(subscriptionRowID: Int64, userID: Int64, url: String, payload: [UInt8], nowMs: Int64) throws
+        -> StoredDelivery {
+        guard let seq = try rows("UPDATE subscriptions SET webhook_seq = webhook_seq + 1 WHERE id = ?1 RETURNING webhook_seq",
+                                 [.integer(subscriptionRowID)]).first?[0].integer else {
+            throw StorageError.failure("subscription \(subscriptionRowID) is missing")
+        }
+        let inserted = try rows("INSERT INTO webhook_deliveries(subscription_id, user_id, seq, url, payload, state, attempts, "
+                                + "next_attempt_ms, claimed_until_ms, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 0, ?6, 0, ?6) "
+                                + "RETURNING \(Self.deliveryColumns)",
+                                [.integer(subscriptionRowID), .integer(userID), .integer(seq), .text(url), SQLiteValue.blob(payload),
+                                 .integer(nowMs)])
+        guard let row = inserted.first else { throw StorageError.failure("the delivery was not inserted") }
+        return try delivery(row)
+    }
+
+    func claimDeliveries(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) throws -> [StoredDelivery] {
+        try rows("UPDATE webhook_deliveries SET claimed_by = ?, claimed_until_ms = ?, attempts = attempts + 1 "
+                 + "WHERE id IN (SELECT d.id FROM webhook_deliveries d WHERE d.state = 'pending' AND d.next_attempt_ms <= ?3 "
+                 + "AND d.claimed_until_ms <= ?3 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries e "
+                 + "WHERE e.subscription_id = d.subscription_id AND e.state = 'pending' AND e.seq < d.seq) "
+                 + "ORDER BY d.next_attempt_ms, d.id LIMIT ?4) RETURNING \(Self.deliveryColumns)",
+                 [.text(node), .integer(nowMs + leaseMs), .integer(nowMs), .integer(Int64(max(0, limit)))]).map { try delivery($0) }
+    }
+
+    func finishDelivery(id: Int64, node: String, outcome: DeliveryOutcome, nowMs: Int64) throws -> Bool {
+        let values = Self.outcomeValues(outcome, nowMs: nowMs)
+        return try run("UPDATE webhook_deliveries SET state = ?1, last_status = ?2, last_error = ?3, "
+                       + "next_attempt_ms = COALESCE(?4, next_attempt_ms), finished_ms = ?5, claimed_by = NULL, "
+                       + "claimed_until_ms = 0 WHERE id = ?6 AND claimed_by = ?7",
+                       [.text(values.state.rawValue), values.status.map(SQLiteValue.integer) ?? .null,
+                        values.error.map(SQLiteValue.text) ?? .null, values.nextAttemptMs.map(SQLiteValue.integer) ?? .null,
+                        values.finishedMs.map(SQLiteValue.integer) ?? .null, .integer(id), .text(node)]) > 0
+    }
+
+    func releaseDeliveryClaims(node: String) throws -> Int {
+        try run("UPDATE webhook_deliveries SET claimed_by = NULL, claimed_until_ms = 0 WHERE claimed_by = ?1", [.text(node)])
+    }
+
+    func deliveries(subscriptionRowID: Int64, state: DeliveryState?, afterSeq: Int64, limit: Int) throws -> [StoredDelivery] {
+        try rows("SELECT \(Self.deliveryColumns) FROM webhook_deliveries WHERE subscription_id = ?1 AND seq > ?2 "
+                 + "AND (?3 IS NULL OR state = ?3) ORDER BY seq LIMIT ?4",
+                 [.integer(subscriptionRowID), .integer(afterSeq), state.map { .text($0.rawValue) } ?? .null,
+                  .integer(Int64(max(0, limit)))]).map { try delivery($0) }
+    }
+
+    func replayDeliveries(subscriptionRowID: Int64, seqs: [Int64]?, nowMs: Int64) throws -> Int {
+        guard let seqs else {
+            return try run("UPDATE webhook_deliveries SET state = 'pending', attempts = 0, next_attempt_ms = ?1, "
+                           + "finished_ms = NULL WHERE subscription_id = ?2 AND state = 'failed'",
+                           [.integer(nowMs), .integer(subscriptionRowID)])
+        }
+        var count = 0
+        for seq in seqs {
+            count += try run("UPDATE webhook_deliveries SET state = 'pending', attempts = 0, next_attempt_ms = ?1, "
+                             + "finished_ms = NULL WHERE subscription_id = ?2 AND seq = ?3 AND state = 'failed'",
+                             [.integer(nowMs), .integer(subscriptionRowID), .integer(seq)])
+        }
+        return count
+    }
+
+    func purgeDeliveries(finishedBefore beforeMs: Int64, limit: Int) throws -> Int {
+        try run("DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE finished_ms IS NOT NULL "
+                + "AND finished_ms < ?1 LIMIT ?2)", [.integer(beforeMs), .integer(Int64(max(0, limit)))])
     }
 
     func setShareMembership(shareID: Int64, recordName: String, member: Bool) throws {

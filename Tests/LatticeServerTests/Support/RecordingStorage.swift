@@ -439,6 +439,118 @@ private struct RecordingTransaction: StorageTransaction {
         return try base.recordLinkUse(tokenID: tokenID, shareID: shareID)
     }
 
+    func insertSubscription(_ subscription: StoredSubscription) throws -> StoredSubscription {
+        note("insertSubscription")
+        return try base.insertSubscription(subscription)
+    }
+
+    func updateSubscription(_ subscription: StoredSubscription) throws -> Bool {
+        note("updateSubscription")
+        return try base.updateSubscription(subscription)
+    }
+
+    func deleteSubscription(rowID: Int64, keepingNotifications: Bool) throws -> Bool {
+        note("deleteSubscription")
+        return try base.deleteSubscription(rowID: rowID, keepingNotifications: keepingNotifications)
+    }
+
+    func subscription(databaseID: Int64, name: String) throws -> StoredSubscription? {
+        note("subscription")
+        return try base.subscription(databaseID: databaseID, name: name)
+    }
+
+    func subscriptions(databaseID: Int64, limit: Int) throws -> [StoredSubscription] {
+        note("subscriptions")
+        return try base.subscriptions(databaseID: databaseID, limit: limit)
+    }
+
+    func subscriptionCount(databaseID: Int64) throws -> Int {
+        note("subscriptionCount")
+        return try base.subscriptionCount(databaseID: databaseID)
+    }
+
+    func subscriptions(databaseIDs: [Int64]) throws -> [StoredSubscription] {
+        note("subscriptions")
+        return try base.subscriptions(databaseIDs: databaseIDs)
+    }
+
+    func raiseNotifications(_ triggers: [NotificationTrigger], origin: String?) throws -> [Int64: Int64] {
+        note("raiseNotifications")
+        return try base.raiseNotifications(triggers, origin: origin)
+    }
+
+    func notifications(userID: Int64, after cursor: Int64, limit: Int) throws -> [StoredNotification] {
+        note("notifications")
+        return try base.notifications(userID: userID, after: cursor, limit: limit)
+    }
+
+    func lastNotificationSeq(userID: Int64) throws -> Int64 {
+        note("lastNotificationSeq")
+        return try base.lastNotificationSeq(userID: userID)
+    }
+
+    func insertPushToken(_ token: StoredPushToken) throws {
+        note("insertPushToken")
+        try base.insertPushToken(token)
+    }
+
+    func pushToken(hash: [UInt8], nowMs: Int64) throws -> StoredPushToken? {
+        note("pushToken")
+        return try base.pushToken(hash: hash, nowMs: nowMs)
+    }
+
+    func registerPushToken(hash: [UInt8], userID: Int64) throws -> Bool {
+        note("registerPushToken")
+        return try base.registerPushToken(hash: hash, userID: userID)
+    }
+
+    func pushTokenCount(deviceTokenID: String) throws -> Int {
+        note("pushTokenCount")
+        return try base.pushTokenCount(deviceTokenID: deviceTokenID)
+    }
+
+    func forgetOrphanPushTokens(limit: Int) throws -> Int {
+        note("forgetOrphanPushTokens")
+        return try base.forgetOrphanPushTokens(limit: limit)
+    }
+
+    func enqueueDelivery(subscriptionRowID: Int64, userID: Int64, url: String, payload: [UInt8], nowMs: Int64) throws
+        -> StoredDelivery {
+        note("enqueueDelivery")
+        return try base.enqueueDelivery(subscriptionRowID: subscriptionRowID, userID: userID, url: url, payload: payload,
+                                        nowMs: nowMs)
+    }
+
+    func claimDeliveries(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) throws -> [StoredDelivery] {
+        note("claimDeliveries")
+        return try base.claimDeliveries(node: node, nowMs: nowMs, leaseMs: leaseMs, limit: limit)
+    }
+
+    func finishDelivery(id: Int64, node: String, outcome: DeliveryOutcome, nowMs: Int64) throws -> Bool {
+        note("finishDelivery")
+        return try base.finishDelivery(id: id, node: node, outcome: outcome, nowMs: nowMs)
+    }
+
+    func releaseDeliveryClaims(node: String) throws -> Int {
+        note("releaseDeliveryClaims")
+        return try base.releaseDeliveryClaims(node: node)
+    }
+
+    func deliveries(subscriptionRowID: Int64, state: DeliveryState?, afterSeq: Int64, limit: Int) throws -> [StoredDelivery] {
+        note("deliveries")
+        return try base.deliveries(subscriptionRowID: subscriptionRowID, state: state, afterSeq: afterSeq, limit: limit)
+    }
+
+    func replayDeliveries(subscriptionRowID: Int64, seqs: [Int64]?, nowMs: Int64) throws -> Int {
+        note("replayDeliveries")
+        return try base.replayDeliveries(subscriptionRowID: subscriptionRowID, seqs: seqs, nowMs: nowMs)
+    }
+
+    func purgeDeliveries(finishedBefore beforeMs: Int64, limit: Int) throws -> Int {
+        note("purgeDeliveries")
+        return try base.purgeDeliveries(finishedBefore: beforeMs, limit: limit)
+    }
+
     func insertShortLink(code: String, shareID: Int64, token: String, nowMs: Int64) throws {
         note("insertShortLink")
         try base.insertShortLink(code: code, shareID: shareID, token: token, nowMs: nowMs)
