@@ -45,6 +45,8 @@ enum Harness {
             return runCommand("serve", arguments, ServeLoadOptions.self, helpHint: false) { options, _ in ServeLoad.run(options) }
         case "sync":
             return runCommand("sync", arguments, SyncBenchOptions.self) { SyncBench.run($0, argv: $1) }
+        case "devices":
+            return runCommand("devices", arguments, DevicesBenchOptions.self) { DevicesBench.run($0, argv: $1) }
         case "engine":
             return runCommand("engine", arguments, EngineBenchOptions.self) { EngineBench.run($0, argv: $1) }
         case "push":
@@ -85,6 +87,7 @@ enum Harness {
         usage: lattice-bench merge [options]     merge throughput (lattice-bench merge --help)
                lattice-bench serve [options]     server request rate and latency (lattice-bench serve --help)
                lattice-bench sync [options]      end-to-end sync: push, pull, storage ceiling (lattice-bench sync --help)
+               lattice-bench devices [options]   many devices sending small changes, beside the storage ceilings
                lattice-bench engine [options]    the app engine beside the CLI's, push and pull (lattice-bench engine --help)
                lattice-bench push [options]      one binary push in-process, for profiling (lattice-bench push --help)
                lattice-bench soak [options]      mixed traffic for minutes: latency, memory, files (lattice-bench soak --help)
@@ -372,6 +375,7 @@ protocol BenchCommandOptions {
 
 extension ServeLoadOptions: BenchCommandOptions {}
 extension SyncBenchOptions: BenchCommandOptions {}
+extension DevicesBenchOptions: BenchCommandOptions {}
 extension EngineBenchOptions: BenchCommandOptions {}
 extension PushProfileOptions: BenchCommandOptions {}
 extension SoakOptions: BenchCommandOptions {}

@@ -13,6 +13,8 @@ let serveUsage = """
                          [--workers-per-client N] [--header-timeout S] [--body-timeout S]
                          [--body-budget-mib N] [--parked-waits-per-user N] [--shutdown-grace S]
                          [--push-streams-per-user N] [--push-streams-per-address N] [--push-heartbeat S]
+                         [--webhook-private-addresses allow|refuse] [--webhook-attempts N]
+                         [--webhook-retry-ms N] [--webhook-timeout S] [--webhook-concurrency N]
                          [--signup-per-address N] [--signup-global N] [--auth-failures-per-minute N]
                          [--token-lifetime SECONDS] [--disk-budget BYTES] [--client-operations-per-user N]
                          [--quota-per-database BYTES] [--requests-per-second-per-account N]
@@ -130,6 +132,13 @@ let serveUsage = """
       --push-streams-per-address N  push streams one client address may hold open (default 256)
       --push-heartbeat S         seconds between keep-alive comments on push streams, and checks of
                                  their push tokens (default 30)
+      --webhook-private-addresses allow|refuse  whether webhooks may go to loopback, private or
+                                 reserved addresses (default refuse)
+      --webhook-attempts N       attempts before a webhook delivery is dead-lettered (default 12)
+      --webhook-retry-ms N       the first retry's delay; each later one doubles, up to an hour
+                                 (default 2000)
+      --webhook-timeout S        seconds one webhook attempt may take (default 10)
+      --webhook-concurrency N    webhook deliveries this node sends at once (default 4)
       --shutdown-grace S         seconds in-flight requests get to finish on SIGTERM (default 10); if
                                  the process is still stopping 5 s later, it exits anyway (status 1)
     """
@@ -148,6 +157,8 @@ func runServe(_ arguments: [String]) throws {
                                                                "body-budget-mib", "parked-waits-per-user",
                                                                "shutdown-grace", "push-streams-per-user",
                                                                "push-streams-per-address", "push-heartbeat",
+                                                               "webhook-private-addresses", "webhook-attempts",
+                                                               "webhook-retry-ms", "webhook-timeout", "webhook-concurrency",
                                                                "signup-per-address", "signup-global",
                                                                "auth-failures-per-minute", "token-lifetime",
                                                                "disk-budget", "client-operations-per-user",
@@ -290,6 +301,18 @@ private func applyConnectionOptions(_ parsed: ParsedArguments, to options: inout
         options.service.maximumPushStreamsPerAddress = streams
     }
     if let seconds = try parsed.integer("push-heartbeat", in: 1...3600) { options.service.pushHeartbeatSeconds = seconds }
+    if let choice = try parsed.value("webhook-private-addresses") {
+        guard choice == "allow" || choice == "refuse" else {
+            throw UsageError("--webhook-private-addresses takes allow or refuse")
+        }
+        options.service.webhooks.allowsPrivateAddresses = choice == "allow"
+    }
+    if let attempts = try parsed.integer("webhook-attempts", in: 1...100) { options.service.webhooks.maximumAttempts = attempts }
+    if let milliseconds = try parsed.integer("webhook-retry-ms", in: 10...3_600_000) {
+        options.service.webhooks.retryBaseMilliseconds = Int64(milliseconds)
+    }
+    if let seconds = try parsed.integer("webhook-timeout", in: 1...300) { options.service.webhooks.timeoutSeconds = seconds }
+    if let slots = try parsed.integer("webhook-concurrency", in: 1...256) { options.service.webhooks.concurrency = slots }
 
     // Every connection is a file descriptor; so are the database, the log and each HTTP thread's poller.
     let reserve = 64 + 4 * options.http.threadPoolSize

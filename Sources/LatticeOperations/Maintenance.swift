@@ -17,6 +17,8 @@ public struct Maintenance: Sendable {
         try purgeUnlessRunningElsewhere() ?? PurgeReport()
     }
 
+    /// How long finished webhook deliveries (delivered or failed) stay listable before the purge removes them.
+    public static let deliveryHorizonMilliseconds: Int64 = 7 * 24 * 3_600_000
     /// Rows one batch of the purge removes at most: each batch is a write transaction of its own.
     public static let purgeBatchRows = 1_000
     /// The deadline of one batch's write transaction (its wait for the writer included).
@@ -71,6 +73,10 @@ public struct Maintenance: Sendable {
                         // few (their creation is rate-limited), so they go with the first batch.
                         _ = try tx.forgetDeviceAuthorizations(expiredAt: now)
                         try tx.forgetDeviceApprovalFailures(before: approvalFailuresBefore)
+                        // Webhook deliveries finished a week ago, and push tokens whose device token is gone: a
+                        // bounded number a run (the rest go with the next runs).
+                        _ = try tx.purgeDeliveries(finishedBefore: now - Self.deliveryHorizonMilliseconds, limit: limit)
+                        _ = try tx.forgetOrphanPushTokens(limit: limit)
                     }
                     return try tx.purge(before: horizon, operationsBeforeMs: operationsBefore, limit: limit)
                 }

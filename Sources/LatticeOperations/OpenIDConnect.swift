@@ -45,61 +45,15 @@ struct ProviderMetadata: Sendable {
 enum ProviderHTTP {
     static let maximumBytes = 256 * 1024
 
-    /// One answer as it arrives, cut off past `limit` bytes. Every field is behind `state`'s lock; the
-    /// semaphore is signalled once, when the task completes (cancelled ones too).
-    final class Collector: NSObject, URLSessionDataDelegate, Sendable {
-        struct State {
-            var body: [UInt8] = []
-            var tooLarge = false
-            var error: String?
-        }
-
-        let limit: Int
-        let state = Mutex(State())
-        let done = DispatchSemaphore(value: 0)
-
-        init(limit: Int) { self.limit = limit }
-
-        func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-            let declared = dataTask.response?.expectedContentLength ?? -1
-            let over = state.withLock { state -> Bool in
-                guard !state.tooLarge else { return true }
-                if declared > Int64(limit) || state.body.count + data.count > limit {
-                    state.tooLarge = true
-                    state.body = []
-                    return true
-                }
-                state.body.append(contentsOf: data)
-                return false
-            }
-            if over { dataTask.cancel() }
-        }
-
-        func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-            if let error { state.withLock { $0.error = String(error.localizedDescription.prefix(200)) } }
-            done.signal()
-        }
-    }
-
     static func send(_ request: URLRequest, limit: Int = maximumBytes) throws -> (status: Int, body: [UInt8]) {
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.timeoutIntervalForRequest = 5
-        configuration.timeoutIntervalForResource = 10
-        let collector = Collector(limit: limit)
-        let session = URLSession(configuration: configuration, delegate: collector, delegateQueue: nil)
-        // Cancels whatever is still under way (after a time-out) and releases the delegate.
-        defer { session.invalidateAndCancel() }
-        let task = session.dataTask(with: request)
-        task.resume()
-        guard collector.done.wait(timeout: .now() + 12) == .success else {
-            throw ServiceError(.tryAgainLater, "the identity provider did not answer in time")
+        let answer = OutboundHTTP.send(request, limit: limit, requestTimeout: 5, totalTimeout: 10, followsRedirects: true)
+        switch answer {
+        case .timedOut: throw ServiceError(.tryAgainLater, "the identity provider did not answer in time")
+        case .failed(let error): throw ServiceError(.tryAgainLater, "the identity provider could not be reached: \(error)")
+        case .answered(let status, let body, let tooLarge):
+            if tooLarge { throw ServiceError(.tryAgainLater, "the identity provider's answer is too large") }
+            return (status, body)
         }
-        let outcome = collector.state.withLock { $0 }
-        if outcome.tooLarge { throw ServiceError(.tryAgainLater, "the identity provider's answer is too large") }
-        if let error = outcome.error {
-            throw ServiceError(.tryAgainLater, "the identity provider could not be reached: \(error)")
-        }
-        return ((task.response as? HTTPURLResponse)?.statusCode ?? 0, outcome.body)
     }
 
     static func getJSON(_ url: String) throws -> JSON {

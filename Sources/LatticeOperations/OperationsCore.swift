@@ -29,6 +29,8 @@ public final class OperationsCore: Sendable {
     package let log: @Sendable (String) -> Void
     /// Told, after a write commits, each database it changed with that database's last position.
     private let committed: @Sendable ([(databaseID: Int64, position: Int64)]) -> Void
+    /// Told after a commit that queued webhook deliveries (the node's dispatcher, once started).
+    package let deliveriesQueued = Mutex<(@Sendable () -> Void)?>(nil)
     /// When a full disk was last logged (milliseconds, the configuration's clock): once a minute.
     private let diskFullLoggedMs = Atomic<Int64>(Int64.min / 2)
     private let currentPublicURL: Mutex<String>
@@ -133,12 +135,13 @@ public final class OperationsCore: Sendable {
     /// starts with nothing touched. Without a `deadline` it gets one of the configured length from now.
     package func write<T>(deadline: RequestDeadline? = nil,
                           _ body: (any StorageTransaction, inout CommitEffects) throws -> T) throws -> T {
+        var queuedDeliveries = false
         let (result, positions, reserved) = try storage.write(deadline: deadline ?? freshDeadline()) { tx
             -> (T, [(databaseID: Int64, position: Int64)], Int64?) in
             var touched = CommitEffects()
             let result = try body(tx, &touched)
-            // The notifications the change raises commit with it (Subscriptions.swift).
-            try Subscriptions(self).fire(touched, tx)
+            // The notifications (and webhook deliveries) the change raises commit with it (Subscriptions.swift).
+            queuedDeliveries = try Subscriptions(self).fire(touched, tx)
             // Keep the clock's high-water mark ahead of the writes it stamped (NodeClockLease): after a
             // restart the clock never goes back, even if the wall clock did. Most transactions are covered
             // by the committed reservation and leave the node's row alone.
@@ -153,6 +156,7 @@ public final class OperationsCore: Sendable {
         }
         if let reserved { clockLease.committed(reserved) }
         if !positions.isEmpty { committed(positions) }
+        if queuedDeliveries { deliveriesQueued.withLock { $0 }?() }
         return result
     }
 

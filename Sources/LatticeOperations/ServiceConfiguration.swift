@@ -152,6 +152,9 @@ public struct ServiceConfiguration: Sendable {
     /// Seconds between the comment lines every push stream gets (proxies keep it open; a dead peer is found
     /// by the write) and the checks of its push token.
     public var pushHeartbeatSeconds = 30
+    /// Webhook sending: concurrency, time-out, attempts, backoff, and whether receivers on private addresses
+    /// are allowed (`WebhookDispatcher.Settings`).
+    public var webhooks = WebhookDispatcher.Settings()
     /// Bytes a push stream may have waiting for a slow reader before it is cut off (it reconnects with
     /// `Last-Event-ID` and loses nothing: notifications are kept in the storage).
     public var pushBacklogBytes = 64 * 1024

@@ -34,12 +34,26 @@ public struct Subscriptions: Sendable, OperationArea {
     public func modify(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
         try requireSubscribable(caller, "subscriptions/modify")
         let request = try SubscriptionsModifyRequest(json: .object(body), limits: requestLimits)
+        // Webhook URLs are checked (their names resolved) before the write, so no lookup holds the writer.
+        var refusedURLs: [String: ServiceError] = [:]
+        for hook in Set(request.operations.compactMap(\.subscription.webhookURL)) {
+            do {
+                let url = try Webhooks.checkForm(hook)
+                if !configuration.webhooks.allowsPrivateAddresses, let refusal = Webhooks.refusal(host: url.host ?? "") {
+                    throw ServiceError.badRequest("webhook.url: \(refusal); this server sends webhooks to public addresses only")
+                }
+            } catch let error as ServiceError {
+                refusedURLs[hook] = error
+            }
+        }
         let results: [JSON] = try core.write(deadline: caller.deadline) { tx, _ in
             let database = try tx.database(caller.databaseKey)
             var results: [JSON] = []
             for operation in request.operations {
                 let name = operation.subscription.subscriptionID
                 do {
+                    if operation.operationType != .delete, let hook = operation.subscription.webhookURL,
+                       let refusal = refusedURLs[hook] { throw refusal }
                     results.append(try tx.savepoint { try apply(operation, database: database, caller: caller, tx) })
                 } catch let error as ServiceError {
                     results.append(error.json(item: (key: "subscriptionID", value: name)))
@@ -73,15 +87,28 @@ public struct Subscriptions: Sendable, OperationArea {
             guard try tx.subscriptionCount(databaseID: database.id) < limit else {
                 throw ServiceError(.quotaExceeded, "this database has \(limit) subscriptions, the most it may have")
             }
+            // A webhook's signing key, shown in this answer only.
+            let secret = try made.webhookURL.map { _ in try WebhookSignature.newSecret() }
+            made.webhookSecret = secret.map { Array($0.utf8) }
             made = try tx.insertSubscription(made)
-            return try render(made)
+            return try render(made, secret: secret)
         case .update:
             guard let existing else { throw ServiceError(.notFound, "no subscription \(wire.subscriptionID)") }
             var made = try stored(wire, database: database, caller: caller, nowMs: now, tx)
             made.rowID = existing.rowID
             made.createdMs = existing.createdMs
+            // The signing key stays; a subscription given its first webhook gets one (shown in this answer only).
+            var secret: String?
+            if made.webhookURL != nil {
+                if let kept = existing.webhookSecret {
+                    made.webhookSecret = kept
+                } else {
+                    secret = try WebhookSignature.newSecret()
+                    made.webhookSecret = secret.map { Array($0.utf8) }
+                }
+            }
             _ = try tx.updateSubscription(made)
-            return try render(made)
+            return try render(made, secret: secret)
         }
     }
 
@@ -94,7 +121,9 @@ public struct Subscriptions: Sendable, OperationArea {
                                           + "use a zone or database subscription")
         }
         if wire.webhookURL != nil {
-            throw ServiceError(.notImplemented, "webhook subscriptions are not available on this server yet")
+            guard caller.database == .private else {
+                throw ServiceError.badRequest("webhooks belong to subscriptions of the private database")
+            }
         }
         var zoneName: String?, zoneOwner: String?
         var wireOut = wire
@@ -115,7 +144,7 @@ public struct Subscriptions: Sendable, OperationArea {
                                   zoneName: zoneName, zoneOwner: zoneOwner, recordType: wire.recordType, firesOn: firesOn,
                                   firesOnce: wire.firesOnce,
                                   definition: String(decoding: wireOut.json.serializedBytes(), as: UTF8.self),
-                                  createdMs: nowMs, modifiedMs: nowMs)
+                                  webhookURL: wire.webhookURL, createdMs: nowMs, modifiedMs: nowMs)
     }
 
     /// `subscriptions/list`: every subscription of the database, in name order.
@@ -125,7 +154,7 @@ public struct Subscriptions: Sendable, OperationArea {
             let database = try tx.database(caller.databaseKey)
             return try tx.subscriptions(databaseID: database.id, limit: configuration.maximumSubscriptionsPerDatabase)
         }
-        return .object(["subscriptions": .array(try stored.map(render))])
+        return .object(["subscriptions": .array(try stored.map { try render($0) })])
     }
 
     /// `subscriptions/lookup {"subscriptions": [{"subscriptionID"}]}`: each, or a NOT_FOUND item.
@@ -143,66 +172,162 @@ public struct Subscriptions: Sendable, OperationArea {
         }
     }
 
-    private func render(_ stored: StoredSubscription) throws -> JSON {
-        guard let json = try? JSON.parse(Array(stored.definition.utf8)), case .object = json else {
+    /// The subscription as stored; with `secret`, its webhook's signing key (the answer that made it).
+    private func render(_ stored: StoredSubscription, secret: String? = nil) throws -> JSON {
+        guard let json = try? JSON.parse(Array(stored.definition.utf8)), case .object(var object) = json else {
             throw StorageError.failure("subscription \(stored.rowID) has a damaged definition")
         }
-        return json
+        if let secret, let url = stored.webhookURL {
+            object["webhook"] = .object(["url": .string(url), "secret": .string(secret)])
+        }
+        return .object(object)
+    }
+
+    // MARK: Webhook deliveries
+
+    /// `subscriptions/deliveries {"subscriptionID", "state"?: "pending" | "delivered" | "failed",
+    /// "afterSequence"?, "resultsLimit"?}`: the subscription's webhook deliveries in sequence order.
+    public func deliveries(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
+        let (name, state) = try deliveryTarget(caller, body, "subscriptions/deliveries")
+        let after = body["afterSequence"].map { $0.intValue } ?? 0
+        guard let after, after >= 0 else { throw ServiceError.badRequest("afterSequence must be a non-negative integer") }
+        let limit = min(try RequestReader(body).resultsLimit() ?? configuration.maximumResultsLimit, configuration.maximumResultsLimit)
+        let found = try storage.read(deadline: caller.deadline) { tx -> [StoredDelivery]? in
+            let database = try tx.database(caller.databaseKey)
+            guard let subscription = try tx.subscription(databaseID: database.id, name: name) else { return nil }
+            return try tx.deliveries(subscriptionRowID: subscription.rowID, state: state, afterSeq: after, limit: limit)
+        }
+        guard let found else { throw ServiceError(.notFound, "no subscription \(name)") }
+        return .object(["deliveries": .array(found.map { delivery in
+            var object: [String: JSON] = [
+                "id": .string(Webhooks.deliveryID(subscriptionRowID: delivery.subscriptionRowID, seq: delivery.seq)),
+                "sequence": .int(delivery.seq), "state": .string(delivery.state.rawValue), "attempts": .int(delivery.attempts),
+                "created": .object(["timestamp": .int(delivery.createdMs)]),
+            ]
+            if delivery.state == .pending { object["nextAttempt"] = .object(["timestamp": .int(delivery.nextAttemptMs)]) }
+            if let status = delivery.lastStatus { object["lastStatus"] = .int(status) }
+            if let error = delivery.lastError { object["lastError"] = .string(error) }
+            if let finished = delivery.finishedMs { object["finished"] = .object(["timestamp": .int(finished)]) }
+            return .object(object)
+        })])
+    }
+
+    /// `subscriptions/replay {"subscriptionID", "sequences"?: [n]}`: failed deliveries (those named, or all) are
+    /// pending again, due now, with their attempts reset.
+    public func replay(_ caller: Caller, _ body: [String: JSON]) throws -> JSON {
+        let (name, _) = try deliveryTarget(caller, body, "subscriptions/replay")
+        var sequences: [Int64]?
+        if let list = body["sequences"] {
+            guard let items = list.arrayValue, items.count <= configuration.maximumOperations,
+                  let numbers = Optional(items.compactMap(\.intValue)), numbers.count == items.count else {
+                throw ServiceError.badRequest("sequences must be a list of at most \(configuration.maximumOperations) integers")
+            }
+            sequences = numbers
+        }
+        let replayed = try core.write(deadline: caller.deadline) { tx, _ -> Int? in
+            let database = try tx.database(caller.databaseKey)
+            guard let subscription = try tx.subscription(databaseID: database.id, name: name) else { return nil }
+            return try tx.replayDeliveries(subscriptionRowID: subscription.rowID, seqs: sequences, nowMs: configuration.now())
+        }
+        guard let replayed else { throw ServiceError(.notFound, "no subscription \(name)") }
+        if replayed > 0 { core.deliveriesQueued.withLock { $0 }?() }
+        return .object(["replayed": .int(Int64(replayed))])
+    }
+
+    private func deliveryTarget(_ caller: Caller, _ body: [String: JSON], _ operation: String) throws
+        -> (String, DeliveryState?) {
+        guard caller.database == .private else { throw ServiceError.badRequest("\(operation): webhooks live in the private database") }
+        guard let name = body["subscriptionID"]?.stringValue, !name.isEmpty else {
+            throw ServiceError.badRequest("subscriptionID is missing")
+        }
+        var state: DeliveryState?
+        if let text = body["state"] {
+            guard let value = text.stringValue.flatMap(DeliveryState.init(rawValue:)) else {
+                throw ServiceError.badRequest("state must be pending, delivered or failed")
+            }
+            state = value
+        }
+        return (name, state)
     }
 
     // MARK: Firing
 
-    /// Raises the notifications `effects` fire, inside the write that made them (`OperationsCore.write`): one
-    /// read of the touched databases' subscriptions, then, for those that fire, one coalesced row per
-    /// subscription and zone. A `firesOnce` subscription that fired is deleted (its notification stays).
-    package func fire(_ effects: CommitEffects, _ tx: any StorageTransaction) throws {
-        guard !effects.isEmpty else { return }
-        let subscriptions = try tx.subscriptions(databaseIDs: effects.sorted())
-        guard !subscriptions.isEmpty else { return }
-        var triggers: [NotificationTrigger] = []
-        var spent: [Int64] = []
-        for subscription in subscriptions {
-            let fired = try firings(of: subscription, effects)
-            for (zoneRowID, zone) in fired {
-                triggers.append(NotificationTrigger(
-                    userID: subscription.userID, subscriptionRowID: subscription.rowID, zoneRowID: zoneRowID,
-                    databaseID: subscription.databaseID, subscriptionName: subscription.name, kind: subscription.kind,
-                    zoneName: zone?.zoneName, zoneOwner: zone?.ownerRecordName))
-            }
-            if subscription.firesOnce && !fired.isEmpty { spent.append(subscription.rowID) }
-        }
-        guard !triggers.isEmpty else { return }
-        _ = try tx.raiseNotifications(triggers, origin: effects.origin)
-        for rowID in spent { _ = try tx.deleteSubscription(rowID: rowID, keepingNotifications: true) }
+    /// One subscription firing for one zone (row 0 and no zone for a database subscription), with the records
+    /// behind it (a webhook's payload names them).
+    struct Firing {
+        var zoneRowID: Int64
+        var zone: CommitEffects.ZoneChange?
+        var records: [CommitEffects.RecordChange]
     }
 
-    /// The zones (row id, and the zone as the subscription's database sees it; 0 and nil for a database
-    /// subscription) for which `subscription` fires.
-    private func firings(of subscription: StoredSubscription, _ effects: CommitEffects) throws
-        -> [(Int64, CommitEffects.ZoneChange?)] {
+    /// Raises the notifications `effects` fire, inside the write that made them (`OperationsCore.write`): one
+    /// read of the touched databases' subscriptions, then, for those that fire, one coalesced row per
+    /// subscription and zone, and for a subscription with a webhook one delivery in the outbox. A `firesOnce`
+    /// subscription that fired is deleted (its notification stays). Answers whether a delivery was queued.
+    @discardableResult
+    package func fire(_ effects: CommitEffects, _ tx: any StorageTransaction) throws -> Bool {
+        guard !effects.isEmpty else { return false }
+        let subscriptions = try tx.subscriptions(databaseIDs: effects.sorted())
+        guard !subscriptions.isEmpty else { return false }
+        var triggers: [NotificationTrigger] = []
+        var spent: [Int64] = []
+        var queued = false
+        for subscription in subscriptions {
+            let fired = try firings(of: subscription, effects)
+            guard !fired.isEmpty else { continue }
+            for firing in fired {
+                triggers.append(NotificationTrigger(
+                    userID: subscription.userID, subscriptionRowID: subscription.rowID, zoneRowID: firing.zoneRowID,
+                    databaseID: subscription.databaseID, subscriptionName: subscription.name, kind: subscription.kind,
+                    zoneName: firing.zone?.zoneName, zoneOwner: firing.zone?.ownerRecordName))
+            }
+            if let url = subscription.webhookURL {
+                let now = configuration.now()
+                _ = try tx.enqueueDelivery(subscriptionRowID: subscription.rowID, userID: subscription.userID, url: url,
+                                           nowMs: now) { seq in
+                    Webhooks.payload(subscription, seq: seq, firings: fired, effects: effects, container: configuration.container,
+                                     nowMs: now)
+                }
+                queued = true
+            }
+            if subscription.firesOnce { spent.append(subscription.rowID) }
+        }
+        guard !triggers.isEmpty else { return queued }
+        _ = try tx.raiseNotifications(triggers, origin: effects.origin)
+        for rowID in spent { _ = try tx.deleteSubscription(rowID: rowID, keepingNotifications: true) }
+        return queued
+    }
+
+    /// Where `subscription` fires in `effects`: per zone, with the records behind it.
+    private func firings(of subscription: StoredSubscription, _ effects: CommitEffects) throws -> [Firing] {
         switch subscription.kind {
         case .database:
-            return effects.databaseIDs.contains(subscription.databaseID) ? [(0, nil)] : []
+            guard effects.databaseIDs.contains(subscription.databaseID) else { return [] }
+            let zones = Set(effects.zones.filter { $0.databaseID == subscription.databaseID }.map(\.zoneRowID))
+            return [Firing(zoneRowID: 0, zone: nil, records: effects.records.filter { zones.contains($0.zone.rowID) })]
         case .zone:
             return effects.zones.filter {
                 $0.databaseID == subscription.databaseID && $0.zoneName == subscription.zoneName
                     && $0.ownerRecordName == subscription.zoneOwner
-            }.sorted { $0.zoneRowID < $1.zoneRowID }.map { ($0.zoneRowID, $0) }
+            }.sorted { $0.zoneRowID < $1.zoneRowID }.map { zone in
+                Firing(zoneRowID: zone.zoneRowID, zone: zone, records: effects.records.filter { $0.zone.rowID == zone.zoneRowID })
+            }
         case .query:
-            var fired: [Int64: CommitEffects.ZoneChange] = [:]
+            var fired: [Int64: Firing] = [:]
             var filters: [QueryFilter]?
             for change in effects.records where change.databaseID == subscription.databaseID
                 && change.recordType == subscription.recordType
-                && fired[change.zone.rowID] == nil
                 && (subscription.zoneName == nil || subscription.zoneName == change.zone.name)
                 && subscription.firesOn & change.event.bit != 0 {
                 if filters == nil { filters = try queryFilters(subscription) }
                 guard try matches(change, filters ?? []) else { continue }
-                fired[change.zone.rowID] = CommitEffects.ZoneChange(
-                    databaseID: change.databaseID, zoneRowID: change.zone.rowID, zoneName: change.zone.name,
-                    ownerRecordName: change.zone.ownerRecordName)
+                fired[change.zone.rowID, default: Firing(
+                    zoneRowID: change.zone.rowID,
+                    zone: CommitEffects.ZoneChange(databaseID: change.databaseID, zoneRowID: change.zone.rowID,
+                                                   zoneName: change.zone.name, ownerRecordName: change.zone.ownerRecordName),
+                    records: [])].records.append(change)
             }
-            return fired.keys.sorted().map { ($0, fired[$0]) }
+            return fired.keys.sorted().compactMap { fired[$0] }
         }
     }
 

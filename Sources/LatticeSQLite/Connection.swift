@@ -133,6 +133,60 @@ public final class Connection {
         }
     }
 
+    /// One group commit's transaction (`DatabaseQueue.groupWrite`): each job in a savepoint; the jobs that must
+    /// run again in a new transaction are answered (none when the group committed or failed as a whole). A job
+    /// that fails alone is completed with its error; when its failure took the transaction with it, the jobs
+    /// before it run again.
+    func runGroup(_ jobs: [any GroupedWrite]) -> [any GroupedWrite] {
+        do {
+            try executeUnchecked("BEGIN IMMEDIATE")
+        } catch {
+            for job in jobs { job.complete(error) }
+            return []
+        }
+        var done: [any GroupedWrite] = []
+        for (index, job) in jobs.enumerated() {
+            if let deadline = job.deadline, monotonicNanoseconds() >= deadline {
+                job.complete(SQLiteError(code: SQLITE_INTERRUPT, connection: nil, context: "the request deadline"))
+                continue
+            }
+            var failure: (any Error)?
+            withDeadline(job.deadline) {
+                do {
+                    try executeUnchecked("SAVEPOINT lattice_group")
+                    try job.run(self)
+                    if interrupted || sqlite3_get_autocommit(handle) != 0 {
+                        throw SQLiteError(code: SQLITE_INTERRUPT, connection: nil, context: "the request deadline")
+                    }
+                    try executeUnchecked("RELEASE lattice_group")
+                } catch {
+                    failure = error
+                }
+            }
+            guard let failure else {
+                done.append(job)
+                continue
+            }
+            if sqlite3_get_autocommit(handle) != 0 {
+                // The whole transaction went (an interrupted write, a full disk): this job has its error, the
+                // ones before it run again, and the rest wait for that round.
+                job.complete(failure)
+                return done + jobs[(index + 1)...]
+            }
+            try? executeUnchecked("ROLLBACK TO lattice_group")
+            try? executeUnchecked("RELEASE lattice_group")
+            job.complete(failure)
+        }
+        do {
+            try executeUnchecked("COMMIT")
+            for job in done { job.complete(nil) }
+        } catch {
+            if sqlite3_get_autocommit(handle) == 0 { try? executeUnchecked("ROLLBACK") }
+            for job in done { job.complete(error) }
+        }
+        return []
+    }
+
     /// Runs `body` in a read transaction (a snapshot) with statements interrupted past `deadline`.
     public func readTransaction<T>(deadline: UInt64?, _ body: (Connection) throws -> T) throws -> T {
         try withDeadline(deadline) {
@@ -175,6 +229,17 @@ public final class Connection {
 public final class DatabaseQueue: @unchecked Sendable {
     private let lock = NSLock()
     private var connection: Connection?
+    /// Guards `waiting` and `leading`: the group commit's queue (`groupWrite`). Never held while a body runs.
+    private let groupLock = NSLock()
+    private var waiting: [any GroupedWrite] = []
+    /// A caller is running a group now (it takes `lock` for it).
+    private var leading = false
+    /// The most writes one group commit joins.
+    public static let maximumGroup = 64
+    /// Group commits and the writes they carried, since the queue opened (`groupWrite`; for tests and
+    /// benchmarks). Guarded by `groupLock`.
+    private var groupCounts = (groups: 0, writes: 0)
+    public var groupCommitCounts: (groups: Int, writes: Int) { groupLock.withLock { groupCounts } }
 
     public init(path: String, busyTimeoutMilliseconds: Int32 = 5_000, readOnly: Bool = false) throws(SQLiteError) {
         connection = try Connection(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds, readOnly: readOnly)
@@ -213,6 +278,68 @@ public final class DatabaseQueue: @unchecked Sendable {
             if (try? connection.setFullSync(true)) == nil { self.connection = nil }
         }
         return try connection.transaction(deadline: deadline, body)
+    }
+
+    /// Runs `body` in a write transaction shared with other callers' writes that arrive meanwhile (a group
+    /// commit): one `BEGIN IMMEDIATE`, each body in a savepoint of its own, one `COMMIT` and so one sync of
+    /// the log for the whole group. Each caller gets its own body's result or error: a body that throws rolls
+    /// back its savepoint only. Nothing of a body is acknowledged before the group's commit is durable, and a
+    /// commit that fails fails every body of the group (nothing of theirs is written).
+    ///
+    /// The first caller to find no group running leads: it runs the group waiting at that moment (its own
+    /// write among them), then hands the lead to the first caller that arrived meanwhile. The others wait on
+    /// their own semaphore. A body may run more than once (when a later body's failure took the whole
+    /// transaction with it, SQLite's rule for an interrupted write or a full disk, the bodies before it run
+    /// again in a new transaction), so it must start from what it reads, as a body retried on a busy
+    /// database does. A body whose `deadline` passes before it starts is refused with SQLITE_INTERRUPT.
+    public func groupWrite<T>(deadline: UInt64? = nil, _ body: (Connection) throws -> T) throws -> T {
+        try withoutActuallyEscaping(body) { body in
+            let job = GroupedJob(deadline: deadline, body: body)
+            let leads = groupLock.withLock { () -> Bool in
+                waiting.append(job)
+                guard !leading else { return false }
+                leading = true
+                return true
+            }
+            if leads || job.waitForTurn() { runGroups() }
+            job.waitForCompletion()
+            return try job.outcome()
+        }
+    }
+
+    /// Runs the group waiting now, then hands the lead on (or gives it up when nobody waits).
+    private func runGroups() {
+        let batch = groupLock.withLock { () -> [any GroupedWrite] in
+            let batch = Array(waiting.prefix(Self.maximumGroup))
+            waiting.removeFirst(batch.count)
+            groupCounts.groups += 1
+            groupCounts.writes += batch.count
+            return batch
+        }
+        runGroup(batch)
+        let next = groupLock.withLock { () -> (any GroupedWrite)? in
+            guard let next = waiting.first else {
+                leading = false
+                return nil
+            }
+            return next
+        }
+        next?.takeTurn()
+    }
+
+    /// One transaction for `batch`; every job of it completed when this returns.
+    private func runGroup(_ batch: [any GroupedWrite]) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let connection else {
+            for job in batch { job.complete(SQLiteError(code: SQLITE_MISUSE, connection: nil, context: "use after close")) }
+            return
+        }
+        var remaining = batch
+        // At most as many rounds as jobs: each round completes at least one (the one that failed, or all).
+        while !remaining.isEmpty {
+            remaining = connection.runGroup(remaining)
+        }
     }
 
     /// Takes `lock`, waiting at most until `deadline`; SQLITE_INTERRUPT (the deadline) when it passes first.
@@ -320,4 +447,71 @@ public func monotonicNanoseconds() -> UInt64 {
 func secondsUntil(_ deadline: UInt64) -> Double {
     let now = monotonicNanoseconds()
     return deadline > now ? Double(deadline - now) / 1e9 : 0
+}
+
+/// One caller's write in a group commit (`DatabaseQueue.groupWrite`).
+protocol GroupedWrite: AnyObject {
+    var deadline: UInt64? { get }
+    /// Runs the body (again, if it ran before: the new result replaces the old).
+    func run(_ connection: Connection) throws
+    /// The write is over: committed (nil) or not (the error). Wakes its caller.
+    func complete(_ error: (any Error)?)
+    /// Wakes the caller to lead the next group.
+    func takeTurn()
+}
+
+/// A `GroupedWrite` with its result.
+///
+/// `@unchecked Sendable`: `body`, `result`, `failure`, `completed` and `leads` are written by the thread that runs the group, or
+/// the one that hands it the lead, before `signal` on `wakeUp`, and read by the caller only after its `wait`
+/// on it returned (the semaphore orders the two); `body` and `deadline` never change.
+final class GroupedJob<T>: GroupedWrite, @unchecked Sendable {
+    let deadline: UInt64?
+    /// Dropped when the write completes, before its caller wakes: the caller's closure must not outlive its
+    /// `groupWrite` call (`withoutActuallyEscaping` checks), and other threads may still hold this job.
+    private var body: ((Connection) throws -> T)?
+    private var result: T?
+    private var failure: (any Error)?
+    private var completed = false
+    private var leads = false
+    private let wakeUp = DispatchSemaphore(value: 0)
+
+    init(deadline: UInt64?, body: @escaping (Connection) throws -> T) {
+        self.deadline = deadline
+        self.body = body
+    }
+
+    func run(_ connection: Connection) throws {
+        guard let body else { throw SQLiteError(code: SQLITE_MISUSE, connection: nil, context: "group commit") }
+        result = try body(connection)
+    }
+
+    func complete(_ error: (any Error)?) {
+        body = nil
+        failure = error
+        completed = true
+        wakeUp.signal()
+    }
+
+    func takeTurn() {
+        leads = true
+        wakeUp.signal()
+    }
+
+    /// Waits until the write is done or the caller is handed the lead; true for the lead.
+    func waitForTurn() -> Bool {
+        wakeUp.wait()
+        return leads && !completed
+    }
+
+    /// Waits until the write is done (at once when it is).
+    func waitForCompletion() {
+        while !completed { wakeUp.wait() }
+    }
+
+    func outcome() throws -> T {
+        if let failure { throw failure }
+        guard let result else { throw SQLiteError(code: SQLITE_MISUSE, connection: nil, context: "group commit") }
+        return result
+    }
 }

@@ -22,6 +22,8 @@ public final class LatticeService: HTTPHandler, Sendable {
     let notifier: ChangeNotifier
     /// The push streams this node holds (`GET /push/{token}`, PushStreams.swift).
     let pushStreams: PushStreams
+    /// This node's webhook sender; `lattice serve` starts it (`ServerProcess`), in-process tests may.
+    public let webhooks: WebhookDispatcher
     let limiter: RateLimiter?
     /// Failed authentications per client address (in memory, per process).
     let authenticationFailures: RateLimiter?
@@ -67,6 +69,8 @@ public final class LatticeService: HTTPHandler, Sendable {
             pushStreams.wake(databaseIDs: positions.map(\.databaseID))
         }
         pushStreams.attach(Subscriptions(core))
+        webhooks = WebhookDispatcher(core: core, settings: configuration.webhooks)
+        core.deliveriesQueued.withLock { [webhooks] in $0 = { webhooks.nudge() } }
         openIDConnect = OpenIDConnect(core, providers: configuration.oidcProviders)
         limiter = configuration.rateLimit.map(RateLimiter.init)
         authenticationFailures = configuration.failedAuthenticationLimit.map(RateLimiter.init)

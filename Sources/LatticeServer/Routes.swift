@@ -389,6 +389,12 @@ extension LatticeService {
         .database("subscriptions/lookup") { service, context in
             .json(try Subscriptions(service.core).lookup(context.caller, context.body))
         },
+        .database("subscriptions/deliveries") { service, context in
+            .json(try Subscriptions(service.core).deliveries(context.caller, context.body))
+        },
+        .database("subscriptions/replay") { service, context in
+            .json(try Subscriptions(service.core).replay(context.caller, context.body))
+        },
         // A device's push stream (PushStreams.swift): the push token in the path is its credential.
         Route(method: "GET", pattern: RoutePattern("/push/{token}"), authentication: .none, lane: .pool,
               throttle: .perAddress, hidesPath: true, handler: .plain { service, request, parameters in

@@ -248,6 +248,7 @@ public final class ServerProcess: @unchecked Sendable {
         }
         timers.forEach { $0.resume() }
         self.timers = timers
+        service.webhooks.start()
     }
 
     /// Writes `lattice: message` to stderr.
@@ -259,6 +260,7 @@ public final class ServerProcess: @unchecked Sendable {
     /// storage is closed (SQLite checkpointed) and the lock or node claim released.
     public func stop() {
         timers.forEach { $0.cancel() }
+        deployment.service.webhooks.stop()
         server.shutdown()
         deployment.close()
     }

@@ -224,6 +224,8 @@ public protocol SubscriptionStorage {
     func deleteSubscription(rowID: Int64, keepingNotifications: Bool) throws -> Bool
     /// In a write transaction the row stays locked until the transaction ends.
     func subscription(databaseID: Int64, name: String) throws -> StoredSubscription?
+    /// A subscription by row id.
+    func subscription(rowID: Int64) throws -> StoredSubscription?
     /// A database's subscriptions in name order, at most `limit`.
     func subscriptions(databaseID: Int64, limit: Int) throws -> [StoredSubscription]
     func subscriptionCount(databaseID: Int64) throws -> Int
@@ -249,9 +251,13 @@ public protocol SubscriptionStorage {
     /// Deletes the push tokens whose device token is gone; returns how many.
     func forgetOrphanPushTokens(limit: Int) throws -> Int
 
-    /// Puts a delivery of `payload` for the subscription in the outbox at its next sequence number, due now.
-    func enqueueDelivery(subscriptionRowID: Int64, userID: Int64, url: String, payload: [UInt8], nowMs: Int64) throws
-        -> StoredDelivery
+    /// Puts a delivery for the subscription in the outbox at its next sequence number, due now; `payload`
+    /// makes the body from that number.
+    func enqueueDelivery(subscriptionRowID: Int64, userID: Int64, url: String, nowMs: Int64,
+                         payload: (_ seq: Int64) throws -> [UInt8]) throws -> StoredDelivery
+    /// When the next delivery can be claimed (the retry time, or the end of the claim, of the first pending
+    /// delivery of each subscription), if any is pending.
+    func nextDeliveryDueMs() throws -> Int64?
     /// Claims up to `limit` due deliveries for `node` until `nowMs + leaseMs`: pending ones whose time has come,
     /// each the first pending one of its subscription (so a subscription's deliveries go one at a time, in
     /// order), none claimed by another node's live lease. Several nodes claim at once without taking one

@@ -50,7 +50,8 @@ import Glibc
         let provider = try OIDCProviderProcess(clientIDs: ["lattice-app"])
         defer { provider.stop() }
         let sqlite = try ServerUnderTest(data: data, extra: ["--access-log", "off", "--oidc-issuer", provider.issuer,
-                                                             "--oidc-client-id", "lattice-app"])
+                                                             "--oidc-client-id", "lattice-app",
+                                                             "--webhook-private-addresses", "allow"])
         let url = "http://127.0.0.1:\(sqlite.port)"
         let aliceToken = try #require(try CLITests.ok("signup", "alice", "--server", url, "--json", home: alice)
             .json["token"]?.stringValue)
@@ -73,7 +74,9 @@ import Glibc
         // A subscription and a registered push token of alice's: bob's change below raises a notification.
         let subscribed = try Self.post(sqlite.port, Self.privateDatabase + "subscriptions/modify", token: aliceToken, .object([
             "operations": .array([.object(["operationType": .string("create"), "subscription": .object([
-                "subscriptionID": .string("everything"), "subscriptionType": .string("database")])])])]))
+                "subscriptionID": .string("everything"), "subscriptionType": .string("database"),
+                // A receiver that is never there: its deliveries stay in the outbox, pending.
+                "webhook": .object(["url": .string("http://127.0.0.1:9/hook")])])])])]))
         #expect(subscribed["subscriptions"]?.arrayValue?.first?["serverErrorCode"] == nil)
         let push = try Self.post(sqlite.port, Self.privateDatabase + "tokens/create", token: aliceToken,
                                  .object(["apnsEnvironment": .string("production")]))

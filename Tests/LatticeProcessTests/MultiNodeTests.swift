@@ -401,6 +401,41 @@ import Glibc
         }
     }
 
+    /// Webhook deliveries from two nodes that share one outbox: writes alternate between the nodes, both
+    /// dispatchers claim (`FOR UPDATE SKIP LOCKED`), and the receiver gets every change once, in order.
+    @Test func twoNodesDeliverEachWebhookOnceInOrder() throws {
+        let receiver = try WebhookReceiverProcess()
+        let cluster = try NodeCluster(nodes: 2, extra: ["--access-log", "off", "--webhook-private-addresses", "allow",
+                                                        "--webhook-retry-ms", "100"])
+        let first = NodeClient(port: cluster.port(0)), second = NodeClient(port: cluster.port(1))
+        let owner = try first.signUp("owner")
+        try first.ok("zones/modify", .object(["operations": .array([.object([
+            "operationType": .string("create"), "zone": .object(["zoneID": zoneID("Hooks")]),
+        ])])]), token: owner.token)
+        let made = try second.ok("subscriptions/modify", .object(["operations": .array([.object([
+            "operationType": .string("create"), "subscription": .object([
+                "subscriptionID": .string("hooks"), "subscriptionType": .string("database"),
+                "webhook": .object(["url": .string(receiver.url)])]),
+        ])])]), token: owner.token)
+        let secret = try #require(made["subscriptions"]?.arrayValue?.first?["webhook"]?["secret"]?.stringValue, "\(made.text)")
+        try receiver.control(mode: "ok", secret: secret)
+        let writes = 20
+        for index in 0..<writes {
+            let client = index % 2 == 0 ? first : second
+            try client.ok("records/modify", .object([
+                "zoneID": zoneID("Hooks"), "operations": .array([operation("create", "r\(index)")]),
+            ]), token: owner.token)
+        }
+        let delivered = try receiver.wait(seconds: 30) { $0.count >= writes }
+        #expect(delivered.count == writes, "\(delivered.count) of \(writes) came: \(cluster.logs())")
+        #expect(delivered.map(\.sequence) == (1...Int64(writes)).map { $0 }, "in sequence order, each once")
+        #expect(Set(delivered.map(\.id)).count == delivered.count)
+        #expect(delivered.allSatisfy { $0.verified })
+        // Nothing more comes (no node sends one twice).
+        Thread.sleep(forTimeInterval: 1)
+        #expect(try receiver.deliveries().count == writes)
+    }
+
     @Test func aLongPollOnOneNodeWakesWithinASecondOfAWriteOnAnother() throws {
         let cluster = try NodeCluster()
         let a = NodeClient(port: cluster.port(0))

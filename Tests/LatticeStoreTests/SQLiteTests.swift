@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import LatticeSQLite
 @testable import LatticeStore
@@ -134,6 +135,62 @@ struct SQLiteTests {
         }
         let count = try queue.read { try $0.prepare("SELECT count(*) FROM t").rows() }
         #expect(count == [[.integer(0)]])
+    }
+
+    /// Writes from many threads at once share commits; each caller gets its own result or error, a failing
+    /// body undoes only its own rows, and a body whose interrupted write took the whole transaction with it
+    /// (SQLite's rule) makes the others run again in a new one: every successful write is there exactly once.
+    @Test func groupedWritesShareCommitsAndFailAlone() throws {
+        let queue = try DatabaseQueue(path: temporaryPath())
+        try queue.write { try $0.execute("CREATE TABLE t (x INTEGER PRIMARY KEY, v TEXT)") }
+        let threads = 16, perThread = 40
+        let outcomes = Mutex<[Int: Bool]>([:])
+        let group = DispatchGroup()
+        for thread in 0..<threads {
+            group.enter()
+            Thread {
+                defer { group.leave() }
+                for index in 0..<perThread {
+                    let key = thread * 1_000 + index
+                    let ok: Bool
+                    do {
+                        let written: Int = try queue.groupWrite { db in
+                            try db.prepare("INSERT INTO t VALUES (\(key), 'a')").run()
+                            // Every seventh write fails after writing: only its own row goes.
+                            if key % 7 == 0 { try db.prepare("INSERT INTO t VALUES (\(key), 'again')").run() }
+                            // Every 50th ends the whole transaction (as an interrupted write or a full disk does):
+                            // it fails, and the writes before it in the group run again.
+                            if key % 50 == 1 { try db.execute("ROLLBACK") }
+                            return key
+                        }
+                        ok = written == key
+                    } catch {
+                        ok = false
+                    }
+                    outcomes.withLock { $0[key] = ok }
+                }
+            }.start()
+        }
+        #expect(group.wait(timeout: .now() + 60) == .success)
+        // A write past its deadline (already passed) is refused before it runs.
+        #expect(throws: SQLiteError.self) {
+            try queue.groupWrite(deadline: 1) { db in try db.prepare("INSERT INTO t VALUES (-1, 'late')").run() }
+        }
+        let stored = Set(try queue.read { try $0.prepare("SELECT x FROM t").rows() }.map { $0[0].integer })
+        let succeeded = Set(outcomes.withLock { $0 }.filter(\.value).keys.map(Int64.init))
+        #expect(stored == succeeded)
+        var expected = 0
+        for thread in 0..<threads {
+            for index in 0..<perThread where (thread * 1_000 + index) % 7 != 0 && (thread * 1_000 + index) % 50 != 1 {
+                expected += 1
+            }
+        }
+        #expect(succeeded.count == expected)
+        let counts = queue.groupCommitCounts
+        print("SQLiteTests: \(counts.writes) grouped writes in \(counts.groups) commits")
+        let allWrites = threads * perThread + 1
+        #expect(counts.writes == allWrites)
+        #expect(counts.groups <= counts.writes)
     }
 
     /// `flushed: false` commits one transaction with synchronous=NORMAL (its writes are kept), also when it

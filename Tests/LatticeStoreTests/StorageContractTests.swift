@@ -1204,11 +1204,10 @@ struct StorageContractTests {
             }
             try storage.write { tx throws in
                 for index in 1...3 {
-                    let made = try tx.enqueueDelivery(subscriptionRowID: one.rowID, userID: one.userID, url: "http://a/",
-                                                      payload: Array("\(index)".utf8), nowMs: 10)
+                    let made = try tx.enqueueDelivery(subscriptionRowID: one.rowID, userID: one.userID, url: "http://a/", nowMs: 10) { _ in Array("\(index)".utf8) }
                     #expect(made.seq == Int64(index) && made.state == .pending)
                 }
-                _ = try tx.enqueueDelivery(subscriptionRowID: two.rowID, userID: two.userID, url: "http://b/", payload: [], nowMs: 10)
+                _ = try tx.enqueueDelivery(subscriptionRowID: two.rowID, userID: two.userID, url: "http://b/", nowMs: 10) { _ in [] }
             }
             // Node a takes the first of each subscription; node b, meanwhile, nothing.
             let first = try claim("a", 20)

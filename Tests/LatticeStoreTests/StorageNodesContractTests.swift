@@ -112,8 +112,7 @@ struct StorageNodesContractTests {
             _ = try tx.raiseNotifications([NotificationTrigger(
                 userID: ann.id, subscriptionRowID: subscription.rowID, zoneRowID: zone.rowID, databaseID: database.id,
                 subscriptionName: "lists", kind: .zone, zoneName: "Lists", zoneOwner: "_a")], origin: "00000000000000t1")
-            _ = try tx.enqueueDelivery(subscriptionRowID: subscription.rowID, userID: ann.id, url: "https://example.com/hook",
-                                       payload: Array("{}".utf8), nowMs: 22)
+            _ = try tx.enqueueDelivery(subscriptionRowID: subscription.rowID, userID: ann.id, url: "https://example.com/hook", nowMs: 22) { _ in Array("{}".utf8) }
             try tx.insertPushToken(StoredPushToken(hash: [4, 4], userID: ann.id, deviceTokenID: "00000000000000t1",
                                                    environment: "production", apnsEnvironment: "production",
                                                    registered: true, createdMs: 21))

@@ -68,7 +68,9 @@ public final class SQLiteStorage: Storage, Sendable {
     public func write<T>(deadline: RequestDeadline?, _ body: (any StorageTransaction) throws -> T) throws -> T {
         try checkOpen()
         return try mapErrors {
-            try writer.write(deadline: deadline?.uptimeNanoseconds) { connection in
+            // Writes that arrive together share one commit (`DatabaseQueue.groupWrite`): one sync of the log for
+            // the group, each body in its own savepoint.
+            try writer.groupWrite(deadline: deadline?.uptimeNanoseconds) { connection in
                 try body(SQLiteTransaction(connection, readOnly: false))
             }
         }
@@ -1060,6 +1062,10 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
                  [.integer(databaseID), .text(name)]).first.map(subscription)
     }
 
+    func subscription(rowID: Int64) throws -> StoredSubscription? {
+        try rows("SELECT \(Self.subscriptionColumns) FROM subscriptions WHERE id = ?", [.integer(rowID)]).first.map(subscription)
+    }
+
     func subscriptions(databaseID: Int64, limit: Int) throws -> [StoredSubscription] {
         try rows("SELECT \(Self.subscriptionColumns) FROM subscriptions WHERE database_id = ? ORDER BY name LIMIT ?",
                  [.integer(databaseID), .integer(Int64(max(0, limit)))]).map(subscription)
@@ -1146,8 +1152,8 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
 
     // MARK: Webhook deliveries (Subscriptions.swift)
 
-    func enqueueDelivery(subscriptionRowID: Int64, userID: Int64, url: String, payload: [UInt8], nowMs: Int64) throws
-        -> StoredDelivery {
+    func enqueueDelivery(subscriptionRowID: Int64, userID: Int64, url: String, nowMs: Int64,
+                         payload makePayload: (_ seq: Int64) throws -> [UInt8]) throws -> StoredDelivery {
         guard let seq = try rows("UPDATE subscriptions SET webhook_seq = webhook_seq + 1 WHERE id = ?1 RETURNING webhook_seq",
                                  [.integer(subscriptionRowID)]).first?[0].integer else {
             throw StorageError.failure("subscription \(subscriptionRowID) is missing")
@@ -1155,10 +1161,19 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
         let inserted = try rows("INSERT INTO webhook_deliveries(subscription_id, user_id, seq, url, payload, state, attempts, "
                                 + "next_attempt_ms, claimed_until_ms, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 0, ?6, 0, ?6) "
                                 + "RETURNING \(Self.deliveryColumns)",
-                                [.integer(subscriptionRowID), .integer(userID), .integer(seq), .text(url), SQLiteValue.blob(payload),
+                                [.integer(subscriptionRowID), .integer(userID), .integer(seq), .text(url), SQLiteValue.blob(try makePayload(seq)),
                                  .integer(nowMs)])
         guard let row = inserted.first else { throw StorageError.failure("the delivery was not inserted") }
         return try delivery(row)
+    }
+
+    func nextDeliveryDueMs() throws -> Int64? {
+        // The first pending delivery of each subscription only: a later one waits for it, not for its own time.
+        let row = try rows("SELECT MIN(CASE WHEN d.claimed_until_ms > d.next_attempt_ms THEN d.claimed_until_ms "
+                           + "ELSE d.next_attempt_ms END) FROM webhook_deliveries d WHERE d.state = 'pending' "
+                           + "AND NOT EXISTS (SELECT 1 FROM webhook_deliveries e WHERE e.subscription_id = d.subscription_id "
+                           + "AND e.state = 'pending' AND e.seq < d.seq)").first
+        return row.flatMap { $0[0].isNull ? nil : $0[0].integer }
     }
 
     func claimDeliveries(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) throws -> [StoredDelivery] {

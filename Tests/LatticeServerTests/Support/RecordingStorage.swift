@@ -459,6 +459,11 @@ private struct RecordingTransaction: StorageTransaction {
         return try base.subscription(databaseID: databaseID, name: name)
     }
 
+    func subscription(rowID: Int64) throws -> StoredSubscription? {
+        note("subscription")
+        return try base.subscription(rowID: rowID)
+    }
+
     func subscriptions(databaseID: Int64, limit: Int) throws -> [StoredSubscription] {
         note("subscriptions")
         return try base.subscriptions(databaseID: databaseID, limit: limit)
@@ -514,11 +519,16 @@ private struct RecordingTransaction: StorageTransaction {
         return try base.forgetOrphanPushTokens(limit: limit)
     }
 
-    func enqueueDelivery(subscriptionRowID: Int64, userID: Int64, url: String, payload: [UInt8], nowMs: Int64) throws
-        -> StoredDelivery {
+    func enqueueDelivery(subscriptionRowID: Int64, userID: Int64, url: String, nowMs: Int64,
+                         payload: (_ seq: Int64) throws -> [UInt8]) throws -> StoredDelivery {
         note("enqueueDelivery")
-        return try base.enqueueDelivery(subscriptionRowID: subscriptionRowID, userID: userID, url: url, payload: payload,
-                                        nowMs: nowMs)
+        return try base.enqueueDelivery(subscriptionRowID: subscriptionRowID, userID: userID, url: url, nowMs: nowMs,
+                                        payload: payload)
+    }
+
+    func nextDeliveryDueMs() throws -> Int64? {
+        note("nextDeliveryDueMs")
+        return try base.nextDeliveryDueMs()
     }
 
     func claimDeliveries(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) throws -> [StoredDelivery] {
