@@ -34,7 +34,7 @@ struct DevicesBenchOptions: Sendable {
         Many devices, each with its own account, home (local replica) and client engine (SyncEngine, the
         engine `lattice` runs), send small changes to one `lattice serve` (the lattice executable next to
         lattice-bench; SQLite, WAL, synchronous=FULL). Each change is one local edit of 1 or 2 records
-        and one sync (one deltas/push request). --drivers threads run the devices at once, each taking the
+        and one send (the engine's push: one deltas/push request). --drivers threads run the devices at once, each taking the
         next change of the next device, so that many requests are in flight. Prints JSON lines:
           devices   acknowledged records/s, requests/s, the send latency (p50, p99, max), the server's
                     CPU per request (from /proc, during the timed part)
@@ -109,7 +109,7 @@ enum DevicesBench {
     static func run(_ options: DevicesBenchOptions, argv: [String]) -> Int32 {
         guard var output = LineOutput.forCommand("devices", jsonl: options.jsonlPath) else { return 2 }
         defer { output.close() }
-        raiseOpenFileLimit()
+        raiseOpenFileLimitToHard()
         let root = NSTemporaryDirectory() + "lattice-bench-devices-\(getpid())"
         let server: BenchServer
         do {
@@ -258,9 +258,10 @@ enum DevicesBench {
                     do {
                         try edit(device.engine, device.zone, "c\(change)", count: options.recordsPerChange, number: change)
                         let sent = Date()
-                        let report = try device.engine.sync()
+                        var report = SyncReport()
+                        try device.engine.send(&report)
                         mine.append(Date().timeIntervalSince(sent))
-                        guard report.online, report.queued == 0 else {
+                        guard report.sent == options.recordsPerChange, report.rejected.isEmpty else {
                             failure.withLock { $0 = $0 ?? "a change was not acknowledged: \(report)" }
                             break
                         }
@@ -289,7 +290,7 @@ enum DevicesBench {
         }
         line["what"] = .string("\(devices.count) devices (SyncEngine, one account and replica each) each send "
                                + "\(options.changes) changes of \(options.recordsPerChange) record(s), one deltas/push request each, "
-                               + "\(options.drivers) in flight; latency = one sync() call")
+                               + "\(options.drivers) in flight; latency = one send (the engine's push, no fetch)")
         if let message = failure.withLock({ $0 }) {
             line["status"] = .string("error")
             line["error"] = .string(message)
@@ -303,13 +304,4 @@ enum DevicesBench {
         }
         return (line, frames)
     }
-}
-
-/// Raises the soft open-file limit to the hard one (each device holds its replica and connections open).
-private func raiseOpenFileLimit() {
-    var limit = rlimit()
-    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
-    var raised = limit
-    raised.rlim_cur = limit.rlim_max
-    _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised)
 }

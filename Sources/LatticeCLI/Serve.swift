@@ -13,6 +13,7 @@ let serveUsage = """
                          [--workers-per-client N] [--header-timeout S] [--body-timeout S]
                          [--body-budget-mib N] [--parked-waits-per-user N] [--shutdown-grace S]
                          [--push-streams-per-user N] [--push-streams-per-address N] [--push-heartbeat S]
+                         [--connection-memory-kib N]
                          [--webhook-private-addresses allow|refuse] [--webhook-attempts N]
                          [--webhook-retry-ms N] [--webhook-timeout S] [--webhook-concurrency N]
                          [--signup-per-address N] [--signup-global N] [--auth-failures-per-minute N]
@@ -127,6 +128,8 @@ let serveUsage = """
                                  past it new requests get 503 TRY_AGAIN_LATER with Retry-After
       --parked-waits-per-user N  changes/wait requests one account may have parked (default 8);
                                  more get 429 THROTTLED
+      --connection-memory-kib N  KiB libmicrohttpd may use per connection for headers and buffers
+                                 (default 128); what an idle push stream holds at most
       --push-streams-per-user N  push streams (GET /push/{token}) one account may hold open (default
                                  32; one per device); more get 429 THROTTLED
       --push-streams-per-address N  push streams one client address may hold open (default 256)
@@ -156,6 +159,7 @@ func runServe(_ arguments: [String]) throws {
                                                                "workers-per-client", "header-timeout", "body-timeout",
                                                                "body-budget-mib", "parked-waits-per-user",
                                                                "shutdown-grace", "push-streams-per-user",
+                                                               "connection-memory-kib",
                                                                "push-streams-per-address", "push-heartbeat",
                                                                "webhook-private-addresses", "webhook-attempts",
                                                                "webhook-retry-ms", "webhook-timeout", "webhook-concurrency",
@@ -294,6 +298,9 @@ private func applyConnectionOptions(_ parsed: ParsedArguments, to options: inout
         options.service.maximumParkedWaitsPerUser = waits
     }
     if let seconds = try parsed.integer("shutdown-grace", in: 0...3600) { options.http.shutdownGracePeriodSeconds = seconds }
+    if let kibibytes = try parsed.integer("connection-memory-kib", in: 8...4_096) {
+        options.http.connectionMemoryLimit = kibibytes * 1024
+    }
     if let streams = try parsed.integer("push-streams-per-user", in: 1...100_000) {
         options.service.maximumPushStreamsPerUser = streams
     }
