@@ -382,7 +382,7 @@ extension LatticeService {
             HTTPResponse(status: 200, headers: [(name: "Content-Type", value: SyncMessage.contentType)],
                          body: try Deltas(service.core).pull(context.caller, context.body))
         },
-        .database("subscriptions/modify") { service, context in
+        .database("subscriptions/modify", growth: .unlessOnlyDeletes(["delete"])) { service, context in
             .json(try Subscriptions(service.core).modify(context.caller, context.body))
         },
         .database("subscriptions/list") { service, context in .json(try Subscriptions(service.core).list(context.caller)) },

@@ -525,6 +525,154 @@ struct AttackSuiteTests {
         }
     }
 
+    // MARK: Push streams
+
+    /// `count` new devices of the attacker's account (tokens/issue), each with a registered push token; the
+    /// push tokens. With `subscriptions`, that many database subscriptions of the attacker's private database
+    /// too (each of the attacker's writes then raises that many notifications for every device).
+    static func pushDevices(_ context: Context, count: Int, subscriptions: Int = 1) throws -> [String] {
+        let client = try LoopbackClient(port: context.port, source: context.sources(1)[0], timeoutSeconds: 30)
+        func call(_ token: String, _ operation: String, _ body: JSON) throws -> JSON {
+            let reply = try client.send(path: context.path(operation), headers: ["Authorization": "Bearer " + token],
+                                        body: body.serializedBytes())
+            guard reply.status == 200 else {
+                throw HarnessError("\(operation): \(reply.status) \(String(decoding: reply.body.prefix(200), as: UTF8.self))")
+            }
+            return try JSON.parse(reply.body)
+        }
+        let operations: [JSON] = (0..<subscriptions).map { index in
+            .object(["operationType": .string("create"), "subscription": .object([
+                "subscriptionID": .string("attack-\(index)"), "subscriptionType": .string("database")])])
+        }
+        _ = try call(context.token, "subscriptions/modify", .object(["operations": .array(operations)]))
+        return try (0..<count).map { _ in
+            guard let device = try call(context.token, "tokens/issue", .object([:]))["token"]?.stringValue,
+                  let push = try call(device, "tokens/create", .object(["apnsEnvironment": .string("production")]))["apnsToken"]?
+                      .stringValue else { throw HarnessError("no device or push token") }
+            _ = try call(device, "tokens/register", .object(["apnsEnvironment": .string("production"), "apnsToken": .string(push)]))
+            return push
+        }
+    }
+
+    static func streamRequest(port: UInt16, push: String) -> [UInt8] {
+        Array("GET /push/\(push) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nAccept: text/event-stream\r\n\r\n".utf8)
+    }
+
+    @Test func idlePushStreamsFromOneAccount() throws {
+        try run("push streams: 40 devices of one account, 4 streams each, held from 4 addresses", subnet: 31, expectations: { tally in
+            [tally.refusals > 0 ? nil : "no stream past the per-account cap was refused or replaced: \(tally.summary)"]
+        }) { context in
+            let devices = try Self.pushDevices(context, count: 40)
+            holdSlowClients(port: context.port, connections: 160, sources: context.sources(4),
+                            prefix: { Self.streamRequest(port: context.port, push: devices[$0 % devices.count]) },
+                            seconds: Self.floodSeconds + 1, stillOpenIsClear: true, tally: context.tally, onReady: context.startProbe)
+        }
+    }
+
+    @Test func idlePushStreamsFromOneAddress() throws {
+        try run("push streams: 150 held from one address", subnet: 32, expectations: { tally in
+            [tally.refusals > 0 ? nil : "no stream past the per-address limits was refused: \(tally.summary)"]
+        }) { context in
+            let devices = try Self.pushDevices(context, count: 30)
+            holdSlowClients(port: context.port, connections: 150, sources: context.sources(1),
+                            prefix: { Self.streamRequest(port: context.port, push: devices[$0 % devices.count]) },
+                            seconds: Self.floodSeconds + 1, stillOpenIsClear: true, tally: context.tally, onReady: context.startProbe)
+        }
+    }
+
+    /// Streams whose readers never read, while the attacker's own writes raise 150 notifications a write for
+    /// each: what waits for a reader is bounded (64 KiB a stream in the server, past what the kernel's socket
+    /// buffers hold; a stream past it is cut off), so the server's memory stays bounded.
+    @Test func pushStreamsThatNeverRead() throws {
+        try run("push streams: 8 readers that never read, 150 notifications a write for 3 s", subnet: 33, expectations: { tally in
+            [tally.counts.keys.contains { $0.hasSuffix("(bounded)") } ? nil : "the server's memory grew without bound: \(tally.summary)"]
+        }) { context in
+            let rssBefore = context.server.residentMiB
+            let devices = try Self.pushDevices(context, count: 8, subscriptions: 150)
+            let source = context.sources(1)[0]
+            var sockets: [Int32] = []
+            for device in devices {
+                let fd = try openLoopbackSocket(source: source, port: context.port, timeoutSeconds: 2, blocking: true)
+                var small: Int32 = 4_096 // the smallest receive buffer: the kernel holds little for the reader
+                setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+                _ = Self.streamRequest(port: context.port, push: device).withUnsafeBytes {
+                    Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+                }
+                sockets.append(fd)
+            }
+            context.startProbe()
+            let path = context.path("records/modify"), auth = context.auth
+            flood(port: context.port, threads: 2, sources: [source], seconds: Self.floodSeconds, maximumRequests: 300,
+                  tally: context.tally) { thread, index in
+                (path, auth, JSON.object([
+                    "zoneID": .object(["zoneName": .string("Lists")]),
+                    "operations": .array([AttackSuiteTests.create("n-\(thread)-\(index)-\(Int(attackClock() * 1000))",
+                                                                  type: "Note", fields: [:])]),
+                ]).serializedBytes())
+            }
+            if let before = rssBefore, let after = context.server.residentMiB {
+                let grown = after - before
+                context.tally.add(event: String(format: "server memory grew %.0f MiB", grown) + (grown < 64 ? " (bounded)" : " (unbounded)"),
+                                  clear: grown < 64)
+            }
+            // Each reader now drains what reached it: a stream cut off ends (the connection closes).
+            for fd in sockets {
+                var timeout = timeval(tv_sec: 1, tv_usec: 0)
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+                var closed = false
+                let deadline = attackClock() + 3
+                while attackClock() < deadline {
+                    let got = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                    if got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN) { closed = true; break }
+                    if got < 0 { break } // nothing more for 1 s: the stream is still open
+                }
+                context.tally.add(event: closed ? "cut off (closed by the server)" : "still open after the flood", clear: true,
+                                  refusal: closed)
+                Glibc.close(fd)
+            }
+        }
+    }
+
+    /// One device's stream opened and dropped as fast as 4 addresses can: each open is answered (its ready
+    /// event, or 429), and the probe is not slowed.
+    @Test func pushStreamReconnectStorm() throws {
+        try run("push streams: a reconnect storm of one device from 4 addresses for 3 s", subnet: 34) { context in
+            let device = try Self.pushDevices(context, count: 1)[0]
+            context.startProbe()
+            let group = DispatchGroup()
+            let deadline = attackClock() + Self.floodSeconds
+            let port = context.port, tally = context.tally
+            for source in context.sources(4) {
+                group.enter()
+                Thread {
+                    defer { group.leave() }
+                    var opened = 0
+                    while attackClock() < deadline && opened < 2_000 {
+                        opened += 1
+                        guard let client = try? LoopbackClient(port: port, source: source, timeoutSeconds: 4) else {
+                            tally.add(event: "connection refused", clear: true, refusal: true)
+                            continue
+                        }
+                        do {
+                            try client.write(Self.streamRequest(port: port, push: device))
+                            let response = try client.readResponse()
+                            if response.status == 200 {
+                                tally.add(event: "stream opened", clear: true)
+                            } else {
+                                tally.add(response)
+                            }
+                        } catch {
+                            tally.add(event: "no answer: \(error)".prefix(80).description, clear: false)
+                        }
+                        client.close()
+                    }
+                }.start()
+            }
+            group.wait()
+        }
+    }
+
     static func heldBodyHead(port: UInt16, token: String?) -> [UInt8] {
         var head = "POST /database/1/lattice/production/private/records/modify HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
             + "Content-Type: application/json\r\nContent-Length: \(2 * 1024 * 1024)\r\n"

@@ -203,6 +203,23 @@ import Testing
         #expect(issued["token"]?.stringValue?.hasPrefix("lt_") == true && issued.response.header("Deprecation") == nil)
     }
 
+    /// A streamed body keeps at most its limit for a reader that does not take it: past it the reader is cut off
+    /// (the content reader ends the answer with an error) and nothing more is queued.
+    @Test func aStreamBodyCutsOffAReaderThatFallsBehind() throws {
+        let body = HTTPStreamBody(limit: 100)
+        #expect(body.send([UInt8](repeating: 1, count: 60)))
+        #expect(body.backlog == 60)
+        #expect(!body.send([UInt8](repeating: 2, count: 60)), "past the limit")
+        #expect(!body.send([3]), "cut off: nothing more is queued")
+        var buffer = [CChar](repeating: 0, count: 16)
+        #expect(buffer.withUnsafeMutableBufferPointer { body.read(into: $0.baseAddress!, capacity: 16) } == -2)
+        let open = HTTPStreamBody(limit: 100)
+        #expect(open.send(Array("abc".utf8)))
+        #expect(buffer.withUnsafeMutableBufferPointer { open.read(into: $0.baseAddress!, capacity: 16) } == 3)
+        open.finish()
+        #expect(buffer.withUnsafeMutableBufferPointer { open.read(into: $0.baseAddress!, capacity: 16) } == -1, "the end")
+    }
+
     /// The stream on a real socket: `ready`, a change from another device, nothing of its own, a reconnect
     /// with `Last-Event-ID`, a second stream of the same device replacing the first, and the end of the
     /// stream once its device token is revoked (checked at each heartbeat).
