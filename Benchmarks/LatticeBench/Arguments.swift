@@ -44,6 +44,29 @@ struct OptionScanner {
     func flag() throws(UsageError) {
         if inlineValue != nil { throw UsageError(message: "\(name) takes no value") }
     }
+
+    /// The current option's value as an integer in `range`.
+    mutating func integer(in range: ClosedRange<Int>) throws(UsageError) -> Int {
+        let text = try value()
+        guard let number = Int(text.filter { $0 != "_" }), range.contains(number) else {
+            throw UsageError(message: "\(name) takes an integer from \(range.lowerBound) to \(range.upperBound), not \(text)")
+        }
+        return number
+    }
+
+    /// The current option's value as a positive number of seconds.
+    mutating func seconds() throws(UsageError) -> Double {
+        let text = try value()
+        guard let seconds = Double(text), seconds > 0, seconds.isFinite else {
+            throw UsageError(message: "\(name) takes a positive number of seconds, not \(text)")
+        }
+        return seconds
+    }
+
+    /// An option no command knows, or an argument none takes.
+    func unknown() -> UsageError {
+        UsageError(message: argument.hasPrefix("-") ? "unrecognized option \(argument)" : "unexpected argument \(argument)")
+    }
 }
 
 /// The options of `lattice-bench merge`.

@@ -56,38 +56,23 @@ struct DevicesBenchOptions: Sendable {
 
     static func parse(_ arguments: [String]) throws(UsageError) -> DevicesBenchOptions {
         var options = DevicesBenchOptions()
-        var index = 0
-        func value(_ name: String) throws(UsageError) -> String {
-            index += 1
-            guard index < arguments.count else { throw UsageError(message: "\(name) needs a value") }
-            return arguments[index]
-        }
-        func integer(_ name: String, _ range: ClosedRange<Int>) throws(UsageError) -> Int {
-            let text = try value(name)
-            guard let number = Int(text), range.contains(number) else {
-                throw UsageError(message: "\(name) takes an integer from \(range.lowerBound) to \(range.upperBound), not \(text)")
+        var scanner = OptionScanner(arguments)
+        while scanner.next() {
+            switch scanner.name {
+            case "--devices": options.devices = try scanner.integer(in: 1...2_000)
+            case "--changes": options.changes = try scanner.integer(in: 1...1_000)
+            case "--records-per-change": options.recordsPerChange = try scanner.integer(in: 1...2)
+            case "--drivers": options.drivers = try scanner.integer(in: 1...512)
+            case "--workers": options.workers = try scanner.integer(in: 1...1_024)
+            case "--ceiling-rows": options.ceilingRows = try scanner.integer(in: 1...1_000_000)
+            case "--seconds": options.seconds = try scanner.seconds()
+            case "--timeout": options.timeout = try scanner.seconds()
+            case "--jsonl": options.jsonlPath = try scanner.value()
+            case "-h", "--help":
+                try scanner.flag()
+                options.help = true
+            default: throw scanner.unknown()
             }
-            return number
-        }
-        while index < arguments.count {
-            switch arguments[index] {
-            case "--devices": options.devices = try integer("--devices", 1...2_000)
-            case "--changes": options.changes = try integer("--changes", 1...1_000)
-            case "--records-per-change": options.recordsPerChange = try integer("--records-per-change", 1...2)
-            case "--drivers": options.drivers = try integer("--drivers", 1...512)
-            case "--workers": options.workers = try integer("--workers", 1...1_024)
-            case "--ceiling-rows": options.ceilingRows = try integer("--ceiling-rows", 1...1_000_000)
-            case "--seconds":
-                guard let seconds = Double(try value("--seconds")), seconds > 0 else { throw UsageError(message: "--seconds takes a positive number") }
-                options.seconds = seconds
-            case "--timeout":
-                guard let seconds = Double(try value("--timeout")), seconds > 0 else { throw UsageError(message: "--timeout takes a positive number") }
-                options.timeout = seconds
-            case "--jsonl": options.jsonlPath = try value("--jsonl")
-            case "-h", "--help": options.help = true
-            default: throw UsageError(message: "unknown option \(arguments[index])")
-            }
-            index += 1
         }
         return options
     }

@@ -52,39 +52,20 @@ struct FanoutBenchOptions: Sendable {
 
     static func parse(_ arguments: [String]) throws(UsageError) -> FanoutBenchOptions {
         var options = FanoutBenchOptions()
-        var index = 0
-        func value(_ name: String) throws(UsageError) -> String {
-            index += 1
-            guard index < arguments.count else { throw UsageError(message: "\(name) needs a value") }
-            return arguments[index]
-        }
-        func integer(_ name: String, _ range: ClosedRange<Int>) throws(UsageError) -> Int {
-            let text = try value(name)
-            guard let number = Int(text), range.contains(number) else {
-                throw UsageError(message: "\(name) takes an integer from \(range.lowerBound) to \(range.upperBound)")
+        var scanner = OptionScanner(arguments)
+        while scanner.next() {
+            switch scanner.name {
+            case "--connections": options.connections = try scanner.integer(in: 2...19_000)
+            case "--participants": options.participants = try scanner.integer(in: 2...100)
+            case "--rounds": options.rounds = try scanner.integer(in: 1...1_000)
+            case "--idle-seconds": options.idleSeconds = try scanner.seconds()
+            case "--timeout": options.timeout = try scanner.seconds()
+            case "--jsonl": options.jsonlPath = try scanner.value()
+            case "-h", "--help":
+                try scanner.flag()
+                options.help = true
+            default: throw scanner.unknown()
             }
-            return number
-        }
-        while index < arguments.count {
-            switch arguments[index] {
-            case "--connections": options.connections = try integer("--connections", 2...19_000)
-            case "--participants": options.participants = try integer("--participants", 2...100)
-            case "--rounds": options.rounds = try integer("--rounds", 1...1_000)
-            case "--idle-seconds":
-                guard let seconds = Double(try value("--idle-seconds")), seconds > 0 else {
-                    throw UsageError(message: "--idle-seconds takes a positive number")
-                }
-                options.idleSeconds = seconds
-            case "--timeout":
-                guard let seconds = Double(try value("--timeout")), seconds > 0 else {
-                    throw UsageError(message: "--timeout takes a positive number")
-                }
-                options.timeout = seconds
-            case "--jsonl": options.jsonlPath = try value("--jsonl")
-            case "-h", "--help": options.help = true
-            default: throw UsageError(message: "unknown option \(arguments[index])")
-            }
-            index += 1
         }
         guard options.connections >= options.participants * devicesPerParticipant else {
             throw UsageError(message: "--connections must be at least 2 x --participants")

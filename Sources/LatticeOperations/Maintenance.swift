@@ -73,10 +73,12 @@ public struct Maintenance: Sendable {
                         // few (their creation is rate-limited), so they go with the first batch.
                         _ = try tx.forgetDeviceAuthorizations(expiredAt: now)
                         try tx.forgetDeviceApprovalFailures(before: approvalFailuresBefore)
-                        // Webhook deliveries finished a week ago, and push tokens whose device token is gone: a
-                        // bounded number a run (the rest go with the next runs).
+                        // Webhook deliveries finished a week ago, push tokens whose device token is gone or
+                        // expired, and the notifications of spent firesOnce subscriptions: a bounded number a run
+                        // (the rest go with the next runs).
                         _ = try tx.purgeDeliveries(finishedBefore: now - Self.deliveryHorizonMilliseconds, limit: limit)
-                        _ = try tx.forgetOrphanPushTokens(limit: limit)
+                        _ = try tx.forgetOrphanPushTokens(nowMs: now, limit: limit)
+                        _ = try tx.forgetOrphanNotifications(limit: limit)
                     }
                     return try tx.purge(before: horizon, operationsBeforeMs: operationsBefore, limit: limit)
                 }

@@ -248,8 +248,10 @@ public protocol SubscriptionStorage {
     func registerPushToken(hash: [UInt8], userID: Int64) throws -> Bool
     /// How many push tokens a device token made.
     func pushTokenCount(deviceTokenID: String) throws -> Int
-    /// Deletes the push tokens whose device token is gone; returns how many.
-    func forgetOrphanPushTokens(limit: Int) throws -> Int
+    /// Deletes the push tokens whose device token is gone or expired at `nowMs`; returns how many.
+    func forgetOrphanPushTokens(nowMs: Int64, limit: Int) throws -> Int
+    /// Deletes notifications whose subscription is gone (a spent `firesOnce` one's); returns how many.
+    func forgetOrphanNotifications(limit: Int) throws -> Int
 
     /// Puts a delivery for the subscription in the outbox at its next sequence number, due now; `payload`
     /// makes the body from that number.

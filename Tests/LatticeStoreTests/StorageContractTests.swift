@@ -1178,8 +1178,24 @@ struct StorageContractTests {
                 #expect(rows.first?.concerns(device: "phone", after: 2) == true)
                 #expect(try tx.lastNotificationSeq(userID: user.id) == 3)
             }
-            #expect(try storage.write { try $0.deleteSubscription(rowID: subscription.rowID, keepingNotifications: false) })
+            // A spent firesOnce subscription keeps its notification until the purge forgets it.
+            #expect(try storage.write { try $0.deleteSubscription(rowID: subscription.rowID, keepingNotifications: true) })
+            try storage.read { tx throws in #expect(try tx.notifications(userID: user.id, after: 0, limit: 10).count == 1) }
+            #expect(try storage.write { try $0.forgetOrphanNotifications(limit: 10) } == 1)
             try storage.read { tx throws in #expect(try tx.notifications(userID: user.id, after: 0, limit: 10).isEmpty) }
+            // Push tokens go with their device token, revoked or expired.
+            try storage.write { tx throws in
+                try tx.insertToken(NewToken(hash: [9, 1], id: "0000000000000ex1", userID: user.id, createdMs: 1, expiresMs: 100))
+                try tx.insertPushToken(StoredPushToken(hash: [7, 1], userID: user.id, deviceTokenID: "0000000000000ex1",
+                                                       environment: "production", apnsEnvironment: "production",
+                                                       registered: true, createdMs: 1))
+                try tx.insertPushToken(StoredPushToken(hash: [7, 2], userID: user.id, deviceTokenID: "gone",
+                                                       environment: "production", apnsEnvironment: "production",
+                                                       registered: true, createdMs: 1))
+            }
+            #expect(try storage.write { try $0.forgetOrphanPushTokens(nowMs: 50, limit: 10) } == 1, "the one without a token")
+            #expect(try storage.read { try $0.pushToken(hash: [7, 1], nowMs: 50) } != nil)
+            #expect(try storage.write { try $0.forgetOrphanPushTokens(nowMs: 100, limit: 10) } == 1, "the expired one")
         }
     }
 

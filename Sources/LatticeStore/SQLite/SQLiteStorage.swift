@@ -1145,9 +1145,16 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
         Int(try rows("SELECT count(*) FROM push_tokens WHERE device_token_id = ?", [.text(deviceTokenID)]).first?[0].integer ?? 0)
     }
 
-    func forgetOrphanPushTokens(limit: Int) throws -> Int {
+    func forgetOrphanPushTokens(nowMs: Int64, limit: Int) throws -> Int {
         try run("DELETE FROM push_tokens WHERE hash IN (SELECT p.hash FROM push_tokens p LEFT JOIN tokens t "
-                + "ON t.id = p.device_token_id WHERE t.id IS NULL LIMIT ?)", [.integer(Int64(max(0, limit)))])
+                + "ON t.id = p.device_token_id WHERE t.id IS NULL OR (t.expires_ms IS NOT NULL AND t.expires_ms <= ?) "
+                + "LIMIT ?)", [.integer(nowMs), .integer(Int64(max(0, limit)))])
+    }
+
+    func forgetOrphanNotifications(limit: Int) throws -> Int {
+        try run("DELETE FROM notifications WHERE (subscription_id, zone_id) IN (SELECT n.subscription_id, n.zone_id "
+                + "FROM notifications n LEFT JOIN subscriptions s ON s.id = n.subscription_id WHERE s.id IS NULL LIMIT ?)",
+                [.integer(Int64(max(0, limit)))])
     }
 
     // MARK: Webhook deliveries (Subscriptions.swift)

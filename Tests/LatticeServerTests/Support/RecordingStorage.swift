@@ -514,9 +514,14 @@ private struct RecordingTransaction: StorageTransaction {
         return try base.pushTokenCount(deviceTokenID: deviceTokenID)
     }
 
-    func forgetOrphanPushTokens(limit: Int) throws -> Int {
+    func forgetOrphanPushTokens(nowMs: Int64, limit: Int) throws -> Int {
         note("forgetOrphanPushTokens")
-        return try base.forgetOrphanPushTokens(limit: limit)
+        return try base.forgetOrphanPushTokens(nowMs: nowMs, limit: limit)
+    }
+
+    func forgetOrphanNotifications(limit: Int) throws -> Int {
+        note("forgetOrphanNotifications")
+        return try base.forgetOrphanNotifications(limit: limit)
     }
 
     func enqueueDelivery(subscriptionRowID: Int64, userID: Int64, url: String, nowMs: Int64,
