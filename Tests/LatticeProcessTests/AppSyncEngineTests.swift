@@ -468,6 +468,44 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         await b.cancelOperations()
     }
 
+    /// A device waiting for the server (`waitForServerChanges`) holds the account's push stream: a change sent
+    /// by another device (its own token) ends the wait; the engine made its push token and a database
+    /// subscription of each database on first use, and the stream went through `GET /push/{token}`.
+    @Test func aWaitEndsOnThePushStreamWhenAnotherDeviceSends() async throws {
+        let world = try await World()
+        let (laptop, a) = world.device()
+        try await Self.makeZone(a, laptop)
+        try await a.fetchChanges()
+        let client = try AccountClient(serverURL: world.url)
+        let issued = try await client.call("private", "tokens/issue", .object([:]), as: world.account)
+        let phoneAccount = try await client.signIn(token: try #require(issued["token"]?.stringValue))
+        let (phone, b) = world.device(account: phoneAccount)
+        try await b.fetchChanges()
+        // The first wait sets the stream up; with nothing new it times out.
+        #expect(try await LatticeSyncEngine.waitForServerChanges(of: [a], timeoutSeconds: 1) == false)
+        let waiting = Task { try await LatticeSyncEngine.waitForServerChanges(of: [a], timeoutSeconds: 30) }
+        try await Task.sleep(for: .milliseconds(500))
+        let sent = ContinuousClock.now
+        phone.edit(b, "n") { $0["title"] = "from the phone" }
+        try await b.sendChanges()
+        #expect(try await waiting.value == true)
+        #expect(ContinuousClock.now - sent < .seconds(10))
+        let subscriptions = try await client.call("private", "subscriptions/list", .object([:]), as: world.account)
+        #expect(subscriptions["subscriptions"]?.arrayValue?.contains { $0["subscriptionID"] == .string("lattice.sync.private") }
+                == true, "\(subscriptions.serialized())")
+        try await a.fetchChanges()
+        #expect(laptop.snapshot["n"]?.contains("from the phone") == true)
+        // The waits parked on the stream, not on changes/wait: every changes/wait was the 0 s check, and the
+        // stream's access-log line is written when it ends (the server stops here).
+        world.server.kill(SIGTERM)
+        let log = world.server.standardError
+        #expect(log.contains("GET /push/{token} 200"), "\(log.suffix(2000))")
+        let waits = log.split(separator: "\n").filter { $0.contains("changes/wait 200") }
+        #expect(!waits.isEmpty && waits.allSatisfy { line in
+            line.split(separator: " ").first { $0.hasSuffix("ms") }.flatMap { Double($0.dropLast(2)) }.map { $0 < 200 } ?? false
+        }, "\(waits)")
+    }
+
     /// The owner's device makes the Notes zone with one note and shares the whole zone with a new user, gus,
     /// who accepts a link (`short`: the short one); gus's engine on the shared database has fetched it.
     struct SharedZone {

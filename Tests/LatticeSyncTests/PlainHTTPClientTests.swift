@@ -59,10 +59,12 @@ private final class ScriptedPeer: Sendable {
 
     private var stopped: Bool { state.withLock { $0.stopped } }
 
-    /// Accepts for at most 120 seconds, each connection served on a thread of its own.
+    /// Accepts for at most 600 seconds (a bound, not a time-out of the test: with Swift Testing running the
+    /// suites in parallel on two cores, an async test may wait minutes for a thread before its first request),
+    /// each connection served on a thread of its own.
     private func acceptLoop() {
         let started = Date()
-        while !stopped && Date().timeIntervalSince(started) < 120 {
+        while !stopped && Date().timeIntervalSince(started) < 600 {
             var entry = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
             guard poll(&entry, 1, 100) > 0 else { continue }
             let connection = accept(listener, nil, nil)

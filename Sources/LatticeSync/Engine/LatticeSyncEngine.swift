@@ -134,13 +134,32 @@ public actor LatticeSyncEngine {
 
     /// The same for several engines of one account (the private and the shared database): one parked
     /// request, sent by the first, that the server answers as soon as any of their databases changes.
+    ///
+    /// With a server that has push streams (and the engine's own `HTTPTransport`), the wait is on the
+    /// account's push stream (`PushListener`: a push token and a database subscription of each database, made
+    /// once a process): after one `changes/wait` of 0 s (a change already past the tokens answers at once),
+    /// it returns on the first notification. Elsewhere, or while the stream is down, it parks `changes/wait`.
     public static func waitForServerChanges(of engines: [LatticeSyncEngine], timeoutSeconds: Int) async throws -> Bool {
         guard let first = engines.first else { return false }
         let watched = engines.map { engine in
             ChangesWaitRequest.Watched(database: engine.database.scope == .private ? .private : .shared,
                                        syncToken: engine.state.read { $0.databaseToken })
         }
-        return try await first.parkedWait(watched, seconds: Int64(min(max(timeoutSeconds, 1), 50)))
+        let seconds = Int64(min(max(timeoutSeconds, 1), 50))
+        if let listener = await first.pushListener() {
+            if try await first.parkedWait(watched, seconds: 0) { return true }
+            if let changed = await listener.wait(seconds: Double(seconds)) { return changed }
+        }
+        return try await first.parkedWait(watched, seconds: seconds)
+    }
+
+    /// The account's push listener, when the engine talks to the server itself (no transport of the app's)
+    /// and the server has push streams.
+    private func pushListener() async -> PushListener? {
+        guard configuration.transport == nil, let account else { return nil }
+        guard let client = try? client(account) else { return nil }
+        return await PushListener.listener(serverURL: account.serverURL, token: account.token, client: client,
+                                           timeout: configuration.requestTimeout)
     }
 
     private func parkedWait(_ watched: [ChangesWaitRequest.Watched], seconds: Int64) async throws -> Bool {
@@ -440,6 +459,9 @@ public actor LatticeSyncEngine {
             try await sendZones(options)
             try await sendBatches(context)
         }
+        // The server tells no device of its own changes: other engines of this account in this process (the
+        // same device to the server) hear of it here.
+        if let account { PushListener.noteLocalChange(serverURL: account.serverURL, token: account.token) }
     }
 
     private func sendZones(_ options: SendChangesOptions) async throws {
@@ -762,8 +784,9 @@ public actor LatticeSyncEngine {
 
     // MARK: Automatic sync
 
-    /// One round: fetch, send what waits, then wait for the server to say something changed (a parked
-    /// `changes/wait`, at most 50 s), for a change queued here, or, after failures, for a backoff.
+    /// One round: fetch, send what waits, then wait for the server to say something changed (the account's
+    /// push stream, else a parked `changes/wait`, at most 50 s), for a change queued here, or, after failures,
+    /// for a backoff.
     private func automaticRound(after failures: Int) async -> Int {
         var failures = failures
         do {
