@@ -142,7 +142,8 @@ public struct ServiceConfiguration: Sendable {
 
     /// Subscriptions one database may hold (`subscriptions/modify` answers QUOTA_EXCEEDED past it).
     public var maximumSubscriptionsPerDatabase = 200
-    /// Push tokens (`tokens/create`) one device token or browser session may make.
+    /// Push tokens (`tokens/create`) one device token or browser session keeps: a new one past it replaces its
+    /// oldest.
     public var maximumPushTokensPerDevice = 8
     /// Push streams (`GET /push/{token}`) one account may hold open on one node (one per device; a device's
     /// new stream replaces its old one).

@@ -361,11 +361,9 @@ public struct Subscriptions: Sendable, OperationArea {
         }
         let token = Self.pushTokenPrefix + Secrets.hex(try Secrets.randomBytes(32))
         try core.write(deadline: caller.deadline) { tx, _ in
-            let limit = configuration.maximumPushTokensPerDevice
-            guard try tx.pushTokenCount(deviceTokenID: device) < limit else {
-                throw ServiceError(.quotaExceeded, "this device has \(limit) push tokens, the most it may have; one "
-                                   + "stream serves every database and subscription")
-            }
+            // A device keeps its newest push tokens: one more replaces its oldest (a device that lost its token, or
+            // a program that makes one a run, is never locked out).
+            _ = try tx.prunePushTokens(deviceTokenID: device, keeping: configuration.maximumPushTokensPerDevice - 1)
             try tx.insertPushToken(StoredPushToken(hash: Secrets.sha256(Array(token.utf8)), userID: caller.user.id,
                                                    deviceTokenID: device, environment: caller.environment,
                                                    apnsEnvironment: request.apnsEnvironment, registered: false,

@@ -246,8 +246,8 @@ public protocol SubscriptionStorage {
     func pushToken(hash: [UInt8], nowMs: Int64) throws -> StoredPushToken?
     /// Marks the user's push token registered; false when it is not theirs or gone.
     func registerPushToken(hash: [UInt8], userID: Int64) throws -> Bool
-    /// How many push tokens a device token made.
-    func pushTokenCount(deviceTokenID: String) throws -> Int
+    /// Keeps the `keeping` newest push tokens a device token made and deletes the rest; returns how many went.
+    func prunePushTokens(deviceTokenID: String, keeping: Int) throws -> Int
     /// Deletes the push tokens whose device token is gone or expired at `nowMs`; returns how many.
     func forgetOrphanPushTokens(nowMs: Int64, limit: Int) throws -> Int
     /// Deletes notifications whose subscription is gone (a spent `firesOnce` one's); returns how many.

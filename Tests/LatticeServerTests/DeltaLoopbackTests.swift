@@ -117,7 +117,7 @@ import Glibc
         #expect(!message.moreComing && message.skipped.isEmpty)
     }
 
-    @Test func watchCostsOneParkedRequestWhileIdleAndShowsAChangeQuickly() throws {
+    @Test func watchHoldsOnePushStreamWhileIdleAndShowsAChangeQuickly() throws {
         let loop = try Loopback()
         let alice = loop.directory + "/alice", bob = loop.directory + "/bob", bobPhone = loop.directory + "/bob-phone"
         try CLITests.ok("signup", "alice", "--server", loop.url, home: alice)
@@ -139,33 +139,30 @@ import Glibc
         #expect(errors.text.contains("watching all lists"), "\(errors.text)")
         Thread.sleep(forTimeInterval: 0.5) // past the start-up sync
 
-        // Idle for about 5 s: only long polls, one at a time, each held for its whole timeout.
+        // Idle for about 5 s: the watch holds one push stream (no parked long poll, no thread on the server), and
+        // sends at most the 0 s changes/wait check that starts each of its 25 s waits.
         loop.handler.reset()
         let idleStart = Date()
         var parked: [Int] = []
+        var streams: [Int] = []
         for _ in 0..<5 {
             Thread.sleep(forTimeInterval: 1)
             parked.append(loop.service.notifier.waiterCount)
+            streams.append(loop.service.pushStreams.streamCount)
         }
         let idle = loop.handler.log
         let idleEnd = Date()
         let operations = idle.map { String($0.path.split(separator: "/").dropFirst(5).joined(separator: "/")) }
-        let held = idle.compactMap { entry in entry.finished.map { $0.timeIntervalSince(entry.started) } }
         print("[lattice watch idle] \(idle.count) requests in \(String(format: "%.1f", idleEnd.timeIntervalSince(idleStart))) s: "
-              + operations.joined(separator: ", ") + "; held " + held.map { String(format: "%.2f s", $0) }.joined(separator: ", ")
-              + "; parked on the server each second: \(parked)")
+              + operations.joined(separator: ", ") + "; parked long polls each second: \(parked); push streams: \(streams)")
         #expect(operations.allSatisfy { $0 == "changes/wait" }, "\(operations)")
-        // watch parks 25 s waits: over 5 idle seconds at most one new one starts, and one is parked throughout.
         #expect((0...1).contains(idle.count), "\(idle.count) requests while idle")
-        #expect(held.allSatisfy { $0 >= 1.9 }, "a wait was answered before its timeout: \(held)")
-        #expect(parked.allSatisfy { $0 == 1 }, "\(parked)")
-        // One after another: each starts after the previous one ended.
-        for (previous, next) in zip(idle, idle.dropFirst()) {
-            #expect(previous.finished.map { $0 <= next.started } ?? false, "two waits overlapped")
-        }
+        #expect(parked.allSatisfy { $0 == 0 }, "\(parked)")
+        #expect(streams.allSatisfy { $0 == 1 }, "\(streams)")
         for entry in idle {
-            let watched = try JSON.parse(entry.body)["databases"]?.arrayValue?.compactMap { $0["database"]?.stringValue }
-            #expect(watched == ["private", "shared"])
+            let body = try JSON.parse(entry.body)
+            #expect(body["databases"]?.arrayValue?.compactMap { $0["database"]?.stringValue } == ["private", "shared"])
+            #expect(body["timeout"] == .int(0), "only the 0 s check: \(body.serialized())")
         }
 
         // A change by another device, in each database: shown within 2 s of its commit.

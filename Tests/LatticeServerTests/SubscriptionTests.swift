@@ -195,6 +195,15 @@ import Testing
         #expect(h.raw("GET", "/push/lp_" + String(repeating: "0", count: 64)).code == "AUTHENTICATION_FAILED")
         #expect(h.raw("GET", "/push/nonsense").code == "AUTHENTICATION_FAILED")
 
+        // A device keeps its 8 newest push tokens: a ninth replaces the oldest, which then opens nothing.
+        let first = try Self.pushSession(h, token: bob)
+        h.clock.advance(1)
+        for _ in 0..<8 {
+            #expect(h.call("tokens/create", .object(["apnsEnvironment": .string("production")]), token: bob).status == 200)
+            h.clock.advance(1)
+        }
+        #expect(try Subscriptions(h.service.core).openSession(pushToken: first.text, deadline: nil) == nil)
+
         // The bearer-token request under its old name: answered, marked deprecated; tokens/issue is its name.
         let old = h.call("tokens/create", .object(["lifetimeSeconds": .int(3600)]), token: ann)
         #expect(old.status == 200 && old["token"]?.stringValue?.hasPrefix("lt_") == true)

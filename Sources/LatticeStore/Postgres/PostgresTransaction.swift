@@ -941,8 +941,10 @@ final class PostgresTransaction: StorageTransaction, StorageBookkeeping, Storage
         try run("UPDATE push_tokens SET registered = 1 WHERE hash = $1 AND user_id = $2", [.bytea(hash), .integer(userID)]) > 0
     }
 
-    func pushTokenCount(deviceTokenID: String) throws -> Int {
-        Int(try rows("SELECT count(*) FROM push_tokens WHERE device_token_id = $1", [.text(deviceTokenID)]).first?[0].integer ?? 0)
+    func prunePushTokens(deviceTokenID: String, keeping: Int) throws -> Int {
+        try run("DELETE FROM push_tokens WHERE device_token_id = $1 AND hash NOT IN (SELECT hash FROM push_tokens "
+                + "WHERE device_token_id = $1 ORDER BY created_ms DESC, hash LIMIT $2)",
+                [.text(deviceTokenID), .integer(Int64(max(0, keeping)))])
     }
 
     func forgetOrphanPushTokens(nowMs: Int64, limit: Int) throws -> Int {

@@ -1141,8 +1141,10 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
         try run("UPDATE push_tokens SET registered = 1 WHERE hash = ? AND user_id = ?", [.blob(hash), .integer(userID)]) > 0
     }
 
-    func pushTokenCount(deviceTokenID: String) throws -> Int {
-        Int(try rows("SELECT count(*) FROM push_tokens WHERE device_token_id = ?", [.text(deviceTokenID)]).first?[0].integer ?? 0)
+    func prunePushTokens(deviceTokenID: String, keeping: Int) throws -> Int {
+        try run("DELETE FROM push_tokens WHERE device_token_id = ? AND hash NOT IN (SELECT hash FROM push_tokens "
+                + "WHERE device_token_id = ? ORDER BY created_ms DESC, hash LIMIT ?)",
+                [.text(deviceTokenID), .text(deviceTokenID), .integer(Int64(max(0, keeping)))])
     }
 
     func forgetOrphanPushTokens(nowMs: Int64, limit: Int) throws -> Int {

@@ -509,9 +509,9 @@ private struct RecordingTransaction: StorageTransaction {
         return try base.registerPushToken(hash: hash, userID: userID)
     }
 
-    func pushTokenCount(deviceTokenID: String) throws -> Int {
-        note("pushTokenCount")
-        return try base.pushTokenCount(deviceTokenID: deviceTokenID)
+    func prunePushTokens(deviceTokenID: String, keeping: Int) throws -> Int {
+        note("prunePushTokens")
+        return try base.prunePushTokens(deviceTokenID: deviceTokenID, keeping: keeping)
     }
 
     func forgetOrphanPushTokens(nowMs: Int64, limit: Int) throws -> Int {
