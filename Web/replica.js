@@ -318,11 +318,7 @@ export class Replica {
         // A send that failed since: try again soon rather than park a long poll.
         if (this.outbox.length && this.online === false) throw new ApiError('TRY_AGAIN_LATER', 'not sent yet', 503);
         delay = 1000;
-        // Answers when either database moves past its token (or after 25 s): then round again.
-        await this.api.call('private', 'changes/wait', {
-          databases: [{ database: 'private', syncToken: this.tokens.private }, { database: 'shared', syncToken: this.tokens.shared }],
-          timeout: 25,
-        });
+        await this.waitForServer();
       } catch (error) {
         if (isSignedOut(error)) {
           this.failed(error);
@@ -340,6 +336,66 @@ export class Replica {
     }
   }
 
+  /**
+   * Waits until either database moves past its token, or 25 s: on the page's push stream when it has one (a
+   * notification ends the wait at once; a 0 s changes/wait first catches what came before the stream), else
+   * with a parked changes/wait long poll.
+   */
+  async waitForServer() {
+    const databases = [{ database: 'private', syncToken: this.tokens.private }, { database: 'shared', syncToken: this.tokens.shared }];
+    this.startPush();
+    if (this.push && this.push.connected) {
+      const now = await this.api.call('private', 'changes/wait', { databases, timeout: 0 });
+      if (!now.changed) await this.pushed(25000);
+      return;
+    }
+    await this.api.call('private', 'changes/wait', { databases, timeout: 25 });
+  }
+
+  /**
+   * The push stream of this page (GET /push/{token}, server-sent events): a push token of the page's session
+   * (tokens/create, tokens/register) and a database subscription of each database, made once; EventSource
+   * reconnects by itself (with Last-Event-ID). A server without push streams leaves the page on long polls.
+   */
+  startPush() {
+    if (this.pushStarted || typeof EventSource === 'undefined') return;
+    this.pushStarted = true;
+    (async () => {
+      try {
+        const made = await this.api.call('private', 'tokens/create', { apnsEnvironment: 'production' });
+        if (!made.apnsToken || !made.webcourierURL) return;
+        await this.api.call('private', 'tokens/register', { apnsEnvironment: 'production', apnsToken: made.apnsToken });
+        for (const database of ['private', 'shared']) {
+          await this.api.call(database, 'subscriptions/modify', { operations: [{ operationType: 'create',
+            subscription: { subscriptionID: `lattice.web.${database}`, subscriptionType: 'database' } }] });
+        }
+        const source = new EventSource(new URL(made.webcourierURL).pathname);
+        const push = { source, connected: false, notified: false, wake: null };
+        const mark = (on) => { if (typeof document !== 'undefined') document.body.dataset.push = on ? 'on' : 'off'; };
+        source.addEventListener('ready', () => { push.connected = true; mark(true); });
+        source.addEventListener('notification', () => {
+          push.notified = true;
+          if (push.wake) push.wake();
+        });
+        source.addEventListener('revoked', () => { source.close(); this.push = null; this.pushStarted = false; });
+        source.onerror = () => { push.connected = false; mark(false); if (push.wake) push.wake(); };
+        this.push = push;
+      } catch (error) {
+        this.pushStarted = false; // tried again at the next wait
+      }
+    })();
+  }
+
+  /** Waits for a push notification (true), at most `ms` (false); a notification since the last wait counts. */
+  pushed(ms) {
+    const push = this.push;
+    return new Promise((resolve) => {
+      if (push.notified) { push.notified = false; return resolve(true); }
+      const timer = setTimeout(() => { push.wake = null; resolve(false); }, ms);
+      push.wake = () => { clearTimeout(timer); push.wake = null; const notified = push.notified; push.notified = false; resolve(notified); };
+    });
+  }
+
   /** Waits `ms`, or less when the browser says it is online again. */
   pause(ms) {
     return new Promise((resolve) => {
@@ -348,7 +404,10 @@ export class Replica {
     });
   }
 
-  nudge() { if (this.wake) this.wake(); }
+  nudge() {
+    if (this.wake) this.wake();
+    if (this.push && this.push.wake) this.push.wake();
+  }
 
   async refreshSession() {
     const session = await currentSession();

@@ -345,6 +345,15 @@ def main():
 
         # MARK: Concurrent edits
 
+        def a_cli_change_arrives_on_the_push_stream():
+            # The page holds a push stream (an EventSource on its push token's /push/ URL; body[data-push] says
+            # so) instead of a parked long poll, and a change the CLI makes shows without a reload.
+            wait_for(pb, lambda d: body_data(d, "push") == "on", "the page's push stream is open")
+            oscar.run("list", "add", "Market", "Pears")
+            wait_for(pb, lambda d: ["Pears", False, []] in bt.items_on_page(d), "oscar's item shows without a reload")
+            oscar.run("list", "remove", "Market", "Pears")
+            wait_for(pb, lambda d: not any(i[0] == "Pears" for i in bt.items_on_page(d)), "and its removal")
+
         def stale_edit_field_asks_before_saving():
             bt.phone(pb, False)
             bt.act(lambda: tool(pb, "Eggs", "edit").click())
@@ -673,6 +682,7 @@ def main():
             ("back online: the waiting edits are sent and reach the CLI", back_online_the_edits_reach_the_cli),
             ("edits the CLI made offline merge with them (a later edit wins whatever the arrival order)", offline_cli_edits_merge),
             ("an offline edit to an item removed meanwhile is kept and can be brought back", an_edit_to_an_item_removed_meanwhile_is_kept),
+            ("a change made with the CLI arrives on the page's push stream, without a reload", a_cli_change_arrives_on_the_push_stream),
             ("a stale edit field says so and asks before saving over the other change", stale_edit_field_asks_before_saving),
             ("an untouched edit field follows the other change; Use their text", untouched_field_follows_and_use_their_text),
             ("an item removed while edited keeps the text and Restore brings it back", removed_while_edited_keeps_the_text),
