@@ -96,39 +96,17 @@ enum DevicesBench {
         defer { output.close() }
         raiseOpenFileLimitToHard()
         let root = NSTemporaryDirectory() + "lattice-bench-devices-\(getpid())"
-        let server: BenchServer
-        do {
-            try? FileManager.default.removeItem(atPath: root)
-            try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
-            var storage = ["--data", root + "/server"]
-            if let workers = options.workers { storage += ["--workers", String(workers)] }
-            storage += ["--per-address-connections", "4096", "--connections", "8192"]
-            server = try BenchServer(binary: try BenchServer.binaryNextToSelf(), storage: storage,
-                                     logPath: root + "/server.log", scratchDirectory: root)
-        } catch {
-            writeText(2, "lattice-bench devices: error: \(error)\n")
-            try? FileManager.default.removeItem(atPath: root)
-            return 1
-        }
+        var extra = ["--per-address-connections", "4096", "--connections", "8192"]
+        if let workers = options.workers { extra += ["--workers", String(workers)] }
+        guard let server = BenchServer.startScratch(command: "devices", root: root, extra: extra, timeout: options.timeout)
+        else { return 1 }
         defer {
             server.stop()
             try? FileManager.default.removeItem(atPath: root)
         }
-        DispatchQueue.global().asyncAfter(deadline: .now() + options.timeout) {
-            writeText(2, "lattice-bench devices: error: the run exceeded --timeout \(options.timeout) s; stopping the server\n")
-            server.stop(graceSeconds: 2)
-            try? FileManager.default.removeItem(atPath: root)
-            exit(1)
-        }
-        output.emit([
-            "kind": .string("header"), "bench": .string("devices"), "started": .string(utcTimestamp()),
-            "argv": .array(argv.map { .string($0) }), "machine": .object(MachineInfo.collect()),
-            "build": .string(MachineInfo.buildConfiguration), "parameters": options.parametersJSON,
-            "server": .object(["binary": .string(server.binary), "url": .string(server.url), "pid": .int(Int64(server.pid)),
-                               "storage": .string("SQLite, WAL, synchronous=FULL (lattice serve's default)")]),
-            "record_shape": .string("Item: name STRING, n INT64, tags STRING_LIST of 2 (add-wins set)"),
-        ])
+        var header = server.headerLine(bench: "devices", argv: argv, parameters: options.parametersJSON)
+        header["record_shape"] = .string("Item: name STRING, n INT64, tags STRING_LIST of 2 (add-wins set)")
+        output.emit(header)
         var lines: [[String: JSONValue]] = []
         func emit(_ line: [String: JSONValue]) {
             lines.append(line)

@@ -130,39 +130,17 @@ enum FanoutBench {
         defer { output.close() }
         raiseOpenFileLimitToHard()
         let root = NSTemporaryDirectory() + "lattice-bench-fanout-\(getpid())"
-        let server: BenchServer
-        do {
-            try? FileManager.default.removeItem(atPath: root)
-            try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
-            let streams = String(options.connections + 100)
-            server = try BenchServer(binary: try BenchServer.binaryNextToSelf(),
-                                     storage: ["--data", root + "/server", "--per-address-connections", streams,
-                                               "--connections", streams, "--push-streams-per-address", streams,
-                                               "--push-streams-per-user", "200", "--requests-per-second-per-account", "0", "--connection-memory-kib", "16"],
-                                     logPath: root + "/server.log", scratchDirectory: root)
-        } catch {
-            writeText(2, "lattice-bench fanout: error: \(error)\n")
-            try? FileManager.default.removeItem(atPath: root)
-            return 1
-        }
+        let streams = String(options.connections + 100)
+        guard let server = BenchServer.startScratch(
+            command: "fanout", root: root,
+            extra: ["--per-address-connections", streams, "--connections", streams, "--push-streams-per-address", streams,
+                    "--push-streams-per-user", "200", "--requests-per-second-per-account", "0", "--connection-memory-kib", "16"],
+            timeout: options.timeout) else { return 1 }
         defer {
             server.stop()
             try? FileManager.default.removeItem(atPath: root)
         }
-        DispatchQueue.global().asyncAfter(deadline: .now() + options.timeout) {
-            writeText(2, "lattice-bench fanout: error: the run exceeded --timeout \(options.timeout) s; stopping the server\n")
-            server.stop(graceSeconds: 2)
-            try? FileManager.default.removeItem(atPath: root)
-            exit(1)
-        }
-        output.emit([
-            "kind": .string("header"), "bench": .string("fanout"), "started": .string(utcTimestamp()),
-            "argv": .array(argv.map { .string($0) }), "machine": .object(MachineInfo.collect()),
-            "build": .string(MachineInfo.buildConfiguration), "parameters": options.parametersJSON,
-            "server": .object(["binary": .string(server.binary), "url": .string(server.url), "pid": .int(Int64(server.pid)),
-                               "storage": .string("SQLite, WAL, synchronous=FULL (lattice serve's default)")]),
-        ])
+        output.emit(server.headerLine(bench: "fanout", argv: argv, parameters: options.parametersJSON))
         do {
             let port = UInt16(server.url.split(separator: ":").last.map(String.init) ?? "") ?? 0
             let api = API(transport: try HTTPTransport(serverURL: server.url))

@@ -316,3 +316,41 @@ private func readLine(_ fd: Int32, deadline: UInt64) throws -> String {
         guard line.count <= 4096 else { throw SystemError.message("an overlong line from the server guard") }
     }
 }
+
+extension BenchServer {
+    /// For a command that measures one `lattice serve` on SQLite: a fresh private scratch directory `root`, the
+    /// server on `root/server` with `extra` options, and a watchdog that stops it (and removes `root`) after
+    /// `timeout` seconds. Nil, with the error written on stderr, when the server did not start (`root` is gone
+    /// then); the caller stops the server and removes `root` when it is done.
+    static func startScratch(command: String, root: String, extra: [String], timeout: Double) -> BenchServer? {
+        let server: BenchServer
+        do {
+            try? FileManager.default.removeItem(atPath: root)
+            try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+            server = try BenchServer(binary: try BenchServer.binaryNextToSelf(), storage: ["--data", root + "/server"] + extra,
+                                     logPath: root + "/server.log", scratchDirectory: root)
+        } catch {
+            writeText(2, "lattice-bench \(command): error: \(error)\n")
+            try? FileManager.default.removeItem(atPath: root)
+            return nil
+        }
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout) {
+            writeText(2, "lattice-bench \(command): error: the run exceeded --timeout \(timeout) s; stopping the server\n")
+            server.stop(graceSeconds: 2)
+            try? FileManager.default.removeItem(atPath: root)
+            exit(1)
+        }
+        return server
+    }
+
+    /// The header line of a run against this server on SQLite: the command, its arguments and parameters, the
+    /// machine, the build and the server.
+    func headerLine(bench: String, argv: [String], parameters: JSONValue) -> [String: JSONValue] {
+        ["kind": .string("header"), "bench": .string(bench), "started": .string(utcTimestamp()),
+         "argv": .array(argv.map { .string($0) }), "machine": .object(MachineInfo.collect()),
+         "build": .string(MachineInfo.buildConfiguration), "parameters": parameters,
+         "server": .object(["binary": .string(binary), "url": .string(url), "pid": .int(Int64(pid)),
+                            "storage": .string("SQLite, WAL, synchronous=FULL (lattice serve's default)")])]
+    }
+}

@@ -406,10 +406,13 @@ public struct Subscriptions: Sendable, OperationArea {
         return try core.write(deadline: deadline) { tx, _ in try session(hash: hash, tx) }
     }
 
-    /// The session again, as a stream checks it at every wake-up: nil once its token or device token is gone
-    /// (revoked, expired), which ends the stream.
-    public func refreshSession(_ session: PushSession, deadline: RequestDeadline?) throws -> PushSession? {
-        try storage.read(deadline: deadline, lane: .authentication) { tx in try self.session(hash: session.tokenHash, tx) }
+    /// Whether a stream's push token still holds, as the stream checks it at every heartbeat: false once the
+    /// token or its device token is gone (revoked, expired), which ends the stream. One point read: the
+    /// session's databases never change.
+    public func isLive(_ session: PushSession, deadline: RequestDeadline?) throws -> Bool {
+        try storage.read(deadline: deadline, lane: .authentication) { tx in
+            try tx.pushToken(hash: session.tokenHash, nowMs: configuration.now()) != nil
+        }
     }
 
     private func session(hash: [UInt8], _ tx: any StorageTransaction) throws -> PushSession? {

@@ -20,7 +20,7 @@ final class PushStreams: Sendable {
         let id: Int
         let body: HTTPStreamBody
         let addressKey: String
-        let session: Mutex<PushSession>
+        let session: PushSession
         /// The last notification position sent (or skipped).
         let cursor: Mutex<Int64>
 
@@ -28,7 +28,7 @@ final class PushStreams: Sendable {
             self.id = id
             self.body = body
             self.addressKey = addressKey
-            self.session = Mutex(session)
+            self.session = session
             self.cursor = Mutex(cursor)
         }
     }
@@ -130,8 +130,6 @@ final class PushStreams: Sendable {
 
     var streamCount: Int { state.withLock { $0.streams.count } }
 
-    func streamCount(userID: Int64) -> Int { state.withLock { $0.perUser[userID, default: 0] } }
-
     /// These databases moved: their streams read what is new.
     func wake(databaseIDs: [Int64]) {
         let any = state.withLock { state -> Bool in
@@ -161,7 +159,7 @@ final class PushStreams: Sendable {
 
     private static func remove(_ stream: Stream, _ state: inout State) {
         guard state.streams.removeValue(forKey: stream.id) != nil else { return }
-        let session = stream.session.withLock { $0 }
+        let session = stream.session
         if state.byDevice[session.deviceTokenID] == stream.id { state.byDevice[session.deviceTokenID] = nil }
         let users = state.perUser[session.userID, default: 1] - 1
         state.perUser[session.userID] = users > 0 ? users : nil
@@ -201,7 +199,7 @@ final class PushStreams: Sendable {
     /// stream further behind is marked dirty again, so one stream cannot hold the queue).
     private func deliver(_ stream: Stream) {
         guard let subscriptions = subscriptions.withLock({ $0 }), !stream.body.isClosed else { return }
-        let session = stream.session.withLock { $0 }
+        let session = stream.session
         for _ in 0..<10 {
             let cursor = stream.cursor.withLock { $0 }
             let page: (events: [(Int64, JSON)], cursor: Int64)
@@ -235,10 +233,9 @@ final class PushStreams: Sendable {
         guard let subscriptions = subscriptions.withLock({ $0 }) else { return }
         let all: [Stream] = state.withLock { Array($0.streams.values) }
         for stream in all {
-            let session = stream.session.withLock { $0 }
+            let session = stream.session
             do {
-                guard try subscriptions.refreshSession(session, deadline: .after(milliseconds: deadlineMilliseconds))
-                    != nil else {
+                guard try subscriptions.isLive(session, deadline: .after(milliseconds: deadlineMilliseconds)) else {
                     stream.body.send(Array("event: revoked\ndata: {}\n\n".utf8))
                     stream.body.finish()
                     continue
@@ -280,7 +277,7 @@ extension LatticeService {
             }
             cursor = min(position, latest)
         }
-        let body = HTTPStreamBody(limit: configuration.pushBacklogBytes)
+        let body = HTTPStreamBody(limit: pushStreams.limits.backlogBytes)
         body.send(Array("retry: 2000\nid: \(cursor)\nevent: ready\ndata: {\"lastEventID\":\"\(cursor)\"}\n\n".utf8))
         switch pushStreams.open(session: session, cursor: cursor, body: body, addressKey: request.addressLimitKey) {
         case .opened: break
