@@ -61,6 +61,7 @@ func render(_ value: ScalarValue) -> String {
     case .bytes(let b): return "<\(b.count) bytes>"
     case .reference(let r): return "→\(r.recordName)"
     case .location(let l): return "(\(l.latitude), \(l.longitude))"
+    case .asset(let a): return "<asset \(a.size) bytes>"
     }
 }
 

@@ -405,6 +405,9 @@ struct BinaryWriter: ~Copyable {
             u8(mask)
             for part in optionals { if let part { u64(part.bitPattern) } }
             if let timestamp = l.timestamp { u64(UInt64(bitPattern: timestamp)) }
+        case .asset(let a):
+            append(a.checksum)
+            u64(UInt64(bitPattern: a.size))
         }
     }
 
@@ -640,6 +643,14 @@ struct BinaryReader {
             if mask & 16 != 0 { location.speed = try double("speed") }
             if mask & 32 != 0 { location.timestamp = Int64(bitPattern: try u64("location timestamp")) }
             return .location(location)
+        case .asset:
+            guard limit - offset >= AssetValue.checksumLength else { throw fail(.truncated, "asset checksum") }
+            let checksum = [UInt8](UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + AssetValue.checksumLength)]))
+            offset += AssetValue.checksumLength
+            guard let asset = AssetValue(checksum: checksum, size: Int64(bitPattern: try u64("asset size"))) else {
+                throw fail(.malformed, "asset size (negative)")
+            }
+            return .asset(asset)
         }
     }
 
@@ -904,6 +915,10 @@ extension BinaryReader {
             let mask = try u8("location mask")
             guard mask & ~0x3F == 0 else { throw fail(.malformed, "location mask") }
             for _ in 0..<mask.nonzeroBitCount { _ = try u64("location part") }
+        case .asset:
+            guard limit - offset >= AssetValue.checksumLength else { throw fail(.truncated, "asset checksum") }
+            offset += AssetValue.checksumLength
+            guard Int64(bitPattern: try u64("asset size")) >= 0 else { throw fail(.malformed, "asset size (negative)") }
         }
         return tag
     }

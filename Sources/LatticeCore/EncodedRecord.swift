@@ -110,6 +110,8 @@ struct ByteCursor {
                 _ = string()
                 _ = string()
             }
+        case ValueType.asset.rawValue:
+            offset += AssetValue.checksumLength + 8
         default: // location
             offset += 16
             let mask = u8()

@@ -35,6 +35,8 @@ extension ScalarValue {
             if let v = l.speed { object["speed"] = ScalarValue.json(v) }
             if let v = l.timestamp { object["timestamp"] = .int(v) }
             return .object(object)
+        case .asset(let a):
+            return .object(["fileChecksum": .string(a.fileChecksum), "size": .int(a.size)])
         }
     }
 
@@ -96,8 +98,28 @@ extension ScalarValue {
                 latitude: latitude, longitude: longitude, altitude: try part("altitude"),
                 horizontalAccuracy: try part("horizontalAccuracy"), verticalAccuracy: try part("verticalAccuracy"),
                 course: try part("course"), speed: try part("speed"), timestamp: timestamp))
+        case .asset:
+            // CloudKit's asset dictionary: `fileChecksum` and `size` name the bytes; the other keys of an
+            // upload's receipt (`receipt`, `wrappingKey`, `referenceChecksum`) and a fetched `downloadURL` are
+            // accepted and not kept (the server checks that the writer uploaded the bytes, not the receipt).
+            guard let object = json.objectValue, let checksumText = object["fileChecksum"]?.stringValue,
+                  let sizeValue = object["size"] else {
+                throw fail("expected {\"fileChecksum\": ..., \"size\": ...} for ASSETID (the dictionary assets/upload's receipt gives)")
+            }
+            guard let data = Data(base64Encoded: checksumText), data.count == AssetValue.checksumLength else {
+                throw fail("fileChecksum must be the base64 SHA-256 (32 bytes) of the asset's bytes")
+            }
+            guard case .int(let size) = sizeValue, let asset = AssetValue(checksum: [UInt8](data), size: size) else {
+                throw fail("size must be the asset's byte count (an integer, 0 or more)")
+            }
+            self = .asset(asset)
         }
     }
+}
+
+extension AssetValue {
+    /// The checksum as CloudKit spells `fileChecksum`: standard base64.
+    public var fileChecksum: String { Data(checksum).base64EncodedString() }
 }
 
 extension ScalarValue {

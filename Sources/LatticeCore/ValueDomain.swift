@@ -68,36 +68,68 @@ extension RecordFrame {
     /// value is inside. Walks the validated frame once, building no values but the ones it checks.
     public var domainViolation: (field: String, reason: String)? {
         withFrame { frame in
-            let header = FrameHeader(frame)
-            var cursor = ByteCursor(frame, at: header.fieldsStart)
-            for _ in 0..<header.fieldCount {
-                let name = cursor.string()
-                let kind = cursor.u8()
-                let length = Int(cursor.varint())
-                let payload = cursor.offset
-                var inner = ByteCursor(frame, at: payload)
-                var reason: String? = nil
-                if kind == 0 { // a register: its stamp, then its value
-                    _ = inner.stamp()
-                    reason = RecordFrame.domainViolation(of: &inner)
-                } else if kind == 1 { // a set: its context, then entries of a value and a dot
-                    let replicas = inner.varint()
-                    for _ in 0..<replicas {
-                        _ = inner.varint()
-                        inner.offset += 8
-                    }
-                    let entries = inner.varint()
-                    for _ in 0..<entries where reason == nil {
-                        reason = RecordFrame.domainViolation(of: &inner)
-                        _ = inner.stamp()
-                    }
-                }
-                if let reason {
-                    return (String(decoding: UnsafeRawBufferPointer(rebasing: frame[name]), as: UTF8.self), reason)
-                }
-                cursor.offset = payload + length
+            var found: (field: String, reason: String)?
+            RecordFrame.walkValues(frame) { name, cursor in
+                guard let reason = RecordFrame.domainViolation(of: &cursor) else { return true }
+                found = (String(decoding: UnsafeRawBufferPointer(rebasing: frame[name]), as: UTF8.self), reason)
+                return false
             }
-            return nil
+            return found
+        }
+    }
+
+    /// The assets (ASSETID values) the record holds: each register's value and each list's live elements,
+    /// each checksum once. Walks the validated frame once, building only the assets.
+    public var assetValues: [AssetValue] {
+        withFrame { frame in
+            var assets: [AssetValue] = []
+            RecordFrame.walkValues(frame) { _, cursor in
+                let start = cursor.offset
+                if cursor.u8() == ValueType.asset.rawValue {
+                    let checksum = [UInt8](UnsafeRawBufferPointer(rebasing: frame[cursor.offset..<(cursor.offset + AssetValue.checksumLength)]))
+                    cursor.offset += AssetValue.checksumLength
+                    let size = Int64(bitPattern: cursor.u64())
+                    if let asset = AssetValue(checksum: checksum, size: size),
+                       !assets.contains(where: { $0.checksum == checksum }) {
+                        assets.append(asset)
+                    }
+                } else {
+                    cursor.offset = start
+                    cursor.skipValue()
+                }
+                return true
+            }
+            return assets
+        }
+    }
+
+    /// Calls `visit` with each field's name (the payload range of its string) and a cursor at each value it
+    /// holds (a register's value; each entry of a set), which `visit` must read past; stops when it answers false.
+    static func walkValues(_ frame: UnsafeRawBufferPointer, _ visit: (Range<Int>, inout ByteCursor) -> Bool) {
+        let header = FrameHeader(frame)
+        var cursor = ByteCursor(frame, at: header.fieldsStart)
+        for _ in 0..<header.fieldCount {
+            let name = cursor.string()
+            let kind = cursor.u8()
+            let length = Int(cursor.varint())
+            let payload = cursor.offset
+            var inner = ByteCursor(frame, at: payload)
+            if kind == 0 { // a register: its stamp, then its value
+                _ = inner.stamp()
+                guard visit(name, &inner) else { return }
+            } else if kind == 1 { // a set: its context, then entries of a value and a dot
+                let replicas = inner.varint()
+                for _ in 0..<replicas {
+                    _ = inner.varint()
+                    inner.offset += 8
+                }
+                let entries = inner.varint()
+                for _ in 0..<entries {
+                    guard visit(name, &inner) else { return }
+                    _ = inner.stamp()
+                }
+            }
+            cursor.offset = payload + length
         }
     }
 

@@ -1,6 +1,6 @@
 /// The type of a scalar value, with CloudKit Web Services' type names.
 public enum ValueType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
-    case string = 1, int64, double, bytes, timestamp, reference, location
+    case string = 1, int64, double, bytes, timestamp, reference, location, asset
 
     /// CloudKit's wire name, e.g. `STRING` or `INT64`; lists append `_LIST`.
     public var cloudKitName: String {
@@ -12,6 +12,7 @@ public enum ValueType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
         case .timestamp: return "TIMESTAMP"
         case .reference: return "REFERENCE"
         case .location: return "LOCATION"
+        case .asset: return "ASSETID"
         }
     }
 
@@ -66,6 +67,41 @@ public struct Reference: Hashable, Sendable, Comparable {
         if order == 0 { order = compareBytes(a.zoneID?.ownerRecordName, b.zoneID?.ownerRecordName) }
         if order == 0 { order = a.action.rawValue == b.action.rawValue ? 0 : (a.action.rawValue < b.action.rawValue ? -1 : 1) }
         return order < 0
+    }
+}
+
+/// A file attached to a record, as CloudKit's ASSETID value: the SHA-256 of its bytes and their count. The
+/// bytes live beside the records (in the database's asset store, shared by every record of that database
+/// that holds the same checksum); a record, its frames and the sync path carry only this reference.
+public struct AssetValue: Hashable, Sendable, Comparable {
+    /// The SHA-256 of the bytes: 32 bytes.
+    public let checksum: [UInt8]
+    public let size: Int64
+
+    public static let checksumLength = 32
+
+    /// Nil unless `checksum` has 32 bytes and `size` is not negative.
+    public init?(checksum: [UInt8], size: Int64) {
+        guard checksum.count == Self.checksumLength, size >= 0 else { return nil }
+        self.checksum = checksum
+        self.size = size
+    }
+
+    /// The checksum as lowercase hexadecimal (ETags, names of stored contents).
+    public var checksumHex: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(checksum.count * 2)
+        for byte in checksum {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 15)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public static func < (a: AssetValue, b: AssetValue) -> Bool {
+        if a.checksum != b.checksum { return a.checksum.lexicographicallyPrecedes(b.checksum) }
+        return a.size < b.size
     }
 }
 
@@ -145,6 +181,8 @@ public enum ScalarValue: Hashable, Sendable, Comparable {
     case timestamp(Int64)
     indirect case reference(Reference)
     indirect case location(Location)
+    /// A file kept beside the record (CloudKit's ASSETID): its SHA-256 and size, never its bytes.
+    case asset(AssetValue)
 
     public var type: ValueType {
         switch self {
@@ -155,6 +193,7 @@ public enum ScalarValue: Hashable, Sendable, Comparable {
         case .timestamp: return .timestamp
         case .reference: return .reference
         case .location: return .location
+        case .asset: return .asset
         }
     }
 
@@ -170,6 +209,7 @@ public enum ScalarValue: Hashable, Sendable, Comparable {
         case .bytes(let b): hasher.combine(b)
         case .reference(let r): hasher.combine(r)
         case .location(let l): hasher.combine(l)
+        case .asset(let a): hasher.combine(a)
         }
     }
 
@@ -184,6 +224,7 @@ public enum ScalarValue: Hashable, Sendable, Comparable {
             return x == y ? 0 : (x.lexicographicallyPrecedes(y) ? -1 : 1)
         case let (.reference(x), .reference(y)): return x == y ? 0 : (x < y ? -1 : 1)
         case let (.location(x), .location(y)): return Location.compare(x, y)
+        case let (.asset(x), .asset(y)): return x == y ? 0 : (x < y ? -1 : 1)
         default: return a.type.rawValue < b.type.rawValue ? -1 : 1
         }
     }

@@ -87,12 +87,19 @@ public struct Feeds: Sendable, OperationArea {
                     var rendered: [JSON] = []
                     let pageZone = try zones.zoneID(page.zoneID, caller)
                     var shareNames: [String: String]? // read with the first record
+                    var zoneRow: Int64? // read with the first record that holds an asset
+                    let links = AssetLinks(reader: caller.user) {
+                        if let zoneRow { return zoneRow }
+                        let row = try zones.resolveZone(pageZone, caller, tx).existingZone().rowID
+                        zoneRow = row
+                        return row
+                    }
                     let feed = try zoneFeedPage(syncToken: page.syncToken, resultsLimit: page.resultsLimit,
                                                 zoneID: pageZone, caller, tx) { stored in
                         try caller.deadline.check()
                         if shareNames == nil { shareNames = try shares.shareRecordNamesByRoot(in: pageZone, caller, tx) }
-                        let json = recordJSON(stored, try decode(stored), desiredKeys: nil,
-                                              share: shareNames?[stored.recordName])
+                        let json = try recordJSON(stored, try decode(stored), desiredKeys: nil,
+                                                  share: shareNames?[stored.recordName], links: links)
                         guard budget.admit(json) else { return false }
                         rendered.append(json)
                         return true

@@ -262,7 +262,8 @@ public struct Idempotency: Sendable, OperationArea {
             guard names.count == count else { throw StorageError.failure("a remembered records/modify does not match its body") }
             let items: [JSON] = try names.enumerated().map { index, name in
                 let render = { (stored: StoredRecord) throws -> JSON in
-                    self.recordJSON(stored, try self.decode(stored), desiredKeys: desiredKeys)
+                    try self.recordJSON(stored, try self.decode(stored), desiredKeys: desiredKeys,
+                                        links: AssetLinks(reader: caller.user, zoneRowID: zoneRowID))
                 }
                 guard let failure = failures[index] else {
                     return try currentItem(name, resolved, zoneRowID: zoneRowID, tx, render: render)
@@ -271,7 +272,8 @@ public struct Idempotency: Sendable, OperationArea {
                 // The record as it is now, where the first answer had it as it was then.
                 // Whole, as a CONFLICT's serverRecord always is (desiredKeys shapes the saved records only).
                 let current = try currentItem(name, resolved, zoneRowID: zoneRowID, tx) { stored in
-                    self.recordJSON(stored, try self.decode(stored), desiredKeys: nil)
+                    try self.recordJSON(stored, try self.decode(stored), desiredKeys: nil,
+                                        links: AssetLinks(reader: caller.user, zoneRowID: zoneRowID))
                 }
                 object["serverRecord"] = current["serverErrorCode"] == nil && current["deleted"] != .bool(true) ? current : nil
                 return .object(object)

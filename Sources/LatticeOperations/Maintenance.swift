@@ -2,7 +2,8 @@ import Foundation
 import LatticeStore
 
 /// Maintenance of the stored data: the purge of what has expired (tombstones and deleted zones past the
-/// tombstone horizon, remembered client operations, expired device sign-ins and old failed approvals).
+/// tombstone horizon, remembered client operations, expired device sign-ins and old failed approvals), then
+/// the collection of assets (`Assets.collect`).
 /// `ServerProcess` runs it on a timer; `lattice admin` and tests call it directly.
 public struct Maintenance: Sendable {
     let core: OperationsCore
@@ -14,7 +15,14 @@ public struct Maintenance: Sendable {
     /// (`purgeUnlessRunningElsewhere`).
     @discardableResult
     public func purgeExpired() throws -> PurgeReport {
-        try purgeUnlessRunningElsewhere() ?? PurgeReport()
+        let report = try purgeUnlessRunningElsewhere() ?? PurgeReport()
+        // Then the assets: expired uploads, blobs past their grace period, stray bytes (Assets.collect).
+        do {
+            try Assets(core).collect()
+        } catch {
+            core.log("asset collection failed: \(error) (it runs again with the next purge)")
+        }
+        return report
     }
 
     /// How long finished webhook deliveries (delivered or failed) stay listable before the purge removes them.

@@ -36,8 +36,11 @@ extension OperationArea {
     /// modified), with only the fields named in `desiredKeys` (all when nil); the other keys are always there.
     /// `share` names the share record of a hierarchy share rooted at this record (CloudKit's `share`
     /// reference, in the record's zone).
-    func recordJSON(_ stored: StoredRecord, _ record: Record, desiredKeys: Set<String>?, share: String? = nil) -> JSON {
-        let rendered = record.cloudKitJSON(fields: desiredKeys)
+    /// With `links`, each asset value carries a `downloadURL` for its reader.
+    func recordJSON(_ stored: StoredRecord, _ record: Record, desiredKeys: Set<String>?, share: String? = nil,
+                    links: AssetLinks? = nil) throws -> JSON {
+        var rendered = record.cloudKitJSON(fields: desiredKeys)
+        if let links { rendered = try Assets(core).addDownloadURLs(rendered, record, links: links) }
         guard case .object(var object) = rendered else { return rendered }
         if let share, !stored.deleted {
             object["share"] = .object(["recordName": .string(share), "zoneID": object["zoneID"] ?? .null])

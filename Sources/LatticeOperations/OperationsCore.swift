@@ -38,6 +38,11 @@ public final class OperationsCore: Sendable {
     private let refusalLog = RateLimiter(.init(requestsPerSecond: 1.0 / 60, burst: 1))
     /// The database's size as last measured for the disk budget (`checkDiskBudget`).
     private let diskUsage = DiskUsageReading()
+    /// The key download URLs are signed with (`assetURLKey`), once read.
+    private let assetKey = Mutex<[UInt8]?>(nil)
+    /// Who holds an upload this process receives bytes for: the node and a random id of this process, so a
+    /// restarted node takes over its own earlier leases at once (`Assets.beginUpload`).
+    package let assetLeaseHolder: String
 
     /// Registers this node (`configuration.nodeName`) in the storage, or finds it, and starts its clock
     /// past the last value it persisted.
@@ -50,6 +55,7 @@ public final class OperationsCore: Sendable {
         self.log = log
         self.committed = committed
         currentPublicURL = Mutex(configuration.publicURL)
+        assetLeaseHolder = configuration.nodeName + ":" + Secrets.hex(try Secrets.randomBytes(8))
         // The node's replica id is unique among the nodes (a taken one is drawn again).
         let nodeName = configuration.nodeName
         let now = configuration.now
@@ -87,6 +93,39 @@ public final class OperationsCore: Sendable {
 
     /// Sets the public URL once the listening port is known (`lattice serve --port 0` without --public-url).
     public func setPublicURL(_ url: String) { currentPublicURL.withLock { $0 = url } }
+
+    // MARK: Asset URLs
+
+    /// The service's key for download URLs (256 random bits in the metadata row `asset-url-key`, made by the
+    /// first node that needs it), so any node verifies a URL another signed.
+    package func assetURLKey() throws -> [UInt8] {
+        if let key = assetKey.withLock({ $0 }) { return key }
+        let name = "asset-url-key"
+        var key = try storage.read { tx in try tx.metadata(name) }.flatMap(Self.hexBytes)
+        if key == nil {
+            let fresh = Secrets.hex(try Secrets.randomBytes(32))
+            key = try storage.write(deadline: freshDeadline()) { tx in
+                try serialize(name, tx)
+                if let existing = try tx.metadata(name).flatMap(Self.hexBytes) { return existing }
+                try tx.setMetadata(name, fresh)
+                return Self.hexBytes(fresh)
+            }
+        }
+        guard let key, key.count == 32 else { throw StorageError.failure("the asset URL key is malformed") }
+        assetKey.withLock { $0 = key }
+        return key
+    }
+
+    private static func hexBytes(_ text: String) -> [UInt8]? {
+        let digits = Array(text.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let byte = UInt8(String(decoding: digits[index..<(index + 2)], as: UTF8.self), radix: 16) else { return nil }
+            bytes.append(byte)
+        }
+        return bytes
+    }
 
     // MARK: The clock
 

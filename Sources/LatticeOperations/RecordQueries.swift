@@ -31,7 +31,8 @@ extension Records {
                         throw ServiceError(.notFound, "record \(name) does not exist")
                     }
                     guard !budget.isFull else { throw budget.lookupRefusal(name) }
-                    let json = recordJSON(stored, try decode(stored), desiredKeys: desiredKeys, share: shareNames[stored.recordName])
+                    let json = try recordJSON(stored, try decode(stored), desiredKeys: desiredKeys, share: shareNames[stored.recordName],
+                                              links: AssetLinks(reader: caller.user, zoneRowID: zone.rowID))
                     guard budget.admit(json) else { throw budget.lookupRefusal(name) }
                     results.append(json)
                 } catch let error as ServiceError {
@@ -110,7 +111,8 @@ extension Records {
                 guard let stored = try tx.record(zoneRowID: zone.rowID, name: match.recordName), !stored.deleted else {
                     continue
                 }
-                let json = recordJSON(stored, try decode(stored), desiredKeys: desiredKeys, share: shareNames[stored.recordName])
+                let json = try recordJSON(stored, try decode(stored), desiredKeys: desiredKeys, share: shareNames[stored.recordName],
+                                          links: AssetLinks(reader: caller.user, zoneRowID: zone.rowID))
                 guard budget.admit(json) else { break }
                 records.append(json)
                 last = match

@@ -47,6 +47,8 @@ struct ModifyOutcome: BatchOutcome {
     let outcomes: [Result<AppliedWrite, ServiceError>]
     /// The request's `desiredKeys`: the fields each answered record carries (nil: all).
     let desiredKeys: Set<String>?
+    /// Who the answer is for (its download URLs are theirs).
+    var reader: UserAccount? = nil
 
     /// Bytes of the records written (their stored frames).
     var frameBytes: Int {
@@ -119,7 +121,8 @@ public struct Records: Sendable {
                     return try join(incoming, into: existing, live: live, kind: operation.type, path: path)
                 }
             }
-            return ModifyOutcome(zoneRowID: zone.rowID, names: names, outcomes: outcomes, desiredKeys: request.desiredKeys)
+            return ModifyOutcome(zoneRowID: zone.rowID, names: names, outcomes: outcomes, desiredKeys: request.desiredKeys,
+                                 reader: caller.user)
         }
     }
 
@@ -144,7 +147,8 @@ public struct Records: Sendable {
             return try self.apply(operation, zone: zone, resolved: resolved, shareRecordNames: shareRecordNames,
                                   caller: caller, tx: tx)
         }
-        return ModifyOutcome(zoneRowID: zone.rowID, names: names, outcomes: outcomes, desiredKeys: desiredKeys)
+        return ModifyOutcome(zoneRowID: zone.rowID, names: names, outcomes: outcomes, desiredKeys: desiredKeys,
+                             reader: caller.user)
     }
 
     /// The answer of `records/modify`: each item the record as written (with the fields `desiredKeys`
@@ -161,7 +165,8 @@ public struct Records: Sendable {
             switch result {
             case .success(let write):
                 guard budget.admit(bytes: write.frame.bytes.count) else { return Self.recordWithoutFields(write.stored) }
-                return recordJSON(write.stored, try decode(write.frame), desiredKeys: outcome.desiredKeys)
+                return try recordJSON(write.stored, try decode(write.frame), desiredKeys: outcome.desiredKeys,
+                                      links: outcome.reader.map { AssetLinks(reader: $0, zoneRowID: outcome.zoneRowID) })
             case .failure(let error): return error.json(item: (key: "recordName", value: name))
             }
         }
@@ -223,6 +228,7 @@ public struct Records: Sendable {
         changedNames.reserveCapacity(names.count)
         var pendingNames: Set<String> = []
         var bytesUsed = try tx.database(id: zone.databaseID)?.bytesUsed ?? 0
+        let assets = Assets(core)
         // Every plan reads its record first: one read for the batch on a backend with round trips.
         try tx.prefetchRecords(zoneRowID: zone.rowID, names: names)
         func flush() throws {
@@ -233,6 +239,8 @@ public struct Records: Sendable {
                 changedNames.append(record.recordName)
                 touched.recordWritten(zone, before: pendingStored[position], after: record, frame: pendingAfter[position],
                                       caller: caller)
+                try assets.updateReferences(zone: zone, recordName: record.recordName, before: pendingStored[position],
+                                            after: pendingAfter[position], tx)
             }
             pendingIndexes.removeAll(keepingCapacity: true)
             pendingWrites.removeAll(keepingCapacity: true)
@@ -391,7 +399,8 @@ public struct Records: Sendable {
             }
             guard tag == stored.changeTag else {
                 throw ServiceError(.conflict, "record \(recordName) changed on the server (tag \(stored.changeTag), "
-                               + "not \(tag))", serverRecord: recordJSON(stored, try decode(existing), desiredKeys: nil))
+                               + "not \(tag))", serverRecord: try recordJSON(stored, try decode(existing), desiredKeys: nil,
+                                                                     links: AssetLinks(reader: caller.user, zoneRowID: zone.rowID)))
             }
         }
         if caller.database == .public, let stored, live, kind != .create, stored.createdBy != caller.user.recordName {
@@ -420,6 +429,8 @@ public struct Records: Sendable {
                            + "\(Record.maximumEncodedSize) bytes per record")
         }
         if outsideShares { throw Self.nameTakenOutsideShares(recordName) }
+        // An asset the write adds must be the writer's to save (uploaded or rereferenced) in this database.
+        try Assets(core).checkAddedAssets(result, before: existing, zone: zone, caller: caller, tx)
         return PlannedWrite(recordName: recordName, stored: stored, after: result, write: RecordWrite(
             recordName: recordName, recordType: result.recordType, frame: result.bytes, deleted: result.isDeleted,
             parentName: result.parentName, userRecordName: caller.user.recordName, nowMs: configuration.now()))

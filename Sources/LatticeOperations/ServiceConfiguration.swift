@@ -156,6 +156,8 @@ public struct ServiceConfiguration: Sendable {
     /// Webhook sending: concurrency, time-out, attempts, backoff, and whether receivers on private addresses
     /// are allowed (`WebhookDispatcher.Settings`).
     public var webhooks = WebhookDispatcher.Settings()
+    /// Assets' limits and times (`lattice serve --asset-*`).
+    public var assets = AssetSettings()
     /// Bytes a push stream may have waiting for a slow reader before it is cut off (it reconnects with
     /// `Last-Event-ID` and loses nothing: notifications are kept in the storage).
     public var pushBacklogBytes = 64 * 1024

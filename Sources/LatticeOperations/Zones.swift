@@ -207,6 +207,8 @@ public struct Zones: Sendable {
                             try shares.removeShare(share, try shares.roster(share, tx), zone: zone, caller: caller, tx, &touched)
                         }
                         try tx.deleteZone(rowID: zone.rowID, nowMs: core.configuration.now())
+                        // Its records' assets lose those references (the blobs' grace periods start).
+                        try tx.removeAssetReferences(zoneRowID: zone.rowID, nowMs: core.configuration.now())
                         touched.zoneChanged(zone, caller: caller)
                         return .object(["zoneID": resolved.zoneID.cloudKitJSON, "deleted": .bool(true)])
                     }

@@ -169,6 +169,7 @@ extension LatticeService {
         }
         switch (route.lane, route.authentication) {
         case (.inline, _): return .inline
+        case (.stream, _): return admitUpload(head, parameters, client: "ip:" + head.addressLimitKey)
         case (.pool, .none): return addressShare
         case (.pool, .bearer), (.pool, .bearerOrSession):
             do {

@@ -77,6 +77,20 @@ public enum HTTPAdmission: Sendable {
     /// `handle` runs on the worker pool, counted against `client`'s share of it (an account, or an
     /// address before sign-in); `principal` reaches `HTTPRequest.principal`.
     case pool(client: String, principal: (any Sendable)?)
+    /// The body is not buffered: each piece goes to `sink` as it arrives (on the HTTP thread), up to
+    /// `maximumBytes` (a declared Content-Length over it is answered 413 before any byte is read); then
+    /// `handle` runs on the worker pool like `.pool`, with the sink as `HTTPRequest.principal` and an empty body.
+    case stream(client: String, sink: any HTTPBodySink, maximumBytes: Int)
+}
+
+/// Where a streamed request body goes (`HTTPAdmission.stream`): an asset upload written as it arrives.
+public protocol HTTPBodySink: Sendable {
+    /// One piece of the body, in order, on the HTTP thread. An answer refuses the request: the rest of the
+    /// body is not kept, and that answer is sent.
+    func receive(_ bytes: UnsafeRawBufferPointer) -> HTTPResponse?
+    /// The request ended without `handle` (the connection broke or timed out mid-body, or the body was
+    /// refused); called once, off the HTTP thread.
+    func interrupted()
 }
 
 /// The adapter's own refusals; the handler renders them (`HTTPHandler.response(for:)`).
@@ -161,13 +175,16 @@ public struct HTTPResponse: Sendable, Equatable {
     /// A body sent while it is made (server-sent events), instead of `body`: the answer has no length and
     /// lasts until the stream finishes or the connection ends.
     public var stream: HTTPStreamBody?
+    /// A body of known length read from storage while it is sent (an asset), instead of `body`.
+    public var file: HTTPFileBody?
 
     public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
-                stream: HTTPStreamBody? = nil) {
+                stream: HTTPStreamBody? = nil, file: HTTPFileBody? = nil) {
         self.status = status
         self.headers = headers
         self.body = body
         self.stream = stream
+        self.file = file
     }
 
     public func header(_ name: String) -> String? {
@@ -185,7 +202,7 @@ public struct HTTPResponse: Sendable, Equatable {
     }
 
     public static func == (a: HTTPResponse, b: HTTPResponse) -> Bool {
-        a.status == b.status && a.body == b.body && a.stream === b.stream && a.headers.map(\.name) == b.headers.map(\.name)
+        a.status == b.status && a.body == b.body && a.stream === b.stream && a.file === b.file && a.headers.map(\.name) == b.headers.map(\.name)
             && a.headers.map(\.value) == b.headers.map(\.value)
     }
 }
@@ -303,5 +320,12 @@ final class ResponseBox: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         return response != nil
+    }
+}
+
+extension HTTPBodySink {
+    /// `interrupted()` on a global queue: it may wait for storage, which the HTTP thread must not.
+    func interruptedOffThread() {
+        DispatchQueue.global(qos: .utility).async { self.interrupted() }
     }
 }

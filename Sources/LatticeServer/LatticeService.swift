@@ -95,6 +95,10 @@ public final class LatticeService: HTTPHandler, Sendable {
     @discardableResult
     public func purgeExpired() throws -> PurgeReport { try Maintenance(core).purgeExpired() }
 
+    /// The collection of assets alone (`Assets.collect`).
+    @discardableResult
+    public func collectAssets() throws -> AssetCollection { try Assets(core).collect() }
+
     /// One purge run unless another node is purging now: `Maintenance.purgeUnlessRunningElsewhere`.
     public func purgeUnlessRunningElsewhere(batchRows: Int = Maintenance.purgeBatchRows,
                                             budgetMilliseconds: Int64 = Maintenance.purgeRunBudgetMilliseconds)

@@ -109,6 +109,9 @@ struct Route: Sendable {
         case inline
         /// On the worker pool, in the account's share for a bearer route, else the client address's.
         case pool
+        /// The body streams to a sink as it arrives (`LatticeService.admitUpload`: an asset upload), then the
+        /// handler runs on the worker pool in the client address's share.
+        case stream
     }
 
     /// Which token bucket of the rate limiter (`ServiceConfiguration.rateLimit`) a request takes from.
@@ -429,6 +432,7 @@ extension LatticeService {
             .json(try Accounts(service.core).revokeTokens(context.caller, context.body))
         },
 
+    ] + assetRoutes + [
         // Experimental, not part of the JSON API: the web files under `ServiceConfiguration.webRoot`.
         Route(method: "GET", pattern: RoutePattern("/web/{path...}"), authentication: .none, lane: .pool,
               throttle: .perAddress, documented: false, isEnabled: { $0.webRoot != nil },

@@ -61,6 +61,8 @@ public protocol Storage: Sendable {
     func write<T>(deadline: RequestDeadline?, _ body: (any StorageTransaction) throws -> T) throws -> T
     /// Closes the backend; later calls fail with `StorageError.closed`.
     func close()
+    /// Where the bytes of assets live (Assets.swift).
+    var assetContents: any AssetContentStore { get }
     /// The bytes the backend occupies on disk now (SQLite: the database file plus its WAL), measured cheaply
     /// (no scan of records), for the server-wide disk budget.
     func sizeOnDisk() throws -> Int64
@@ -158,7 +160,7 @@ extension Optional where Wrapped == RequestDeadline {
 /// Composed of one protocol per area, so a caller that needs one area can take the narrow protocol
 /// (`any RecordStorage`) instead of the whole transaction; every backend implements all of them, and
 /// `StorageContractTests` checks each. Only `savepoint`, which spans every area, is declared here.
-public protocol StorageTransaction: MetadataStorage, AccountStorage, DeviceStorage, PasskeyStorage, IdentityStorage, ShortLinkStorage, SubscriptionStorage, ZoneStorage, RecordStorage,
+public protocol StorageTransaction: MetadataStorage, AccountStorage, DeviceStorage, PasskeyStorage, IdentityStorage, ShortLinkStorage, SubscriptionStorage, AssetStorage, ZoneStorage, RecordStorage,
                                     ShareStorage, ClientOperationStorage, NodeStorage, LockStorage, CopyStorage,
                                     MaintenanceStorage {
     /// Runs `body` so that, if it throws, only its own writes are undone (a savepoint), and rethrows.

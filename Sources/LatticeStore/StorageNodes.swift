@@ -154,7 +154,7 @@ public enum StorageTables {
         ("webhook_deliveries", ["id", "subscription_id", "user_id", "seq", "url", "payload", "state", "attempts",
                                 "next_attempt_ms", "claimed_by", "claimed_until_ms", "last_status", "last_error",
                                 "created_ms", "finished_ms"], "id"),
-    ]
+    ] + AssetTables.all
 
     /// The table of this name; a name not in `all` (never spliced into SQL) is refused.
     public static func table(_ name: String) throws -> Table {

@@ -19,6 +19,8 @@ final class ObservedStorage: Storage, Sendable {
 
     init(_ inner: any Storage) { self.inner = inner }
 
+    var assetContents: any AssetContentStore { inner.assetContents }
+
     func deliver(_ change: StorageChange) {
         for handler in handlers.withLock({ $0 }) { handler(change) }
     }

@@ -20,6 +20,8 @@ final class HTTPConnectionGuard: Sendable {
         var perAddress: Int
         var headerTimeout: Duration
         var bodyTimeout: Duration
+        /// The body timeout of a streamed body (an upload), which may be far larger than a buffered one.
+        var streamedBodyTimeout: Duration
         var minimumBodyBytesPerSecond: Int
         var bodyRateGrace: Duration
     }
@@ -42,6 +44,8 @@ final class HTTPConnectionGuard: Sendable {
         var phase: Phase = .awaitingHeaders
         var since: ContinuousClock.Instant
         var dropped = false
+        /// The request's body is streamed: `streamedBodyTimeout` applies (until the next request).
+        var streamed = false
     }
 
     private struct State {
@@ -116,6 +120,16 @@ final class HTTPConnectionGuard: Sendable {
             guard state.records[key] != nil else { return }
             state.records[key]!.phase = phase
             if resetClock { state.records[key]!.since = .now }
+            if case .awaitingHeaders = phase { state.records[key]!.streamed = false }
+        }
+    }
+
+    /// The current request's body is streamed (`HTTPAdmission.stream`).
+    func markStreamed(_ connection: OpaquePointer) {
+        state.withLock { state in
+            let key = Self.key(connection)
+            guard state.records[key] != nil else { return }
+            state.records[key]!.streamed = true
         }
     }
 
@@ -139,7 +153,12 @@ final class HTTPConnectionGuard: Sendable {
                 case .awaitingHeaders:
                     drop = elapsed > limits.headerTimeout
                 case .receivingBody(let bytes):
-                    if elapsed > limits.bodyTimeout {
+                    // libmicrohttpd (0.9.75, epoll) can miss a peer that closed mid-body, with everything read:
+                    // the request would stay open until the timeouts below. Dropping it ends the request (an
+                    // upload then keeps what arrived).
+                    if Self.senderHasGone(record.fd) {
+                        drop = true
+                    } else if elapsed > (record.streamed ? limits.streamedBodyTimeout : limits.bodyTimeout) {
                         drop = true
                     } else if elapsed > limits.bodyRateGrace, limits.minimumBodyBytesPerSecond > 0 {
                         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
@@ -176,6 +195,18 @@ final class HTTPConnectionGuard: Sendable {
         var byte: UInt8 = 0
         let peeked = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
         return peeked == 0 || (peeked < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+    }
+
+    /// Whether the peer of a connection receiving a body closed it with nothing left unread: its end of
+    /// file is all the socket holds (bytes still waiting mean the body may yet be complete).
+    private static func senderHasGone(_ fd: Int32) -> Bool {
+        let peerClosed: Int16 = 0x2000 // POLLRDHUP
+        var descriptor = pollfd(fd: fd, events: peerClosed, revents: 0)
+        guard poll(&descriptor, 1, 0) > 0 else { return false }
+        if descriptor.revents & (Int16(POLLHUP) | Int16(POLLERR) | Int16(POLLNVAL)) != 0 { return true }
+        guard descriptor.revents & peerClosed != 0 else { return false }
+        var byte: UInt8 = 0
+        return recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0
     }
 
     /// Open connections counted against the per-address limit under `address`'s limit key.

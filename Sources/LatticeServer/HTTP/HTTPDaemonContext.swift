@@ -34,6 +34,7 @@ final class HTTPDaemonContext: Sendable {
             limits: .init(perAddress: configuration.perIPConnectionLimit,
                           headerTimeout: .seconds(configuration.headerTimeoutSeconds),
                           bodyTimeout: .seconds(configuration.bodyTimeoutSeconds),
+                          streamedBodyTimeout: .seconds(configuration.streamedBodyTimeoutSeconds),
                           minimumBodyBytesPerSecond: configuration.minimumBodyBytesPerSecond,
                           bodyRateGrace: .seconds(configuration.bodyRateGraceSeconds)),
             resolver: resolver)

@@ -51,6 +51,13 @@ final class HTTPExchange: Sendable {
         var closesConnection = false
         /// A forwarded client's in-flight slot this request holds.
         var forwardedSlot: String?
+        /// Where a streamed body goes (`HTTPAdmission.stream`), and its cap.
+        var sink: (any HTTPBodySink)?
+        var sinkMaximum = 0
+        /// The sink refused the body: the answer, sent once the body is in (or at once, when it can be).
+        var sinkRefusal: HTTPResponse?
+        /// The request reached `handle`: the sink is the handler's from then on.
+        var sinkHandedOver = false
         /// What went out, for the access log.
         var sentStatus: Int?
         var sentBytes = 0
@@ -185,6 +192,21 @@ final class HTTPExchange: Sendable {
                                    remoteAddress: remoteAddress)
         let admission = context.handler.admit(head)
         if case .answer(let response) = admission { return answer(with: response) }
+        if case .stream(_, let sink, let maximum) = admission {
+            // A streamed body is checked against its own cap, and takes none of the body budget.
+            if let declaredLength, declaredLength > maximum {
+                sink.interruptedOffThread()
+                state.withLock { $0.bodyIsOversized = true }
+                return answer(with: context.handler.responseForOversizedBody())
+            }
+            state.withLock { state in
+                state.sink = sink
+                state.sinkMaximum = maximum
+                state.admission = admission
+            }
+            context.connections.markStreamed(connection)
+            return nil
+        }
         if let declaredLength, declaredLength > context.handler.maximumBodySize {
             state.withLock { $0.bodyIsOversized = true }
             return answer(with: context.handler.responseForOversizedBody())
@@ -219,6 +241,10 @@ final class HTTPExchange: Sendable {
         count.pointee = 0
         guard let data, size > 0 else { return }
         context.connections.bodyReceived(connection, bytes: size)
+        if let sink = state.withLock({ $0.sink }) {
+            receiveStreamed(UnsafeRawBufferPointer(start: data, count: size), sink: sink)
+            return
+        }
         let maximum = context.handler.maximumBodySize
         state.withLock { state in
             state.receivedBodyBytes += size
@@ -242,6 +268,24 @@ final class HTTPExchange: Sendable {
         }
     }
 
+    /// A piece of a streamed body: to the sink, unless the body is over its cap or the sink refused it
+    /// (then the rest is counted and dropped, and the refusal is the answer).
+    private func receiveStreamed(_ bytes: UnsafeRawBufferPointer, sink: any HTTPBodySink) {
+        let proceed = state.withLock { state -> Bool in
+            state.receivedBodyBytes += bytes.count
+            guard state.sinkRefusal == nil, !state.bodyIsOversized else { return false }
+            guard state.receivedBodyBytes <= state.sinkMaximum else {
+                state.bodyIsOversized = true
+                return false
+            }
+            return true
+        }
+        guard proceed else { return }
+        if let refusal = sink.receive(bytes) {
+            state.withLock { $0.sinkRefusal = refusal }
+        }
+    }
+
     /// The body is complete: answer an oversized body, or hand the request to the handler, inline or on
     /// the worker pool, and either queue its answer now or park the connection until `deliver` brings one.
     private func finishRequest(in context: HTTPDaemonContext) -> Bool {
@@ -251,6 +295,7 @@ final class HTTPExchange: Sendable {
             case handle(HTTPRequest, HTTPAdmission)
         }
         let next = state.withLock { state -> Next in
+            if let refusal = state.sinkRefusal { return .refuse(refusal) }
             if state.bodyIsOversized { return .refuse(context.handler.responseForOversizedBody()) }
             if state.bodyOverBudget {
                 return .refuse(context.handler.response(for: .bodyBudgetExhausted(retryAfter: 1)))
@@ -264,6 +309,10 @@ final class HTTPExchange: Sendable {
             state.body = []
             var principal: (any Sendable)?
             if case .pool(_, let admitted) = state.admission { principal = admitted }
+            if case .stream(_, let sink, _) = state.admission {
+                principal = sink
+                state.sinkHandedOver = true
+            }
             return .handle(HTTPRequest(method: state.method, path: path, query: query, headers: state.headers,
                                        body: body, remoteAddress: state.remoteAddress, principal: principal,
                                        abandonment: abandonment),
@@ -274,7 +323,7 @@ final class HTTPExchange: Sendable {
             return queue(answer(with: response), in: context)
         case .answered(let response):
             return queue(response, in: context)
-        case .handle(let request, .pool(let client, _)):
+        case .handle(let request, .pool(let client, _)), .handle(let request, .stream(let client, _, _)):
             // Park first, so the worker's answer always finds the connection suspended (or a refusal is
             // delivered like an answer).
             park(in: context)
@@ -335,7 +384,7 @@ final class HTTPExchange: Sendable {
         context.connections.move(connection, to: .busy)
         state.withLock { state in
             state.sentStatus = response.status
-            state.sentBytes = response.body.count
+            state.sentBytes = response.file.map { Int($0.length) } ?? response.body.count
         }
         releaseBudget(in: context)
         let closes = context.isDraining || state.withLock { $0.closesConnection }
@@ -358,6 +407,8 @@ final class HTTPExchange: Sendable {
     /// before an answer, and write the access-log line.
     func complete(in context: HTTPDaemonContext, completedNormally: Bool) {
         releaseBudget(in: context)
+        // A streamed body the handler never got (cut, timed out, refused): the sink keeps what arrived.
+        if let sink = state.withLock({ $0.sinkHandedOver ? nil : $0.sink }) { sink.interruptedOffThread() }
         let (answered, status, bytes, method, address, peer) = state.withLock { state in
             (state.response != nil, state.sentStatus, state.sentBytes, state.method, state.remoteAddress,
              state.peerAddress)
@@ -405,7 +456,9 @@ private func logSafe(_ text: String) -> String {
 /// Content-Length header is left out. While the server drains, the connection closes after the answer.
 private func queueResponse(_ response: HTTPResponse, on connection: OpaquePointer, closeAfterwards: Bool) -> Bool {
     let created: OpaquePointer?
-    if let stream = response.stream {
+    if let file = response.file {
+        created = file.makeResponse()
+    } else if let stream = response.stream {
         // The library holds the retain until it frees the answer (`streamBodyFree`).
         stream.attach(connection)
         let context = Unmanaged.passRetained(stream).toOpaque()

@@ -63,6 +63,9 @@ public struct HTTPServerConfiguration: Sendable {
     public var headerTimeoutSeconds = 10
     /// Seconds a request body may take, from the end of its headers, before the connection is dropped.
     public var bodyTimeoutSeconds = 60
+    /// Seconds a streamed body (an asset upload) may take; the minimum rate below applies to it too. An
+    /// upload cut by it resumes where it stopped.
+    public var streamedBodyTimeoutSeconds = 1_800
     /// Once a body has been arriving for `bodyRateGraceSeconds`, it must have averaged at least this many
     /// bytes per second since its headers, or the connection is dropped.
     public var minimumBodyBytesPerSecond = 4096

@@ -22,7 +22,7 @@ enum PostgresOutcome<T> {
 /// connection, the deadline, or any failed statement outside a savepoint, which PostgreSQL aborts the
 /// transaction for) is remembered: later statements are refused with the same error, and the transaction is
 /// rolled back and retried or failed whatever the body did with the error.
-final class PostgresTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapping {
+final class PostgresTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapping, PortableAssetSQL {
     typealias Column = PostgresValue
 
     let db: PostgresConnection
@@ -267,6 +267,34 @@ final class PostgresTransaction: StorageTransaction, StorageBookkeeping, Storage
     /// with every UPDATE or DELETE of the row, so read-check-write sequences on one row are serialized; it
     /// leaves foreign-key checks (`FOR KEY SHARE`) of other transactions unblocked.
     private var lock: String { isReadOnly ? "" : " FOR NO KEY UPDATE" }
+
+    // MARK: Assets (Assets.swift: the SQL is shared, with `?` placeholders numbered here)
+
+    /// `sql` with its `?` placeholders numbered `$1`, `$2`, ... (the shared asset SQL has no `?` elsewhere).
+    private static func numbered(_ sql: String) -> String {
+        var out = ""
+        out.reserveCapacity(sql.utf8.count + 16)
+        var index = 0
+        for character in sql {
+            if character == "?" {
+                index += 1
+                out += "$\(index)"
+            } else {
+                out.append(character)
+            }
+        }
+        return out
+    }
+
+    func assetRows(_ sql: String, _ values: [StorageValue]) throws -> [[PostgresValue]] {
+        try rows(Self.numbered(sql), values.map(PostgresValue.init))
+    }
+
+    func assetRun(_ sql: String, _ values: [StorageValue]) throws -> Int {
+        try run(Self.numbered(sql), values.map(PostgresValue.init))
+    }
+
+    var assetLock: String { lock }
 
     /// Runs one statement of the caller's through the transaction's checks and error mapping (tests).
     func rowsForTesting(_ sql: String, _ values: [PostgresValue] = []) throws -> [[PostgresValue]] {

@@ -19,9 +19,13 @@ public final class SQLiteStorage: Storage, Sendable {
     private let authenticationReader: DatabaseQueue
     private let isClosed = Atomic<Bool>(false)
     private let path: String
+    /// Asset bytes: files in `assets/` beside the database file.
+    public let assetContents: any AssetContentStore
 
     /// The file name inside a data directory.
     public static let fileName = "lattice.sqlite"
+    /// The directory of asset files inside a data directory.
+    public static let assetDirectoryName = "assets"
     /// Reader connections of the general lane unless told otherwise.
     public static let defaultReaderConnections = 4
 
@@ -30,6 +34,8 @@ public final class SQLiteStorage: Storage, Sendable {
     public init(path: String, busyTimeoutMilliseconds: Int32 = 5_000,
                 readerConnections: Int = SQLiteStorage.defaultReaderConnections) throws {
         self.path = path
+        assetContents = try AssetFileStore(directory: (path as NSString).deletingLastPathComponent + "/"
+                                           + SQLiteStorage.assetDirectoryName)
         do {
             writer = try DatabaseQueue(path: path, busyTimeoutMilliseconds: busyTimeoutMilliseconds)
             _ = try writer.read { connection in try SQLiteStorage.migrator.migrate(connection) }
@@ -298,6 +304,9 @@ public final class SQLiteStorage: Storage, Sendable {
         Migrator.Migration("v12: subscriptions, notifications, push tokens",
                            sql: SubscriptionTables.migration(integer: "INTEGER", text: "TEXT", blob: "BLOB",
                                                              key: "INTEGER PRIMARY KEY AUTOINCREMENT")),
+        // Assets: uploads, blobs, claims, references (Assets.swift); their bytes are files under assets/.
+        Migrator.Migration("v13: assets", sql: AssetTables.migration(integer: "INTEGER", text: "TEXT", blob: "BLOB",
+                                                                     key: "INTEGER PRIMARY KEY AUTOINCREMENT")),
     ])
 
     /// The node a SQLite deployment runs as (one process), unless told otherwise.
@@ -308,7 +317,7 @@ public final class SQLiteStorage: Storage, Sendable {
 }
 
 /// `StorageTransaction` over one SQLite connection inside an open transaction.
-struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapping {
+struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapping, PortableAssetSQL {
     typealias Column = SQLiteValue
 
     let db: Connection
@@ -335,6 +344,18 @@ struct SQLiteTransaction: StorageTransaction, StorageBookkeeping, StorageRowMapp
     private func execute(_ sql: String) throws {
         do { try db.execute(sql) } catch { throw StorageError(error) }
     }
+
+    // MARK: Assets (Assets.swift: the SQL is shared)
+
+    func assetRows(_ sql: String, _ values: [StorageValue]) throws -> [[SQLiteValue]] {
+        try rows(sql, values.map(SQLiteValue.init))
+    }
+
+    func assetRun(_ sql: String, _ values: [StorageValue]) throws -> Int {
+        try run(sql, values.map(SQLiteValue.init))
+    }
+
+    var assetLock: String { "" }
 
     // MARK: Metadata
 

@@ -37,6 +37,7 @@ final class RecordingStorage: Storage {
     }
     func claimNode(_ name: String) throws { try base.claimNode(name) }
     func checkNodeClaims() throws { try base.checkNodeClaims() }
+    var assetContents: any AssetContentStore { base.assetContents }
 }
 
 /// One transaction of a `RecordingStorage`: notes each operation's name, then forwards it.
@@ -681,5 +682,147 @@ private struct RecordingTransaction: StorageTransaction {
     func purge(before horizonMs: Int64, operationsBeforeMs: Int64, limit: Int) throws -> PurgeReport {
         note("purge")
         return try base.purge(before: horizonMs, operationsBeforeMs: operationsBeforeMs, limit: limit)
+    }
+}
+
+/// The asset rows, forwarded.
+extension RecordingTransaction {
+    func insertAssetUpload(_ upload: StoredAssetUpload) throws -> StoredAssetUpload {
+        note("insertAssetUpload")
+        return try base.insertAssetUpload(upload)
+    }
+
+    func assetUpload(secretHash: [UInt8]) throws -> StoredAssetUpload? {
+        note("assetUpload")
+        return try base.assetUpload(secretHash: secretHash)
+    }
+
+    func openAssetUploadCount(userID: Int64, nowMs: Int64) throws -> Int {
+        note("openAssetUploadCount")
+        return try base.openAssetUploadCount(userID: userID, nowMs: nowMs)
+    }
+
+    func leaseAssetUpload(rowID: Int64, holder: String, untilMs: Int64, nowMs: Int64, nodePrefix: String,
+                          processPrefix: String) throws -> Bool {
+        note("leaseAssetUpload")
+        return try base.leaseAssetUpload(rowID: rowID, holder: holder, untilMs: untilMs, nowMs: nowMs, nodePrefix: nodePrefix,
+                                         processPrefix: processPrefix)
+    }
+
+    func releaseAssetUpload(rowID: Int64, holder: String) throws {
+        note("releaseAssetUpload")
+        return try base.releaseAssetUpload(rowID: rowID, holder: holder)
+    }
+
+    func declareAssetUpload(rowID: Int64, length: Int64, contentType: String?) throws {
+        note("declareAssetUpload")
+        return try base.declareAssetUpload(rowID: rowID, length: length, contentType: contentType)
+    }
+
+    func completeAssetUpload(rowID: Int64, checksum: [UInt8]) throws {
+        note("completeAssetUpload")
+        return try base.completeAssetUpload(rowID: rowID, checksum: checksum)
+    }
+
+    func expiredAssetUploads(nowMs: Int64, limit: Int) throws -> [StoredAssetUpload] {
+        note("expiredAssetUploads")
+        return try base.expiredAssetUploads(nowMs: nowMs, limit: limit)
+    }
+
+    func deleteAssetUpload(rowID: Int64) throws {
+        note("deleteAssetUpload")
+        return try base.deleteAssetUpload(rowID: rowID)
+    }
+
+    func assetBlob(databaseID: Int64, checksum: [UInt8]) throws -> StoredAssetBlob? {
+        note("assetBlob")
+        return try base.assetBlob(databaseID: databaseID, checksum: checksum)
+    }
+
+    func insertAssetBlob(_ blob: StoredAssetBlob) throws {
+        note("insertAssetBlob")
+        return try base.insertAssetBlob(blob)
+    }
+
+    func touchAssetBlob(databaseID: Int64, checksum: [UInt8], nowMs: Int64) throws {
+        note("touchAssetBlob")
+        return try base.touchAssetBlob(databaseID: databaseID, checksum: checksum, nowMs: nowMs)
+    }
+
+    func collectableAssetBlobs(before beforeMs: Int64, limit: Int) throws -> [StoredAssetBlob] {
+        note("collectableAssetBlobs")
+        return try base.collectableAssetBlobs(before: beforeMs, limit: limit)
+    }
+
+    func deleteAssetBlob(_ blob: StoredAssetBlob, before beforeMs: Int64) throws -> Bool {
+        note("deleteAssetBlob")
+        return try base.deleteAssetBlob(blob, before: beforeMs)
+    }
+
+    func assetContentIsKnown(_ content: String) throws -> Bool {
+        note("assetContentIsKnown")
+        return try base.assetContentIsKnown(content)
+    }
+
+    func claimAsset(databaseID: Int64, checksum: [UInt8], userID: Int64, nowMs: Int64) throws {
+        note("claimAsset")
+        return try base.claimAsset(databaseID: databaseID, checksum: checksum, userID: userID, nowMs: nowMs)
+    }
+
+    func hasAssetClaim(databaseID: Int64, checksum: [UInt8], userID: Int64, sinceMs: Int64) throws -> Bool {
+        note("hasAssetClaim")
+        return try base.hasAssetClaim(databaseID: databaseID, checksum: checksum, userID: userID, sinceMs: sinceMs)
+    }
+
+    func forgetAssetClaims(before beforeMs: Int64, limit: Int) throws -> Int {
+        note("forgetAssetClaims")
+        return try base.forgetAssetClaims(before: beforeMs, limit: limit)
+    }
+
+    func addAssetReferences(databaseID: Int64, zoneRowID: Int64, recordName: String, checksums: [[UInt8]]) throws {
+        note("addAssetReferences")
+        return try base.addAssetReferences(databaseID: databaseID, zoneRowID: zoneRowID, recordName: recordName, checksums: checksums)
+    }
+
+    func removeAssetReferences(zoneRowID: Int64, nowMs: Int64) throws {
+        note("removeAssetReferences")
+        return try base.removeAssetReferences(zoneRowID: zoneRowID, nowMs: nowMs)
+    }
+
+    func assetIsReferenced(databaseID: Int64, checksum: [UInt8], zoneRowID: Int64, recordName: String) throws -> Bool {
+        note("assetIsReferenced")
+        return try base.assetIsReferenced(databaseID: databaseID, checksum: checksum, zoneRowID: zoneRowID, recordName: recordName)
+    }
+
+    func insertAssetChunk(content: String, position: Int64, bytes: [UInt8]) throws {
+        note("insertAssetChunk")
+        return try base.insertAssetChunk(content: content, position: position, bytes: bytes)
+    }
+
+    func assetChunk(content: String, containing position: Int64) throws -> (position: Int64, bytes: [UInt8])? {
+        note("assetChunk")
+        return try base.assetChunk(content: content, containing: position)
+    }
+
+    func assetChunkLength(content: String) throws -> Int64 {
+        note("assetChunkLength")
+        return try base.assetChunkLength(content: content)
+    }
+
+    func deleteAssetChunks(content: String) throws {
+        note("deleteAssetChunks")
+        return try base.deleteAssetChunks(content: content)
+    }
+
+    func assetChunkContents(after: String, limit: Int) throws -> [String] {
+        note("assetChunkContents")
+        return try base.assetChunkContents(after: after, limit: limit)
+    }
+
+    func removeAssetReferences(databaseID: Int64, zoneRowID: Int64, recordName: String, checksums: [[UInt8]],
+                               nowMs: Int64) throws {
+        note("removeAssetReferences")
+        return try base.removeAssetReferences(databaseID: databaseID, zoneRowID: zoneRowID, recordName: recordName,
+                                              checksums: checksums, nowMs: nowMs)
     }
 }
