@@ -16,6 +16,8 @@ let serveUsage = """
                          [--connection-memory-kib N]
                          [--webhook-private-addresses allow|refuse] [--webhook-attempts N]
                          [--webhook-retry-ms N] [--webhook-timeout S] [--webhook-concurrency N]
+                         [--asset-max-mib N] [--upload-timeout S] [--asset-upload-hours N]
+                         [--asset-grace-hours N] [--asset-url-seconds N] [--open-uploads-per-user N]
                          [--signup-per-address N] [--signup-global N] [--auth-failures-per-minute N]
                          [--token-lifetime SECONDS] [--disk-budget BYTES] [--client-operations-per-user N]
                          [--quota-per-database BYTES] [--requests-per-second-per-account N]
@@ -142,6 +144,16 @@ let serveUsage = """
                                  (default 2000)
       --webhook-timeout S        seconds one webhook attempt may take (default 10)
       --webhook-concurrency N    webhook deliveries this node sends at once (default 4)
+      --asset-max-mib N          the largest asset, in MiB (default 50); a larger declared upload is
+                                 refused (413 LIMIT_EXCEEDED) before its body is read
+      --upload-timeout S         seconds one request may take to send an asset's bytes (default 1800);
+                                 it must also average 4 KiB/s; an upload cut by it resumes
+      --asset-upload-hours N     hours an upload URL stays usable (default 24); an incomplete upload is
+                                 then removed with its bytes
+      --asset-grace-hours N      hours an asset no record references is kept before it is collected
+                                 (default 24), and how long an upload's right to save it lasts
+      --asset-url-seconds N      seconds a download URL works (default 3600)
+      --open-uploads-per-user N  incomplete uploads one account may have (default 200)
       --shutdown-grace S         seconds in-flight requests get to finish on SIGTERM (default 10); if
                                  the process is still stopping 5 s later, it exits anyway (status 1)
     """
@@ -163,6 +175,8 @@ func runServe(_ arguments: [String]) throws {
                                                                "push-streams-per-address", "push-heartbeat",
                                                                "webhook-private-addresses", "webhook-attempts",
                                                                "webhook-retry-ms", "webhook-timeout", "webhook-concurrency",
+                                                               "asset-max-mib", "upload-timeout", "asset-upload-hours",
+                                                               "asset-grace-hours", "asset-url-seconds", "open-uploads-per-user",
                                                                "signup-per-address", "signup-global",
                                                                "auth-failures-per-minute", "token-lifetime",
                                                                "disk-budget", "client-operations-per-user",
@@ -320,6 +334,23 @@ private func applyConnectionOptions(_ parsed: ParsedArguments, to options: inout
     }
     if let seconds = try parsed.integer("webhook-timeout", in: 1...300) { options.service.webhooks.timeoutSeconds = seconds }
     if let slots = try parsed.integer("webhook-concurrency", in: 1...256) { options.service.webhooks.concurrency = slots }
+    if let mebibytes = try parsed.integer("asset-max-mib", in: 1...65_536) {
+        options.service.assets.maximumAssetBytes = Int64(mebibytes) * 1024 * 1024
+    }
+    if let seconds = try parsed.integer("upload-timeout", in: 10...86_400) {
+        options.http.streamedBodyTimeoutSeconds = seconds
+        options.service.assets.leaseMilliseconds = Int64(seconds + 60) * 1000 // outlasts the longest request
+    }
+    if let hours = try parsed.integer("asset-upload-hours", in: 1...720) {
+        options.service.assets.uploadLifetimeMilliseconds = Int64(hours) * 3_600_000
+    }
+    if let hours = try parsed.integer("asset-grace-hours", in: 1...720) {
+        options.service.assets.graceMilliseconds = Int64(hours) * 3_600_000
+    }
+    if let seconds = try parsed.integer("asset-url-seconds", in: 10...604_800) {
+        options.service.assets.downloadURLLifetimeSeconds = Int64(seconds)
+    }
+    if let uploads = try parsed.integer("open-uploads-per-user", in: 1...100_000) { options.service.assets.openUploadsPerUser = uploads }
 
     // Every connection is a file descriptor; so are the database, the log and each HTTP thread's poller.
     let reserve = 64 + 4 * options.http.threadPoolSize

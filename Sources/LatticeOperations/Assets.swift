@@ -42,8 +42,10 @@ public struct AssetSettings: Sendable, Hashable {
     public var downloadURLLifetimeSeconds: Int64 = 3_600
     /// Incomplete uploads one user may have at once.
     public var openUploadsPerUser = 200
-    /// How long a request that sends bytes may hold its upload before another may take it over.
-    public var leaseMilliseconds: Int64 = 30 * 60_000
+    /// How long a request that sends bytes may hold its upload before another may take it over: longer than
+    /// the longest such request may last (`HTTPServerConfiguration.streamedBodyTimeoutSeconds`, 30 minutes,
+    /// plus a minute). A request that ends gives it back at once.
+    public var leaseMilliseconds: Int64 = 31 * 60_000
 
     public init() {}
 }
