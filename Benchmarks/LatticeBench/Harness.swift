@@ -49,6 +49,8 @@ enum Harness {
             return runCommand("devices", arguments, DevicesBenchOptions.self) { DevicesBench.run($0, argv: $1) }
         case "fanout":
             return runCommand("fanout", arguments, FanoutBenchOptions.self) { FanoutBench.run($0, argv: $1) }
+        case "assets":
+            return runCommand("assets", arguments, AssetsBenchOptions.self) { AssetsBench.run($0, argv: $1) }
         case "engine":
             return runCommand("engine", arguments, EngineBenchOptions.self) { EngineBench.run($0, argv: $1) }
         case "push":
@@ -91,6 +93,7 @@ enum Harness {
                lattice-bench sync [options]      end-to-end sync: push, pull, storage ceiling (lattice-bench sync --help)
                lattice-bench devices [options]   many devices sending small changes, beside the storage ceilings
                lattice-bench fanout [options]    many idle push streams; a write to a share reaching its devices
+               lattice-bench assets [options]    asset uploads and downloads (MB/s) beside the disk's fsync ceiling
                lattice-bench engine [options]    the app engine beside the CLI's, push and pull (lattice-bench engine --help)
                lattice-bench push [options]      one binary push in-process, for profiling (lattice-bench push --help)
                lattice-bench soak [options]      mixed traffic for minutes: latency, memory, files (lattice-bench soak --help)
@@ -379,6 +382,7 @@ protocol BenchCommandOptions {
 extension ServeLoadOptions: BenchCommandOptions {}
 extension SyncBenchOptions: BenchCommandOptions {}
 extension DevicesBenchOptions: BenchCommandOptions {}
+extension AssetsBenchOptions: BenchCommandOptions {}
 extension FanoutBenchOptions: BenchCommandOptions {}
 extension EngineBenchOptions: BenchCommandOptions {}
 extension PushProfileOptions: BenchCommandOptions {}

@@ -428,14 +428,18 @@ public final class AssetReceiver: @unchecked Sendable {
     public func finish() throws -> AssetUploadOutcome {
         let (appender, hasher, received, failure) = end()
         guard let appender else { throw failure ?? ServiceError(.internalError, "the upload ended twice") }
-        defer { assets.releaseLease(upload, holder: holder) }
+        // The lease goes back when this request ends, with the completion's own transaction when it completes.
+        var completed = false
+        defer { if !completed { assets.releaseLease(upload, holder: holder) } }
         defer { appender.close() }
         do { try appender.commit() } catch { throw assets.internalError(error) }
         if let failure { throw failure }
         let end = offset + received
         guard end == length else { return .partial(offset: end, length: length) }
         do {
-            return .complete(try assets.complete(upload, length: length, checksum: hasher?.finish(), contentType: contentType))
+            let receipt = try assets.complete(upload, length: length, checksum: hasher?.finish(), contentType: contentType)
+            completed = true
+            return .complete(receipt)
         } catch let error as ServiceError {
             throw error
         } catch {

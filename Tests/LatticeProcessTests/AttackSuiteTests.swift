@@ -700,6 +700,74 @@ struct AttackSuiteTests {
         }
     }
 
+    // MARK: Assets
+
+    /// `count` upload URLs' paths of `token`'s account (the attacker's, zone Lists, by default; an account
+    /// holds at most 200 open uploads, so each row takes its own), made through `assets/upload` in batches.
+    static func uploadPaths(_ context: Context, count: Int, token: String? = nil, zone: String = "Lists") throws -> [String] {
+        let client = try LoopbackClient(port: context.port, source: context.sources(1)[0], timeoutSeconds: 30)
+        var paths: [String] = []
+        while paths.count < count {
+            let batch = min(100, count - paths.count)
+            let body = JSON.object(["zoneID": .object(["zoneName": .string(zone)]), "tokens": .array((0..<batch).map {
+                .object(["recordType": .string("Item"), "recordName": .string("item-\(paths.count + $0)"), "fieldName": .string("photo")])
+            })])
+            let reply = try client.send(path: context.path("assets/upload"),
+                                        headers: ["Authorization": "Bearer " + (token ?? context.token)], body: body.serializedBytes())
+            guard reply.status == 200 else { throw HarnessError("assets/upload: \(reply.status) \(String(decoding: reply.body, as: UTF8.self))") }
+            paths += try (JSON.parse(reply.body)["tokens"]?.arrayValue ?? []).compactMap { $0["url"]?.stringValue }.map { url in
+                String(url[url.range(of: "/assets/upload/")!.lowerBound...])
+            }
+        }
+        return paths
+    }
+
+    static func uploadHead(_ path: String, port: UInt16, length: Int) -> [UInt8] {
+        Array("POST \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nContent-Type: image/jpeg\r\nContent-Length: \(length)\r\n\r\n".utf8)
+    }
+
+    @Test func uploadsSentSlowly() throws {
+        try run("slow uploads: 150 x 50 MiB declared, bytes at 1 KiB/s", subnet: 35,
+                expectations: { [Self.allClosed($0)] }) { context in
+            let paths = try Self.uploadPaths(context, count: 150)
+            let body = [UInt8](repeating: 0x61, count: 64 * 1024)
+            holdSlowClients(port: context.port, connections: paths.count, sources: context.sources(4),
+                            prefix: { Self.uploadHead(paths[$0], port: context.port, length: 50 * 1024 * 1024) },
+                            trickle: { _ in body }, bytesPerTick: 1024, tickSeconds: 1, seconds: Self.slowSeconds,
+                            tally: context.tally, onReady: context.startProbe)
+        }
+    }
+
+    @Test func manyUploadsAtOnce() throws {
+        try run("parallel uploads: 16 clients sending 1 MiB assets for 3 s", subnet: 36, expectations: { tally in
+            [tally.total > 0 ? nil : "no upload was answered"]
+        }) { context in
+            let paths = try Self.uploadPaths(context, count: 190, token: context.fixture.accompliceTokens[0], zone: "Heavy")
+            let body = [UInt8](repeating: 0x62, count: 1024 * 1024)
+            context.startProbe()
+            flood(port: context.port, threads: 16, sources: context.sources(4), seconds: Self.floodSeconds, maximumRequests: 11,
+                  requestTimeout: 10, tally: context.tally) { thread, index in
+                (paths[(thread * 11 + index) % paths.count], ["Content-Type": "image/jpeg"], body)
+            }
+        }
+    }
+
+    @Test func uploadsDeclaringHugeLengths() throws {
+        try run("huge declared uploads: 10 GB Content-Length and Upload-Length, body never sent", subnet: 37, expectations: { tally in
+            [tally.refusals == tally.total && tally.total > 0 ? nil : "not every huge upload was refused: \(tally.summary)"]
+        }) { context in
+            let paths = try Self.uploadPaths(context, count: 100, token: context.fixture.accompliceTokens[1], zone: "Heavy")
+            context.startProbe()
+            flood(port: context.port, threads: 8, sources: context.sources(4), seconds: Self.floodSeconds, maximumRequests: 50,
+                  tally: context.tally) { thread, index in
+                let path = paths[(thread * 50 + index) % paths.count]
+                return index % 2 == 0
+                    ? (path, ["Content-Length": "10000000000"], [])
+                    : (path, ["Upload-Length": "10000000000"], [1, 2, 3])
+            }
+        }
+    }
+
     static func signUpBody(_ name: String) -> [UInt8] { JSON.object(["name": .string(name)]).serializedBytes() }
 
     static func someRefused(_ tally: AnswerTally) -> String? {

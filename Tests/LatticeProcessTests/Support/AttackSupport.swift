@@ -144,7 +144,8 @@ final class LoopbackClient {
     /// server answered early and closed, that answer is read and returned.
     func send(method: String = "POST", path: String, headers: [String: String] = [:], body: [UInt8] = []) throws -> Response {
         var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
-        if method == "POST" || !body.isEmpty { head += "Content-Length: \(body.count)\r\n" }
+        let declares = headers.keys.contains { $0.lowercased() == "content-length" }
+        if (method == "POST" || !body.isEmpty) && !declares { head += "Content-Length: \(body.count)\r\n" }
         for (name, value) in headers.sorted(by: { $0.key < $1.key }) { head += "\(name): \(value)\r\n" }
         head += "\r\n"
         do {
