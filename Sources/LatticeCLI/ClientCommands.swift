@@ -117,6 +117,11 @@ let listUsage = """
       list uncheck LIST ITEM                mark an item not done
       list edit LIST ITEM [--text T] [--add-tag T]... [--remove-tag T]...
                                             change an item's text and tags
+      list attach LIST ITEM FILE            attach a file (a photo, say) to an item; it uploads with the
+                                            next sync, before the item's change
+      list get LIST ITEM [NAME] [--out DIR] save an item's attachments (or the one named NAME) into DIR
+                                            (default: the current directory), downloading them if this
+                                            device does not have them
       list remove LIST ITEM                 delete an item
       list rename LIST TITLE                retitle a list
       list delete LIST                      delete a list and its items (owner only; others use
@@ -126,7 +131,7 @@ let listUsage = """
     queued for the next lattice sync. A change the server refuses (read-only access) is undone here and
     reported with exit status 1.
     --json: list show gives {"id","title","owner","permission","items":[{"id","text","done","tags",
-    "position"}]}; changes give the affected ids, {"id",...,"synced","pending"} (list delete also
+    "position","attachments":[{"name","size","fileChecksum"}]}]}; list get gives {"saved":[paths]}; changes give the affected ids, {"id",...,"synced","pending"} (list delete also
     "ids": the list and its items).
 
     \(listHelpTail)

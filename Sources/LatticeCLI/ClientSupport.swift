@@ -165,7 +165,11 @@ func listJSON(_ list: ListSummary) -> JSON {
 
 func itemJSON(_ item: ListItem) -> JSON {
     .object(["id": .string(item.id), "text": .string(item.text), "done": .bool(item.done),
-             "tags": .array(item.tags.map(JSON.string)), "position": .double(item.position)])
+             "tags": .array(item.tags.map(JSON.string)), "position": .double(item.position),
+             "attachments": .array(item.attachments.map { attachment in
+                 .object(["name": .string(attachment.name), "size": .int(attachment.asset.size),
+                          "fileChecksum": .string(attachment.asset.fileChecksum)])
+             })])
 }
 
 func checkbox(_ done: Bool) -> String { done ? "[x]" : "[ ]" }
@@ -399,4 +403,11 @@ func describeClientError(_ error: any Error) -> String {
         }
     }
     return "\(error)"
+}
+
+/// "1.2 MB", "830 bytes": a size for people.
+func byteCount(_ bytes: Int64) -> String {
+    if bytes < 1_000 { return "\(bytes) \(bytes == 1 ? "byte" : "bytes")" }
+    if bytes < 1_000_000 { return String(format: "%.1f kB", Double(bytes) / 1e3) }
+    return String(format: "%.1f MB", Double(bytes) / 1e6)
 }

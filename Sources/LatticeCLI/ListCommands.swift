@@ -32,16 +32,16 @@ private func printPending(_ engine: ListsReplica) throws {
 }
 
 func runList(_ arguments: [String]) throws {
-    let options = try ClientOptions(arguments, valueOptions: ["zone", "tag", "text", "add-tag", "remove-tag"])
+    let options = try ClientOptions(arguments, valueOptions: ["zone", "tag", "text", "add-tag", "remove-tag", "out"])
     if options.help { return print(listUsage) }
     guard let subcommand = options.positionals.first else {
-        throw UsageError("missing subcommand: create, show, add, check, uncheck, edit, remove, rename or delete")
+        throw UsageError("missing subcommand: create, show, add, check, uncheck, edit, attach, get, remove, rename or delete")
     }
     let operands = Array(options.positionals.dropFirst())
     let valueOptions: [String: Set<String>] = [
-        "create": ["zone"], "add": ["tag"], "edit": ["text", "add-tag", "remove-tag"],
+        "create": ["zone"], "add": ["tag"], "edit": ["text", "add-tag", "remove-tag"], "get": ["out"],
     ]
-    let known = ["create", "show", "add", "check", "uncheck", "edit", "remove", "rename", "delete"]
+    let known = ["create", "show", "add", "check", "uncheck", "edit", "attach", "get", "remove", "rename", "delete"]
     guard known.contains(subcommand) else { throw UsageError("unknown subcommand list \(subcommand)") }
     try options.allowOnly(valueOptions[subcommand] ?? [], in: "list \(subcommand)")
     try options.allowFlags([], in: "list \(subcommand)")
@@ -101,6 +101,47 @@ func runList(_ arguments: [String]) throws {
         let line = edited.map { "\(checkbox($0.done)) \($0.text)\($0.tags.isEmpty ? "" : "  " + tagWords($0.tags))" }
             ?? "edited \(item.id)"
         try report(options, outcome, ["id": .string(item.id), "list": .string(list.id)], line)
+    case "attach":
+        let values = try options.operands(operands, "LIST", "ITEM", "FILE")
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: values[2], isDirectory: &isDirectory), !isDirectory.boolValue else {
+            throw UsageError("\(values[2]) is not a file")
+        }
+        let (engine, lists) = try options.openLists()
+        let list = try lists.resolve(values[0])
+        let item = try lists.resolveItem(values[1], in: list)
+        let attachment = try lists.attach(URL(fileURLWithPath: values[2]), to: item, in: list)
+        let outcome = try syncAfterChange(engine, lists, options)
+        try report(options, outcome, ["id": .string(item.id), "list": .string(list.id), "name": .string(attachment.name),
+                                      "fileChecksum": .string(attachment.asset.fileChecksum)],
+                   "attached \(attachment.name) (\(byteCount(attachment.asset.size))) to \"\(item.text)\"")
+    case "get":
+        guard (2...3).contains(operands.count) else { throw UsageError("list get takes LIST ITEM [NAME]") }
+        let directory = try options.parsed.value("out") ?? FileManager.default.currentDirectoryPath
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw UsageError("--out \(directory) is not a directory")
+        }
+        let (_, lists) = try options.openLists()
+        let list = try lists.resolve(operands[0])
+        let item = try lists.resolveItem(operands[1], in: list)
+        let wanted = operands.count == 3 ? item.attachments.filter { $0.name == operands[2] } : item.attachments
+        if wanted.isEmpty {
+            throw CommandFailure(operands.count == 3 ? "\"\(item.text)\" has no attachment named \(operands[2])"
+                                                     : "\"\(item.text)\" has no attachments")
+        }
+        var saved: [String] = []
+        for attachment in wanted {
+            let file = try waitForAsyncWork { try await lists.file(of: attachment, of: item, in: list) }
+            let target = URL(fileURLWithPath: directory).appendingPathComponent(attachment.name).path
+            if FileManager.default.fileExists(atPath: target) {
+                throw CommandFailure("\(target) exists; remove it or give another --out")
+            }
+            try FileManager.default.copyItem(atPath: file.path, toPath: target)
+            saved.append(target)
+            if !options.json { print("saved \(attachment.name) (\(byteCount(attachment.asset.size))) to \(target)") }
+        }
+        if options.json { printJSON(.object(["saved": .array(saved.map(JSON.string))])) }
     case "remove":
         let values = try options.operands(operands, "LIST", "ITEM")
         let (engine, lists) = try options.openLists()
@@ -157,7 +198,12 @@ private func show(_ list: ListSummary, _ items: [ListItem], _ options: ClientOpt
         print("  (no items: lattice list add \"\(list.title)\" TEXT)")
         return
     }
-    let rows = items.map { [checkbox($0.done) + " " + $0.text, tagWords($0.tags), $0.id] }
+    let rows = items.map { item in
+        [checkbox(item.done) + " " + item.text,
+         tagWords(item.tags) + (item.attachments.isEmpty ? "" : (item.tags.isEmpty ? "" : "  ")
+             + "attached: " + item.attachments.map(\.name).joined(separator: ", ")),
+         item.id]
+    }
     alignedRows(rows, indent: "  ").forEach { print($0) }
     let done = items.filter(\.done).count
     print("\(done) of \(items.count) done")

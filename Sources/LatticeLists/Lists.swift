@@ -23,6 +23,15 @@ public struct ListItem: Sendable, Hashable {
     public let done: Bool
     public let tags: [String]
     public let position: Double
+    /// Files attached to the item (`Lists.attach`), by name.
+    public var attachments: [ListAttachment] = []
+}
+
+/// A file attached to an item: an asset (field `attachments`, an ASSETID list) and the name it was attached
+/// under (field `attachmentNames`: `"<SHA-256 hex>/<name>"` entries, an add-wins set like the assets).
+public struct ListAttachment: Sendable, Hashable {
+    public let asset: AssetValue
+    public let name: String
 }
 
 public enum ListsError: Error, CustomStringConvertible, Sendable {
@@ -113,7 +122,7 @@ public final class Lists: Sendable {
         let position: Double = record["position"] ?? (record["position"] as Int64?).map(Double.init) ?? 0
         let done: Bool = record["done"] ?? false
         return ListItem(id: record.recordID.recordName, text: record["text"] ?? "", done: done, tags: record["tags"] ?? [],
-                        position: position)
+                        position: position, attachments: attachments(record))
     }
 
     /// Exact id, then exact label, then id prefix, then a unique label match ignoring case.
@@ -191,6 +200,50 @@ public final class Lists: Sendable {
         if !removeTags.isEmpty { record.remove(removeTags, fromListForKey: "tags") }
         if !addTags.isEmpty { record.append(contentsOf: addTags, toListForKey: "tags") }
         try replica.save(record, in: list.zone)
+    }
+
+    /// Attaches a file to an item: it is copied into the home's asset store now (hashed as it is copied) and
+    /// uploaded with the next sync, before the item's change is sent.
+    @discardableResult
+    public func attach(_ file: URL, to item: ListItem, in list: ListSummary) throws -> ListAttachment {
+        try writable(list)
+        guard let store = replica.assets else { throw ListsError.invalid("this home has no asset store") }
+        let asset = try store.importFile(file)
+        let name = Self.attachmentName(file.lastPathComponent)
+        var record = try editable(item.id, in: list.zone)
+        record.append(contentsOf: [asset], toListForKey: Self.attachmentsKey)
+        record.append(contentsOf: [asset.checksumHex + "/" + name], toListForKey: Self.attachmentNamesKey)
+        try replica.save(record, in: list.zone)
+        return ListAttachment(asset: asset, name: name)
+    }
+
+    /// The file of an attachment, downloaded (and cached in the home) if this device does not have it.
+    public func file(of attachment: ListAttachment, of item: ListItem, in list: ListSummary) async throws -> URL {
+        try await replica.assetFile(attachment.asset, record: item.id, fieldName: Self.attachmentsKey, in: list.zone)
+    }
+
+    static let attachmentsKey = "attachments"
+    static let attachmentNamesKey = "attachmentNames"
+
+    /// A file name kept for an attachment: its last path component, without control characters or slashes,
+    /// at most 200 bytes; `attachment` when nothing is left.
+    static func attachmentName(_ name: String) -> String {
+        var kept = String(name.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F && $0 != "/" && $0 != "\\" })
+        while kept.hasPrefix(".") { kept.removeFirst() }
+        while kept.utf8.count > 200 { kept.removeLast() }
+        return kept.isEmpty ? "attachment" : kept
+    }
+
+    static func attachments(_ record: LatticeRecord) -> [ListAttachment] {
+        let assets: [AssetValue] = record[attachmentsKey] ?? []
+        let names: [String] = record[attachmentNamesKey] ?? []
+        var byChecksum: [String: String] = [:]
+        for entry in names {
+            guard let slash = entry.firstIndex(of: "/") else { continue }
+            byChecksum[String(entry[..<slash])] = String(entry[entry.index(after: slash)...])
+        }
+        return assets.map { ListAttachment(asset: $0, name: byChecksum[$0.checksumHex] ?? "attachment") }
+            .sorted { ($0.name, $0.asset.checksumHex) < ($1.name, $1.asset.checksumHex) }
     }
 
     public func remove(_ item: ListItem, in list: ListSummary) throws {

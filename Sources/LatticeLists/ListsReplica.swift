@@ -62,7 +62,7 @@ public final class ListsReplica: Sendable {
         if carried != nil { try? FileManager.default.removeItem(atPath: legacy) }
         delegate = ListsSyncDelegate(store: store)
         let account = try store.transaction { tx in try Self.storedAccount(tx) }
-        engines = Mutex(try Self.makeEngines(account: account, store: store, delegate: delegate, transport: transport, now: now,
+        engines = Mutex(try Self.makeEngines(home: home, account: account, store: store, delegate: delegate, transport: transport, now: now,
                                              onRetryWait: onRetryWait))
     }
 
@@ -85,9 +85,11 @@ public final class ListsReplica: Sendable {
         return account
     }
 
-    private static func makeEngines(account: Account?, store: LocalStore, delegate: ListsSyncDelegate,
+    private static func makeEngines(home: String, account: Account?, store: LocalStore, delegate: ListsSyncDelegate,
                                     transport: (any SyncTransport)?, now: @escaping @Sendable () -> UInt64,
                                     onRetryWait: @escaping @Sendable (ServerClient.RetryWait) -> Void) throws -> Engines {
+        // Attachments: imported files wait here for upload; downloads are cached here, 256 MiB at most.
+        let assets = try AssetStore(directory: URL(fileURLWithPath: home + "/" + assetDirectoryName))
         func engine(_ database: LatticeDatabase) throws -> LatticeSyncEngine {
             let saved = try store.transaction { tx in try tx.metadata(stateKey(database.scope)) }
             var serialization: LatticeSyncEngine.State.Serialization?
@@ -106,12 +108,25 @@ public final class ListsReplica: Sendable {
             configuration.now = now
             configuration.requestTimeout = 60
             configuration.onRetryWait = onRetryWait
+            configuration.assets = assets
             return LatticeSyncEngine(configuration)
         }
         return Engines(private: try engine(.private), shared: try engine(.shared))
     }
 
     static func stateKey(_ scope: LatticeDatabase.Scope) -> String { "engine.\(scope.rawValue)" }
+
+    /// The directory of attachment files in a home.
+    public static let assetDirectoryName = "assets"
+
+    /// The asset store of this home (`AssetStore`).
+    public var assets: AssetStore? { try? AssetStore(directory: URL(fileURLWithPath: home + "/" + Self.assetDirectoryName)) }
+
+    /// The local file of an attachment a record of `zone` holds in `fieldName`, downloaded if need be.
+    public func assetFile(_ asset: AssetValue, record name: String, fieldName: String, in zone: LocalZone) async throws -> URL {
+        let id = LatticeRecord.ID(recordName: name, zoneID: zoneID(zone))
+        return try await engine(zone.database == "shared" ? .shared : .private).assetFile(asset, recordID: id, fieldName: fieldName)
+    }
 
     deinit { store.close() }
 
@@ -169,7 +184,7 @@ public final class ListsReplica: Sendable {
             try tx.setMetadata("account", try account.map(Self.encode))
         }
         // The engines compare the account with their states' and drop tokens and pending changes of another.
-        let engines = try Self.makeEngines(account: account, store: store, delegate: delegate, transport: transportOverride,
+        let engines = try Self.makeEngines(home: home, account: account, store: store, delegate: delegate, transport: transportOverride,
                                            now: now, onRetryWait: onRetryWait)
         self.engines.withLock { $0 = engines }
         for engine in engines.all { try await engine.setAccount(account) }

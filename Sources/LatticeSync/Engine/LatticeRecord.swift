@@ -109,6 +109,15 @@ extension Data: LatticeScalarValue {
     }
 }
 
+extension AssetValue: LatticeScalarValue {
+    /// An asset (CKAsset): its SHA-256 and size; the bytes are in the engine's `AssetStore` or on the server.
+    public var latticeScalar: ScalarValue { .asset(self) }
+    public init?(latticeScalar: ScalarValue) {
+        guard case .asset(let value) = latticeScalar else { return nil }
+        self = value
+    }
+}
+
 extension Array: LatticeRecordValue where Element: LatticeScalarValue {
     /// A list field. Its element type is taken from the first element (`STRING` for an empty list of
     /// strings, as for any empty list whose type cannot be told otherwise).
@@ -133,6 +142,7 @@ extension Array: LatticeRecordValue where Element: LatticeScalarValue {
         case is Double.Type: return .double
         case is Date.Type: return .timestamp
         case is Data.Type: return .bytes
+        case is AssetValue.Type: return .asset
         default: return .string
         }
     }

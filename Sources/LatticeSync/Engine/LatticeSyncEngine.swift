@@ -42,6 +42,9 @@ public actor LatticeSyncEngine {
         public var onRetryWait: (@Sendable (ServerClient.RetryWait) -> Void)?
         /// Physical time in milliseconds since 1970 for the device's clock (injected in tests).
         public var now: @Sendable () -> UInt64 = { UInt64(Date().timeIntervalSince1970 * 1000) }
+        /// Where the device keeps asset files (`AssetStore`): assets imported there are uploaded before the
+        /// records that name them are sent, and `assetFile` downloads into it. Nil: no assets.
+        public var assets: AssetStore?
 
         public init(database: LatticeDatabase, account: Account?, stateSerialization: State.Serialization?,
                     delegate: any LatticeSyncEngineDelegate) {
@@ -266,6 +269,51 @@ public actor LatticeSyncEngine {
     }
 
     private var scope: String { database.scope.rawValue }
+
+    // MARK: Assets
+
+    /// Uploads the assets `record`'s edits set or add that wait for upload in the asset store.
+    private func uploadAssets(of record: LatticeRecord, wire: ZoneID) async throws {
+        guard let store = configuration.assets else { return }
+        var wanted: [(field: String, asset: AssetValue)] = []
+        for (edit, _) in record.edits {
+            switch edit {
+            case let .set(key, .scalar(.asset(asset))?): wanted.append((key, asset))
+            case let .set(key, .list(_, elements)?), let .add(key, elements):
+                for case .asset(let asset) in elements { wanted.append((key, asset)) }
+            default: continue
+            }
+        }
+        for (field, asset) in wanted where store.isPendingUpload(asset) {
+            guard let file = store.file(for: asset) else { continue }
+            let scope = scope
+            _ = try await exchange { client, bearer in
+                try await AssetTransfer(client: client).upload(file, asset: asset, database: scope, zone: wire,
+                                                               recordName: record.recordID.recordName,
+                                                               recordType: record.recordType, fieldName: field, token: bearer)
+            }
+            store.markUploaded(asset)
+        }
+    }
+
+    /// The local file of an asset a record holds in `fieldName`: from the asset store when this device has it,
+    /// else downloaded now (through a fresh download URL), checked against its SHA-256 and kept in the store,
+    /// whose least recently used files go past its size bound.
+    public func assetFile(_ asset: AssetValue, recordID: LatticeRecord.ID, fieldName: String) async throws -> URL {
+        guard let store = configuration.assets else {
+            throw LatticeSyncError(.invalidArguments, "this engine has no asset store (Configuration.assets)")
+        }
+        if let file = store.file(for: asset) { return file }
+        let wire = try wireZone(recordID.zoneID)
+        let scope = scope
+        let downloaded = try await exchange { client, bearer -> URL in
+            let transfer = AssetTransfer(client: client)
+            let url = try await transfer.downloadURL(database: scope, zone: wire, recordName: recordID.recordName,
+                                                     fieldName: fieldName, asset: asset, token: bearer)
+            return try await transfer.download(url)
+        }
+        return try store.store(downloaded, as: asset)
+    }
 
     /// One call to the server with the account's token, bounded by its timeout (the actor is free while it
     /// waits; operations run one at a time through `enqueue`). Cancelling the task ends it at once: the
@@ -658,6 +706,18 @@ public actor LatticeSyncEngine {
                 failed.append(.init(record: record, error: LatticeSyncError(error)))
             }
         }
+        // Assets first: each asset a record's edits name that this device imported and has not uploaded goes up
+        // before the record (the server takes an asset in a record only from whoever uploaded it).
+        var uploadFailures: Set<LatticeRecord.ID> = []
+        for item in prepared where item.partial != nil {
+            do {
+                try await uploadAssets(of: item.record, wire: wire)
+            } catch {
+                failed.append(.init(record: item.record, error: LatticeSyncError(error)))
+                uploadFailures.insert(item.record.recordID)
+            }
+        }
+        prepared.removeAll { uploadFailures.contains($0.record.recordID) }
         let sending = prepared.filter { $0.partial != nil }
         var items: [String: JSON] = [:]
         if !sending.isEmpty {
