@@ -9,7 +9,8 @@ import LatticeStore
 let migrateUsage = """
     migrate           copies the whole deployment in DIR (every table: accounts, tokens, zones, records with
                       their frames and positions, change logs, shares, participants, link uses, sign-ups,
-                      client operations, nodes) and its share-link keys into the EMPTY PostgreSQL database
+                      client operations, nodes, assets' rows) with the assets' bytes (DIR/assets, as
+                      chunk rows) and its share-link keys into the EMPTY PostgreSQL database
                       at URL, then checks every table's row count. Ids and log positions are kept, so
                       sync tokens and share links issued before the move keep working (serve the target
                       with the same --public-url). The source is read as one snapshot and the target written
@@ -25,6 +26,9 @@ struct DeploymentMigration {
         var rows: [(table: String, count: Int)] = []
         /// Keys of the share-link key ring copied from share-keys.json (0: the directory had none).
         var shareKeys = 0
+        /// Asset contents (files) copied as chunk rows, and their bytes.
+        var assetContents = 0
+        var assetBytes: Int64 = 0
         var totalRows: Int { rows.reduce(0) { $0 + $1.count } }
     }
 
@@ -82,7 +86,8 @@ struct DeploymentMigration {
                     report.rows.append((table.name, copied))
                 }
                 try to.finishImport()
-                for table in StorageTables.all {
+                (report.assetContents, report.assetBytes) = try copyAssetBytes(from: source.assetContents, to)
+                for table in StorageTables.all where table.name != "asset_chunks" {
                     let want = expected[table.name] ?? 0
                     let copied = report.rows.first { $0.table == table.name }?.count ?? 0
                     let have = try to.rowCount(table: table.name)
@@ -102,6 +107,36 @@ struct DeploymentMigration {
                 return report
             }
         }
+    }
+
+    /// The bytes of every content a blob or upload row names, read from the data directory's files in 1 MiB
+    /// pieces and written as chunk rows in the target's transaction (all or nothing with the rest).
+    private func copyAssetBytes(from files: any AssetContentStore, _ to: any StorageTransaction) throws -> (Int, Int64) {
+        var contents = 0
+        var bytes: Int64 = 0
+        var after = ""
+        var buffer = [UInt8](repeating: 0, count: AssetChunkStore.chunkSize)
+        while true {
+            let batch = try to.assetContentIDs(after: after, limit: 500)
+            guard let last = batch.last else { break }
+            after = last
+            for content in batch {
+                let length = try files.length(of: content)
+                var position: Int64 = 0
+                while position < length {
+                    let count = try buffer.withUnsafeMutableBytes { try files.read(content, at: position, into: $0) }
+                    guard count > 0 else { throw Failure("asset content \(content) ends at \(position) of \(length) bytes") }
+                    try to.insertAssetChunk(content: content, position: position, bytes: Array(buffer[0..<count]))
+                    position += Int64(count)
+                }
+                guard try to.assetChunkLength(content: content) == length else {
+                    throw Failure("asset content \(content): \(length) bytes in the data directory, not all copied; nothing was written")
+                }
+                contents += 1
+                bytes += length
+            }
+        }
+        return (contents, bytes)
     }
 
     /// share-keys.json of the data directory, checked (it must load as a key ring), as text; nil when the
@@ -137,6 +172,7 @@ func runMigrate(_ parsed: ParsedArguments) throws {
             "source": .string(data), "target": .string(target),
             "tables": .object(Dictionary(uniqueKeysWithValues: report.rows.map { ($0.table, JSON.int(Int64($0.count))) })),
             "rows": .int(Int64(report.totalRows)), "shareKeys": .int(Int64(report.shareKeys)),
+            "assetContents": .int(Int64(report.assetContents)), "assetBytes": .int(report.assetBytes),
             "checked": .bool(true),
         ]).serialized())
         return
@@ -148,6 +184,8 @@ func runMigrate(_ parsed: ParsedArguments) throws {
     }
     print("  " + "share-link keys".padding(toLength: width, withPad: " ", startingAt: 0) + "  \(report.shareKeys)"
           + (report.shareKeys == 0 ? " (the data directory had no \(ShareKeyRing.fileName))" : ""))
+    print("  " + "asset files".padding(toLength: width, withPad: " ", startingAt: 0)
+          + "  \(report.assetContents) (\(report.assetBytes) bytes, now chunk rows)")
     print("every table's row count matches the source (\(report.totalRows) rows).")
     print("next: lattice serve --database URL --node-name NAME --public-url URL (the URL clients used before)")
 }

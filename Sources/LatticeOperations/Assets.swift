@@ -257,6 +257,8 @@ extension Assets {
         }
         // This request's own lease: this process's prefix (a restarted node takes its earlier process's
         // leases over), then an id of the request, so two requests of one process never share one.
+        // A server over its disk budget takes no new bytes (as it takes no record that adds data).
+        try core.checkDiskBudget("an asset upload")
         let holder = core.assetLeaseHolder + ":" + Secrets.hex(try Secrets.randomBytes(8))
         try core.write(deadline: deadline) { tx, _ in
             guard let database = try tx.database(id: upload.databaseID) else {
@@ -480,6 +482,9 @@ extension Assets {
                 throw ServiceError(.permissionFailure, "\(name) was not uploaded by you: rereference it (assets/rereference) "
                                    + "from a record you can read, or upload it")
             }
+            // Touched (the row is locked by the read above on PostgreSQL, and now updated): a collection that
+            // waited for this write finds the blob touched and leaves it.
+            try tx.touchAssetBlob(databaseID: zone.databaseID, checksum: asset.checksum, nowMs: configuration.now())
         }
     }
 
@@ -530,7 +535,9 @@ extension Assets {
                 switch value {
                 case .scalar(.asset(let asset)): assets = [asset]
                 case .list(_, let elements): assets = elements.compactMap { if case .asset(let a) = $0 { a } else { nil } }
-                default:
+                default: assets = []
+                }
+                guard !assets.isEmpty else {
                     return ServiceError.badRequest("field \(token.fieldName) of record \(token.recordName) holds no asset")
                         .json(item: (key: "recordName", value: token.recordName))
                 }

@@ -58,7 +58,8 @@ extension LatticeService {
                 uploadLength = value
             }
             let bodyLength = RequestFraming.declaredLength(head.header("content-length")).map(Int64.init)
-            let contentType = head.header("content-type").flatMap(AssetMedia.uploadedType)
+            // PATCH's type is tus's application/offset+octet-stream, not the asset's: only a POST names it.
+            let contentType = head.method == "PATCH" ? nil : head.header("content-type").flatMap(AssetMedia.uploadedType)
             let deadline = RequestDeadline.after(milliseconds: min(Self.admissionDeadlineMilliseconds,
                                                                    configuration.requestDeadlineMilliseconds))
             let start = try Assets(core).beginUpload(

@@ -135,6 +135,8 @@ public protocol AssetStorage {
     func deleteAssetBlob(_ blob: StoredAssetBlob, before beforeMs: Int64) throws -> Bool
     /// Whether any blob or upload row names `content`.
     func assetContentIsKnown(_ content: String) throws -> Bool
+    /// The content ids blob and upload rows name, after `after`, at most `limit`, in order.
+    func assetContentIDs(after: String, limit: Int) throws -> [String]
 
     // MARK: Claims
 
@@ -403,6 +405,12 @@ extension PortableAssetSQL {
                        [.text(content), .text(content)]).isEmpty
     }
 
+    func assetContentIDs(after: String, limit: Int) throws -> [String] {
+        try assetRows("SELECT content FROM (SELECT content FROM asset_blobs UNION SELECT content FROM asset_uploads) c "
+                      + "WHERE content > ? ORDER BY content LIMIT ?", [.text(after), .integer(Int64(max(0, limit)))])
+            .compactMap { $0[0].text }
+    }
+
     func claimAsset(databaseID: Int64, checksum: [UInt8], userID: Int64, nowMs: Int64) throws {
         try assetRun("INSERT INTO asset_claims(database_id, checksum, user_id, created_ms) VALUES (?, ?, ?, ?) "
                      + "ON CONFLICT (database_id, checksum, user_id) DO UPDATE SET created_ms = excluded.created_ms",
@@ -418,7 +426,8 @@ extension PortableAssetSQL {
         let rows = try assetRows("SELECT database_id, checksum, user_id FROM asset_claims WHERE created_ms < ? ORDER BY created_ms LIMIT ?",
                                  [.integer(beforeMs), .integer(Int64(max(0, limit)))])
         for row in rows {
-            // The blob's grace period restarts when its last claim goes, as when its last reference does.
+            // A claim lasts the grace period, and its upload (or rereference) touched the blob when it was made:
+            // a blob whose last claim goes now has had no claim and no reference for the grace period at least.
             try assetRun("DELETE FROM asset_claims WHERE database_id = ? AND checksum = ? AND user_id = ? AND created_ms < ?",
                          [.integer(row[0].integer), .blob(row[1].bytes), .integer(row[2].integer), .integer(beforeMs)])
         }
@@ -604,8 +613,8 @@ public final class AssetFileStore: AssetContentStore {
                 let count = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset))
                 if count < 0 && errno == EINTR { continue }
                 guard count > 0 else {
-                    let reason = errno == ENOSPC ? "the disk is full" : String(cString: strerror(errno))
-                    throw StorageError.failure("cannot write asset content \(name): \(reason)")
+                    if errno == ENOSPC || errno == EDQUOT { throw StorageError.diskFull }
+                    throw StorageError.failure("cannot write asset content \(name): \(String(cString: strerror(errno)))")
                 }
                 done += count
                 offset += Int64(count)
@@ -614,7 +623,10 @@ public final class AssetFileStore: AssetContentStore {
 
         func commit() throws {
             guard fd >= 0 else { return }
-            guard fsync(fd) == 0 else { throw StorageError.failure("cannot sync asset content \(name): \(String(cString: strerror(errno)))") }
+            guard fsync(fd) == 0 else {
+                if errno == ENOSPC || errno == EDQUOT { throw StorageError.diskFull }
+                throw StorageError.failure("cannot sync asset content \(name): \(String(cString: strerror(errno)))")
+            }
         }
 
         func close() {

@@ -84,6 +84,19 @@ import Glibc
         _ = try Self.post(sqlite.port, Self.privateDatabase + "tokens/register", token: aliceToken,
                           .object(["apnsEnvironment": .string("production"), "apnsToken": pushToken]))
         try CLITests.ok("list", "check", list, "Eggs", home: bob)
+        // An attachment (an asset: its bytes are a file in the data directory), and an upload left unfinished.
+        let photo = directory + "/milk.jpg"
+        let photoBytes = (0..<1_300_000).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 7) }
+        #expect(FileManager.default.createFile(atPath: photo, contents: Data(photoBytes)))
+        try CLITests.ok("list", "attach", list, "Milk", photo, home: alice)
+        let unfinished = try Self.post(sqlite.port, Self.privateDatabase + "assets/upload", token: aliceToken, .object([
+            "zoneID": .object(["zoneName": .string("Lists")]),
+            "tokens": .array([.object(["recordName": .string("later"), "fieldName": .string("photo")])])]))
+        let unfinishedURL = try #require(unfinished["tokens"]?.arrayValue?.first?["url"]?.stringValue)
+        let unfinishedPath = String(unfinishedURL[unfinishedURL.range(of: "/assets/upload/")!.lowerBound...])
+        let part = try RawHTTPClient(port: sqlite.port).send(method: "POST", path: unfinishedPath,
+                                                             headers: ["Upload-Length": "3000"], body: Array(photoBytes[0..<1000]))
+        #expect(part.status == 204)
         try CLITests.ok("sync", home: alice)
         // A device sign-in waiting, and a failed approval (a code nobody shows, unless by a 1 in 20^8 chance).
         let device = try RawHTTPClient(port: sqlite.port).send(method: "POST", path: "/auth/device/start",
@@ -140,7 +153,8 @@ import Glibc
         let source = try SQLiteStorage(path: data + "/" + SQLiteStorage.fileName)
         let sourceCounts = try Self.counts(source)
         source.close()
-        for table in StorageTables.all where table.name != "metadata" { // the server keeps nothing in metadata
+        // The server keeps nothing in metadata; SQLite keeps asset bytes in files, not chunk rows.
+        for table in StorageTables.all where table.name != "metadata" && table.name != "asset_chunks" {
             #expect((sourceCounts[table.name] ?? 0) > 0, "the source has no rows in \(table.name): \(sourceCounts)")
         }
 
@@ -154,6 +168,10 @@ import Glibc
         var targetCounts = try Self.counts(storage)
         #expect(targetCounts["metadata"] == (sourceCounts["metadata"] ?? 0) + 1) // share_keys
         targetCounts["metadata"] = sourceCounts["metadata"]
+        // The asset files became chunk rows: the attachment's 2 (1 MiB each) and the unfinished upload's 1.
+        #expect(targetCounts["asset_chunks"] == 3, "\(targetCounts)")
+        #expect(migrated["assetContents"] == .int(2) && migrated["assetBytes"] == .int(1_301_000), "\(migrated)")
+        targetCounts["asset_chunks"] = sourceCounts["asset_chunks"]
         #expect(targetCounts == sourceCounts)
         let ringFile = try String(contentsOfFile: data + "/share-keys.json", encoding: .utf8)
         #expect(try storage.read { try $0.metadata("share_keys") } == ringFile)
@@ -200,6 +218,15 @@ import Glibc
         #expect(Set(items.compactMap { $0["text"]?.stringValue }) == ["Milk", "Eggs", "Butter"])
         #expect(items.contains { $0["text"] == .string("Eggs") && $0["done"] == .bool(true) })
         #expect(shown["permission"]?.stringValue == "readWrite" && shown["owner"] != nil, "\(shown)")
+        // The attachment's bytes, from the database now: downloaded whole through node b. The unfinished
+        // upload resumes there from the bytes it had.
+        let out = directory + "/out"
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        try CLITests.ok("list", "get", list, "Milk", "--out", out, home: bobOnB)
+        #expect(FileManager.default.contents(atPath: out + "/milk.jpg") == Data(photoBytes))
+        let resumed = try RawHTTPClient(port: nodeB.port).send(method: "PATCH", path: unfinishedPath, headers: ["Upload-Offset": "1000"],
+                                                               body: Array(photoBytes[1000..<3000]))
+        #expect(resumed.status == 200, "\(String(decoding: resumed.body, as: UTF8.self))")
         let participants = try CLITests.ok("share", "participants", list, "--json", home: alice).stdout
         #expect(participants.contains("bob"), "\(participants)")
         let invited = try CLITests.ok("share", "participants", chores, "--json", home: alice).stdout

@@ -1276,7 +1276,7 @@ final class PostgresTransaction: StorageTransaction, StorageBookkeeping, Storage
 
     /// Moves the identity sequences past the largest id copied.
     func finishImport() throws {
-        for table in ["users", "databases", "zones", "shares", "subscriptions", "webhook_deliveries"] {
+        for table in ["users", "databases", "zones", "shares", "subscriptions", "webhook_deliveries", "asset_uploads"] {
             try run("SELECT setval(pg_get_serial_sequence($1, 'id'), COALESCE((SELECT MAX(id) FROM \(table)), 0) + 1, false)",
                     [.text(table)])
         }

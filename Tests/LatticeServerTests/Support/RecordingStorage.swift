@@ -825,4 +825,9 @@ extension RecordingTransaction {
         return try base.removeAssetReferences(databaseID: databaseID, zoneRowID: zoneRowID, recordName: recordName,
                                               checksums: checksums, nowMs: nowMs)
     }
+
+    func assetContentIDs(after: String, limit: Int) throws -> [String] {
+        note("assetContentIDs")
+        return try base.assetContentIDs(after: after, limit: limit)
+    }
 }
