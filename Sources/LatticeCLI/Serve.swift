@@ -74,7 +74,7 @@ let serveUsage = """
       --client-operations-per-user N
                                  clientOperationIDs remembered per user for retries; the oldest is
                                  forgotten first (default 1000)
-      --quota-per-database BYTES stored record data per database (a user's private one, or the public
+      --quota-per-database BYTES stored records and assets per database (a user's private one, or the public
                                  one; suffix K, M, G or T allowed); a write past it gets QUOTA_EXCEEDED
                                  (default 1G)
       --requests-per-second-per-account N
