@@ -81,6 +81,44 @@ export class Api {
   }
 }
 
+/**
+ * Sends a file's bytes to an upload URL that `assets/upload` answered (the URL is the credential: no cookie
+ * or CSRF value is needed), with the file's type, and resolves to the asset dictionary the server answers
+ * (`singleFile`: `fileChecksum`, `size`, `receipt`), which a record's ASSETID field then takes.
+ * The browser streams the File from disk: its bytes are never read into script memory. XMLHttpRequest
+ * rather than fetch, because only it reports the bytes sent: `progress(sent, total)` as they leave. Only
+ * the URL's path is used, so the request stays on this origin (CSP `connect-src 'self'`) whatever public
+ * URL the server names. A lost connection rejects with status 0 (`isUnreachable`).
+ */
+export function uploadFile(url, file, progress = () => {}) {
+  return new Promise((resolve, reject) => {
+    const target = new URL(url, location.href);
+    const request = new XMLHttpRequest();
+    request.open('POST', target.pathname + target.search);
+    request.setRequestHeader('Content-Type', file.type || 'application/octet-stream');
+    request.responseType = 'json';
+    request.upload.onprogress = (event) => progress(event.loaded, event.lengthComputable ? event.total : file.size);
+    request.onload = () => {
+      const json = request.response || {};
+      if (request.status >= 200 && request.status < 300 && json.singleFile) resolve(json.singleFile);
+      else reject(new ApiError(json.serverErrorCode, json.reason, request.status, json));
+    };
+    request.onerror = () => reject(new ApiError(null, 'the connection broke while the photo was sent', 0));
+    request.onabort = () => reject(new ApiError(null, 'the upload was cancelled', 0));
+    request.send(file);
+  });
+}
+
+/**
+ * A download URL of a record's asset as this page uses it: CloudKit's `${f}` placeholder replaced by the
+ * file name wanted (which the answer's Content-Disposition carries back), and only the path, so it loads
+ * from this origin (CSP `img-src 'self'`).
+ */
+export function downloadPath(downloadURL, fileName) {
+  const target = new URL(downloadURL.split('${f}').join(encodeURIComponent(fileName)), location.href);
+  return target.pathname + target.search;
+}
+
 /** The part of location.hash after `key=`, up to the next `&`, or null. */
 export function hashValue(key) {
   for (const part of location.hash.replace(/^#/, '').split('&')) {

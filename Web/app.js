@@ -3,7 +3,7 @@
 // worker (sw.js) opens the page offline. The screen is updated in place, row by row, so a field being
 // typed in is never rebuilt under the person. Every piece of user text is put on screen with
 // textContent, never as HTML.
-import { Api, ApiError, currentSession, hashValue, safeNext, takeNext, announceSignIn } from './api.js';
+import { Api, ApiError, currentSession, hashValue, safeNext, takeNext, announceSignIn, uploadFile, downloadPath } from './api.js';
 import { followSignInLink } from './signinlink.js';
 import { fieldValue, setFields, editSet, newRecord, deletion } from './crdt.js';
 import { Replica, isUnreachable } from './replica.js';
@@ -34,6 +34,12 @@ const state = {
   wantedList: null,
   /** the id of the control to focus after the next render */
   focusAfter: null,
+  /** item id -> a photo being attached here: {phase: 'asking' | 'sending' | 'failed', sent, total, text} */
+  uploads: new Map(),
+  /** "item|checksum" -> when its download URL was last asked for again after an image failed to load */
+  photoRefreshed: new Map(),
+  /** items whose image failed to load while offline: drawn again when the server answers */
+  photoRetry: new Set(),
 };
 
 const $ = (id) => document.getElementById(id);
@@ -117,9 +123,18 @@ function permissionOf(share, user) {
   return null;
 }
 
+/** The field an item's photo is kept in: an ASSETID register. */
+const PHOTO_FIELD = 'photo';
+
+/** An item's photo (the ASSETID value: fileChecksum, size, and a downloadURL once the server gave it), or null. */
+function photoOf(record) {
+  const value = fieldValue(record, PHOTO_FIELD);
+  return value && typeof value === 'object' && typeof value.fileChecksum === 'string' ? value : null;
+}
+
 function itemOf(record) {
   return { id: record.recordName, record, text: fieldValue(record, 'text') || '', done: Number(fieldValue(record, 'done') || 0) !== 0,
-           tags: fieldValue(record, 'tags') || [], position: Number(fieldValue(record, 'position') || 0) };
+           tags: fieldValue(record, 'tags') || [], position: Number(fieldValue(record, 'position') || 0), photo: photoOf(record) };
 }
 
 /** The open list's items: unchecked first, then checked, each by position. */
@@ -180,11 +195,11 @@ function addItem(list, text, tags) {
   return state.replica.queue(list.zone, [record], [{ operationType: 'forceUpdate', record }], `Add ${text}`);
 }
 
-function editRecord(list, recordName, make, label) {
+function editRecord(list, recordName, make, label, extra = {}) {
   const current = state.replica.record(list.zone.key, recordName);
   if (!current || current.deleted) return null;
   const record = make(current);
-  return state.replica.queue(list.zone, [record], [{ operationType: 'forceUpdate', record }], label);
+  return state.replica.queue(list.zone, [record], [{ operationType: 'forceUpdate', record }], label, extra);
 }
 
 function setDone(list, item, done) {
@@ -238,8 +253,18 @@ function restoreItems(list, wanted) {
       scalars: { text: [item.text, 'STRING'], done: [item.done ? 1 : 0, 'INT64'], position: [item.position, 'DOUBLE'] },
       sets: { tags: item.tags } });
   });
-  return state.replica.queue(list.zone, records, records.map((record) => ({ operationType: 'forceUpdate', record })),
-                             `Restore ${wanted.map((i) => i.text).join(', ')}`);
+  const entry = state.replica.queue(list.zone, records, records.map((record) => ({ operationType: 'forceUpdate', record })),
+                                    `Restore ${wanted.map((i) => i.text).join(', ')}`);
+  // A photo comes back in a change of its own: saving an asset into a record needs the writer's claim on it
+  // (they uploaded it within the server's grace period), and a refusal of the photo must not keep the item
+  // from coming back. It is then said as such (`refused`).
+  for (const item of wanted) {
+    if (!item.photo) continue;
+    const photo = { fileChecksum: item.photo.fileChecksum, size: item.photo.size };
+    editRecord(list, item.id, (r) => setFields(r, state.replica.clock, { [PHOTO_FIELD]: [photo, 'ASSETID'] }),
+               `Bring back the photo of ${item.text}`, { kind: 'photo', itemText: item.text });
+  }
+  return entry;
 }
 
 function removeItem(list, item) {
@@ -269,6 +294,137 @@ function deleteList(list) {
   const operations = states.map((s) => ({ operationType: 'forceDelete', record: { recordName: s.recordName } }));
   state.replica.queue(list.zone, states, operations, `Delete ${list.title}`, { kind: 'delete' });
   go('lists', null, { replace: true });
+}
+
+// MARK: Photos (an ASSETID field of the item: the bytes go to the server first, then the field is an edit)
+
+const megabytes = (bytes) => (bytes >= 1e6 ? `${(bytes / 1e6).toFixed(1)} MB` : `${Math.max(1, Math.round(bytes / 1e3))} kB`);
+
+/** What the row says about its photo: an upload under way or failed, or a photo not on the server yet. */
+function photoStatus(list, item) {
+  const upload = state.uploads.get(item.id);
+  if (upload) {
+    if (upload.phase === 'failed') return { text: upload.text, error: true };
+    if (upload.phase === 'asking') return { text: 'Sending the photo…' };
+    const percent = upload.total ? Math.floor((100 * upload.sent) / upload.total) : 0;
+    return { text: `Sending the photo: ${percent} % of ${megabytes(upload.total)}` };
+  }
+  if (item.photo && !item.photo.downloadURL) {
+    if (!state.replica.pendingFor(list.zone.key, item.id).length) return null;
+    return { text: state.replica.online === false ? 'Photo sent; it is attached when you are back online.' : 'Saving the photo…' };
+  }
+  return null;
+}
+
+/** The Photo button: offline it says a photo needs a connection, else it opens the camera or the picker. */
+function choosePhoto(list, item) {
+  if (state.replica.online === false || navigator.onLine === false) {
+    notice('Adding a photo needs a connection: you are offline. Try again when you are back online.', true);
+    return;
+  }
+  const upload = state.uploads.get(item.id);
+  if (upload && upload.phase !== 'failed') { notice(`The photo of “${item.text}” is still being sent.`); return; }
+  const input = $('photo-input-' + item.id);
+  if (input) input.click();
+}
+
+/** Asks a database operation; a refused CSRF value (the session was renewed elsewhere) is asked again once. */
+async function callWithSession(database, operation, body) {
+  if (!state.api.session.csrfToken) await state.replica.refreshSession();
+  try {
+    return await state.api.call(database, operation, body);
+  } catch (error) {
+    if (!(error instanceof ApiError) || error.status !== 403) throw error;
+    await state.replica.refreshSession();
+    return state.api.call(database, operation, body);
+  }
+}
+
+/**
+ * Attaches a photo to an item: `assets/upload` names the item's `photo` field and answers an upload URL, the
+ * file's bytes go there (streamed by the browser, with progress on the row), and the receipt's dictionary
+ * is saved into the field as any edit is (a last-writer-wins register, queued and sent in order). The
+ * upload itself needs the server: offline, or when it fails, the page says so and nothing is queued.
+ */
+async function attachPhoto(listID, itemID, file) {
+  const list = currentList(listID);
+  const item = list && items(list).find((i) => i.id === itemID);
+  if (!list || !item || !file) return;
+  const fail = (text) => {
+    state.uploads.set(itemID, { phase: 'failed', text });
+    notice(text, true);
+    render();
+  };
+  if (file.type && !file.type.startsWith('image/')) {
+    fail(`Photo not added to “${item.text}”: “${file.name}” is not an image.`);
+    return;
+  }
+  const previous = state.uploads.get(itemID);
+  if (previous && previous.phase === 'failed' && $('notice').textContent === previous.text) $('notice').hidden = true; // tried again
+  const upload = { phase: 'asking', sent: 0, total: file.size };
+  state.uploads.set(itemID, upload);
+  announce(`Sending the photo of ${item.name}.`);
+  render();
+  try {
+    const reply = await callWithSession(list.zone.database, 'assets/upload', {
+      zoneID: list.zone.zoneID, tokens: [{ recordType: 'Item', recordName: itemID, fieldName: PHOTO_FIELD }] });
+    const token = (reply.tokens || [])[0] || {};
+    if (!token.url) throw new ApiError(token.serverErrorCode || 'BAD_REQUEST', token.reason || 'the server gave no upload URL', 400);
+    upload.phase = 'sending';
+    render();
+    let shown = -1;
+    const asset = await uploadFile(token.url, file, (sent, total) => {
+      upload.sent = sent;
+      upload.total = total;
+      const percent = total ? Math.floor((100 * sent) / total) : 0;
+      if (percent === shown) return;
+      shown = percent; // the row's line only, not the whole screen, for each step
+      const line = $('photo-status-' + itemID);
+      const status = photoStatus(list, item);
+      if (line && status) line.textContent = status.text;
+    });
+    state.uploads.delete(itemID);
+    const now = currentList(listID);
+    const entry = now && editRecord(now, itemID, (r) => setFields(r, state.replica.clock, { [PHOTO_FIELD]: [asset, 'ASSETID'] }),
+                                    `Photo of ${item.text}`, { kind: 'photo', itemText: item.text });
+    if (!entry) { fail(`Photo not added: “${item.text}” was removed meanwhile.`); return; }
+    announce(`Added the photo to ${item.name}.`);
+  } catch (error) {
+    const noConnection = !(error instanceof ApiError) || error.status === 0;
+    fail(noConnection ? `Photo not added to “${item.text}”: adding a photo needs a connection. Try again when you are online.`
+      : isUnreachable(error) ? `Photo not added to “${item.text}”: the server cannot take it now (${reasonOf(error)}). Try again in a moment.`
+        : `Photo not added to “${item.text}”: ${reasonOf(error)}`);
+  }
+}
+
+/**
+ * A thumbnail that did not load: its download URL expired (they work for an hour, and a kept state holds the
+ * last one given), access changed, or the page is offline. The record is asked for again once (per photo,
+ * every ten minutes at most) for a fresh URL; offline, the row is drawn again when the server answers.
+ */
+async function photoFailed(listID, itemID, checksum) {
+  if (state.replica.online === false) { state.photoRetry.add(itemID); return; }
+  const key = `${itemID}|${checksum}`;
+  const last = state.photoRefreshed.get(key);
+  if (last && Date.now() - last < 10 * 60 * 1000) return;
+  state.photoRefreshed.set(key, Date.now());
+  const list = currentList(listID);
+  if (!list) return;
+  try { await state.replica.refresh(list.zone, [itemID]); } catch (error) {
+    state.photoRefreshed.delete(key);
+    state.replica.failed(error);
+    if (isUnreachable(error)) state.photoRetry.add(itemID);
+  }
+}
+
+/** The item's photo as a thumbnail that opens the whole image (in a new tab: the list stays open). */
+function photoThumbnail(list, item) {
+  const name = (item.text.replace(/[^\p{L}\p{N} ._-]+/gu, ' ').trim().slice(0, 80) || 'photo');
+  const url = downloadPath(item.photo.downloadURL, name);
+  const image = el('img', { src: url, alt: `Photo of ${item.name}`, loading: 'lazy', class: 'thumb', id: 'photo-image-' + item.id,
+                            width: 48, height: 48, decoding: 'async' });
+  image.addEventListener('error', () => photoFailed(list.id, item.id, item.photo.fileChecksum));
+  return el('a', { href: url, class: 'thumb-link', id: 'photo-link-' + item.id, target: '_blank', rel: 'noopener' }, image);
 }
 
 function randomID(prefix) {
@@ -577,7 +733,10 @@ function checkedHeader(list, count, collapsed, canEdit) {
 function renderRow(list, item, canEdit, hidden) {
   const editing = state.editing && state.editing.id === item.id && (state.editing.kind === 'text' || state.editing.kind === 'tag') ? state.editing : null;
   const words = changedWords(list, item);
-  const signature = JSON.stringify([item.text, item.done, item.tags, item.name, words, canEdit, state.menuOpen === item.id]);
+  const upload = state.uploads.get(item.id);
+  const signature = JSON.stringify([item.text, item.done, item.tags, item.name, words, canEdit, state.menuOpen === item.id,
+                                    item.photo && [item.photo.fileChecksum, item.photo.downloadURL || null],
+                                    upload ? [upload.phase, upload.text || null] : null]);
   let known = state.rows.get(item.id);
   if (!known) {
     const row = el('li', { class: 'item', 'data-item': item.id, id: 'item-' + item.id },
@@ -619,7 +778,10 @@ function rowContents(list, item, canEdit, words) {
     el('label', { for: 'done-' + item.id, class: 'text', dir: 'auto', text: item.text }),
     tags,
     el('span', { class: 'meta changed', id: 'changed-' + item.id, dir: 'auto', text: words }));
+  const status = photoStatus(list, item);
+  if (status) body.append(el('span', { class: 'photo-status' + (status.error ? ' error' : ' meta'), id: 'photo-status-' + item.id, dir: 'auto', text: status.text }));
   const contents = [box, body];
+  if (item.photo && item.photo.downloadURL) contents.push(photoThumbnail(list, item));
   if (canEdit) {
     contents.push(el('button', { type: 'button', class: 'button small secondary more', id: 'more-' + item.id,
                                  'aria-expanded': String(state.menuOpen === item.id), 'aria-controls': 'tools-' + item.id,
@@ -643,6 +805,15 @@ function rowContents(list, item, canEdit, words) {
         const input = $('tag-input');
         if (input) input.focus();
       } }, '+ Tag'),
+      el('button', { type: 'button', class: 'button small secondary photo', id: 'photo-' + item.id,
+                     'aria-label': item.photo ? `Change the photo of ${item.name}` : `Add a photo to ${item.name}`,
+                     onclick: () => choosePhoto(list, item) }, 'Photo'),
+      el('input', { type: 'file', accept: 'image/*', capture: 'environment', hidden: true, id: 'photo-input-' + item.id,
+                    'aria-label': `Photo for ${item.name}`, onchange: (event) => {
+                      const file = event.target.files && event.target.files[0];
+                      event.target.value = ''; // the same file chosen again is a new choice
+                      if (file) attachPhoto(list.id, item.id, file);
+                    } }),
       el('button', { type: 'button', class: 'button small danger remove', id: 'remove-' + item.id, 'aria-label': `Remove ${item.name}`,
                      onclick: () => { const now = currentList(list.id); if (now) removeItem(now, item); } }, 'Remove')));
   }
@@ -1221,6 +1392,11 @@ function showStatus(status) {
   document.body.dataset.online = String(status.online !== false);
   document.body.dataset.pending = String(status.pending);
   if (state.share && $('share-offline')) $('share-offline').hidden = status.online !== false;
+  if (status.online !== false && state.photoRetry.size) { // thumbnails that failed offline load again
+    for (const id of state.photoRetry) { const known = state.rows.get(id); if (known) known.signature = null; }
+    state.photoRetry.clear();
+    render();
+  }
   // "not sent yet" / "saving…" under each waiting item
   if (showStatus.last !== `${status.online}|${status.pending}`) { showStatus.last = `${status.online}|${status.pending}`; render(); }
 }
@@ -1246,6 +1422,8 @@ function announceRemote(changes) {
       const added = after.tags.filter((t) => !before.tags.includes(t)), removed = before.tags.filter((t) => !after.tags.includes(t));
       if (added.length) messages.push(`${name} tagged ${after.text} ${added.join(', ')}.`);
       if (removed.length) messages.push(`${name} removed tag ${removed.join(', ')} from ${after.text}.`);
+      const photo = (i) => (i.photo ? i.photo.fileChecksum : null);
+      if (photo(before) !== photo(after)) messages.push(after.photo ? `${name} added a photo to ${after.text}.` : `${name} removed the photo of ${after.text}.`);
     }
   }
   if (!messages.length) return;
@@ -1269,7 +1447,7 @@ const listener = {
   },
   status(status) { showStatus(status); },
   refused(entry, reason) {
-    notice('Not saved: ' + reason, true);
+    notice(entry.kind === 'photo' ? `The photo of “${entry.itemText}” was not saved: ${reason}` : 'Not saved: ' + reason, true);
     render();
   },
   lost(entry, record, shown) {

@@ -92,6 +92,15 @@ function joinSets(a, b) {
   return setField(kept, joinContexts(ca, cb), a.type || b.type);
 }
 
+/**
+ * An ASSETID value's identity, its checksum and size (null for any other value). What else its JSON holds is
+ * not the value: the server adds a `downloadURL` for each reader, fresh in each answer and valid for an hour,
+ * and an edit made here carries the upload's `receipt`.
+ */
+const assetIdentity = (value) => (value && typeof value === 'object' && !Array.isArray(value) && typeof value.fileChecksum === 'string'
+  ? `${value.fileChecksum}|${value.size}` : null);
+
+/** The join of two states of one field; on one write of one asset, `b`'s download URL (the later answer) unless it has none. */
 function joinFields(a, b) {
   if (!a) return b;
   if (!b) return a;
@@ -99,6 +108,8 @@ function joinFields(a, b) {
   if (isSet(a) !== isSet(b)) return isSet(a) ? a : b; // a set beats a register
   const order = compareStamps(a.crdt && a.crdt.stamp, b.crdt && b.crdt.stamp);
   if (order !== 0) return order > 0 ? a : b;
+  const asset = assetIdentity(a.value);
+  if (asset !== null && asset === assetIdentity(b.value)) return b.value.downloadURL || !a.value.downloadURL ? b : a;
   return byBytes(JSON.stringify(a.value ?? null), JSON.stringify(b.value ?? null)) >= 0 ? a : b;
 }
 

@@ -495,6 +495,19 @@ export class Replica {
     return changes;
   }
 
+  /**
+   * Asks the server for records again (`records/lookup`), for fresh download URLs of their assets (a URL
+   * works for an hour; the kept state holds the last one given). Joined as any answer is: the same write of
+   * an asset takes the newer URL (crdt.js).
+   */
+  async refresh(zone, names) {
+    if (!this.zones.has(zone.key) || !names.length) return;
+    const reply = await this.api.call(zone.database, 'records/lookup', { zoneID: zone.zoneID, records: names.map((recordName) => ({ recordName })) });
+    const changes = (reply.records || []).filter((r) => !r.serverErrorCode).map((r) => this.take(zone, r)).filter(Boolean);
+    await this.persist(changes);
+    this.report(changes);
+  }
+
   /** A record the server gave: joined into its last state (answers and feeds may cross), or dropped. */
   take(zone, record) {
     const records = this.server.get(zone.key);

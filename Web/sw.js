@@ -1,8 +1,9 @@
 // The web client's service worker (scope `/`, allowed by the server's Service-Worker-Allowed header).
 // Web files are fetched from the network first, so an update shows at once, and kept in a cache that
 // answers when the network or the server is away; `/` then opens the client from the cache, which
-// shows the lists and unsent changes the page kept in IndexedDB. The API (/auth/, /database/) and share
-// pages are never cached or answered here.
+// shows the lists and unsent changes the page kept in IndexedDB. The API (/auth/, /database/), share
+// pages and assets (/assets/: upload URLs, and download URLs, which are per reader and work for an hour)
+// are never cached or answered here: only `/` and /web/ are.
 const CACHE = 'lattice-web-v1';
 const SHELL = [
   '/web/index.html', '/web/app.js', '/web/api.js', '/web/crdt.js', '/web/replica.js', '/web/store.js',

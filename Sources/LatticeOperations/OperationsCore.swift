@@ -38,8 +38,8 @@ public final class OperationsCore: Sendable {
     private let refusalLog = RateLimiter(.init(requestsPerSecond: 1.0 / 60, burst: 1))
     /// The database's size as last measured for the disk budget (`checkDiskBudget`).
     private let diskUsage = DiskUsageReading()
-    /// The key download URLs are signed with (`assetURLKey`), once read.
-    private let assetKey = Mutex<[UInt8]?>(nil)
+    /// The key download URLs are signed with (`assetURLKey`), read or made when the core starts.
+    private let assetKey: Mutex<[UInt8]>
     /// Who holds an upload this process receives bytes for: the node and a random id of this process, so a
     /// restarted node takes over its own earlier leases at once (`Assets.beginUpload`).
     package let assetLeaseHolder: String
@@ -83,6 +83,9 @@ public final class OperationsCore: Sendable {
         }
         replicaID = replica
         clockLease = NodeClockLease(persisted: Int64(clamping: latest))
+        // The download-URL key is read (or made) now, in a transaction of its own: later it is needed while
+        // answers are rendered, some inside a write, where making it would wait for that very write.
+        assetKey = Mutex(try Self.loadAssetURLKey(storage))
         clock = Mutex(HybridLogicalClock(replica: replica, maximumDriftMilliseconds: configuration.maximumClockDriftMilliseconds,
                                          latest: HLC(rawValue: latest), time: { UInt64(max(0, now())) }))
     }
@@ -96,23 +99,23 @@ public final class OperationsCore: Sendable {
 
     // MARK: Asset URLs
 
-    /// The service's key for download URLs (256 random bits in the metadata row `asset-url-key`, made by the
-    /// first node that needs it), so any node verifies a URL another signed.
-    package func assetURLKey() throws -> [UInt8] {
-        if let key = assetKey.withLock({ $0 }) { return key }
-        let name = "asset-url-key"
-        var key = try storage.read { tx in try tx.metadata(name) }.flatMap(Self.hexBytes)
-        if key == nil {
-            let fresh = Secrets.hex(try Secrets.randomBytes(32))
-            key = try storage.write(deadline: freshDeadline()) { tx in
-                try serialize(name, tx)
-                if let existing = try tx.metadata(name).flatMap(Self.hexBytes) { return existing }
-                try tx.setMetadata(name, fresh)
-                return Self.hexBytes(fresh)
-            }
+    /// The service's key for download URLs: 256 random bits in the metadata row `asset-url-key`, made by the
+    /// first node that started without one (`loadAssetURLKey`), so any node verifies a URL another signed.
+    package func assetURLKey() throws -> [UInt8] { assetKey.withLock { $0 } }
+
+    private static let assetKeyName = "asset-url-key"
+
+    /// Reads the asset URL key, or makes it (serialized, so two nodes starting at once make one).
+    private static func loadAssetURLKey(_ storage: any Storage) throws -> [UInt8] {
+        if let key = try storage.read({ tx in try tx.metadata(assetKeyName) }).flatMap(hexBytes), key.count == 32 { return key }
+        let fresh = Secrets.hex(try Secrets.randomBytes(32))
+        let key = try storage.write { tx -> [UInt8]? in
+            try tx.setMetadata("lock:" + assetKeyName, "")
+            if let existing = try tx.metadata(assetKeyName) { return hexBytes(existing) }
+            try tx.setMetadata(assetKeyName, fresh)
+            return hexBytes(fresh)
         }
-        guard let key, key.count == 32 else { throw StorageError.failure("the asset URL key is malformed") }
-        assetKey.withLock { $0 = key }
+        guard let key, key.count == 32 else { throw StorageError.failure("the asset URL key (metadata \(assetKeyName)) is malformed") }
         return key
     }
 

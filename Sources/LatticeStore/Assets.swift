@@ -179,7 +179,8 @@ public protocol AssetContentStore: Sendable {
     func length(of content: String) throws -> Int64
     /// A writer that appends to `content`, whose length must be `offset`.
     func appender(for content: String, at offset: Int64) throws -> any AssetAppender
-    /// Reads up to `buffer.count` bytes of `content` from `offset` into `buffer`; returns how many (0 at the end).
+    /// Reads up to `buffer.count` bytes of `content` from `offset` into `buffer`; returns how many (0 at the
+    /// end; fewer than asked is not the end: ask again from there).
     func read(_ content: String, at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int
     /// An open file descriptor of the content for serving it without copies (the caller closes it), or nil
     /// when the store keeps no files.
@@ -668,19 +669,15 @@ public struct AssetChunkStore: AssetContentStore {
         return ChunkAppender(storage: storage, content: content, position: offset)
     }
 
+    /// Reads from the one chunk that holds `offset` (a short read at its end: the caller asks again), so a
+    /// reader with a chunk-sized buffer fetches each row once.
     public func read(_ content: String, at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-        var done = 0
-        while done < buffer.count {
-            let position = offset + Int64(done)
-            guard let chunk = try storage.read({ tx in try tx.assetChunk(content: content, containing: position) }) else { break }
-            let start = Int(position - chunk.position)
-            let count = min(chunk.bytes.count - start, buffer.count - done)
-            chunk.bytes.withUnsafeBytes { bytes in
-                (buffer.baseAddress! + done).copyMemory(from: bytes.baseAddress! + start, byteCount: count)
-            }
-            done += count
-        }
-        return done
+        guard buffer.count > 0,
+              let chunk = try storage.read({ tx in try tx.assetChunk(content: content, containing: offset) }) else { return 0 }
+        let start = Int(offset - chunk.position)
+        let count = min(chunk.bytes.count - start, buffer.count)
+        chunk.bytes.withUnsafeBytes { bytes in buffer.baseAddress!.copyMemory(from: bytes.baseAddress! + start, byteCount: count) }
+        return count
     }
 
     public func openFile(_ content: String) throws -> Int32? { nil }

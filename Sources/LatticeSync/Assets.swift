@@ -68,7 +68,9 @@ public struct AssetStore: Sendable {
             throw LatticeSyncError(.invalidArguments, "\(source.path) cannot be an asset")
         }
         try place(temporary, as: asset)
-        FileManager.default.createFile(atPath: url(asset).path + Self.pendingSuffix, contents: nil)
+        guard FileManager.default.createFile(atPath: url(asset).path + Self.pendingSuffix, contents: nil) else {
+            throw LatticeSyncError(.invalidArguments, "cannot mark \(asset.checksumHex) for upload in \(directory.path)")
+        }
         return asset
     }
 
@@ -193,7 +195,11 @@ public struct AssetTransfer: Sendable {
         guard let stream = InputStream(fileAtPath: file.path) else {
             throw LatticeSyncError(.invalidArguments, "cannot read \(file.path)")
         }
-        if offset > 0 { stream.setProperty(NSNumber(value: offset), forKey: .fileCurrentOffsetKey) }
+        if offset > 0 {
+            guard stream.setProperty(NSNumber(value: offset), forKey: .fileCurrentOffsetKey) else {
+                throw LatticeSyncError(.invalidArguments, "cannot resume reading \(file.path) at byte \(offset)")
+            }
+        }
         var request = URLRequest(url: url, timeoutInterval: 600)
         request.httpMethod = resuming ? "PATCH" : "POST"
         // A streamed body goes out chunked (URLSession sets Transfer-Encoding itself; a Content-Length beside it

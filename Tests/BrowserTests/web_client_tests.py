@@ -14,6 +14,9 @@ and started again on the same address and data), with the `lattice` CLI for the 
 - the phone layout: quick-add on top, Back inside the app, checked items collapse and clear, undo of remove
   and un-tag, who changed an item and when, per-item announcements, unique control names, the skip link,
   the title and the h1;
+- photos: a PNG attached to an item through its file input (after an attempt the server cannot take, which
+  says so) shows as a thumbnail that loads, for paula after a reload and for oscar in his own browser; a
+  thumbnail whose URL fails is asked for again; Undo of a removal brings the photo back;
 - sharing: a short link made and turned off, invite-only with consent, the invite field clears, members
   and their access, stop sharing, pending invitations;
 - screenshots of each page at 1280 x 800 and 390 x 844 (Docs/images/client-*.png), each checked for names,
@@ -24,9 +27,12 @@ Run through Scripts/browser-tests.sh (the environment of browser_tests.py, whose
 import os
 import shutil
 import socket
+import struct
 import sys
 import tempfile
 import time
+import urllib.request
+import zlib
 
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -106,6 +112,26 @@ def shown(driver, text):
     rows = [r for r in driver.find_elements(By.CSS_SELECTOR, "#items li.item")
             if r.find_element(By.CSS_SELECTOR, "label.text").get_attribute("textContent") == text]
     return bool(rows) and rows[0].is_displayed()
+
+
+def png(width, height, rgb):
+    """A small PNG (8-bit RGB, one colour), made here: no image library needed."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    rows = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def button_label(driver, ident):
+    return driver.find_element(By.ID, f"photo-{ident}").get_attribute("aria-label")
+
+
+def photo_loaded(driver, ident):
+    """The width the item's thumbnail decoded to (0 while none has loaded), with its src and alt."""
+    return driver.execute_script("""
+        const img = document.getElementById('photo-image-' + arguments[0]);
+        return img ? [img.complete ? img.naturalWidth : 0, img.getAttribute('src'), img.alt] : [0, null, null];""", ident)
 
 
 def converge(driver, cli, title, timeout=bt.WAIT):
@@ -515,6 +541,78 @@ def main():
             bt.act(lambda: checkbox(pb, "Onions").click())
             wait_for(pb, lambda d: d.find_element(By.ID, "announce").get_attribute("textContent") == "Checked Onions.", "own changes too")
 
+        # MARK: Photos
+
+        def photos_attach_show_and_survive():
+            picture = png(24, 16, (200, 60, 20))
+            path = os.path.join(directory, "photo.png")
+            with open(path, "wb") as out:
+                out.write(picture)
+            ident = item_id(pb, "Tomatoes")
+            # A made-up download URL is refused, as JSON.
+            status, _, _ = bt.headers(state["server"].url + "/assets/download/not-a-token/x")
+            check(status == 403, f"a made-up download URL is refused: {status}")
+            button = bt.act(lambda: tool(pb, "Tomatoes", "photo"))
+            check(button.get_attribute("aria-label") == "Add a photo to Tomatoes", button.get_attribute("aria-label"))
+            field = pb.find_element(By.ID, f"photo-input-{ident}")
+            check(field.get_attribute("type") == "file" and field.get_attribute("accept") == "image/*"
+                  and field.get_attribute("capture") == "environment", "a file input that opens the camera on a phone")
+            # The server out of reach (its API blocked): the attempt says so, on the row and in the notice.
+            pb.execute_cdp_cmd("Network.enable", {})
+            pb.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/database/*"]})
+            try:
+                pb.find_element(By.ID, f"photo-input-{ident}").send_keys(path)
+                wait_for(pb, lambda d: "needs a connection" in d.find_element(By.ID, "notice").text
+                         and "needs a connection" in d.find_element(By.ID, f"photo-status-{ident}").text,
+                         "a photo that cannot be sent says so")
+            finally:
+                pb.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+            wait_for(pb, lambda d: body_data(d, "online") == "true" and pending(d) == 0, "online again", timeout=20)
+            check(photo_loaded(pb, ident)[1] is None, "no thumbnail for a photo not sent")
+            # Attached for real: uploaded, saved into the item's photo field, shown as a thumbnail that loads.
+            pb.find_element(By.ID, f"photo-input-{ident}").send_keys(path)
+            wait_for(pb, lambda d: photo_loaded(d, ident)[0] == 24 and pending(d) == 0, "the thumbnail shows and its image loads")
+            width, src, alt = photo_loaded(pb, ident)
+            check(alt == "Photo of Tomatoes", f"the alt text names the item: {alt!r}")
+            check(not pb.find_elements(By.ID, f"photo-status-{ident}"), "no status left on the row")
+            image = pb.find_element(By.ID, f"photo-image-{ident}")
+            check(image.get_attribute("loading") == "lazy" and image.rect["width"] <= 64, f"small and lazy: {image.rect}")
+            link = pb.find_element(By.ID, f"photo-link-{ident}")
+            check(link.get_attribute("href") == state["server"].url + src and src.startswith("/assets/download/"),
+                  f"the thumbnail opens the whole image: {link.get_attribute('href')}")
+            with urllib.request.urlopen(state["server"].url + src, timeout=10) as response:
+                check(response.read() == picture and response.headers["Content-Type"] == "image/png",
+                      "the download URL serves the bytes sent, as image/png")
+            check(button_label(pb, ident) == "Change the photo of Tomatoes", "the button now changes the photo")
+            check("Tomatoes" in [i[0] for i in bt.items_in_cli(oscar, "Market")], "the CLI syncs the item with its photo")
+            # A reload shows it from what the browser kept.
+            pb.refresh()
+            bt.wait_ready(pb, "paula")
+            wait_for(pb, lambda d: photo_loaded(d, ident)[0] == 24, "the photo after a reload")
+            # Another person in another browser, with a download URL of his own.
+            ob = bt.browser()
+            drivers.append(ob)
+            try:
+                ob.get(oscar.run("login", "--web"))
+                bt.wait_ready(ob, "oscar")
+                open_list(ob, "Market")
+                wait_for(ob, lambda d: photo_loaded(d, ident)[0] == 24, "oscar's browser shows the photo")
+                check(photo_loaded(ob, ident)[1] != photo_loaded(pb, ident)[1], "each reader has a URL of his own")
+            finally:
+                ob.quit()
+                drivers.remove(ob)
+            # A URL that stops working (expired, say) is asked for again once, and the image loads.
+            time.sleep(1.1)  # a fresh URL differs from the last only when its expiry (in seconds) does
+            pb.execute_script("""const img = document.getElementById('photo-image-' + arguments[0]);
+                                 img.src = img.getAttribute('src').replace('/assets/download/', '/assets/download/x');""", ident)
+            wait_for(pb, lambda d: photo_loaded(d, ident)[0] == 24 and "/download/x" not in photo_loaded(d, ident)[1],
+                     "a failed thumbnail loads again with a fresh URL")
+            # Undo of a removal that was sent brings the item back with its photo.
+            bt.act(lambda: tool(pb, "Tomatoes", "remove").click())
+            wait_for(pb, lambda d: "Tomatoes" not in [i[0] for i in bt.items_on_page(d)] and pending(d) == 0, "removed and sent")
+            pb.find_element(By.ID, "undo-button").click()
+            wait_for(pb, lambda d: photo_loaded(d, ident)[0] == 24 and pending(d) == 0, "Undo brings the item back with its photo")
+
         def controls_have_unique_names():
             oscar.run("list", "add", "Market", "Milk")  # a second Milk
             wait_for(pb, lambda d: [i[0] for i in bt.items_on_page(d)].count("Milk") == 2, "two Milks")
@@ -693,6 +791,7 @@ def main():
             ("Remove and un-tag offer undo", undo_remove_and_untag),
             ("who changed an item and when", who_changed_it_and_when),
             ("changes are announced per item; the list is no live region", changes_are_announced_per_item),
+            ("photos: attached from a file input, shown as thumbnails, kept after a reload and for others", photos_attach_show_and_survive),
             ("every control has a unique accessible name", controls_have_unique_names),
             ("the skip link, the title and the h1; dir=auto on user text", skip_link_title_and_heading),
             ("sharing: a short link, turned off", share_link_short_and_turned_off),

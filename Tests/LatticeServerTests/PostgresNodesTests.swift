@@ -19,15 +19,26 @@ import Testing
         let database: PostgresTestDatabase
         /// The nodes opened so far, closed with the cluster.
         private let nodes = Mutex<[OpenedDeployment]>([])
+        /// Their HTTP servers, shut down before the nodes close.
+        private let servers = Mutex<[HTTPServer]>([])
 
         init() throws { database = try PostgresTestDatabase.create() }
 
         deinit {
+            servers.withLock { $0.forEach { $0.shutdown() } }
             nodes.withLock { $0.forEach { $0.close() } }
             database.drop()
         }
 
         var location: StorageLocation { .database(url: database.url, poolSize: 3) }
+
+        /// A node behind a real HTTP server on 127.0.0.1.
+        func served(_ name: String) throws -> (node: OpenedDeployment, server: HTTPServer) {
+            let node = try node(name)
+            let server = try HTTPServer(handler: node.service, configuration: HTTPServerConfiguration(port: 0))
+            servers.withLock { $0.append(server) }
+            return (node, server)
+        }
 
         func node(_ name: String, publicURL: String = PostgresNodesTests.publicURL) throws -> OpenedDeployment {
             var configuration = ServiceConfiguration()
@@ -103,11 +114,7 @@ import Testing
     /// announcement), not of the device's own write, and a reconnect to node b resumes where it left off.
     @Test func aPushStreamOnOneNodeHearsOfAWriteOnTheOther() throws {
         let cluster = try Cluster()
-        let a = try cluster.node("a"), b = try cluster.node("b")
-        let serverA = try HTTPServer(handler: a.service, configuration: HTTPServerConfiguration(port: 0))
-        defer { serverA.shutdown() }
-        let serverB = try HTTPServer(handler: b.service, configuration: HTTPServerConfiguration(port: 0))
-        defer { serverB.shutdown() }
+        let (a, serverA) = try cluster.served("a"), (b, serverB) = try cluster.served("b")
         let ann = try Self.signUp("ann", a.service)
         let (_, issued) = Self.call(a.service, "tokens/issue", .object([:]), token: ann)
         let phone = try #require(issued["token"]?.stringValue)
@@ -158,11 +165,7 @@ import Testing
     /// b, with the SHA-256 it was uploaded with: the bytes live in PostgreSQL, not on a node's disk.
     @Test func anAssetUploadedThroughOneNodeIsServedByTheOther() throws {
         let cluster = try Cluster()
-        let a = try cluster.node("a"), b = try cluster.node("b")
-        let serverA = try HTTPServer(handler: a.service, configuration: HTTPServerConfiguration(port: 0))
-        defer { serverA.shutdown() }
-        let serverB = try HTTPServer(handler: b.service, configuration: HTTPServerConfiguration(port: 0))
-        defer { serverB.shutdown() }
+        let (a, serverA) = try cluster.served("a"), (b, serverB) = try cluster.served("b")
         let ann = try Self.signUp("ann", a.service)
         try Self.createZone(a.service, token: ann)
         let seed = RandomSeed.current

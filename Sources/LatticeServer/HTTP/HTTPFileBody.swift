@@ -13,8 +13,8 @@ public final class HTTPFileBody: Sendable {
         case reader(start: Int64, Reader)
     }
 
-    /// Bytes per reader call.
-    static let blockSize = 256 * 1024
+    /// Bytes per reader call: one chunk row of the PostgreSQL content store, so each row is fetched once.
+    static let blockSize = 1 << 20
 
     let length: Int64
     /// Nil once libmicrohttpd owns it (it closes a file when it frees the answer).
