@@ -126,10 +126,30 @@ function permissionOf(share, user) {
 /** The field an item's photo is kept in: an ASSETID register. */
 const PHOTO_FIELD = 'photo';
 
-/** An item's photo (the ASSETID value: fileChecksum, size, and a downloadURL once the server gave it), or null. */
+/** The image names among the CLI's attachments (`lattice list attach`): extensions shown as photos. */
+const IMAGE_NAME = /\.(jpe?g|png|gif|webp|avif|heic|heif|bmp)$/i;
+
+/** Lowercase hex of a base64 string (a fileChecksum), as the CLI's attachmentNames entries name them. */
+function base64Hex(text) {
+  try { return Array.from(atob(text), (c) => c.charCodeAt(0).toString(16).padStart(2, '0')).join(''); } catch { return ''; }
+}
+
+/**
+ * An item's photo (the ASSETID value: fileChecksum, size, and a downloadURL once the server gave it), or null:
+ * its `photo` field, else the first image among the files the CLI attached (`attachments`, an ASSETID list,
+ * named in `attachmentNames` as "<SHA-256 hex>/<name>").
+ */
 function photoOf(record) {
   const value = fieldValue(record, PHOTO_FIELD);
-  return value && typeof value === 'object' && typeof value.fileChecksum === 'string' ? value : null;
+  if (value && typeof value === 'object' && typeof value.fileChecksum === 'string') return value;
+  const attached = fieldValue(record, 'attachments');
+  if (!Array.isArray(attached)) return null;
+  const names = new Map((fieldValue(record, 'attachmentNames') || []).map((entry) => {
+    const slash = String(entry).indexOf('/');
+    return [String(entry).slice(0, slash), String(entry).slice(slash + 1)];
+  }));
+  return attached.find((asset) => asset && typeof asset.fileChecksum === 'string'
+                       && IMAGE_NAME.test(names.get(base64Hex(asset.fileChecksum)) || '')) || null;
 }
 
 function itemOf(record) {

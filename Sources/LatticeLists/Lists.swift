@@ -32,6 +32,8 @@ public struct ListItem: Sendable, Hashable {
 public struct ListAttachment: Sendable, Hashable {
     public let asset: AssetValue
     public let name: String
+    /// The field that holds it: `attachments`, or `photo` (the photo the web client attaches).
+    public var fieldName = "attachments"
 }
 
 public enum ListsError: Error, CustomStringConvertible, Sendable {
@@ -219,10 +221,11 @@ public final class Lists: Sendable {
 
     /// The file of an attachment, downloaded (and cached in the home) if this device does not have it.
     public func file(of attachment: ListAttachment, of item: ListItem, in list: ListSummary) async throws -> URL {
-        try await replica.assetFile(attachment.asset, record: item.id, fieldName: Self.attachmentsKey, in: list.zone)
+        try await replica.assetFile(attachment.asset, record: item.id, fieldName: attachment.fieldName, in: list.zone)
     }
 
     static let attachmentsKey = "attachments"
+    static let photoKey = "photo"
     static let attachmentNamesKey = "attachmentNames"
 
     /// A file name kept for an attachment: its last path component, without control characters or slashes,
@@ -242,8 +245,13 @@ public final class Lists: Sendable {
             guard let slash = entry.firstIndex(of: "/") else { continue }
             byChecksum[String(entry[..<slash])] = String(entry[entry.index(after: slash)...])
         }
-        return assets.map { ListAttachment(asset: $0, name: byChecksum[$0.checksumHex] ?? "attachment") }
+        var attachments = assets.map { ListAttachment(asset: $0, name: byChecksum[$0.checksumHex] ?? "attachment") }
             .sorted { ($0.name, $0.asset.checksumHex) < ($1.name, $1.asset.checksumHex) }
+        // The web client's photo of the item (one ASSETID field, no file name kept).
+        if let photo: AssetValue = record[photoKey] {
+            attachments.insert(ListAttachment(asset: photo, name: "photo", fieldName: photoKey), at: 0)
+        }
+        return attachments
     }
 
     public func remove(_ item: ListItem, in list: ListSummary) throws {
