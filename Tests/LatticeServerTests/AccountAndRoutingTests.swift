@@ -55,7 +55,11 @@ import Testing
         let (token, _) = try h.signUp("ann")
         h.storage.close()
         var bytes = [UInt8]()
-        for file in try FileManager.default.contentsOfDirectory(atPath: h.directory) {
+        // Every file under the directory (the asset store's directory included).
+        for case let file as String in FileManager.default.enumerator(atPath: h.directory)?.allObjects ?? [] {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: h.directory + "/" + file, isDirectory: &isDirectory),
+                  !isDirectory.boolValue else { continue }
             bytes += [UInt8](try Data(contentsOf: URL(fileURLWithPath: h.directory + "/" + file)))
         }
         let needle = Array(token.utf8.dropFirst(3).prefix(32))

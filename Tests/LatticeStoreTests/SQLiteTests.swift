@@ -53,6 +53,11 @@ struct SQLiteTests {
             DROP TABLE notifications;
             DROP TABLE push_tokens;
             DROP TABLE webhook_deliveries;
+            DROP TABLE asset_uploads;
+            DROP TABLE asset_blobs;
+            DROP TABLE asset_claims;
+            DROP TABLE asset_references;
+            DROP TABLE asset_chunks;
             DROP INDEX users_by_name_key;
             ALTER TABLE users DROP COLUMN name_key;
             INSERT INTO users(record_name, name, created_ms) VALUES ('_a', 'mom', 1), ('_b', 'Mom', 2), ('_c', 'ann', 3);

@@ -119,6 +119,17 @@ struct StorageNodesContractTests {
             try tx.saveClientOperation(userID: ann.id, operationID: "op-1",
                                        ClientOperation(requestHash: [7, 7], status: 200, response: Array("{}".utf8)),
                                        chargedTo: database.id, nowMs: 19)
+            // An asset: its upload, blob, claim, reference and (the database-backed store's) chunk.
+            let checksum = [UInt8](repeating: 5, count: 32)
+            _ = try tx.insertAssetUpload(StoredAssetUpload(
+                secretHash: [8, 8], receipt: "r1", databaseID: database.id, zoneRowID: zone.rowID, recordType: "Item",
+                recordName: "first", fieldName: "photo", userID: ann.id, content: "0000000000aa-c1", length: 3,
+                contentType: "image/png", checksum: checksum, createdMs: 23, expiresMs: 99))
+            try tx.insertAssetBlob(StoredAssetBlob(databaseID: database.id, checksum: checksum, size: 3, content: "0000000000aa-c1",
+                                                   contentType: "image/png", createdMs: 23, touchedMs: 23))
+            try tx.claimAsset(databaseID: database.id, checksum: checksum, userID: ann.id, nowMs: 23)
+            try tx.addAssetReferences(databaseID: database.id, zoneRowID: zone.rowID, recordName: "first", checksums: [checksum])
+            try tx.insertAssetChunk(content: "0000000000aa-c1", position: 0, bytes: [1, 2, 3])
         }
     }
 
