@@ -921,10 +921,12 @@ struct AttackSuiteTests {
     /// writer per request. The joined state is over the write limit, so each request is refused after its
     /// join and the next one joins the same stored state again.
     static func costliestJoin(_ context: Context, binary: Bool) throws -> (path: String, headers: [String: String], body: [UInt8]) {
-        let client = try LoopbackClient(port: context.port, source: context.sources(1)[0], timeoutSeconds: 60)
+        // A connection per call: sizing the body below takes seconds in a debug build, past the server's header
+        // timeout (10 s), which closes a kept-alive connection idle that long.
         func call(_ path: String, _ body: [UInt8], contentType: String = "application/json") throws -> LoopbackClient.Response {
             var headers = context.auth
             headers["Content-Type"] = contentType
+            let client = try LoopbackClient(port: context.port, source: context.sources(1)[0], timeoutSeconds: 60)
             return try client.send(path: path, headers: headers, body: body)
         }
         let current = try call(context.path("users/current"), [])
