@@ -37,6 +37,17 @@ public struct AssetFieldToken: Sendable, Hashable {
         self.init(recordName: recordName, recordType: recordType, fieldName: fieldName)
     }
 
+    /// The body's `zoneID` (the default zone when left out) and its fields under `key`.
+    static func read(_ json: JSON, key: String, limits: RequestLimits) throws(ServiceError) -> (WireZoneID, [AssetFieldToken]) {
+        let reader = RequestReader(json)
+        let zoneID = reader["zoneID"] == nil ? WireZoneID(zoneName: Names.systemZoneName) : try reader.zoneID()
+        var fields: [AssetFieldToken] = []
+        for (index, item) in try reader.items(key, limit: limits.maximumResultsLimit).enumerated() {
+            fields.append(try AssetFieldToken(json: item, path: "\(key)[\(index)]"))
+        }
+        return (zoneID, fields)
+    }
+
     var json: JSON {
         var writer = RequestWriter()
         writer.set("recordName", recordName)
@@ -57,14 +68,7 @@ public struct AssetsUploadRequest: Sendable, Hashable {
     }
 
     public init(json: JSON, limits: RequestLimits) throws(ServiceError) {
-        let reader = RequestReader(json)
-        zoneID = reader["zoneID"] == nil ? WireZoneID(zoneName: Names.systemZoneName) : try reader.zoneID()
-        let items = try reader.items("tokens", limit: limits.maximumResultsLimit)
-        var tokens: [AssetFieldToken] = []
-        for (index, item) in items.enumerated() {
-            tokens.append(try AssetFieldToken(json: item, path: "tokens[\(index)]"))
-        }
-        self.tokens = tokens
+        (zoneID, tokens) = try AssetFieldToken.read(json, key: "tokens", limits: limits)
     }
 
     public var json: JSON {
@@ -84,14 +88,7 @@ public struct AssetsRereferenceRequest: Sendable, Hashable {
     }
 
     public init(json: JSON, limits: RequestLimits) throws(ServiceError) {
-        let reader = RequestReader(json)
-        zoneID = reader["zoneID"] == nil ? WireZoneID(zoneName: Names.systemZoneName) : try reader.zoneID()
-        let items = try reader.items("assets", limit: limits.maximumResultsLimit)
-        var assets: [AssetFieldToken] = []
-        for (index, item) in items.enumerated() {
-            assets.append(try AssetFieldToken(json: item, path: "assets[\(index)]"))
-        }
-        self.assets = assets
+        (zoneID, assets) = try AssetFieldToken.read(json, key: "assets", limits: limits)
     }
 
     public var json: JSON {

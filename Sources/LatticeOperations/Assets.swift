@@ -461,15 +461,25 @@ public final class AssetReceiver: @unchecked Sendable {
 
 // MARK: - Step 3: records
 
+/// What one record write changes in the assets the record holds: the ones it adds, the checksums it lets go.
+struct AssetChanges {
+    var added: [AssetValue] = []
+    var removed: [[UInt8]] = []
+}
+
 extension Assets {
     /// Checks the assets a write adds to a record (those `after` holds and `before` did not): each must be a
     /// blob of the record's database, of the size the value says, claimed by the writer.
+    /// Answers what the write changes in the record's assets, which `updateReferences` applies once it is saved.
     func checkAddedAssets(_ after: RecordFrame, before: RecordFrame?, zone: StoredZone, caller: Caller,
-                          _ tx: any StorageTransaction) throws {
-        let added = after.assetValues
-        guard !added.isEmpty else { return }
-        let held = Set((before?.assetValues ?? []).map(\.checksum))
-        for asset in added where !held.contains(asset.checksum) {
+                          _ tx: any StorageTransaction) throws -> AssetChanges {
+        let now = after.assetValues
+        let earlier = before?.assetValues ?? []
+        guard !now.isEmpty || !earlier.isEmpty else { return AssetChanges() }
+        let held = Set(earlier.map(\.checksum)), kept = Set(now.map(\.checksum))
+        let changes = AssetChanges(added: now.filter { !held.contains($0.checksum) },
+                                   removed: earlier.map(\.checksum).filter { !kept.contains($0) })
+        for asset in changes.added {
             let name = "asset \(asset.fileChecksum)"
             guard let blob = try tx.assetBlob(databaseID: zone.databaseID, checksum: asset.checksum) else {
                 throw ServiceError.badRequest("\(name) was not uploaded to this database: upload it (assets/upload) or "
@@ -486,22 +496,18 @@ extension Assets {
             // waited for this write finds the blob touched and leaves it.
             try tx.touchAssetBlob(databaseID: zone.databaseID, checksum: asset.checksum, nowMs: configuration.now())
         }
+        return changes
     }
 
-    /// Keeps `asset_references` in step with a record written: the blobs it holds now, against those it held.
-    func updateReferences(zone: StoredZone, recordName: String, before: StoredRecord?, after: RecordFrame,
-                          _ tx: any StorageTransaction) throws {
-        let now = after.assetValues.map(\.checksum)
-        let earlier = try before.map { try core.frame($0).assetValues.map(\.checksum) } ?? []
-        guard !now.isEmpty || !earlier.isEmpty else { return }
-        let kept = Set(now), had = Set(earlier)
-        let added = now.filter { !had.contains($0) }, removed = earlier.filter { !kept.contains($0) }
-        if !added.isEmpty {
-            try tx.addAssetReferences(databaseID: zone.databaseID, zoneRowID: zone.rowID, recordName: recordName, checksums: added)
+    /// Keeps `asset_references` in step with a record written (`changes` from `checkAddedAssets`).
+    func updateReferences(zone: StoredZone, recordName: String, _ changes: AssetChanges, _ tx: any StorageTransaction) throws {
+        if !changes.added.isEmpty {
+            try tx.addAssetReferences(databaseID: zone.databaseID, zoneRowID: zone.rowID, recordName: recordName,
+                                      checksums: changes.added.map(\.checksum))
         }
-        if !removed.isEmpty {
+        if !changes.removed.isEmpty {
             try tx.removeAssetReferences(databaseID: zone.databaseID, zoneRowID: zone.rowID, recordName: recordName,
-                                         checksums: removed, nowMs: configuration.now())
+                                         checksums: changes.removed, nowMs: configuration.now())
         }
     }
 
@@ -595,7 +601,8 @@ extension Assets {
 
     /// The record's JSON with a `downloadURL` in each asset value (of registers and of lists).
     func addDownloadURLs(_ json: JSON, _ record: Record, links: AssetLinks) throws -> JSON {
-        guard record.values.contains(where: { _, value in
+        let values = record.values
+        guard values.contains(where: { _, value in
             switch value {
             case .scalar(.asset), .list(.asset, _): return true
             default: return false
@@ -604,7 +611,7 @@ extension Assets {
         guard case .object(var object) = json, case .object(var fields)? = object["fields"] else { return json }
         let zoneRowID = try links.zoneRowID()
         var changed = false
-        for (name, value) in record.values {
+        for (name, value) in values {
             guard case .object(var field)? = fields[name] else { continue }
             switch value {
             case .scalar(.asset(let asset)):

@@ -22,6 +22,8 @@ struct PlannedWrite {
     let after: RecordFrame
     /// What to save; nil when the record already reflected the write.
     let write: RecordWrite?
+    /// The assets the write adds and lets go (`Assets.checkAddedAssets`), for the references kept on save.
+    var assets = AssetChanges()
 }
 
 /// A record write as applied inside the transaction: the row as stored and its frame.
@@ -221,6 +223,7 @@ public struct Records: Sendable {
         // The planned writes waiting to be saved, as three parallel arrays (handed to the store as they are).
         var pendingIndexes: [Int] = [], pendingWrites: [RecordWrite] = [], pendingStored: [StoredRecord?] = []
         var pendingAfter: [RecordFrame] = []
+        var pendingAssets: [AssetChanges] = []
         pendingIndexes.reserveCapacity(names.count)
         pendingWrites.reserveCapacity(names.count)
         pendingStored.reserveCapacity(names.count)
@@ -239,13 +242,13 @@ public struct Records: Sendable {
                 changedNames.append(record.recordName)
                 touched.recordWritten(zone, before: pendingStored[position], after: record, frame: pendingAfter[position],
                                       caller: caller)
-                try assets.updateReferences(zone: zone, recordName: record.recordName, before: pendingStored[position],
-                                            after: pendingAfter[position], tx)
+                try assets.updateReferences(zone: zone, recordName: record.recordName, pendingAssets[position], tx)
             }
             pendingIndexes.removeAll(keepingCapacity: true)
             pendingWrites.removeAll(keepingCapacity: true)
             pendingStored.removeAll(keepingCapacity: true)
             pendingAfter.removeAll(keepingCapacity: true)
+            pendingAssets.removeAll(keepingCapacity: true)
             pendingNames = []
         }
         for index in names.indices {
@@ -269,6 +272,7 @@ public struct Records: Sendable {
                 pendingWrites.append(record)
                 pendingStored.append(plan.stored)
                 pendingAfter.append(plan.after)
+                pendingAssets.append(plan.assets)
                 if !distinctNames { pendingNames.insert(plan.recordName) }
             } catch StorageError.deadlineExceeded {
                 throw StorageError.deadlineExceeded // the whole request stops: TRY_AGAIN_LATER, nothing written
@@ -430,10 +434,10 @@ public struct Records: Sendable {
         }
         if outsideShares { throw Self.nameTakenOutsideShares(recordName) }
         // An asset the write adds must be the writer's to save (uploaded or rereferenced) in this database.
-        try Assets(core).checkAddedAssets(result, before: existing, zone: zone, caller: caller, tx)
+        let assetChanges = try Assets(core).checkAddedAssets(result, before: existing, zone: zone, caller: caller, tx)
         return PlannedWrite(recordName: recordName, stored: stored, after: result, write: RecordWrite(
             recordName: recordName, recordType: result.recordType, frame: result.bytes, deleted: result.isDeleted,
-            parentName: result.parentName, userRecordName: caller.user.recordName, nowMs: configuration.now()))
+            parentName: result.parentName, userRecordName: caller.user.recordName, nowMs: configuration.now()), assets: assetChanges)
     }
 
     /// A participant's write that would make a record whose name a record outside their shares holds: a
