@@ -111,6 +111,10 @@ func runList(_ arguments: [String]) throws {
         let list = try lists.resolve(values[0])
         let item = try lists.resolveItem(values[1], in: list)
         let attachment = try lists.attach(URL(fileURLWithPath: values[2]), to: item, in: list)
+        // The sync below sends the file before the item: say so, a large one takes a while.
+        if !options.noSync {
+            writeStandardError("lattice: uploading \(attachment.name) (\(byteCount(attachment.asset.size)))...\n")
+        }
         let outcome = try syncAfterChange(engine, lists, options)
         try report(options, outcome, ["id": .string(item.id), "list": .string(list.id), "name": .string(attachment.name),
                                       "fileChecksum": .string(attachment.asset.fileChecksum)],
@@ -132,6 +136,10 @@ func runList(_ arguments: [String]) throws {
         }
         var saved: [String] = []
         for attachment in wanted {
+            // A file this device does not have is downloaded now: say so before the wait.
+            if lists.replica.assets?.file(for: attachment.asset) == nil {
+                writeStandardError("lattice: downloading \(attachment.name) (\(byteCount(attachment.asset.size)))...\n")
+            }
             let file = try waitForAsyncWork { try await lists.file(of: attachment, of: item, in: list) }
             let target = URL(fileURLWithPath: directory).appendingPathComponent(attachment.name).path
             if FileManager.default.fileExists(atPath: target) {
