@@ -10,7 +10,7 @@ let serveUsage = """
                          [--trusted-proxy ADDRESS|CIDR]... [--access-log PATH|off]
                          [--oidc-issuer URL --oidc-client-id ID [--oidc-client-secret-file PATH]]...
                          [--connections N] [--per-address-connections N] [--workers N]
-                         [--workers-per-client N] [--header-timeout S] [--body-timeout S]
+                         [--workers-per-client N] [--queue-wait S] [--header-timeout S] [--body-timeout S]
                          [--body-budget-mib N] [--parked-waits-per-user N] [--shutdown-grace S]
                          [--push-streams-per-user N] [--push-streams-per-address N] [--push-heartbeat S]
                          [--connection-memory-kib N]
@@ -122,6 +122,8 @@ let serveUsage = """
       --workers-per-client N     requests of one account (or address before sign-in) running at once
                                  (default workers / 4, at least 2, fewer than all); the rest wait in
                                  line, served fairly
+      --queue-wait S             seconds a request may wait in line for a worker (default 5); past it
+                                 it gets 503 TRY_AGAIN_LATER with Retry-After
       --header-timeout S         seconds to send complete request headers, from connecting or from
                                  the previous answer (default 10): slow senders are dropped
       --body-timeout S           seconds to send a request body (default 60); a body must also average
@@ -168,7 +170,7 @@ func runServe(_ arguments: [String]) throws {
                                                                "trusted-proxy", "access-log", "connections",
                                                                "oidc-issuer", "oidc-client-id", "oidc-client-secret-file",
                                                                "per-address-connections", "workers",
-                                                               "workers-per-client", "header-timeout", "body-timeout",
+                                                               "workers-per-client", "queue-wait", "header-timeout", "body-timeout",
                                                                "body-budget-mib", "parked-waits-per-user",
                                                                "shutdown-grace", "push-streams-per-user",
                                                                "connection-memory-kib",
@@ -303,6 +305,7 @@ private func applyConnectionOptions(_ parsed: ParsedArguments, to options: inout
     if let perClient = try parsed.integer("workers-per-client", in: 1...4096) {
         options.http.workersPerClient = perClient
     }
+    if let seconds = try parsed.integer("queue-wait", in: 1...3600) { options.http.maximumQueueWaitMilliseconds = seconds * 1000 }
     if let seconds = try parsed.integer("header-timeout", in: 1...3600) { options.http.headerTimeoutSeconds = seconds }
     if let seconds = try parsed.integer("body-timeout", in: 1...3600) { options.http.bodyTimeoutSeconds = seconds }
     if let mebibytes = try parsed.integer("body-budget-mib", in: 1...1_048_576) {

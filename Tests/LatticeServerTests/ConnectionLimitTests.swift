@@ -281,6 +281,29 @@ import Glibc
         #expect(try waiting.wait().status == 200)
     }
 
+    @Test func aRequestWaitingInLinePastTheBoundGetsTryAgainLater() throws {
+        var configuration = limitConfiguration()
+        configuration.workerThreads = 1
+        configuration.maximumQueueWaitMilliseconds = 300
+        let handler = GateHandler()
+        let server = try HTTPServer(handler: handler, configuration: configuration)
+        defer { server.shutdown() }
+        let running = Background { try RawHTTPClient(port: server.port).send(method: "GET", path: "/hold", headers: ["X-Client": "a"]) }
+        #expect(eventually { handler.heldCount == 1 })
+        let started = ContinuousClock.now
+        let waited = try RawHTTPClient(port: server.port).send(method: "GET", path: "/hold", headers: ["X-Client": "b"])
+        let elapsed = ContinuousClock.now - started
+        #expect(waited.status == 503)
+        #expect(waited.headers["retry-after"] == "1")
+        #expect(try JSON.parse(waited.body)["serverErrorCode"]?.stringValue == "TRY_AGAIN_LATER")
+        #expect(elapsed >= .milliseconds(300) && elapsed < .seconds(5), "answered after \(elapsed)")
+        #expect(server.queuedRequestCount == 0)
+        // The expired request never ran; the held one still finishes.
+        handler.releaseAll()
+        #expect(try running.wait().status == 200)
+        #expect(handler.heldCount == 1)
+    }
+
     // MARK: Before the body
 
     @Test func aBadOrMissingTokenIsRefusedBeforeTheBodyIsSent() throws {
@@ -424,7 +447,10 @@ import Glibc
 // MARK: - Helpers
 
 private func limitConfiguration() -> HTTPServerConfiguration {
-    HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 2, connectionTimeoutSeconds: 10)
+    var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 2, connectionTimeoutSeconds: 10)
+    // Requests held in line by these tests wait as long as the test needs (the bound has its own test).
+    configuration.maximumQueueWaitMilliseconds = 120_000
+    return configuration
 }
 
 /// Polls `condition` until it holds or `seconds` pass.

@@ -41,7 +41,8 @@ final class HTTPDaemonContext: Sendable {
         workers = HTTPWorkerPool(limits: .init(threads: configuration.workerThreads,
                                                perClientRunning: configuration.workersPerClient,
                                                perClientQueued: configuration.queuedRequestsPerClient,
-                                               totalQueued: configuration.requestQueueLimit))
+                                               totalQueued: configuration.requestQueueLimit,
+                                               maximumWait: .milliseconds(configuration.maximumQueueWaitMilliseconds)))
         accessLog = configuration.accessLog
         bodyBudget = BodyBudget(total: configuration.bodyBufferBudgetBytes, largestBody: handler.maximumBodySize)
         perForwardedClient = configuration.perIPConnectionLimit

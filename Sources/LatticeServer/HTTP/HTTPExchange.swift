@@ -328,15 +328,17 @@ final class HTTPExchange: Sendable {
             // delivered like an answer).
             park(in: context)
             let handler = context.handler
-            let submitted = context.workers.submit(client: client) { [self] in
+            let submitted = context.workers.submit(client: client, expire: { [self] in
+                refuseUnhandled(handler.response(for: .queueFull(retryAfter: 1)))
+            }) { [self] in
                 guard !isAnswered else { return }
                 handler.handle(request) { [self] response in deliver(response) }
             }
             switch submitted {
             case .accepted: break
-            case .clientBusy: deliver(handler.response(for: .clientBusy(retryAfter: 1)))
-            case .queueFull: deliver(handler.response(for: .queueFull(retryAfter: 1)))
-            case .stopped: deliver(HTTPServer.shuttingDownResponse)
+            case .clientBusy: refuseUnhandled(handler.response(for: .clientBusy(retryAfter: 1)))
+            case .queueFull: refuseUnhandled(handler.response(for: .queueFull(retryAfter: 1)))
+            case .stopped: refuseUnhandled(HTTPServer.shuttingDownResponse)
             }
             return true
         case .handle(let request, _):
@@ -352,6 +354,13 @@ final class HTTPExchange: Sendable {
             park(in: context)
             return true
         }
+    }
+
+    /// Answers a request the handler never got (refused or expired in the worker pool's line): a streamed
+    /// body's sink goes back to the exchange, which interrupts it at completion (it keeps what arrived).
+    private func refuseUnhandled(_ response: HTTPResponse) {
+        state.withLock { $0.sinkHandedOver = false }
+        deliver(response)
     }
 
     /// Suspends the connection until `deliver`, unless an answer came first (then the next access-handler

@@ -82,6 +82,9 @@ public struct HTTPServerConfiguration: Sendable {
     public var queuedRequestsPerClient = 32
     /// Requests waiting in line in total; more get 503 TRY_AGAIN_LATER with Retry-After.
     public var requestQueueLimit = 1024
+    /// Milliseconds a request may wait in line for a worker; past it, it gets 503 TRY_AGAIN_LATER with
+    /// Retry-After instead of waiting on (behind other clients' heaviest requests, say).
+    public var maximumQueueWaitMilliseconds = 5_000
     /// Bytes of request bodies buffered at once, server-wide. A request whose declared (or, chunked,
     /// received) body would pass it gets 503 TRY_AGAIN_LATER with Retry-After before it is buffered.
     public var bodyBufferBudgetBytes = 64 * 1024 * 1024
@@ -157,6 +160,7 @@ extension HTTPServerConfiguration {
         try require(workersPerClient >= 1, "workersPerClient", "must be at least 1")
         try require(queuedRequestsPerClient >= 0, "queuedRequestsPerClient", "must be 0 or more")
         try require(requestQueueLimit >= 0, "requestQueueLimit", "must be 0 or more")
+        try require(maximumQueueWaitMilliseconds >= 1, "maximumQueueWaitMilliseconds", "must be at least 1")
         try require(bodyBufferBudgetBytes >= 0, "bodyBufferBudgetBytes", "must be 0 or more")
         for proxy in trustedProxies where AddressBlock(proxy) == nil {
             throw .invalidSetting("trustedProxies", "must be IPv4 or IPv6 addresses or CIDR blocks, not \(proxy)")

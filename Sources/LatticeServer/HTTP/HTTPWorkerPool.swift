@@ -12,6 +12,10 @@ import Foundation
 /// arrives with one short request (a probe, another user's small write) finds a thread at once; the busy
 /// clients share the other threads.
 ///
+/// A job waits in line at most `Limits.maximumWait`: past it, a sweeper takes it out and runs its `expire`
+/// instead (the exchange answers 503 with Retry-After), so a request behind others' heavy ones gets a
+/// clear answer rather than none.
+///
 /// `@unchecked Sendable`: `condition` guards `state`, the only mutable member (`limits` is an immutable `let`).
 final class HTTPWorkerPool: @unchecked Sendable {
     struct Limits: Sendable {
@@ -19,6 +23,8 @@ final class HTTPWorkerPool: @unchecked Sendable {
         var perClientRunning: Int
         var perClientQueued: Int
         var totalQueued: Int
+        /// Longest a job waits in line before it is expired.
+        var maximumWait: Duration = .seconds(5)
     }
 
     enum Submission: Equatable {
@@ -32,8 +38,14 @@ final class HTTPWorkerPool: @unchecked Sendable {
 
     typealias Job = @Sendable () -> Void
 
+    private struct Queued {
+        var job: Job
+        var expire: Job
+        var since: ContinuousClock.Instant
+    }
+
     private struct State {
-        var lines: [String: [Job]] = [:]
+        var lines: [String: [Queued]] = [:]
         /// Clients with jobs waiting, in turn order.
         var turn: [String] = []
         var running: [String: Int] = [:]
@@ -54,17 +66,20 @@ final class HTTPWorkerPool: @unchecked Sendable {
             thread.name = "lattice-worker-\(index)"
             thread.start()
         }
+        let sweeper = Thread { [self] in sweep() }
+        sweeper.name = "lattice-worker-sweeper"
+        sweeper.start()
     }
 
-    /// Queues `job` for `client`.
-    func submit(client: String, _ job: @escaping Job) -> Submission {
+    /// Queues `job` for `client`; if it waits in line longer than `maximumWait`, `expire` runs instead.
+    func submit(client: String, expire: @escaping Job = {}, _ job: @escaping Job) -> Submission {
         condition.lock()
         defer { condition.unlock() }
         if state.stopped { return .stopped }
         if state.lines[client, default: []].count >= limits.perClientQueued { return .clientBusy }
         if state.queued >= limits.totalQueued { return .queueFull }
         if state.lines[client] == nil || state.lines[client]!.isEmpty { state.turn.append(client) }
-        state.lines[client, default: []].append(job)
+        state.lines[client, default: []].append(Queued(job: job, expire: expire, since: .now))
         state.queued += 1
         condition.signal()
         return .accepted
@@ -92,6 +107,42 @@ final class HTTPWorkerPool: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         return state.running.values.reduce(0, +)
+    }
+
+    /// Four times a second, takes the jobs that waited past `maximumWait` out of line and expires them.
+    private func sweep() {
+        let wait = limits.maximumWait.components
+        let tick = min(0.25, max(0.01, (Double(wait.seconds) + Double(wait.attoseconds) / 1e18) / 4))
+        while true {
+            Thread.sleep(forTimeInterval: tick)
+            condition.lock()
+            if state.stopped {
+                condition.unlock()
+                return
+            }
+            let expired = takeExpired(now: .now)
+            condition.unlock()
+            for job in expired { job() }
+        }
+    }
+
+    /// Removes the jobs older than `maximumWait` (each line is oldest first). Called with the lock held.
+    private func takeExpired(now: ContinuousClock.Instant) -> [Job] {
+        guard state.queued > 0 else { return [] }
+        var expired: [Job] = []
+        for (client, line) in state.lines {
+            let stale = line.prefix { now - $0.since > limits.maximumWait }
+            guard !stale.isEmpty else { continue }
+            expired += stale.map(\.expire)
+            state.queued -= stale.count
+            if stale.count == line.count {
+                state.lines[client] = nil
+                state.turn.removeAll { $0 == client }
+            } else {
+                state.lines[client] = Array(line.dropFirst(stale.count))
+            }
+        }
+        return expired
     }
 
     private func work() {
@@ -125,7 +176,7 @@ final class HTTPWorkerPool: @unchecked Sendable {
             return running < limits.perClientRunning && (!lastFree || running == 0)
         }) else { return nil }
         let client = state.turn.remove(at: index)
-        let job = state.lines[client]!.removeFirst()
+        let job = state.lines[client]!.removeFirst().job
         if state.lines[client]!.isEmpty {
             state.lines[client] = nil
         } else {
