@@ -95,7 +95,7 @@ let package = Package(
             name: "LatticeBench",
             dependencies: [
                 "LatticeCore", "LatticeOperations", "LatticeServer", "LatticeStore", "LatticeSync", "CLibCrypto", "CSQLite",
-                "CPostgres",
+                "CPostgres", "CZlib",
             ],
             path: "Benchmarks/LatticeBench"
         ),

@@ -51,6 +51,8 @@ enum Harness {
             return runCommand("fanout", arguments, FanoutBenchOptions.self) { FanoutBench.run($0, argv: $1) }
         case "assets":
             return runCommand("assets", arguments, AssetsBenchOptions.self) { AssetsBench.run($0, argv: $1) }
+        case "text":
+            return runCommand("text", arguments, TextBenchOptions.self) { TextBench.run($0, argv: $1) }
         case "engine":
             return runCommand("engine", arguments, EngineBenchOptions.self) { EngineBench.run($0, argv: $1) }
         case "push":
@@ -94,6 +96,7 @@ enum Harness {
                lattice-bench devices [options]   many devices sending small changes, beside the storage ceilings
                lattice-bench fanout [options]    many idle push streams; a write to a share reaching its devices
                lattice-bench assets [options]    asset uploads and downloads (MB/s) beside the disk's fsync ceiling
+               lattice-bench text [traces] [options]  text CRDT on real editing traces beside Loro and Yrs
                lattice-bench engine [options]    the app engine beside the CLI's, push and pull (lattice-bench engine --help)
                lattice-bench push [options]      one binary push in-process, for profiling (lattice-bench push --help)
                lattice-bench soak [options]      mixed traffic for minutes: latency, memory, files (lattice-bench soak --help)
