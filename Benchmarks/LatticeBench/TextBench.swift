@@ -14,6 +14,9 @@ struct TextBenchOptions: Sendable {
     var peerScript = "Benchmarks/text_trace_peers.py"
     var repeats = 5
     var jsonlPath: String?
+    /// Internal: measure the one trace given and print its line (each trace runs in a process of its own,
+    /// as each peer does, so one trace's memory does not hide the next one's).
+    var worker = false
     var help = false
 
     static let usage = """
@@ -60,6 +63,9 @@ struct TextBenchOptions: Sendable {
             case "--peer-script": options.peerScript = try scanner.value()
             case "--repeat": options.repeats = try scanner.integer(in: 1...100)
             case "--jsonl": options.jsonlPath = try scanner.value()
+            case "--worker":
+                try scanner.flag()
+                options.worker = true
             case "-h", "--help":
                 try scanner.flag()
                 options.help = true
@@ -147,6 +153,20 @@ struct EditingTrace {
 
 enum TextBench {
     static func run(_ options: TextBenchOptions, argv: [String]) -> Int32 {
+        if options.worker {
+            guard let path = options.traces.first, options.traces.count == 1 else {
+                writeText(2, "lattice-bench text: error: --worker takes one trace\n")
+                return 2
+            }
+            do {
+                let line = measure(try EditingTrace.load(path), repeats: options.repeats)
+                LineOutput().emit(line)
+                return 0
+            } catch {
+                writeText(2, "lattice-bench text: error: \(error)\n")
+                return 1
+            }
+        }
         guard var output = LineOutput.forCommand("text", jsonl: options.jsonlPath) else { return 2 }
         defer { output.close() }
         var traces = options.traces
@@ -168,12 +188,9 @@ enum TextBench {
         ])
         var failed = false
         for path in traces {
-            let line: [String: JSONValue]
-            do {
-                let trace = try EditingTrace.load(path)
-                line = measure(trace, repeats: options.repeats)
-            } catch {
-                output.emit(["kind": .string("error"), "trace": .string(path), "error": .string("\(error)")])
+            guard let line = runProcess("/proc/self/exe", ["text", "--worker", "--repeat", String(options.repeats), path]) else {
+                output.emit(["kind": .string("error"), "trace": .string(path), "implementation": .string("lattice"),
+                             "error": .string("the replay failed (see stderr)")])
                 failed = true
                 continue
             }
@@ -285,13 +302,18 @@ enum TextBench {
     }
 
     static func runPeer(_ peer: String, trace: String, options: TextBenchOptions) -> [String: JSONValue]? {
+        runProcess(options.peerPython, [options.peerScript, "--peer", peer, trace])
+    }
+
+    /// Runs a program that prints JSON lines and returns its last line (nil when it fails).
+    static func runProcess(_ executable: String, _ arguments: [String]) -> [String: JSONValue]? {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: options.peerPython)
-        process.arguments = [options.peerScript, "--peer", peer, trace]
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
         let pipe = Pipe()
         process.standardOutput = pipe
         do { try process.run() } catch {
-            writeText(2, "lattice-bench text: cannot run \(options.peerPython): \(error)\n")
+            writeText(2, "lattice-bench text: cannot run \(executable): \(error)\n")
             return nil
         }
         let data = pipe.fileHandleForReading.readDataToEndOfFile()
