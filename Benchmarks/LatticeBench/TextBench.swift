@@ -102,26 +102,29 @@ struct EditingTrace {
     static func load(_ path: String) throws -> EditingTrace {
         guard let raw = FileManager.default.contents(atPath: path) else { throw Failure(message: "cannot read \(path)") }
         let bytes = path.hasSuffix(".gz") ? try gunzip([UInt8](raw)) : [UInt8](raw)
-        guard let object = try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
-              let end = object["endContent"] as? String, let txns = object["txns"] as? [[String: Any]] else {
+        let object = try JSON.parse(bytes)
+        guard let end = object["endContent"]?.stringValue, let txns = object["txns"]?.arrayValue else {
             throw Failure(message: "\(path) is not an editing trace (endContent and txns)")
         }
         var transactions: [Transaction] = []
         transactions.reserveCapacity(txns.count)
         for txn in txns {
-            guard let patches = txn["patches"] as? [[Any]] else { throw Failure(message: "\(path): a transaction without patches") }
+            guard let patches = txn["patches"]?.arrayValue else { throw Failure(message: "\(path): a transaction without patches") }
             var parsed: [(Int, Int, [Unicode.Scalar])] = []
+            parsed.reserveCapacity(patches.count)
             for patch in patches {
-                guard patch.count == 3, let position = patch[0] as? Int, let deleted = patch[1] as? Int,
-                      let inserted = patch[2] as? String else { throw Failure(message: "\(path): a malformed patch") }
-                parsed.append((position, deleted, Array(inserted.unicodeScalars)))
+                guard let parts = patch.arrayValue, parts.count == 3, let position = parts[0].intValue,
+                      let deleted = parts[1].intValue, let inserted = parts[2].stringValue else {
+                    throw Failure(message: "\(path): a malformed patch")
+                }
+                parsed.append((Int(position), Int(deleted), Array(inserted.unicodeScalars)))
             }
-            transactions.append(Transaction(patches: parsed, agent: txn["agent"] as? Int ?? 0,
-                                            parents: txn["parents"] as? [Int] ?? []))
+            transactions.append(Transaction(patches: parsed, agent: Int(txn["agent"]?.intValue ?? 0),
+                                            parents: (txn["parents"]?.arrayValue ?? []).compactMap { $0.intValue.map(Int.init) }))
         }
         let name = URL(fileURLWithPath: path).lastPathComponent.components(separatedBy: ".").first ?? path
-        return EditingTrace(name: name, startContent: Array(((object["startContent"] as? String) ?? "").unicodeScalars),
-                            endContent: end, transactions: transactions, agents: object["numAgents"] as? Int)
+        return EditingTrace(name: name, startContent: Array((object["startContent"]?.stringValue ?? "").unicodeScalars),
+                            endContent: end, transactions: transactions, agents: object["numAgents"]?.intValue.map(Int.init))
     }
 
     static func gunzip(_ input: [UInt8]) throws -> [UInt8] {
