@@ -525,6 +525,17 @@ enum SequenceJoin<Element: Hashable & Sendable> {
             }
         }
 
+        /// Once the other side is done: emits what `piece` holds from `offset` on up to the next element the
+        /// other side holds (none should be left); nil when the next element is one it holds.
+        func emitRest(_ piece: Piece, offset: Int, from side: Side, against index: Index) -> Int? {
+            let id = SequenceID(counter: piece.run.id.counter + UInt64(offset), replica: piece.run.id.replica)
+            let held = index.lookup(id)
+            if held.held { return nil }
+            let n = Int(min(UInt64(piece.run.length - offset), held.span))
+            emit(piece, offset: offset, length: n, deleted: piece.run.deleted, from: side, alternative: nil)
+            return n
+        }
+
         while i < a.pieces.count || j < b.pieces.count {
             if i < a.pieces.count && j < b.pieces.count {
                 let pa = a.pieces[i], pb = b.pieces[j]
@@ -561,20 +572,10 @@ enum SequenceJoin<Element: Hashable & Sendable> {
                     }
                 }
             } else if i < a.pieces.count {
-                let pa = a.pieces[i]
-                let idA = SequenceID(counter: pa.run.id.counter + UInt64(offsetA), replica: pa.run.id.replica)
-                let inB = indexB.lookup(idA)
-                if inB.held { return nil }
-                let n = Int(min(UInt64(pa.run.length - offsetA), inB.span))
-                emit(pa, offset: offsetA, length: n, deleted: pa.run.deleted, from: a, alternative: nil)
+                guard let n = emitRest(a.pieces[i], offset: offsetA, from: a, against: indexB) else { return nil }
                 offsetA += n
             } else {
-                let pb = b.pieces[j]
-                let idB = SequenceID(counter: pb.run.id.counter + UInt64(offsetB), replica: pb.run.id.replica)
-                let inA = indexA.lookup(idB)
-                if inA.held { return nil }
-                let n = Int(min(UInt64(pb.run.length - offsetB), inA.span))
-                emit(pb, offset: offsetB, length: n, deleted: pb.run.deleted, from: b, alternative: nil)
+                guard let n = emitRest(b.pieces[j], offset: offsetB, from: b, against: indexA) else { return nil }
                 offsetB += n
             }
             if i < a.pieces.count && offsetA == a.pieces[i].run.length { i += 1; offsetA = 0 }
