@@ -215,9 +215,7 @@ enum TextBench {
     /// Replays `trace` through TextState and measures it.
     static func measure(_ trace: EditingTrace, repeats: Int) -> [String: JSONValue] {
         let before = residentKiB()
-        let started = ContinuousClock.now
-        let (state, half) = trace.agents == nil ? replaySequential(trace) : replayConcurrent(trace)
-        let replay = seconds(ContinuousClock.now - started)
+        let (replay, (state, half)) = measureSeconds { trace.agents == nil ? replaySequential(trace) : replayConcurrent(trace) }
         let documentKiB = residentKiB() - before
         let final = state.text
         let encoded = state.encoded()
@@ -226,24 +224,25 @@ enum TextBench {
         var loadBest = Double.infinity, mergeBest = Double.infinity
         var loaded = "", merged = ""
         for _ in 0..<repeats {
-            let loadStart = ContinuousClock.now
-            let fresh = try? TextState(decoding: encoded)
-            loaded = fresh?.text ?? ""
-            loadBest = min(loadBest, seconds(ContinuousClock.now - loadStart))
+            let load = measureSeconds { (try? TextState(decoding: encoded))?.text ?? "" }
+            loaded = load.result
+            loadBest = min(loadBest, load.seconds)
             guard var target = try? TextState(decoding: halfBytes) else { break }
-            let mergeStart = ContinuousClock.now
-            if let incoming = try? TextState(decoding: encoded) { target.merge(incoming) }
-            merged = target.text
-            mergeBest = min(mergeBest, seconds(ContinuousClock.now - mergeStart))
+            let merge = measureSeconds { () -> String in
+                if let incoming = try? TextState(decoding: encoded) { target.merge(incoming) }
+                return target.text
+            }
+            merged = merge.result
+            mergeBest = min(mergeBest, merge.seconds)
         }
         let patches = trace.patchCount
         return [
             "kind": .string("text-trace"), "implementation": .string("lattice"), "trace": .string(trace.name),
             "concurrent": .bool(trace.agents != nil), "transactions": .integer(trace.transactions.count),
-            "patches": .integer(patches), "replay_s": .double(rounded(replay)),
+            "patches": .integer(patches), "replay_s": SyncBench.rounded(replay, 6),
             "patches_per_s": .double((Double(patches) / replay).rounded()),
-            "final_ok": .bool(final == trace.endContent), "load_s": .double(rounded(loadBest)),
-            "load_ok": .bool(loaded == trace.endContent), "merge_s": .double(rounded(mergeBest)),
+            "final_ok": .bool(final == trace.endContent), "load_s": SyncBench.rounded(loadBest, 6),
+            "load_ok": .bool(loaded == trace.endContent), "merge_s": SyncBench.rounded(mergeBest, 6),
             "merge_ok": .bool(merged == trace.endContent), "encoded_bytes": .integer(encoded.count),
             "runs": .integer(state.runs.count), "document_rss_kib": .integer(documentKiB),
             "peak_rss_kib": .integer(peakResidentKiB()),
@@ -339,36 +338,24 @@ enum TextBench {
         var line: [String: JSONValue] = ["kind": .string("ratio"), "trace": ours["trace"] ?? .null,
                                          "peer": theirs["implementation"] ?? .null]
         if let a = number(ours, "patches_per_s"), let b = number(theirs, "patches_per_s"), b > 0 {
-            line["replay_speedup"] = .double(rounded(a / b, places: 2))
+            line["replay_speedup"] = SyncBench.rounded(a / b, 2)
         }
         for key in ["load_s", "merge_s"] {
             if let a = number(ours, key), let b = number(theirs, key), a > 0 {
-                line[key.replacingOccurrences(of: "_s", with: "_speedup")] = .double(rounded(b / a, places: 2))
+                line[key.replacingOccurrences(of: "_s", with: "_speedup")] = SyncBench.rounded(b / a, 2)
             }
         }
         if let a = number(ours, "encoded_bytes"), let b = number(theirs, "encoded_bytes"), b > 0 {
-            line["size_ratio"] = .double(rounded(a / b, places: 3))
+            line["size_ratio"] = SyncBench.rounded(a / b, 3)
         }
         if let a = number(ours, "document_rss_kib"), let b = number(theirs, "document_rss_kib"), b > 0 {
-            line["memory_ratio"] = .double(rounded(a / b, places: 3))
+            line["memory_ratio"] = SyncBench.rounded(a / b, 3)
         }
         return line
     }
 
-    static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-    }
-
-    static func rounded(_ value: Double, places: Int = 6) -> Double {
-        let scale = pow(10, Double(places))
-        return (value * scale).rounded() / scale
-    }
-
-    static func residentKiB() -> Int {
-        guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
-              let pages = Int(text.split(separator: " ").dropFirst().first ?? "") else { return 0 }
-        return pages * Int(sysconf(Int32(_SC_PAGESIZE))) / 1024
-    }
+    /// This process's resident set (VmRSS), in KiB.
+    static func residentKiB() -> Int { FanoutBench.residentKiB(getpid()) ?? 0 }
 
     static func peakResidentKiB() -> Int {
         var usage = rusage()

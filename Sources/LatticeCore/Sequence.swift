@@ -165,25 +165,6 @@ public struct SequenceState<Element: Hashable & Sendable>: Sendable {
         return result
     }
 
-    /// The id of the visible element at `position`.
-    public func id(at position: Int) -> SequenceID? {
-        guard position >= 0 && position < count else { return nil }
-        var before = 0
-        for chunk in chunks {
-            if position >= before + chunk.visible {
-                before += chunk.visible
-                continue
-            }
-            for piece in chunk.pieces where !piece.run.deleted {
-                if position < before + piece.run.length {
-                    return SequenceID(counter: piece.run.id.counter + UInt64(position - before), replica: piece.run.id.replica)
-                }
-                before += piece.run.length
-            }
-        }
-        return nil
-    }
-
     // MARK: Local edits
 
     /// Inserts `newElements` so the first sits at visible `position`, as `stamp`'s replica; `stamp` is
@@ -375,15 +356,16 @@ public struct SequenceState<Element: Hashable & Sendable>: Sendable {
         }
         var merged = context
         merged.merge(other.context)
-        let mine = SequenceJoin<Element>.Side(pieces: flatPieces, values: values)
-        let theirs = SequenceJoin<Element>.Side(pieces: other.flatPieces, values: other.values)
         if chunks.isEmpty {
-            self = SequenceState(ordered: theirs.pieces, values: theirs.values, context: merged)
+            self = other
+            context = merged
             return
         }
+        let mine = SequenceJoin<Element>.Side(pieces: flatPieces, values: values)
+        let theirs = SequenceJoin<Element>.Side(pieces: other.flatPieces, values: other.values)
         // Both sides list their shared elements in the same order, so one walk over both suffices; sides
         // that disagree (only malformed ones can) take the join that rebuilds the order from the tree.
-        let joined = SequenceJoin.interleave(mine, theirs) ?? { let full = SequenceJoin.join([mine, theirs]); return (full.pieces, full.values) }()
+        let joined = SequenceJoin.interleave(mine, theirs) ?? SequenceJoin.join([mine, theirs])
         self = SequenceState(ordered: joined.pieces, values: joined.values, context: merged)
     }
 
@@ -438,9 +420,9 @@ enum SequenceJoin<Element: Hashable & Sendable> {
         var values: [Element]
     }
 
-    /// The joined pieces in document order (continuing runs merged) and their values; `orphans` counts
-    /// pieces whose parent is missing (never reached from the start: a malformed state).
-    static func join(_ sides: [Side]) -> (pieces: [Piece], values: [Element], orphans: Int) {
+    /// The joined pieces in document order (continuing runs merged) and their values. A piece whose parent
+    /// is missing (only a malformed state has one) is never reached from the start and is left out.
+    static func join(_ sides: [Side]) -> (pieces: [Piece], values: [Element]) {
         let segments = union(sides)
         let cut = splitAtParents(segments)
         return walk(cut, sides: sides)
@@ -766,7 +748,7 @@ enum SequenceJoin<Element: Hashable & Sendable> {
     }
 
     /// The pre-order walk: each segment, then the children of its last element, newest first.
-    static func walk(_ segments: [Segment], sides: [Side]) -> (pieces: [Piece], values: [Element], orphans: Int) {
+    static func walk(_ segments: [Segment], sides: [Side]) -> (pieces: [Piece], values: [Element]) {
         // Children grouped by parent, sorted by (parent, child descending).
         var order = Array(segments.indices)
         order.sort { a, b in
@@ -797,9 +779,7 @@ enum SequenceJoin<Element: Hashable & Sendable> {
         var values: [Element] = []
         values.reserveCapacity(sides.reduce(0) { $0 + $1.values.count })
         var stack: [Int] = rootChildren.reversed().map { order[$0] }
-        var emitted = 0
         while let next = stack.popLast() {
-            emitted += 1
             let segment = segments[next]
             var piece = Piece(run: segment.run, start: -1)
             if !segment.run.deleted {
@@ -813,6 +793,6 @@ enum SequenceJoin<Element: Hashable & Sendable> {
             }
             for child in children(of: segment.run.last).reversed() { stack.append(order[child]) }
         }
-        return (pieces, values, segments.count - emitted)
+        return (pieces, values)
     }
 }

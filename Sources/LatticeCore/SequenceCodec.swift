@@ -11,11 +11,16 @@ extension Unicode.Scalar: SequenceElement {
     static func writeValues(_ values: [Unicode.Scalar], into writer: inout BinaryWriter) {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(values.count)
-        for scalar in values {
-            if scalar.value < 0x80 { bytes.append(UInt8(scalar.value)) } else { UTF8.encode(scalar) { bytes.append($0) } }
-        }
+        appendUTF8(values, to: &bytes)
         writer.varint(UInt64(bytes.count))
         writer.append(bytes)
+    }
+
+    /// Appends the UTF-8 of `scalars` (ASCII a byte at a time, without the encoder).
+    static func appendUTF8<S: Sequence>(_ scalars: S, to bytes: inout [UInt8]) where S.Element == Unicode.Scalar {
+        for scalar in scalars {
+            if scalar.value < 0x80 { bytes.append(UInt8(scalar.value)) } else { UTF8.encode(scalar) { bytes.append($0) } }
+        }
     }
 
     static func readValues(count: Int, from reader: inout BinaryReader) throws(CodecError) -> [Unicode.Scalar] {
@@ -225,9 +230,7 @@ extension SequenceState where Element == Unicode.Scalar {
         bytes.reserveCapacity(count)
         for chunk in chunks {
             for piece in chunk.pieces where !piece.run.deleted {
-                for scalar in values[piece.start..<(piece.start + piece.run.length)] {
-                    if scalar.value < 0x80 { bytes.append(UInt8(scalar.value)) } else { UTF8.encode(scalar) { bytes.append($0) } }
-                }
+                Unicode.Scalar.appendUTF8(values[piece.start..<(piece.start + piece.run.length)], to: &bytes)
             }
         }
         return String(decoding: bytes, as: UTF8.self)

@@ -109,7 +109,8 @@ final class HTTPWorkerPool: @unchecked Sendable {
         return state.running.values.reduce(0, +)
     }
 
-    /// Four times a second, takes the jobs that waited past `maximumWait` out of line and expires them.
+    /// Every quarter of `maximumWait` (at most every 0.25 s), takes the jobs that waited past it out of line
+    /// and expires them.
     private func sweep() {
         let wait = limits.maximumWait.components
         let tick = min(0.25, max(0.01, (Double(wait.seconds) + Double(wait.attoseconds) / 1e18) / 4))
