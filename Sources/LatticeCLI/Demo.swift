@@ -48,7 +48,8 @@ struct Device {
 func render(_ value: FieldValue) -> String {
     switch value {
     case .scalar(let scalar): return render(scalar)
-    case .list(_, let elements): return "[" + elements.map(render).joined(separator: ", ") + "]"
+    case .list(_, let elements), .set(_, let elements): return "[" + elements.map(render).joined(separator: ", ") + "]"
+    case .text(let text): return "\"\(text)\""
     }
 }
 
@@ -138,6 +139,12 @@ func runDemo(json: Bool) throws {
                 let parts = elements.map { value, dots in
                     "\(render(value)) added by " + dots.map { $0.replica == laptop.clock.replica ? "laptop" : "phone" }
                         .joined(separator: "+")
+                }
+                print("   \(field.name): " + parts.joined(separator: ", "))
+            case .runs(let runs, _)?:
+                let parts = runs.map { run, values in
+                    values.map(render).joined(separator: ", ") + " by "
+                        + (run.id.replica == laptop.clock.replica ? "laptop" : "phone")
                 }
                 print("   \(field.name): " + parts.joined(separator: ", "))
             case nil:

@@ -279,6 +279,21 @@ func runExplain(_ arguments: [String]) throws {
         object["elements"] = .array(elements.map { value, stamps in
             .object(["value": scalarJSON(value), "addedBy": .array(stamps.map(writer))])
         })
+    case .runs(let runs, _):
+        func inserter(_ replica: ReplicaID) -> String { (mine.contains(replica) ? "this device" : "device") + " \(replica)" }
+        guard options.json else {
+            print("\(field) of \(subject): merged element by element" + (runs.isEmpty ? ", empty" : "; who inserted each run:"))
+            let rows = runs.map { run, values in
+                [values.map { scalarJSON($0).serialized() }.joined(separator: ", "), "inserted by " + inserter(run.id.replica)]
+            }
+            alignedRows(rows, indent: "  ").forEach { print($0) }
+            return
+        }
+        object["kind"] = .string("sequence")
+        object["runs"] = .array(runs.map { run, values in
+            .object(["values": .array(values.map(scalarJSON)), "replica": .string(run.id.replica.description),
+                     "thisDevice": .bool(mine.contains(run.id.replica))])
+        })
     }
     printJSON(.object(object))
 }
@@ -286,7 +301,8 @@ func runExplain(_ arguments: [String]) throws {
 private func fieldJSON(_ value: FieldValue) -> JSON {
     switch value {
     case .scalar(let scalar): return scalarJSON(scalar)
-    case .list(_, let elements): return .array(elements.map(scalarJSON))
+    case .list(_, let elements), .set(_, let elements): return .array(elements.map(scalarJSON))
+    case .text(let text): return .string(text)
     }
 }
 

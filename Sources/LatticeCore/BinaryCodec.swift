@@ -36,7 +36,8 @@ public struct CodecError: Error, Hashable, Sendable, CustomStringConvertible {
 /// frame   = length:u32 (<= 1 MiB) recordBody
 /// recordBody = string(name) string(type) generation:varint created:stamp flags:u8
 ///              [deletion:stamp] [parent:register] fieldCount:varint field*   (flags: 1 deleted, 2 parent)
-/// field   = string(name) kind:u8 (0 register | 1 set) length:varint (register | set)   (length of the payload)
+/// field   = string(name) kind:u8 (0 register | 1 set | 2 list | 3 text) length:varint payload
+///           (register | set | sequence, see SequenceCodec.swift)
 /// register= stamp optionalValue
 /// set     = context:vv count:varint (value stamp)*
 /// vv      = count:varint (replica:varint hlc:u64)*    replicas strictly ascending, hlc > 0
@@ -446,6 +447,16 @@ struct BinaryWriter: ~Copyable {
                     stamp(entry.dot)
                 }
                 patchCount(count - lengthAt - 1, at: lengthAt)
+            case .list(let list):
+                u8(2)
+                let lengthAt = countPlaceholder()
+                list.encode(into: &self)
+                patchCount(count - lengthAt - 1, at: lengthAt)
+            case .text(let text):
+                u8(3)
+                let lengthAt = countPlaceholder()
+                text.encode(into: &self)
+                patchCount(count - lengthAt - 1, at: lengthAt)
             }
         }
         let length = count - start
@@ -695,6 +706,14 @@ struct BinaryReader {
                 entries.append(entry)
             }
             state = .set(ORSet(sortedEntries: entries, context: context))
+        case 2:
+            let list = try ListState(decoding: &self)
+            if list.context.maximumHLC > maximumHLC { maximumHLC = list.context.maximumHLC }
+            state = .list(list)
+        case 3:
+            let text = try TextState(decoding: &self)
+            if text.context.maximumHLC > maximumHLC { maximumHLC = text.context.maximumHLC }
+            state = .text(text)
         default:
             throw fail(.malformed, "field kind \(kind)")
         }

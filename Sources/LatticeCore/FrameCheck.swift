@@ -295,6 +295,10 @@ struct FrameCheck {
                 guard stamp() != nil, value() != nil else { return nil }
             case 1:
                 guard set() else { return nil }
+            case 2:
+                guard sequence(of: ScalarValue.self) else { return nil }
+            case 3:
+                guard sequence(of: Unicode.Scalar.self) else { return nil }
             default:
                 return nil
             }
@@ -302,6 +306,18 @@ struct FrameCheck {
             end = outer
         }
         return i == end ? recordName : nil
+    }
+
+    /// A list or text payload: the whole sequence decoder's check (canonical runs in the tree's order,
+    /// O(r log r) for r runs), over the payload's bytes.
+    private mutating func sequence<Element: SequenceElement>(of: Element.Type) -> Bool {
+        let bytes = UnsafeRawBufferPointer(start: p + i, count: end &- i)
+        var reader = BinaryReader(bytes)
+        guard let state = try? SequenceState<Element>(decoding: &reader), reader.offset == bytes.count else { return false }
+        let hlc = state.context.maximumHLC.rawValue
+        if hlc > maximumHLC { maximumHLC = hlc }
+        i = end
+        return true
     }
 
     /// An OR-set payload: its context, then entries strictly ordered, none nil, each dot inside the context.

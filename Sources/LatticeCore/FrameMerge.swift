@@ -206,7 +206,8 @@ struct RawOut {
 /// One field of a validated frame: `string(name) kind:u8 length:varint payload`.
 struct RawField {
     var start = 0, name = 0, nameLength = 0, payload = 0, end = 0
-    var isSet = false
+    /// 0 register, 1 set, 2 list, 3 text.
+    var kind: UInt8 = 0
 
     @inline(__always) init() {}
 
@@ -216,7 +217,7 @@ struct RawField {
         nameLength = Int(truncatingIfNeeded: Raw.varint(p, &i))
         name = i
         i &+= nameLength
-        isSet = Raw.u8(p, i) == 1
+        kind = Raw.u8(p, i)
         i &+= 1
         let length = Int(truncatingIfNeeded: Raw.varint(p, &i))
         payload = i
@@ -270,10 +271,13 @@ enum FrameMerge {
         let a = FrameHeader(pb), b = FrameHeader(qb)
         if a.generation != b.generation { return a.generation > b.generation ? .mine : .theirs }
         let p = pb.baseAddress!, q = qb.baseAddress!
-        // The join never exceeds the two inputs together: every byte written comes from one side, and
-        // every count or length written is at most the sum of the two it replaces (so its varint is at
-        // most as long as theirs together).
-        out.writeDirect(reserving: pb.count + qb.count + 16) { w in
+        // Outside list and text fields the join never exceeds the two inputs together: every byte written
+        // comes from one side, and every count or length written is at most the sum of the two it replaces
+        // (so its varint is at most as long as theirs together). A joined sequence has at most the runs of
+        // both (each boundary is one side's), each at most 3 bytes longer than its source run of at least
+        // 4 (a wider replica index or counter), and the values, replicas and context of both at most: under
+        // twice its inputs. So twice the inputs bound the whole.
+        out.writeDirect(reserving: 2 &* (pb.count &+ qb.count) &+ 64) { w in
             // Creation stamp and record type come from the later creation (ties: greater type bytes).
             let headerFromB = a.created < b.created
                 || (a.created == b.created && EncodedOrder.compare(pb, a.type, qb, b.type) < 0)
@@ -367,17 +371,22 @@ enum FrameMerge {
     @inline(__always)
     private static func mergeField(_ p: UnsafeRawPointer, _ x: RawField, _ q: UnsafeRawPointer, _ y: RawField,
                                    into w: inout RawOut) {
-        switch (x.isSet, y.isSet) {
-        case (false, false):
+        if x.kind != y.kind {
+            // Fields of two kinds under one name: the greater kind wins (as `FieldState.merge`).
+            if y.kind > x.kind { w.copy(q, y.start, y.end) } else { w.copy(p, x.start, x.end) }
+            return
+        }
+        switch x.kind {
+        case 0:
             var i = x.payload, j = y.payload
             let sx = Raw.stamp(p, &i), sy = Raw.stamp(q, &j)
             let theirsWins = sx != sy ? sx < sy : Raw.compareValues(p, i, q, j) < 0
             if theirsWins { w.copy(q, y.start, y.end) } else { w.copy(p, x.start, x.end) }
-        case (true, false):
-            w.copy(p, x.start, x.end)
-        case (false, true):
-            w.copy(q, y.start, y.end)
-        case (true, true):
+        case 2:
+            mergeSequences(ScalarValue.self, p, x, q, y, into: &w)
+        case 3:
+            mergeSequences(Unicode.Scalar.self, p, x, q, y, into: &w)
+        default:
             w.copy(p, x.start, x.name &+ x.nameLength &+ 1) // the name and the kind byte
             let lengthAt = w.placeholder()
             var i = x.payload, j = y.payload
@@ -385,6 +394,29 @@ enum FrameMerge {
             mergeContexts(p, contextA, q, contextB, into: &w)
             mergeEntries(p, i, contextA, q, j, contextB, into: &w)
             w.patch(w.count &- lengthAt &- 1, at: lengthAt)
+        }
+    }
+
+    /// Writes the join of two list or text fields: both payloads decoded (they were validated with their
+    /// frames), joined by `SequenceState.merge` and encoded again.
+    @inline(never)
+    private static func mergeSequences<Element: SequenceElement>(_: Element.Type, _ p: UnsafeRawPointer, _ x: RawField,
+                                                                 _ q: UnsafeRawPointer, _ y: RawField,
+                                                                 into w: inout RawOut) {
+        func decode(_ base: UnsafeRawPointer, _ field: RawField) -> SequenceState<Element>? {
+            var reader = BinaryReader(UnsafeRawBufferPointer(start: base + field.payload, count: field.end &- field.payload))
+            return try? SequenceState<Element>(decoding: &reader)
+        }
+        guard var mine = decode(p, x), let theirs = decode(q, y) else {
+            preconditionFailure("a validated frame holds a sequence its decoder refuses")
+        }
+        mine.merge(theirs)
+        var encoded = BinaryWriter(capacity: (x.end &- x.payload) &+ (y.end &- y.payload) &+ 16)
+        mine.encode(into: &encoded)
+        w.copy(p, x.start, x.name &+ x.nameLength &+ 1) // the name and the kind byte
+        encoded.withWrittenBytes { bytes in
+            w.varint(UInt64(bytes.count))
+            w.copy(bytes.baseAddress!, 0, bytes.count)
         }
     }
 

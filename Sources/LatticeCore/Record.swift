@@ -1,22 +1,41 @@
-/// The merge state of one field: a last-writer-wins register for scalars, an OR-set for lists.
+/// The merge state of one field: a last-writer-wins register for scalars, an add-wins set, an ordered list
+/// that keeps duplicates (CloudKit's `*_LIST`), or a text merged character by character.
 public enum FieldState: Hashable, Sendable {
     case register(LWWRegister)
     case set(ORSet)
+    case list(ListState)
+    case text(TextState)
 
-    /// The visible value; `nil` for a cleared register. A list's element type is taken from its first
-    /// element (`STRING` when empty).
+    /// The kind byte of the binary form: 0 register, 1 set, 2 list, 3 text.
+    public var kind: UInt8 {
+        switch self {
+        case .register: return 0
+        case .set: return 1
+        case .list: return 2
+        case .text: return 3
+        }
+    }
+
+    /// The visible value; `nil` for a cleared register. A list's or set's element type is taken from its
+    /// first element (`STRING` when empty).
     public var value: FieldValue? {
         switch self {
         case .register(let register):
             return register.value.map(FieldValue.scalar)
         case .set(let set):
             let elements = set.elements
+            return .set(elements.first?.type ?? .string, elements)
+        case .list(let list):
+            let elements = list.elements
             return .list(elements.first?.type ?? .string, elements)
+        case .text(let text):
+            return .text(text.text)
         }
     }
 
-    /// The join. A register and a set under the same name can only meet if two replicas created the field
-    /// with different kinds concurrently; the set wins, deterministically.
+    /// The join. Two states of different kinds under one name can only meet if two replicas created the
+    /// field with different kinds concurrently (or a list met a set written before lists kept their
+    /// order): the greater kind wins, deterministically.
     @inline(__always)
     public mutating func merge(_ other: FieldState) {
         switch (self, other) {
@@ -27,10 +46,16 @@ public enum FieldState: Hashable, Sendable {
             self = .register(LWWRegister(value: nil, stamp: Stamp(hlc: .zero, replica: ReplicaID(0))))
             mine.merge(theirs)
             self = .set(mine)
-        case (.register, .set):
-            self = other
-        case (.set, .register):
-            break
+        case (.list(var mine), .list(let theirs)):
+            self = .register(LWWRegister(value: nil, stamp: Stamp(hlc: .zero, replica: ReplicaID(0))))
+            mine.merge(theirs)
+            self = .list(mine)
+        case (.text(var mine), .text(let theirs)):
+            self = .register(LWWRegister(value: nil, stamp: Stamp(hlc: .zero, replica: ReplicaID(0))))
+            mine.merge(theirs)
+            self = .text(mine)
+        default:
+            if other.kind > kind { self = other }
         }
     }
 
@@ -40,6 +65,8 @@ public enum FieldState: Hashable, Sendable {
         switch self {
         case .register(let register): return !version.covers(register.stamp)
         case .set(let set): return set.context.exceeds(version)
+        case .list(let list): return list.context.exceeds(version)
+        case .text(let text): return text.context.exceeds(version)
         }
     }
 
@@ -47,6 +74,8 @@ public enum FieldState: Hashable, Sendable {
         switch self {
         case .register(let register): return register.stamp.hlc
         case .set(let set): return set.context.maximumHLC
+        case .list(let list): return list.context.maximumHLC
+        case .text(let text): return text.context.maximumHLC
         }
     }
 }
@@ -66,14 +95,19 @@ public struct Field: Hashable, Sendable {
 public enum FieldProvenance: Hashable, Sendable {
     /// The winning write of a scalar field.
     case register(Stamp)
-    /// For a list field: each visible element with the add(s) that keep it, and the newest operation seen.
+    /// For a set field: each visible element with the add(s) that keep it, and the newest operation seen.
     case set(elements: [(ScalarValue, [Stamp])], latestOperation: HLC)
+    /// For a list or text field: its visible runs in order, each with the replica that inserted it (in
+    /// the run's id) and its values (a text's as one string), and the newest edit seen.
+    case runs([(run: SequenceRun, values: [ScalarValue])], latestOperation: HLC)
 
     public static func == (a: FieldProvenance, b: FieldProvenance) -> Bool {
         switch (a, b) {
         case let (.register(x), .register(y)): return x == y
         case let (.set(x, lx), .set(y, ly)):
             return lx == ly && x.count == y.count && zip(x, y).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
+        case let (.runs(x, lx), .runs(y, ly)):
+            return lx == ly && x.count == y.count && zip(x, y).allSatisfy { $0.run == $1.run && $0.values == $1.values }
         default: return false
         }
     }
@@ -84,6 +118,9 @@ public enum FieldProvenance: Hashable, Sendable {
         case let .set(elements, latest):
             hasher.combine(latest)
             for (value, dots) in elements { hasher.combine(value); hasher.combine(dots) }
+        case let .runs(runs, latest):
+            hasher.combine(latest)
+            for (run, values) in runs { hasher.combine(run); hasher.combine(values) }
         }
     }
 }
@@ -105,6 +142,8 @@ public struct RecordError: Error, Hashable, Sendable, CustomStringConvertible {
         case wrongZone
         /// `recreate` on a record that is not deleted.
         case notDeleted
+        /// A list or text splice past the end.
+        case outOfRange
     }
     public let code: Code
     public let message: String
@@ -194,20 +233,64 @@ public struct Record: Hashable, Sendable {
         }
     }
 
-    /// Adds an element to a list field (creating the field if needed).
+    /// At visible `position` of a list field, deletes `deleting` elements and inserts `inserting` (creating
+    /// the field if needed). - Throws: `RecordError(.fieldKindMismatch)` for a field of another kind,
+    /// `SequenceError` for a position past the end.
+    public mutating func splice(_ name: String, at position: Int, deleting: Int, inserting: [ScalarValue],
+                                stamp: Stamp) throws {
+        try checkWritable(name)
+        var list = ListState()
+        if let index = fieldIndex(name) {
+            guard case .list(let existing) = fields[index].state else {
+                throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a list field")
+            }
+            list = existing
+        }
+        try list.delete(from: position, length: deleting, stamp: stamp)
+        try list.insert(inserting, at: position, stamp: stamp)
+        setState(.list(list), of: name)
+    }
+
+    /// At `position` (in Unicode scalars) of a text field, deletes `deleting` characters and inserts
+    /// `inserting` (creating the field if needed).
+    public mutating func spliceText(_ name: String, at position: Int, deleting: Int, inserting: String,
+                                    stamp: Stamp) throws {
+        try checkWritable(name)
+        var text = TextState()
+        if let index = fieldIndex(name) {
+            guard case .text(let existing) = fields[index].state else {
+                throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a text field")
+            }
+            text = existing
+        }
+        try text.delete(from: position, length: deleting, stamp: stamp)
+        try text.insert(Array(inserting.unicodeScalars), at: position, stamp: stamp)
+        setState(.text(text), of: name)
+    }
+
+    private mutating func setState(_ state: FieldState, of name: String) {
+        if let index = fieldIndex(name) {
+            fields[index].state = state
+        } else {
+            let index = fields.firstIndex { compareBytes($0.name, name) > 0 } ?? fields.endIndex
+            fields.insert(Field(name: name, state: state), at: index)
+        }
+    }
+
+    /// Adds an element to a set field (creating the field if needed).
     public mutating func add(_ element: ScalarValue, to name: String, at stamp: Stamp) throws(RecordError) {
         try updateSet(name) { $0.add(element, at: stamp) }
     }
 
-    /// Removes an element from a list field; removing what was never seen changes only the causal context.
+    /// Removes an element from a set field; removing what was never seen changes only the causal context.
     public mutating func remove(_ element: ScalarValue, from name: String, at stamp: Stamp) throws(RecordError) {
         try updateSet(name) { $0.remove(element, at: stamp) }
     }
 
-    /// Applies an OR-set operation to a list field, creating the field if needed.
+    /// Applies an OR-set operation to a set field, creating the field if needed.
     private mutating func updateSet(_ name: String, _ operation: (inout ORSet) -> Void) throws(RecordError) {
         try checkWritable(name)
-        try update(name, kind: "list") { state in
+        try update(name, kind: "set") { state in
             var set = ORSet()
             if let state {
                 guard case .set(let existing) = state else { return nil }
@@ -364,6 +447,14 @@ public struct Record: Hashable, Sendable {
         case .set(let set):
             let elements = set.elements.map { ($0, set.dots(of: $0)) }
             return .set(elements: elements, latestOperation: set.latestOperation)
+        case .list(let list):
+            return .runs(list.visibleRuns.map { ($0.run, Array($0.values)) }, latestOperation: list.latestOperation)
+        case .text(let text):
+            return .runs(text.visibleRuns.map { run in
+                var characters = String.UnicodeScalarView()
+                characters.append(contentsOf: run.values)
+                return (run.run, [ScalarValue.string(String(characters))])
+            }, latestOperation: text.latestOperation)
         }
     }
 

@@ -8,7 +8,8 @@
 ///
 /// - Setting a scalar to the value it already has, clearing what is already clear, removing elements
 ///   that are not there and setting the parent it already has change nothing: no stamp, no write.
-/// - List edits work in bulk: adding or removing n elements of a list of m costs O((n + m) log(n + m)).
+/// - Set edits work in bulk: adding or removing n elements of a set of m costs O((n + m) log(n + m)).
+/// - List and text edits are splices; a whole new value becomes the fewest splices (`SequenceDiff`).
 ///
 /// ```swift
 /// var edit = try RecordEdit(editing: stored)
@@ -72,7 +73,7 @@ public struct RecordEdit: Sendable {
     public mutating func set(_ name: String, to value: ScalarValue?, at stamp: Stamp) throws(RecordError) {
         try checkWritable(name)
         switch current(name) {
-        case .set?:
+        case .set?, .list?, .text?:
             throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a scalar field")
         case .register(let register)?:
             if register.value == value { return }
@@ -83,22 +84,24 @@ public struct RecordEdit: Sendable {
         changed = true
     }
 
-    /// Adds elements to a list field (creating it), each with the dot `stamp`, replacing the dots seen.
-    public mutating func add(_ elements: [ScalarValue], to name: String, at stamp: Stamp) throws(RecordError) {
+    // MARK: Sets (add-wins, `*_SET`)
+
+    /// Adds elements to a set field (creating it), each with the dot `stamp`, replacing the dots seen.
+    public mutating func addToSet(_ elements: [ScalarValue], to name: String, at stamp: Stamp) throws(RecordError) {
         try editSet(name, removing: [], adding: elements, at: stamp)
     }
 
-    /// Removes elements from a list field as observed here; elements not in it are ignored.
-    public mutating func remove(_ elements: [ScalarValue], from name: String, at stamp: Stamp) throws(RecordError) {
+    /// Removes elements from a set field as observed here; elements not in it are ignored.
+    public mutating func removeFromSet(_ elements: [ScalarValue], from name: String, at stamp: Stamp) throws(RecordError) {
         try editSet(name, removing: elements, adding: [], at: stamp)
     }
 
-    /// Makes a list field hold exactly `elements`: the missing ones are added, the others removed.
-    public mutating func setList(_ name: String, to elements: [ScalarValue], at stamp: Stamp) throws(RecordError) {
+    /// Makes a set field hold exactly `elements`: the missing ones are added, the others removed.
+    public mutating func setSet(_ name: String, to elements: [ScalarValue], at stamp: Stamp) throws(RecordError) {
         try checkWritable(name)
         guard case .set(let set)? = current(name) else {
-            if case .register? = current(name) {
-                throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a list field")
+            if current(name) != nil {
+                throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a set field")
             }
             try editSet(name, removing: [], adding: elements, at: stamp)
             return
@@ -116,12 +119,100 @@ public struct RecordEdit: Sendable {
         try editSet(name, removing: removing, adding: adding, at: stamp)
     }
 
-    /// Clears a field: a scalar becomes nil, a list loses every element.
+    // MARK: Lists (ordered, duplicates kept: CloudKit's `*_LIST`)
+
+    /// At visible `position` of a list field (created when missing), deletes `deleting` elements and
+    /// inserts `inserting`. - Throws: `RecordError(.outOfRange)` past the end.
+    public mutating func splice(_ name: String, at position: Int, deleting: Int, inserting: [ScalarValue],
+                                at stamp: Stamp) throws(RecordError) {
+        var list = try currentList(name)
+        try Self.splice(&list, name, position, deleting, inserting, stamp)
+        if deleting == 0 && inserting.isEmpty { return }
+        fields[name] = .list(list)
+        changed = true
+    }
+
+    /// Makes a list field hold exactly `elements`, in that order, by the fewest splices
+    /// (`SequenceDiff`), so elements others inserted concurrently elsewhere stay. A field written before
+    /// lists kept their order (a set) is replaced by the list.
+    public mutating func setList(_ name: String, to elements: [ScalarValue], at stamp: Stamp) throws(RecordError) {
+        var list = try currentList(name)
+        let splices = SequenceDiff.splices(from: list.elements, to: elements)
+        guard !splices.isEmpty || current(name) == nil else { return }
+        for splice in splices { try Self.splice(&list, name, splice.position, splice.deleted, splice.inserted, stamp) }
+        fields[name] = .list(list)
+        changed = true
+    }
+
+    /// Appends to a list field the elements it does not hold yet (in the order given, once each).
+    public mutating func add(_ elements: [ScalarValue], to name: String, at stamp: Stamp) throws(RecordError) {
+        var list = try currentList(name)
+        var present = Set(list.elements)
+        var appended: [ScalarValue] = []
+        for element in elements where !present.contains(element) {
+            present.insert(element)
+            appended.append(element)
+        }
+        guard !appended.isEmpty else { return }
+        try Self.splice(&list, name, list.count, 0, appended, stamp)
+        fields[name] = .list(list)
+        changed = true
+    }
+
+    /// Deletes every occurrence of `elements` from a list field; elements not in it are ignored.
+    public mutating func remove(_ elements: [ScalarValue], from name: String, at stamp: Stamp) throws(RecordError) {
+        var list = try currentList(name)
+        let removed = Set(elements)
+        let values = list.elements
+        var deletedAny = false
+        // From the end, so earlier positions stay put.
+        var index = values.count - 1
+        while index >= 0 {
+            guard removed.contains(values[index]) else { index -= 1; continue }
+            var start = index
+            while start > 0 && removed.contains(values[start - 1]) { start -= 1 }
+            try Self.splice(&list, name, start, index - start + 1, [], stamp)
+            deletedAny = true
+            index = start - 1
+        }
+        guard deletedAny else { return }
+        fields[name] = .list(list)
+        changed = true
+    }
+
+    // MARK: Texts (merged character by character, `TEXT`)
+
+    /// At `position` (Unicode scalars) of a text field (created when missing), deletes `deleting`
+    /// characters and inserts `inserting`. - Throws: `RecordError(.outOfRange)` past the end.
+    public mutating func spliceText(_ name: String, at position: Int, deleting: Int, inserting: String,
+                                    at stamp: Stamp) throws(RecordError) {
+        var text = try currentText(name)
+        let scalars = Array(inserting.unicodeScalars)
+        try Self.splice(&text, name, position, deleting, scalars, stamp)
+        if deleting == 0 && scalars.isEmpty && current(name) != nil { return }
+        fields[name] = .text(text)
+        changed = true
+    }
+
+    /// Makes a text field read `value` by the fewest splices (`SequenceDiff` on Unicode scalars), so
+    /// concurrent edits elsewhere in the text stay.
+    public mutating func setText(_ name: String, to value: String, at stamp: Stamp) throws(RecordError) {
+        var text = try currentText(name)
+        let splices = SequenceDiff.splices(from: text.elements, to: Array(value.unicodeScalars))
+        guard !splices.isEmpty || current(name) == nil else { return }
+        for splice in splices { try Self.splice(&text, name, splice.position, splice.deleted, splice.inserted, stamp) }
+        fields[name] = .text(text)
+        changed = true
+    }
+
+    /// Clears a field: a scalar becomes nil, a set, list or text loses every element.
     public mutating func clear(_ name: String, at stamp: Stamp) throws(RecordError) {
         try checkWritable(name)
         switch current(name) {
         case .register?: try set(name, to: nil, at: stamp)
         case .set(let set)?: try editSet(name, removing: set.elements, adding: [], at: stamp)
+        case .list(let list)?: if list.count > 0 { try splice(name, at: 0, deleting: list.count, inserting: [], at: stamp) }
+        case .text(let text)?: if text.count > 0 { try spliceText(name, at: 0, deleting: text.count, inserting: "", at: stamp) }
         case nil: break
         }
     }
@@ -195,13 +286,46 @@ public struct RecordEdit: Sendable {
         return readsBase ? base?.fieldState(name) : nil
     }
 
+    /// The list a list edit starts from: the field's, or a new one (also in place of a set written before
+    /// lists kept their order). - Throws: `.fieldKindMismatch` for a scalar or text field.
+    private func currentList(_ name: String) throws(RecordError) -> ListState {
+        try checkWritable(name)
+        switch current(name) {
+        case .list(let list)?: return list
+        case .set?, nil: return ListState()
+        case .register?, .text?:
+            throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a list field")
+        }
+    }
+
+    private func currentText(_ name: String) throws(RecordError) -> TextState {
+        try checkWritable(name)
+        switch current(name) {
+        case .text(let text)?: return text
+        case nil: return TextState()
+        case .register?, .set?, .list?:
+            throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a text field")
+        }
+    }
+
+    private static func splice<Element: Hashable & Sendable>(_ sequence: inout SequenceState<Element>, _ name: String,
+                                                             _ position: Int, _ deleting: Int, _ inserting: [Element],
+                                                             _ stamp: Stamp) throws(RecordError) {
+        do {
+            try sequence.delete(from: position, length: deleting, stamp: stamp)
+            try sequence.insert(inserting, at: position, stamp: stamp)
+        } catch {
+            throw RecordError(code: .outOfRange, message: "field \(name): \(error.message)")
+        }
+    }
+
     private mutating func editSet(_ name: String, removing removed: [ScalarValue], adding added: [ScalarValue],
                                   at stamp: Stamp) throws(RecordError) {
         try checkWritable(name)
         var set = ORSet()
         switch current(name) {
-        case .register?:
-            throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a list field")
+        case .register?, .list?, .text?:
+            throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a set field")
         case .set(let existing)?:
             set = existing
         case nil:

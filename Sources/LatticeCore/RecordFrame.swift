@@ -166,14 +166,14 @@ public struct RecordFrame: Hashable, Sendable {
         }
     }
 
-    /// Every field's name and whether it is a list (set), in name order.
-    func fieldKinds() -> [(name: String, isSet: Bool)] {
+    /// Every field's name and kind (0 register, 1 set, 2 list, 3 text), in name order.
+    func fieldKinds() -> [(name: String, kind: UInt8)] {
         withFrame { frame in
             fieldOffsets(frame).map { offset in
                 var cursor = ByteCursor(frame, at: offset)
                 let range = cursor.string()
                 let kind = cursor.u8()
-                return (String(decoding: UnsafeRawBufferPointer(rebasing: frame[range]), as: UTF8.self), kind == 1)
+                return (String(decoding: UnsafeRawBufferPointer(rebasing: frame[range]), as: UTF8.self), kind)
             }
         }
     }

@@ -4,9 +4,9 @@
 public struct RecordFrameShape: Hashable, Sendable {
     /// Fields of the record.
     public let fieldCount: Int
-    /// Elements (set entries) of its largest list field; 0 when it has none.
+    /// Elements (set entries, a list's visible elements) of its largest set or list field; 0 when it has none.
     public let largestListCount: Int
-    /// Replicas in the largest causal context of its list fields; 0 when it has none. A context costs a
+    /// Replicas in the largest causal context of its set, list and text fields; 0 when it has none. A context costs a
     /// join work as its entries do, so the server bounds both (JSON counts a context as an array too).
     public let largestContextCount: Int
 
@@ -39,6 +39,12 @@ extension RecordFrame {
                         set.offset += 8
                     }
                     largest = max(largest, Int(set.varint()))
+                } else if kind == 2 || kind == 3 { // list or text: its context, and a list's visible elements
+                    var sequence = ByteCursor(frame, at: payload)
+                    largestContext = max(largestContext, Int(sequence.varint()))
+                    sequence.offset = payload
+                    let visible = SequenceCodecLayout.skipToValues(&sequence)
+                    if kind == 2 { largest = max(largest, visible) }
                 }
                 cursor.offset = payload + length
             }

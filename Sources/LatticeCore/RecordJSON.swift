@@ -150,6 +150,10 @@ extension FieldValue {
             return .object(["value": value.cloudKitJSON, "type": .string(value.type.cloudKitName)])
         case .list(let type, let elements):
             return .object(["value": .array(elements.map(\.cloudKitJSON)), "type": .string(type.cloudKitName + "_LIST")])
+        case .set(let type, let elements):
+            return .object(["value": .array(elements.map(\.cloudKitJSON)), "type": .string(type.cloudKitName + "_SET")])
+        case .text(let text):
+            return .object(["value": .string(text), "type": .string("TEXT")])
         }
     }
 
@@ -160,8 +164,14 @@ extension FieldValue {
         }
         let typeName = object["type"]?.stringValue ?? FieldValue.inferredType(value)
         guard let typeName else { throw RecordJSONError(path: path, message: "missing \"type\"") }
-        if typeName.hasSuffix("_LIST") {
-            guard let type = ValueType(cloudKitName: String(typeName.dropLast(5))) else {
+        if typeName == "TEXT" {
+            guard let text = value.stringValue else {
+                throw RecordJSONError(path: path + ".value", message: "expected a string for TEXT")
+            }
+            self = .text(text)
+        } else if typeName.hasSuffix("_LIST") || typeName.hasSuffix("_SET") {
+            let isSet = typeName.hasSuffix("_SET")
+            guard let type = ValueType(cloudKitName: String(typeName.dropLast(isSet ? 4 : 5))) else {
                 throw RecordJSONError(path: path + ".type", message: "unknown type \(typeName)")
             }
             guard let array = value.arrayValue else {
@@ -171,7 +181,7 @@ extension FieldValue {
             for (index, element) in array.enumerated() {
                 elements.append(try ScalarValue(cloudKitJSON: element, type: type, path: "\(path).value[\(index)]"))
             }
-            self = .list(type, elements)
+            self = isSet ? .set(type, elements) : .list(type, elements)
         } else {
             guard let type = ValueType(cloudKitName: typeName) else {
                 throw RecordJSONError(path: path + ".type", message: "unknown type \(typeName)")
@@ -287,8 +297,10 @@ extension Record {
                     object["value"] = .null
                 }
                 fieldsJSON[field.name] = .object(object)
+            case .list, .text:
+                fieldsJSON[field.name] = field.state.sequenceJSON
             case .set(let set):
-                guard case .list(let type, let elements)? = field.state.value else { continue }
+                guard case .set(let type, let elements)? = field.state.value else { continue }
                 let entries: [JSON] = set.entries.map { entry in
                     var object: [String: JSON] = ["value": entry.element.cloudKitJSON, "stamp": entry.dot.json]
                     if entry.element.type != type { object["type"] = .string(entry.element.type.cloudKitName) }
@@ -296,7 +308,7 @@ extension Record {
                 }
                 fieldsJSON[field.name] = .object([
                     "value": .array(elements.map(\.cloudKitJSON)),
-                    "type": .string(type.cloudKitName + "_LIST"),
+                    "type": .string(type.cloudKitName + "_SET"),
                     "crdt": .object(["entries": .array(entries), "context": set.context.json]),
                 ])
             }
@@ -390,10 +402,14 @@ extension Record {
                     value = scalar
                 }
                 fields.append(Field(name: name, state: .register(LWWRegister(value: value, stamp: stamp))))
+            } else if fieldCRDT["runs"] != nil {
+                fields.append(Field(name: name, state: try FieldState(sequenceJSON: fieldObject, path: path)))
             } else {
-                guard let typeName = fieldObject["type"]?.stringValue, typeName.hasSuffix("_LIST"),
-                      let listType = ValueType(cloudKitName: String(typeName.dropLast(5))) else {
-                    throw fail(path + ".type", "a list field needs a _LIST type")
+                // A set (`_SET`; `_LIST` from clients written before lists kept their order).
+                guard let typeName = fieldObject["type"]?.stringValue,
+                      typeName.hasSuffix("_SET") || typeName.hasSuffix("_LIST"),
+                      let listType = ValueType(cloudKitName: String(typeName.dropLast(typeName.hasSuffix("_SET") ? 4 : 5))) else {
+                    throw fail(path + ".type", "a set field needs a _SET type")
                 }
                 guard let entriesJSON = fieldCRDT["entries"]?.arrayValue, let contextJSON = fieldCRDT["context"] else {
                     throw fail(path + ".crdt", "expected entries and context")
@@ -534,8 +550,14 @@ extension Record {
                     comma(); key("value"); out.append(contentsOf: "null".utf8)
                 }
                 out.append(UInt8(ascii: "}"))
+            case .list, .text:
+                if !first { comma() }
+                first = false
+                JSON.writeString(field.name, into: &out)
+                out.append(UInt8(ascii: ":"))
+                field.state.sequenceJSON.write(into: &out)
             case .set(let set):
-                guard case .list(let type, let elements)? = field.state.value else { continue }
+                guard case .set(let type, let elements)? = field.state.value else { continue }
                 if !first { comma() }
                 first = false
                 JSON.writeString(field.name, into: &out)
@@ -558,7 +580,7 @@ extension Record {
                     out.append(UInt8(ascii: "}"))
                 }
                 out.append(contentsOf: [UInt8(ascii: "]"), UInt8(ascii: "}")])
-                comma(); key("type"); JSON.writeString(type.cloudKitName + "_LIST", into: &out)
+                comma(); key("type"); JSON.writeString(type.cloudKitName + "_SET", into: &out)
                 comma(); key("value"); out.append(UInt8(ascii: "["))
                 for (index, element) in elements.enumerated() {
                     if index > 0 { comma() }
@@ -596,5 +618,101 @@ extension Stamp {
         }
         out.append(contentsOf: hex)
         out.append(contentsOf: #""}"#.utf8)
+    }
+}
+
+// MARK: - Lists and texts
+
+extension FieldState {
+    /// A list or text field's JSON form: `{"crdt": {"context": [stamps], "runs": [[replica, counter, length,
+    /// parentReplica, parentCounter, deleted], ...]}, "type": "T_LIST" | "TEXT", "value": [...] | "..."}`.
+    /// `runs` are the elements in document order, tombstones included (Merge.md §10); `value` the visible
+    /// ones. A list whose elements are not all of the first's type says each one's in `crdt.types`.
+    var sequenceJSON: JSON {
+        func runsJSON(_ runs: [SequenceRun]) -> JSON {
+            .array(runs.map { run in
+                .array([.string(run.id.replica.description), .int(Int64(run.id.counter)), .int(Int64(run.length)),
+                        run.parent.map { .string($0.replica.description) } ?? .null,
+                        run.parent.map { .int(Int64($0.counter)) } ?? .null, .int(run.deleted ? 1 : 0)])
+            })
+        }
+        switch self {
+        case .list(let list):
+            let elements = list.elements
+            let type = elements.first?.type ?? .string
+            var crdt: [String: JSON] = ["context": list.context.json, "runs": runsJSON(list.runs)]
+            if elements.contains(where: { $0.type != type }) {
+                crdt["types"] = .array(elements.map { .string($0.type.cloudKitName) })
+            }
+            return .object(["crdt": .object(crdt), "type": .string(type.cloudKitName + "_LIST"),
+                            "value": .array(elements.map(\.cloudKitJSON))])
+        case .text(let text):
+            return .object(["crdt": .object(["context": text.context.json, "runs": runsJSON(text.runs)]),
+                            "type": .string("TEXT"), "value": .string(text.text)])
+        case .register, .set:
+            preconditionFailure("sequenceJSON of a register or set")
+        }
+    }
+
+    /// Parses `sequenceJSON`, checked as the binary form is (canonical runs in the tree's order).
+    init(sequenceJSON object: [String: JSON], path: String) throws(RecordJSONError) {
+        func fail(_ suffix: String, _ message: String) -> RecordJSONError { RecordJSONError(path: path + suffix, message: message) }
+        guard let crdt = object["crdt"]?.objectValue, let runsJSON = crdt["runs"]?.arrayValue,
+              let contextJSON = crdt["context"], let typeName = object["type"]?.stringValue else {
+            throw fail(".crdt", "expected context, runs and type")
+        }
+        let context = try VersionVector(json: contextJSON, path: path + ".crdt.context")
+        var runs: [SequenceRun] = []
+        runs.reserveCapacity(runsJSON.count)
+        for (index, runJSON) in runsJSON.enumerated() {
+            guard let parts = runJSON.arrayValue, parts.count == 6,
+                  let replicaHex = parts[0].stringValue, let replica = ReplicaID(hex: replicaHex),
+                  let counter = parts[1].intValue, counter >= 1, let length = parts[2].intValue, length >= 1,
+                  let deleted = parts[5].intValue, deleted == 0 || deleted == 1 else {
+                throw fail(".crdt.runs[\(index)]", "expected [replica, counter, length, parentReplica, parentCounter, deleted]")
+            }
+            var parent: SequenceID?
+            if parts[3] != .null || parts[4] != .null {
+                guard let hex = parts[3].stringValue, let parentReplica = ReplicaID(hex: hex),
+                      let parentCounter = parts[4].intValue, parentCounter >= 1 else {
+                    throw fail(".crdt.runs[\(index)]", "a parent is a replica and a counter, or two nulls")
+                }
+                parent = SequenceID(counter: UInt64(parentCounter), replica: parentReplica)
+            }
+            runs.append(SequenceRun(id: SequenceID(counter: UInt64(counter), replica: replica), length: Int(length),
+                                    parent: parent, deleted: deleted == 1))
+        }
+        if typeName == "TEXT" {
+            guard let text = object["value"]?.stringValue else { throw fail(".value", "expected a string for TEXT") }
+            do throws(CodecError) {
+                self = .text(try TextState(context: context, runs: runs, values: Array(text.unicodeScalars)))
+            } catch {
+                throw fail(".crdt.runs", error.description)
+            }
+            return
+        }
+        guard typeName.hasSuffix("_LIST"), let type = ValueType(cloudKitName: String(typeName.dropLast(5))),
+              let array = object["value"]?.arrayValue else {
+            throw fail(".type", "a list or text field has a T_LIST or TEXT type and its value")
+        }
+        let types = crdt["types"]?.arrayValue
+        if let types, types.count != array.count { throw fail(".crdt.types", "one type per value") }
+        var values: [ScalarValue] = []
+        values.reserveCapacity(array.count)
+        for (index, element) in array.enumerated() {
+            var elementType = type
+            if let types {
+                guard let name = types[index].stringValue, let explicit = ValueType(cloudKitName: name) else {
+                    throw fail(".crdt.types[\(index)]", "unknown type")
+                }
+                elementType = explicit
+            }
+            values.append(try ScalarValue(cloudKitJSON: element, type: elementType, path: "\(path).value[\(index)]"))
+        }
+        do throws(CodecError) {
+            self = .list(try ListState(context: context, runs: runs, values: values))
+        } catch {
+            throw fail(".crdt.runs", error.description)
+        }
     }
 }

@@ -106,8 +106,8 @@ extension Record {
         return state.record()
     }
 
-    /// One field: a register (`crdt.stamp`) or a list (`crdt.entries` and `crdt.context`), as
-    /// `Record(cloudKitJSON:)` reads it; nil for anything it would refuse or a cap.
+    /// One field: a register (`crdt.stamp`) or a set (`crdt.entries` and `crdt.context`), as
+    /// `Record(cloudKitJSON:)` reads it; nil for anything it would refuse or a cap, and for a list or text.
     private static func readField(_ name: String, _ reader: inout JSONReader, caps: RecordStateCaps) throws -> Field? {
         guard Names.isValid(name, kind: .fieldName), reader.next == UInt8(ascii: "{") else { return nil }
         var value: JSON?, type: JSON?
@@ -168,8 +168,10 @@ extension Record {
                   let scalar = try? ScalarValue(cloudKitJSON: value, type: valueType, path: "") else { return nil }
             return Field(name: name, state: .register(LWWRegister(value: scalar, stamp: stamp)))
         }
-        guard let typeName = type?.stringValue, typeName.hasSuffix("_LIST"),
-              let listType = ValueType(cloudKitName: String(typeName.dropLast(5))),
+        // A set (`_SET`; `_LIST` from clients written before lists kept their order). A list or text
+        // (`crdt.runs`) is left to the tree read.
+        guard let typeName = type?.stringValue, typeName.hasSuffix("_SET") || typeName.hasSuffix("_LIST"),
+              let listType = ValueType(cloudKitName: String(typeName.dropLast(typeName.hasSuffix("_SET") ? 4 : 5))),
               let entries, let context, contextValid else { return nil }
         var elements: [ORSet.Entry] = []
         elements.reserveCapacity(entries.count)

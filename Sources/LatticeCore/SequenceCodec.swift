@@ -85,7 +85,11 @@ extension ScalarValue: SequenceElement {
 /// of it (rebuilding the order from the tree), so `encode(decode(bytes)) == bytes`.
 extension SequenceState where Element: SequenceElement {
     func encode(into writer: inout BinaryWriter) {
-        let runs = self.runs
+        Self.write(context: context, runs: runs, values: elements, into: &writer)
+    }
+
+    /// Writes the binary form of a state given by its parts (not checked: the decoder checks).
+    static func write(context: VersionVector, runs: [SequenceRun], values: [Element], into writer: inout BinaryWriter) {
         writer.versionVector(context)
         let replicas = Array(Set(runs.map(\.id.replica.rawValue)).union(runs.compactMap { $0.parent?.replica.rawValue })).sorted()
         var index: [UInt64: Int] = [:]
@@ -112,7 +116,14 @@ extension SequenceState where Element: SequenceElement {
                 writer.u8(flags)
             }
         }
-        Element.writeValues(elements, into: &writer)
+        Element.writeValues(values, into: &writer)
+    }
+
+    /// A state from its parts (a field's JSON form), checked exactly as its binary form is.
+    init(context: VersionVector, runs: [SequenceRun], values: [Element]) throws(CodecError) {
+        var writer = BinaryWriter(capacity: 64 + runs.count * 8 + values.count * 2)
+        Self.write(context: context, runs: runs, values: values, into: &writer)
+        try self.init(validating: writer.finish())
     }
 
     func encodedBytes() -> [UInt8] {
@@ -242,4 +253,30 @@ extension SequenceState where Element == ScalarValue {
     public func encoded() -> [UInt8] { encodedBytes() }
     /// Reads a canonical binary form, or throws saying what is wrong.
     public init(decoding bytes: [UInt8]) throws(CodecError) { try self.init(validating: bytes) }
+}
+
+/// Reads of a validated sequence payload without decoding it (frame walks).
+enum SequenceCodecLayout {
+    /// Moves `cursor` from the start of a sequence payload past its context, replicas and runs, to its
+    /// values; returns how many visible elements those values are.
+    static func skipToValues(_ cursor: inout ByteCursor) -> Int {
+        for _ in 0..<cursor.varint() { // the context
+            _ = cursor.varint()
+            cursor.offset += 8
+        }
+        cursor.offset += 8 * Int(cursor.varint()) // the replicas
+        var visible = 0
+        for _ in 0..<cursor.varint() {
+            _ = cursor.varint()
+            _ = cursor.varint()
+            let length = Int(cursor.varint())
+            let flags = cursor.u8()
+            if flags >> 1 == 2 {
+                _ = cursor.varint()
+                _ = cursor.varint()
+            }
+            if flags & 1 == 0 { visible += length }
+        }
+        return visible
+    }
 }

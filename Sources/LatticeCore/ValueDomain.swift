@@ -55,9 +55,11 @@ extension FieldValue {
     public var domainViolation: String? {
         switch self {
         case .scalar(let value): return value.domainViolation
-        case .list(let type, let elements):
+        case .list(let type, let elements), .set(let type, let elements):
             guard type == .timestamp || type == .location else { return nil }
             for element in elements { if let violation = element.domainViolation { return violation } }
+            return nil
+        case .text:
             return nil
         }
     }
@@ -104,7 +106,8 @@ extension RecordFrame {
     }
 
     /// Calls `visit` with each field's name (the payload range of its string) and a cursor at each value it
-    /// holds (a register's value; each entry of a set), which `visit` must read past; stops when it answers false.
+    /// holds (a register's value; each entry of a set; each visible element of a list), which `visit` must
+    /// read past; stops when it answers false.
     static func walkValues(_ frame: UnsafeRawBufferPointer, _ visit: (Range<Int>, inout ByteCursor) -> Bool) {
         let header = FrameHeader(frame)
         var cursor = ByteCursor(frame, at: header.fieldsStart)
@@ -128,7 +131,13 @@ extension RecordFrame {
                     guard visit(name, &inner) else { return }
                     _ = inner.stamp()
                 }
+            } else if kind == 2 { // a list: its context, replicas and runs, then its visible values in order
+                let visible = SequenceCodecLayout.skipToValues(&inner)
+                for _ in 0..<visible {
+                    guard visit(name, &inner) else { return }
+                }
             }
+            // A text (kind 3) holds characters, not values: nothing to visit.
             cursor.offset = payload + length
         }
     }

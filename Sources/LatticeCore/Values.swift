@@ -233,9 +233,13 @@ public enum ScalarValue: Hashable, Sendable, Comparable {
 /// What a field holds as seen by an application: one scalar, or a list (the visible elements of an OR-set).
 public enum FieldValue: Hashable, Sendable {
     case scalar(ScalarValue)
-    /// A list field's elements in their deterministic order (ascending `ScalarValue` order), and the
-    /// element type (needed to name an empty list's CloudKit type).
+    /// A list field's elements in their order, duplicates kept (CloudKit's `*_LIST`), and the element
+    /// type (needed to name an empty list's CloudKit type).
     case list(ValueType, [ScalarValue])
+    /// An add-wins set's elements, each once, in ascending `ScalarValue` order (`*_SET`).
+    case set(ValueType, [ScalarValue])
+    /// A text merged character by character (`TEXT`).
+    case text(String)
 
     public static func string(_ s: String) -> FieldValue { .scalar(.string(s)) }
     public static func int64(_ i: Int64) -> FieldValue { .scalar(.int64(i)) }
@@ -246,6 +250,8 @@ public enum FieldValue: Hashable, Sendable {
         switch self {
         case .scalar(let v): return v.type.cloudKitName
         case .list(let t, _): return t.cloudKitName + "_LIST"
+        case .set(let t, _): return t.cloudKitName + "_SET"
+        case .text: return "TEXT"
         }
     }
 }

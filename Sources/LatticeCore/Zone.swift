@@ -545,7 +545,7 @@ public struct ZoneState: Hashable, Sendable {
                 let field = RawField(p, at: i)
                 i = field.end
                 var isNew: Bool
-                if field.isSet {
+                if field.kind != 0 { // a set, list or text: its payload starts with its context
                     var j = field.payload
                     let entries = Int(truncatingIfNeeded: Raw.varint(p, &j))
                     isNew = false

@@ -540,7 +540,8 @@ extension Assets {
                 let assets: [AssetValue]
                 switch value {
                 case .scalar(.asset(let asset)): assets = [asset]
-                case .list(_, let elements): assets = elements.compactMap { if case .asset(let a) = $0 { a } else { nil } }
+                case .list(_, let elements), .set(_, let elements):
+                    assets = elements.compactMap { if case .asset(let a) = $0 { a } else { nil } }
                 default: assets = []
                 }
                 guard !assets.isEmpty else {
@@ -618,7 +619,7 @@ extension Assets {
                 guard case .object(var rendered)? = field["value"] else { continue }
                 rendered["downloadURL"] = .string(try downloadURL(asset, zoneRowID: zoneRowID, recordName: record.id.recordName, reader: links.reader))
                 field["value"] = .object(rendered)
-            case .list(.asset, let elements):
+            case .list(.asset, let elements), .set(.asset, let elements):
                 field["value"] = .array(try elements.map { element in
                     guard case .asset(let asset) = element else { return element.cloudKitJSON }
                     var rendered: [String: JSON] = ["fileChecksum": .string(asset.fileChecksum), "size": .int(asset.size)]

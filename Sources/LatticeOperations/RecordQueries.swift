@@ -171,8 +171,11 @@ struct QueryFilter {
             guard case .scalar(.string(let text)) = field, case .scalar(.string(let prefix)) = value else { return false }
             return text.utf8.starts(with: prefix.utf8) == (comparator == .beginsWith)
         case .listContains, .notListContains:
-            guard case .list(_, let elements) = field, case .scalar(let element) = value else { return false }
-            return elements.contains(element) == (comparator == .listContains)
+            guard case .scalar(let element) = value else { return false }
+            switch field {
+            case .list(_, let elements), .set(_, let elements): return elements.contains(element) == (comparator == .listContains)
+            default: return false
+            }
         case .in, .notIn:
             guard case .scalar(let scalar) = field, case .list = value else { return false }
             return candidates.contains(scalar) == (comparator == .in)
@@ -212,14 +215,27 @@ struct QueryPosition {
         case (nil, _): return 1
         case (_, nil): return -1
         case let (.scalar(x)?, .scalar(y)?): return ScalarValue.compare(x, y)
-        case (.scalar?, .list?): return -1
-        case (.list?, .scalar?): return 1
-        case let (.list(_, x)?, .list(_, y)?):
-            for (p, q) in zip(x, y) {
-                let order = ScalarValue.compare(p, q)
-                if order != 0 { return order }
+        case let (a?, b?):
+            // Scalars, then texts (as strings), then lists and sets (element by element).
+            func rank(_ value: FieldValue) -> Int {
+                switch value {
+                case .scalar: return 0
+                case .text: return 1
+                case .list, .set: return 2
+                }
             }
-            return x.count == y.count ? 0 : (x.count < y.count ? -1 : 1)
+            if rank(a) != rank(b) { return rank(a) < rank(b) ? -1 : 1 }
+            switch (a, b) {
+            case let (.text(x), .text(y)): return ScalarValue.compare(.string(x), .string(y))
+            case let (.list(_, x), .list(_, y)), let (.list(_, x), .set(_, y)), let (.set(_, x), .list(_, y)),
+                 let (.set(_, x), .set(_, y)):
+                for (p, q) in zip(x, y) {
+                    let order = ScalarValue.compare(p, q)
+                    if order != 0 { return order }
+                }
+                return x.count == y.count ? 0 : (x.count < y.count ? -1 : 1)
+            default: return 0
+            }
         }
     }
 

@@ -605,21 +605,40 @@ public struct Records: Sendable {
     }
 
     /// One field of a plain update:
-    /// - `{"value": v, "type": T}` sets a scalar, or makes a list hold exactly the given elements;
+    /// - `{"value": v, "type": T}` sets a scalar; makes a list (`T_LIST`) or text (`TEXT`) read exactly
+    ///   the value by the fewest splices, so concurrent edits elsewhere in it stay; makes a set (`T_SET`)
+    ///   hold exactly the given elements;
     /// - `{"value": null}` clears the field;
-    /// - `{"add": [...], "remove": [...], "type": "T_LIST"}` adds and removes list elements.
+    /// - `{"add": [...], "remove": [...], "type": "T_SET"}` adds and removes set elements; with `T_LIST`,
+    ///   appends the elements the list does not hold and deletes every occurrence of the removed ones;
+    /// - `{"splices": [[position, deleteCount, inserted], ...], "type": "TEXT" | "T_LIST"}` edits a text
+    ///   (inserted: a string) or list (inserted: an array) in place, one splice after another (each
+    ///   position counts in the value the splices before it left; Unicode scalars for a text).
     private func applyFieldEdit(_ name: String, _ json: JSON, to edit: inout RecordEdit, path: String,
                                 recordName: String) throws {
         guard let object = json.objectValue else { throw ServiceError.badRequest("\(path) must be an object") }
+        if let splices = object["splices"] {
+            guard object["value"] == nil, object["add"] == nil, object["remove"] == nil else {
+                throw ServiceError.badRequest("\(path): give value, add/remove, or splices, not two of them")
+            }
+            try applySplices(splices, name: name, type: object["type"], to: &edit, path: path, recordName: recordName)
+            return
+        }
         if object["add"] != nil || object["remove"] != nil {
             guard object["value"] == nil else { throw ServiceError.badRequest("\(path): give value, or add/remove, not both") }
-            let type = try listElementType(object, path: path)
-            try edit.remove(try listElements(object["remove"], type: type, path: path + ".remove"), from: name, at: tick())
+            let (type, isSet) = try listElementType(object, path: path)
+            let removed = try listElements(object["remove"], type: type, path: path + ".remove")
             let added = try listElements(object["add"], type: type, path: path + ".add")
             if let violation = FieldValue.list(type, added).domainViolation {
                 throw ServiceError.badRequest("record \(recordName) field \(name) (\(path).add): \(violation)")
             }
-            try edit.add(added, to: name, at: tick())
+            if isSet {
+                try edit.removeFromSet(removed, from: name, at: tick())
+                try edit.addToSet(added, to: name, at: tick())
+            } else {
+                try edit.remove(removed, from: name, at: tick())
+                try edit.add(added, to: name, at: tick())
+            }
             return
         }
         guard let value = object["value"] else { throw ServiceError.badRequest("\(path).value is missing") }
@@ -636,21 +655,59 @@ public struct Records: Sendable {
             try edit.set(name, to: scalar, at: tick())
         case .list(_, let elements):
             try edit.setList(name, to: elements, at: tick())
+        case .set(_, let elements):
+            try edit.setSet(name, to: elements, at: tick())
+        case .text(let text):
+            try edit.setText(name, to: text, at: tick())
         }
     }
 
-    private func listElementType(_ object: [String: JSON], path: String) throws -> ValueType {
-        if let typeName = object["type"]?.stringValue {
-            guard typeName.hasSuffix("_LIST"), let type = ValueType(cloudKitName: String(typeName.dropLast(5))) else {
-                throw ServiceError.badRequest("\(path).type must be a list type such as STRING_LIST")
+    /// `splices` of a text or list field: `[[position, deleteCount, inserted], ...]`.
+    private func applySplices(_ json: JSON, name: String, type: JSON?, to edit: inout RecordEdit, path: String,
+                              recordName: String) throws {
+        guard let typeName = type?.stringValue else {
+            throw ServiceError.badRequest("\(path).type is needed with splices: TEXT or a list type such as STRING_LIST")
+        }
+        guard let splices = json.arrayValue else { throw ServiceError.badRequest("\(path).splices must be an array") }
+        for (index, splice) in splices.enumerated() {
+            let splicePath = "\(path).splices[\(index)]"
+            guard let parts = splice.arrayValue, parts.count == 3, let position = parts[0].intValue, position >= 0,
+                  let deleted = parts[1].intValue, deleted >= 0 else {
+                throw ServiceError.badRequest("\(splicePath) must be [position, deleteCount, inserted] with counts from 0")
             }
-            return type
+            if typeName == "TEXT" {
+                guard let inserted = parts[2].stringValue else {
+                    throw ServiceError.badRequest("\(splicePath): a text's inserted part is a string")
+                }
+                try edit.spliceText(name, at: Int(position), deleting: Int(deleted), inserting: inserted, at: tick())
+            } else {
+                guard typeName.hasSuffix("_LIST"), let elementType = ValueType(cloudKitName: String(typeName.dropLast(5))) else {
+                    throw ServiceError.badRequest("\(path).type with splices must be TEXT or a list type such as STRING_LIST")
+                }
+                let inserted = try listElements(parts[2], type: elementType, path: splicePath + "[2]")
+                if let violation = FieldValue.list(elementType, inserted).domainViolation {
+                    throw ServiceError.badRequest("record \(recordName) field \(name) (\(splicePath)): \(violation)")
+                }
+                try edit.splice(name, at: Int(position), deleting: Int(deleted), inserting: inserted, at: tick())
+            }
+        }
+    }
+
+    /// The element type of an add/remove edit, and whether the field is a set (`T_SET`) or a list.
+    private func listElementType(_ object: [String: JSON], path: String) throws -> (ValueType, isSet: Bool) {
+        if let typeName = object["type"]?.stringValue {
+            let isSet = typeName.hasSuffix("_SET")
+            guard isSet || typeName.hasSuffix("_LIST"),
+                  let type = ValueType(cloudKitName: String(typeName.dropLast(isSet ? 4 : 5))) else {
+                throw ServiceError.badRequest("\(path).type must be a list or set type such as STRING_LIST or STRING_SET")
+            }
+            return (type, isSet)
         }
         let sample = object["add"]?.arrayValue?.first ?? object["remove"]?.arrayValue?.first
         switch sample {
-        case .string?, nil: return .string
-        case .int?: return .int64
-        case .double?: return .double
+        case .string?, nil: return (.string, false)
+        case .int?: return (.int64, false)
+        case .double?: return (.double, false)
         default: throw ServiceError.badRequest("\(path).type is needed for these elements")
         }
     }

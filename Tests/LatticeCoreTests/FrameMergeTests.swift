@@ -151,6 +151,8 @@ private extension Record {
             switch field.state {
             case .register(let register): version.record(register.stamp)
             case .set(let set): version.merge(set.context)
+            case .list(let list): version.merge(list.context)
+            case .text(let text): version.merge(text.context)
             }
         }
     }

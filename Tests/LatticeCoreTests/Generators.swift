@@ -160,6 +160,10 @@ enum RecordWorld {
     /// A random edit of a live record: registers (including clears), list adds/removes, the parent, and a
     /// field (`misc`) that replicas may use as a scalar or as a list, so kinds can conflict on merge.
     static func edit(_ record: inout Record, at stamp: Stamp, _ rng: inout SplitMix64) {
+        if rng.chance(30) {
+            RandomRecord.spliceSequences(&record, at: stamp, &rng, listNames: ["lines", "misc"], textNames: ["body", "misc"])
+            return
+        }
         do {
             switch rng.int(0 ..< 9) {
             case 0: try record.set("title", to: rng.bool() ? .string(rng.string()) : nil, at: stamp)
@@ -264,7 +268,8 @@ enum RandomRecord {
             do {
                 switch rng.int(0 ..< 20) {
                 case 0 ..< 8: try record.set(rng.pick(registerNames), to: rng.chance(80) ? rng.scalar(jsonSafe: jsonSafe) : nil, at: stamp)
-                case 8 ..< 14: try record.add(rng.scalar(jsonSafe: jsonSafe), to: rng.pick(listNames), at: stamp)
+                case 8 ..< 11: try record.add(rng.scalar(jsonSafe: jsonSafe), to: rng.pick(listNames), at: stamp)
+                case 11 ..< 14: spliceSequences(&record, at: stamp, &rng, jsonSafe: jsonSafe)
                 case 14 ..< 17: try record.remove(rng.scalar(jsonSafe: jsonSafe), from: rng.pick(listNames), at: stamp)
                 case 17, 18:
                     let target = rng.pick(SplitMix64.recordNames.filter { $0 != id.recordName })
@@ -276,6 +281,39 @@ enum RandomRecord {
             }
         }
         return record
+    }
+
+    /// A random splice of a list field or a text field named in `listNames` or `textNames` (a name in both
+    /// can meet itself as two kinds).
+    static func spliceSequences(_ record: inout Record, at stamp: Stamp, _ rng: inout SplitMix64, jsonSafe: Bool = false,
+                                listNames: [String] = ["lines", "steps"], textNames: [String] = ["body", "notes"]) {
+        let asText = rng.bool()
+        let name = rng.pick(asText ? textNames : listNames)
+        var count = 0
+        if let value = record[name] {
+            switch value {
+            case .list(_, let elements): count = elements.count
+            case .text(let text): count = text.unicodeScalars.count
+            default: return
+            }
+        }
+        let position = rng.int(0 ... count)
+        let deleting = position < count && rng.chance(40) ? rng.int(1 ... min(3, count - position)) : 0
+        do {
+            if asText {
+                var scalars = String.UnicodeScalarView()
+                for _ in 0 ..< rng.int(0 ... 4) { scalars.append(rng.pick(Array("ab é👋\n".unicodeScalars))) }
+                let inserted = String(scalars)
+                try record.spliceText(name, at: position, deleting: deleting, inserting: inserted, stamp: stamp)
+            } else {
+                let inserted = (0 ..< rng.int(0 ... 3)).map { _ in rng.scalar(jsonSafe: jsonSafe) }
+                try record.splice(name, at: position, deleting: deleting, inserting: inserted, stamp: stamp)
+            }
+        } catch let error as RecordError {
+            precondition(error.code == .fieldKindMismatch || error.code == .deleted, "unexpected \(error)")
+        } catch {
+            preconditionFailure("unexpected \(error)")
+        }
     }
 
     static func versionVector(_ rng: inout SplitMix64) -> VersionVector {

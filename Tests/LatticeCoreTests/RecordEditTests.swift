@@ -176,6 +176,8 @@ enum EditScripts {
         switch state(record, name) {
         case .register(let register)?: if register.value != nil { try record.set(name, to: nil, at: stamp) }
         case .set(let set)?: for value in set.elements { try record.remove(value, from: name, at: stamp) }
+        case .list(let list)?: if list.count > 0 { try? record.splice(name, at: 0, deleting: list.count, inserting: [], stamp: stamp) }
+        case .text(let text)?: if text.count > 0 { try? record.spliceText(name, at: 0, deleting: text.count, inserting: "", stamp: stamp) }
         case nil: break
         }
     }
@@ -219,6 +221,8 @@ struct PlainRecord {
             switch field.state {
             case .register(let register): fields[field.name] = .scalar(register.value)
             case .set(let set): fields[field.name] = .list(set.elements)
+            case .list(let list): fields[field.name] = .list(list.elements)
+            case .text(let text): fields[field.name] = .scalar(.string(text.text))
             }
         }
     }
@@ -461,9 +465,7 @@ struct RecordEditTests {
             let kinds = frame.fieldKinds()
             try require(kinds.map(\.name) == record.fields.map(\.name), "fieldKinds names")
             for (kind, field) in zip(kinds, record.fields) {
-                let isSet: Bool
-                if case .set = field.state { isSet = true } else { isSet = false }
-                try require(kind.isSet == isSet, "fieldKinds: \(field.name) is a list: \(isSet)")
+                try require(kind.kind == field.state.kind, "fieldKinds: \(field.name) is of kind \(field.state.kind)")
                 try require(frame.fieldState(field.name) == field.state, "fieldState(\(field.name)) differs")
             }
             let names = RandomRecord.registerNames + RandomRecord.listNames + ["zz", "tag"]

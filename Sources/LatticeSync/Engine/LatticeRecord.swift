@@ -125,8 +125,13 @@ extension Array: LatticeRecordValue where Element: LatticeScalarValue {
         .list(first?.latticeScalar.type ?? Self.elementType, map(\.latticeScalar))
     }
 
+    /// A list field's elements in order, or a set field's in ascending order.
     public init?(latticeFieldValue: FieldValue) {
-        guard case .list(_, let elements) = latticeFieldValue else { return nil }
+        let elements: [ScalarValue]
+        switch latticeFieldValue {
+        case .list(_, let values), .set(_, let values): elements = values
+        default: return nil
+        }
         var result: [Element] = []
         result.reserveCapacity(elements.count)
         for element in elements {
@@ -293,9 +298,10 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
         case let .set(key, value):
             overlay[key] = .some(value)
         case let .add(key, added):
+            // As the send will: the elements the list does not hold yet, appended in the order given.
             var current = listElements(key)
             for element in added where !current.contains(element) { current.append(element) }
-            overlay[key] = .some(.list(added.first?.type ?? listType, current.sorted()))
+            overlay[key] = .some(.list(added.first?.type ?? listType, current))
         case let .remove(key, removed):
             overlay[key] = .some(.list(removed.first?.type ?? listType, listElements(key).filter { !removed.contains($0) }))
         case let .parent(reference):
@@ -304,8 +310,10 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     }
 
     private func listElements(_ key: String) -> [ScalarValue] {
-        if case .list(_, let elements)? = fieldValue(key) { return elements }
-        return []
+        switch fieldValue(key) {
+        case .list(_, let elements)?, .set(_, let elements)?: return elements
+        default: return []
+        }
     }
 
     /// The keys with a value, in name order.
@@ -465,7 +473,11 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
             case ("set", let key?):
                 apply(.set(key, try field()), at: moment)
             case ("add", let key?), ("remove", let key?):
-                guard case .list(_, let elements)? = try field() else { throw invalid }
+                let elements: [ScalarValue]
+                switch try field() {
+                case .list(_, let values)?, .set(_, let values)?: elements = values
+                default: throw invalid
+                }
                 apply(op == "add" ? .add(key, elements) : .remove(key, elements), at: moment)
             case ("parent", _):
                 let reference = value["recordName"]?.stringValue.map {
