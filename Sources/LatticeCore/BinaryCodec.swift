@@ -854,6 +854,12 @@ extension BinaryReader {
                     }
                     previous = (valueAt, dot)
                 }
+            case 2:
+                let list = try ListState(decoding: &self)
+                if list.context.maximumHLC > maximumHLC { maximumHLC = list.context.maximumHLC }
+            case 3:
+                let text = try TextState(decoding: &self)
+                if text.context.maximumHLC > maximumHLC { maximumHLC = text.context.maximumHLC }
             default:
                 throw fail(.malformed, "field kind \(kind)")
             }

@@ -112,6 +112,7 @@ extension Record {
         guard Names.isValid(name, kind: .fieldName), reader.next == UInt8(ascii: "{") else { return nil }
         var value: JSON?, type: JSON?
         var stamp: Stamp?, entries: [RawEntry?]?, context: [Stamp]?, contextValid = true
+        var runs: JSON?, types: JSON?
         var hasCRDT = false
         var keys = KeySet()
         var refused = false
@@ -147,6 +148,14 @@ extension Record {
                             if let stamp = try readStamp(&reader, caps: caps, refused: &refused) { read.append(stamp) } else { contextValid = false }
                         }
                         context = read
+                    case "runs":
+                        let read = try reader.value()
+                        if read.largestArray > caps.maximumListElements { refused = true }
+                        runs = read
+                    case "types":
+                        let read = try reader.value()
+                        if read.largestArray > caps.maximumListElements { refused = true }
+                        types = read
                     default:
                         if try reader.value().largestArray > caps.maximumListElements { refused = true }
                     }
@@ -158,6 +167,14 @@ extension Record {
         guard !refused, hasCRDT else { return nil }
         if (value?.largestArray ?? 0) > caps.maximumListElements || (type?.largestArray ?? 0) > caps.maximumListElements {
             return nil
+        }
+        if let runs {
+            // A list or text: read as the tree read does, from the members gathered.
+            guard stamp == nil, entries == nil, let type, let value, contextValid, let context else { return nil }
+            var crdt: [String: JSON] = ["runs": runs, "context": .array(context.map(\.json))]
+            if let types { crdt["types"] = types }
+            return try? Field(name: name, state: FieldState(sequenceJSON: ["crdt": .object(crdt), "type": type, "value": value],
+                                                             path: ""))
         }
         if let stamp {
             // A register: `value` null is a cleared one; a missing value is refused (as a tree read does).

@@ -187,9 +187,9 @@ enum EditScripts {
         do throws(RecordError) {
             switch step {
             case let .set(name, value): try edit.set(name, to: value, at: stamp)
-            case let .add(name, values): try edit.add(values, to: name, at: stamp)
-            case let .remove(name, values): try edit.remove(values, from: name, at: stamp)
-            case let .setList(name, values): try edit.setList(name, to: values, at: stamp)
+            case let .add(name, values): try edit.addToSet(values, to: name, at: stamp)
+            case let .remove(name, values): try edit.removeFromSet(values, from: name, at: stamp)
+            case let .setList(name, values): try edit.setSet(name, to: values, at: stamp)
             case let .clear(name): try edit.clear(name, at: stamp)
             case let .clearFields(kept): try edit.clearFields(except: kept, at: stamp)
             case let .setParent(parent): try edit.setParent(parent, at: stamp)
@@ -626,12 +626,12 @@ struct RecordEditTests {
         try edit.set("absent", to: nil, at: Self.at(10))
         try edit.clear("gone", at: Self.at(10))
         try edit.clear("absent", at: Self.at(10))
-        try edit.remove([.string("y"), .string("y"), .int64(1)], from: "tags", at: Self.at(10))
-        try edit.remove([.string("y")], from: "absentList", at: Self.at(10))
-        try edit.add([], to: "tags", at: Self.at(10))
-        try edit.add([], to: "absentList", at: Self.at(10))
-        try edit.setList("tags", to: [.string("x"), .string("x")], at: Self.at(10))
-        try edit.setList("absentList", to: [], at: Self.at(10))
+        try edit.removeFromSet([.string("y"), .string("y"), .int64(1)], from: "tags", at: Self.at(10))
+        try edit.removeFromSet([.string("y")], from: "absentList", at: Self.at(10))
+        try edit.addToSet([], to: "tags", at: Self.at(10))
+        try edit.addToSet([], to: "absentList", at: Self.at(10))
+        try edit.setSet("tags", to: [.string("x"), .string("x")], at: Self.at(10))
+        try edit.setSet("absentList", to: [], at: Self.at(10))
         try edit.setParent(Fixtures.reference("list-1", zone: Fixtures.zone), at: Self.at(10))
         try edit.clearFields(except: ["title", "tags"], at: Self.at(10))
         #expect(edit.isEmpty)
@@ -652,14 +652,14 @@ struct RecordEditTests {
             try record.add(.string("b"), to: "tags", at: Self.at(2))
         }
         var edit = try RecordEdit(editing: frame)
-        try edit.add([.string("c"), .string("a"), .string("c")], to: "tags", at: Self.at(10))
+        try edit.addToSet([.string("c"), .string("a"), .string("c")], to: "tags", at: Self.at(10))
         let added = try #require(try edit.applied()).decoded()
         let addedDots: [(ScalarValue, [Stamp])] = [(.string("a"), [Self.at(10)]), (.string("b"), [Self.at(2)]),
                                                    (.string("c"), [Self.at(10)])]
         #expect(added.provenance(of: "tags") == .set(elements: addedDots, latestOperation: Self.at(10).hlc))
 
         var replace = try RecordEdit(editing: try RecordFrame(encoding: added))
-        try replace.setList("tags", to: [.string("d"), .string("b"), .string("d")], at: Self.at(20))
+        try replace.setSet("tags", to: [.string("d"), .string("b"), .string("d")], at: Self.at(20))
         let replaced = try #require(try replace.applied()).decoded()
         let replacedDots: [(ScalarValue, [Stamp])] = [(.string("b"), [Self.at(2)]), (.string("d"), [Self.at(20)])]
         #expect(replaced.provenance(of: "tags") == .set(elements: replacedDots, latestOperation: Self.at(20).hlc))
@@ -669,11 +669,11 @@ struct RecordEditTests {
     func addWinsThroughEdits() throws {
         let frame = try Self.stored { try $0.add(.string("x"), to: "tags", at: Self.at(1)) }
         var here = try RecordEdit(editing: frame), there = try RecordEdit(editing: frame)
-        try here.remove([.string("x")], from: "tags", at: Self.at(5, 1))
-        try there.add([.string("x")], to: "tags", at: Self.at(5, 2))
+        try here.removeFromSet([.string("x")], from: "tags", at: Self.at(5, 1))
+        try there.addToSet([.string("x")], to: "tags", at: Self.at(5, 2))
         let a = try #require(try here.applied()), b = try #require(try there.applied())
         let joined = try #require(a.merged(with: b))
-        #expect(try joined.decoded()["tags"] == .list(.string, [.string("x")]))
+        #expect(try joined.decoded()["tags"] == .set(.string, [.string("x")]))
         #expect(try #require(b.merged(with: a)).bytes == joined.bytes)
     }
 
@@ -683,8 +683,8 @@ struct RecordEditTests {
         edit.delete(at: Self.at(5))
         let refusals: [(String, (inout RecordEdit) throws -> Void)] = [
             ("set", { try $0.set("title", to: nil, at: Self.at(6)) }),
-            ("add", { try $0.add([.int64(1)], to: "tags", at: Self.at(6)) }),
-            ("setList", { try $0.setList("tags", to: [], at: Self.at(6)) }),
+            ("add", { try $0.addToSet([.int64(1)], to: "tags", at: Self.at(6)) }),
+            ("setList", { try $0.setSet("tags", to: [], at: Self.at(6)) }),
             ("clear a field it had", { try $0.clear("title", at: Self.at(6)) }),
             ("clear a field it never had", { try $0.clear("absent", at: Self.at(6)) }),
             ("clearFields", { try $0.clearFields(except: [], at: Self.at(6)) }),
@@ -768,26 +768,26 @@ struct RecordEditTests {
         let count = 20_000
         var rng = SplitMix64(seed: 20_000)
         var create = try RecordEdit(creating: Self.id, recordType: "Item", at: Self.at(0))
-        try create.add(rng.shuffled((0 ..< count).map { .int64(Int64($0)) }), to: "tags", at: Self.at(1))
+        try create.addToSet(rng.shuffled((0 ..< count).map { .int64(Int64($0)) }), to: "tags", at: Self.at(1))
         let stored = try #require(try create.applied())
-        #expect(try stored.decoded()["tags"] == .list(.int64, (0 ..< count).map { .int64(Int64($0)) }))
+        #expect(try stored.decoded()["tags"] == .set(.int64, (0 ..< count).map { .int64(Int64($0)) }))
 
         let wanted = (count / 2 ..< count + count / 2).map { ScalarValue.int64(Int64($0)) }
         let shuffled = rng.shuffled(wanted)
         let start = ContinuousClock.now
         var edit = try RecordEdit(editing: stored)
-        try edit.setList("tags", to: shuffled, at: Self.at(2))
+        try edit.setSet("tags", to: shuffled, at: Self.at(2))
         let result = try #require(try edit.applied())
         let editTime = start.duration(to: .now)
         let record = try result.decoded()
-        #expect(record["tags"] == .list(.int64, wanted))
+        #expect(record["tags"] == .set(.int64, wanted))
         guard case .set(let set)? = result.fieldState("tags") else { Issue.record("tags is not a list"); return }
         Self.expectEntries(set, wanted, dot: { value in
             if case .int64(let n) = value, n < count { return Self.at(1) } else { return Self.at(2) }
         })
 
         var same = try RecordEdit(editing: result)
-        try same.setList("tags", to: rng.shuffled(wanted), at: Self.at(3))
+        try same.setSet("tags", to: rng.shuffled(wanted), at: Self.at(3))
         #expect(same.isEmpty)
         #expect(try same.applied() == nil)
         print("RecordEdit.setList \(count): the edit took \(editTime)")

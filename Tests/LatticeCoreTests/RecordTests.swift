@@ -96,7 +96,7 @@ struct RecordLifecycleTests {
         #expect(ab == ba && ab == a)
         #expect(encoded(ab) == encoded(ba))
         #expect(ab.generation == 2 && ab["text"] == .string("Milk again") && ab["late"] == nil)
-        #expect(ab["tags"] == .list(.string, [.string("fresh")]))
+        #expect(ab["tags"] == .set(.string, [.string("fresh")]))
 
         // Generation-1 state arriving again, or a generation-1 tombstone, changes nothing.
         var replay = ab
