@@ -234,20 +234,22 @@ public struct Record: Hashable, Sendable {
     }
 
     /// At visible `position` of a list field, deletes `deleting` elements and inserts `inserting` (creating
-    /// the field if needed). - Throws: `RecordError(.fieldKindMismatch)` for a field of another kind,
+    /// the field if needed, or replacing a set). - Throws: `RecordError(.fieldKindMismatch)` for a scalar or text field,
     /// `SequenceError` for a position past the end.
     public mutating func splice(_ name: String, at position: Int, deleting: Int, inserting: [ScalarValue],
                                 stamp: Stamp) throws {
         try checkWritable(name)
         var list = ListState()
         if let index = fieldIndex(name) {
-            guard case .list(let existing) = fields[index].state else {
-                throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a list field")
+            switch fields[index].state {
+            case .list(let existing): list = existing
+            case .set: break // a set written before lists kept their order: the new list takes its place
+            case .register, .text: throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a list field")
             }
-            list = existing
         }
         try list.delete(from: position, length: deleting, stamp: stamp)
         try list.insert(inserting, at: position, stamp: stamp)
+        list.noteEdit(stamp)
         setState(.list(list), of: name)
     }
 
@@ -265,6 +267,7 @@ public struct Record: Hashable, Sendable {
         }
         try text.delete(from: position, length: deleting, stamp: stamp)
         try text.insert(Array(inserting.unicodeScalars), at: position, stamp: stamp)
+        text.noteEdit(stamp)
         setState(.text(text), of: name)
     }
 

@@ -127,7 +127,7 @@ public struct RecordEdit: Sendable {
                                 at stamp: Stamp) throws(RecordError) {
         var list = try currentList(name)
         try Self.splice(&list, name, position, deleting, inserting, stamp)
-        if deleting == 0 && inserting.isEmpty { return }
+        if deleting == 0 && inserting.isEmpty && current(name) != nil { return }
         fields[name] = .list(list)
         changed = true
     }
@@ -138,8 +138,9 @@ public struct RecordEdit: Sendable {
     public mutating func setList(_ name: String, to elements: [ScalarValue], at stamp: Stamp) throws(RecordError) {
         var list = try currentList(name)
         let splices = SequenceDiff.splices(from: list.elements, to: elements)
-        guard !splices.isEmpty || current(name) == nil else { return }
+        if splices.isEmpty, case .list? = current(name) { return }
         for splice in splices { try Self.splice(&list, name, splice.position, splice.deleted, splice.inserted, stamp) }
+        list.noteEdit(stamp)
         fields[name] = .list(list)
         changed = true
     }
@@ -201,6 +202,7 @@ public struct RecordEdit: Sendable {
         let splices = SequenceDiff.splices(from: text.elements, to: Array(value.unicodeScalars))
         guard !splices.isEmpty || current(name) == nil else { return }
         for splice in splices { try Self.splice(&text, name, splice.position, splice.deleted, splice.inserted, stamp) }
+        text.noteEdit(stamp)
         fields[name] = .text(text)
         changed = true
     }
@@ -314,6 +316,7 @@ public struct RecordEdit: Sendable {
         do {
             try sequence.delete(from: position, length: deleting, stamp: stamp)
             try sequence.insert(inserting, at: position, stamp: stamp)
+            sequence.noteEdit(stamp)
         } catch {
             throw RecordError(code: .outOfRange, message: "field \(name): \(error.message)")
         }

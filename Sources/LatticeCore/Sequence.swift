@@ -221,6 +221,12 @@ public struct SequenceState<Element: Hashable & Sendable>: Sendable {
         return id
     }
 
+    /// Records `stamp` in `context` without touching the elements: an edit that changes nothing (such as
+    /// one that creates an empty field) still travels in deltas, like every other edit.
+    public mutating func noteEdit(_ stamp: Stamp) {
+        context.record(stamp)
+    }
+
     /// Deletes `length` visible elements from `position`, recording `stamp`. Returns how many it deleted.
     @discardableResult
     @_specialize(exported: true, where Element == Unicode.Scalar)

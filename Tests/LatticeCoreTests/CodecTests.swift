@@ -83,8 +83,10 @@ struct CodecTests {
         var record = try Record(id: Fixtures.recordID(), recordType: "Item", createdAt: Fixtures.stamp(1, replica: 1))
         for (index, value) in values.enumerated() {
             try record.set("f\(index)", to: value, at: Fixtures.stamp(2, UInt16(index), replica: 1))
-            try record.add(value, to: "list", at: Fixtures.stamp(3, UInt16(index), replica: 2))
+            try record.add(value, to: "set", at: Fixtures.stamp(3, UInt16(index), replica: 2))
         }
+        // An ordered list keeps every value in the order written, repeats included.
+        try record.splice("list", at: 0, deleting: 0, inserting: values + values.reversed(), stamp: Fixtures.stamp(5, replica: 2))
         try record.set("cleared", to: nil, at: Fixtures.stamp(4, replica: 1))
         let decoded = try BinaryCodec.decodeRecord(BinaryCodec.encode(record))
         #expect(decoded == record)
@@ -94,9 +96,13 @@ struct CodecTests {
             }
         }
         #expect(decoded["cleared"] == nil && decoded.provenance(of: "cleared") == .register(Fixtures.stamp(4, replica: 1)))
-        guard case .list(_, let elements)? = decoded["list"] else { Issue.record("list missing"); return }
+        guard case .set(_, let elements)? = decoded["set"] else { Issue.record("set missing"); return }
         #expect(elements.count == values.count)
-        #expect(elements == elements.sorted(), "list elements come out in ascending order")
+        #expect(elements == elements.sorted(), "set elements come out in ascending order")
+        guard case .list(_, let ordered)? = decoded["list"] else { Issue.record("list missing"); return }
+        let written = values + values.reversed()
+        #expect(ordered.count == written.count && zip(ordered, written).allSatisfy { ScalarValue.compare($0, $1) == 0 },
+                "list elements come out as written, bit for bit")
     }
 
     @Test("JSON round trip: cloudKitJSON -> serialized -> parse -> Record(cloudKitJSON:)")

@@ -124,6 +124,10 @@ struct MergeLawTests {
                 let since = rng.chance(50) ? a.version : rng.pick(olderA).version
                 var viaDelta = a
                 if let delta = b.changes(since: since) { try viaDelta.merge(delta) }
+                if viaDelta != join(a, b) {
+                    let j = join(a, b)
+                    for (id, r) in j.records where viaDelta.records[id] != r { print("DEBUG join \(r)\nDEBUG viaDelta \(String(describing: viaDelta.records[id]))\nDEBUG a \(String(describing: a.records[id]))\nDEBUG b \(String(describing: b.records[id]))\nDEBUG since \(since)\nDEBUG bdelta \(String(describing: b.changes(since: since)))") }
+                }
                 try require(viaDelta == join(a, b), "a.merge(b.changes(since:)) differs from a ⊔ b")
                 try require(encoded(viaDelta) == encoded(join(a, b)), "delta merge encodes differently")
                 checks += 1

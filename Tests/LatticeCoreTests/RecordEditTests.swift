@@ -14,12 +14,19 @@ extension RegressionSeeds {
 
 // MARK: - Plain edit scripts
 
-/// One plain edit, as a request or a device's UI states it.
+/// One plain edit, as a request or a device's UI states it. `add`, `remove` and `setList` are the set
+/// edits; the ordered list's and the text's have names of their own.
 enum PlainEdit {
     case set(String, ScalarValue?)
     case add(String, [ScalarValue])
     case remove(String, [ScalarValue])
     case setList(String, [ScalarValue])
+    case splice(String, Int, Int, [ScalarValue])
+    case setOrderedList(String, [ScalarValue])
+    case appendMissing(String, [ScalarValue])
+    case removeAll(String, [ScalarValue])
+    case spliceText(String, Int, Int, String)
+    case setText(String, String)
     case clear(String)
     case clearFields(except: Set<String>)
     case setParent(Reference?)
@@ -31,6 +38,12 @@ enum PlainEdit {
         case .add: return "add"
         case .remove: return "remove"
         case .setList: return "setList"
+        case .splice: return "splice"
+        case .setOrderedList: return "setOrderedList"
+        case .appendMissing: return "appendMissing"
+        case .removeAll: return "removeAll"
+        case .spliceText: return "spliceText"
+        case .setText: return "setText"
         case .clear: return "clear"
         case .clearFields: return "clearFields"
         case .setParent: return "setParent"
@@ -55,6 +68,17 @@ enum EditScripts {
         return []
     }
 
+    /// The elements of an ordered list field (none for any other kind).
+    static func orderedElements(_ record: Record, _ name: String) -> [ScalarValue] {
+        if case .list(let list)? = state(record, name) { return list.elements }
+        return []
+    }
+
+    static func textScalars(_ record: Record, _ name: String) -> [Unicode.Scalar] {
+        if case .text(let text)? = state(record, name) { return text.elements }
+        return []
+    }
+
     /// Sorted by `ScalarValue` order, without repeats (written out here, not taken from the code under test).
     static func distinct(_ values: [ScalarValue]) -> [ScalarValue] {
         var result: [ScalarValue] = []
@@ -74,6 +98,7 @@ enum EditScripts {
     static func step(_ rng: inout SplitMix64, current record: Record) -> PlainEdit {
         let name = rng.chance(3) ? rng.pick(badFieldNames) : rng.pick(fieldNames)
         let present = listElements(record, name)
+        if rng.chance(30) { return sequenceStep(&rng, name, current: record) }
         switch rng.int(0 ..< 100) {
         case 0 ..< 22:
             if case .register(let register)? = state(record, name), rng.chance(35) { return .set(name, register.value) }
@@ -111,14 +136,74 @@ enum EditScripts {
         }
     }
 
+    /// A list or text step: positions mostly in range (now and then one past it), values from the pool.
+    static func sequenceStep(_ rng: inout SplitMix64, _ name: String, current record: Record) -> PlainEdit {
+        let ordered = orderedElements(record, name), scalars = textScalars(record, name)
+        func range(_ count: Int) -> (Int, Int) {
+            if rng.chance(5) { return (count + rng.int(1 ... 2), 0) }
+            let position = rng.int(0 ... count)
+            return (position, rng.chance(40) ? rng.int(0 ... count - position + (rng.chance(5) ? 1 : 0)) : 0)
+        }
+        func text() -> String {
+            var result = String.UnicodeScalarView()
+            for _ in 0 ..< rng.int(0 ... 4) { result.append(rng.pick(Array("ab é👋\n".unicodeScalars))) }
+            return String(result)
+        }
+        switch rng.int(0 ..< 6) {
+        case 0:
+            let (position, deleting) = range(ordered.count)
+            return .splice(name, position, deleting, elements(&rng, 0 ... 3))
+        case 1:
+            if rng.chance(30) { return .setOrderedList(name, rng.shuffled(ordered)) }
+            return .setOrderedList(name, rng.chance(20) ? ordered : elements(&rng, 0 ... 5))
+        case 2:
+            return .appendMissing(name, elements(&rng, 0 ... 3) + (ordered.isEmpty || rng.bool() ? [] : [rng.pick(ordered)]))
+        case 3:
+            return .removeAll(name, elements(&rng, 0 ... 2) + (ordered.isEmpty || rng.bool() ? [] : [rng.pick(ordered)]))
+        case 4:
+            let (position, deleting) = range(scalars.count)
+            return .spliceText(name, position, deleting, text())
+        default:
+            var value = scalars
+            if !value.isEmpty && rng.bool() { value.remove(at: rng.int(0 ..< value.count)) }
+            value.insert(contentsOf: text().unicodeScalars, at: rng.int(0 ... value.count))
+            var view = String.UnicodeScalarView()
+            view.append(contentsOf: rng.chance(15) ? scalars : value)
+            return .setText(name, String(view))
+        }
+    }
+
+    enum Kind { case scalar, set, list, text }
+
     /// The error a write to `name` must give before anything else is looked at (Record's order of checks).
-    static func writeError(_ record: Record, _ name: String?, list: Bool?) -> RecordError.Code? {
+    /// A list write may replace a set (written before lists kept their order); every other kind is fixed.
+    static func writeError(_ record: Record, _ name: String?, kind: Kind?) -> RecordError.Code? {
         if record.isDeleted { return .deleted }
         if let name, !Names.isValid(name, kind: .fieldName) { return .invalidFieldName }
-        switch (list, state(record, name ?? "")) {
-        case (true?, .register?), (false?, .set?): return .fieldKindMismatch
-        default: return nil
+        switch (kind, state(record, name ?? "")) {
+        case (nil, _), (_, nil): return nil
+        case (.scalar?, .register?), (.set?, .set?), (.list?, .list?), (.list?, .set?), (.text?, .text?): return nil
+        default: return .fieldKindMismatch
         }
+    }
+
+    /// Applies splices with Record's own edits, each a delete then an insert at the one stamp.
+    private static func splice(_ name: String, _ splices: [(Int, Int, [ScalarValue])], _ record: inout Record,
+                               at stamp: Stamp) throws(RecordError) {
+        do {
+            for (position, deleting, inserted) in splices {
+                try record.splice(name, at: position, deleting: deleting, inserting: inserted, stamp: stamp)
+            }
+        } catch let error as RecordError { throw error } catch { throw RecordError(code: .outOfRange, message: "\(error)") }
+    }
+
+    private static func spliceText(_ name: String, _ splices: [(Int, Int, String)], _ record: inout Record,
+                                   at stamp: Stamp) throws(RecordError) {
+        do {
+            for (position, deleting, inserted) in splices {
+                try record.spliceText(name, at: position, deleting: deleting, inserting: inserted, stamp: stamp)
+            }
+        } catch let error as RecordError { throw error } catch { throw RecordError(code: .outOfRange, message: "\(error)") }
     }
 
     /// Applies `step` to the reference with Record's own API, modelling RecordEdit's documented
@@ -131,31 +216,69 @@ enum EditScripts {
         do throws(RecordError) {
             switch step {
             case let .set(name, value):
-                if let code = writeError(record, name, list: false) { return (code, false) }
+                if let code = writeError(record, name, kind: .scalar) { return (code, false) }
                 switch state(record, name) {
                 case .register(let register)? where register.value == value: break
                 case nil where value == nil: break
                 default: try record.set(name, to: value, at: stamp)
                 }
             case let .add(name, values):
-                if let code = writeError(record, name, list: true) { return (code, false) }
+                if let code = writeError(record, name, kind: .set) { return (code, false) }
                 for value in distinct(values) { try record.add(value, to: name, at: stamp) }
             case let .remove(name, values):
-                if let code = writeError(record, name, list: true) { return (code, false) }
+                if let code = writeError(record, name, kind: .set) { return (code, false) }
                 let present = listElements(record, name)
                 for value in distinct(values) where present.contains(value) {
                     try record.remove(value, from: name, at: stamp)
                 }
             case let .setList(name, values):
-                if let code = writeError(record, name, list: true) { return (code, false) }
+                if let code = writeError(record, name, kind: .set) { return (code, false) }
                 let present = listElements(record, name), wanted = distinct(values)
                 for value in present where !wanted.contains(value) { try record.remove(value, from: name, at: stamp) }
                 for value in wanted where !present.contains(value) { try record.add(value, to: name, at: stamp) }
+            case let .splice(name, position, deleting, inserted):
+                if let code = writeError(record, name, kind: .list) { return (code, false) }
+                let count = orderedElements(record, name).count
+                if position > count || position + deleting > count { return (.outOfRange, false) }
+                if deleting == 0 && inserted.isEmpty && state(record, name) != nil { break }
+                try splice(name, [(position, deleting, inserted)], &record, at: stamp)
+            case let .setOrderedList(name, values):
+                if let code = writeError(record, name, kind: .list) { return (code, false) }
+                let splices = SequenceDiff.splices(from: orderedElements(record, name), to: values)
+                if splices.isEmpty, case .list? = state(record, name) { break }
+                try splice(name, [(0, 0, [])] + splices.map { ($0.position, $0.deleted, $0.inserted) }, &record, at: stamp)
+            case let .appendMissing(name, values):
+                if let code = writeError(record, name, kind: .list) { return (code, false) }
+                var present = orderedElements(record, name), appended: [ScalarValue] = []
+                for value in values where !present.contains(value) { present.append(value); appended.append(value) }
+                if !appended.isEmpty {
+                    try splice(name, [(orderedElements(record, name).count, 0, appended)], &record, at: stamp)
+                }
+            case let .removeAll(name, values):
+                if let code = writeError(record, name, kind: .list) { return (code, false) }
+                let present = orderedElements(record, name)
+                let doomed = present.indices.reversed().filter { values.contains(present[$0]) }
+                try splice(name, doomed.map { ($0, 1, []) }, &record, at: stamp)
+            case let .spliceText(name, position, deleting, inserted):
+                if let code = writeError(record, name, kind: .text) { return (code, false) }
+                let count = textScalars(record, name).count
+                if position > count || position + deleting > count { return (.outOfRange, false) }
+                if deleting == 0 && inserted.isEmpty && state(record, name) != nil { break }
+                try spliceText(name, [(position, deleting, inserted)], &record, at: stamp)
+            case let .setText(name, value):
+                if let code = writeError(record, name, kind: .text) { return (code, false) }
+                let splices = SequenceDiff.splices(from: textScalars(record, name), to: Array(value.unicodeScalars))
+                if splices.isEmpty && state(record, name) != nil { break }
+                try spliceText(name, [(0, 0, "")] + splices.map { splice in
+                    var view = String.UnicodeScalarView()
+                    view.append(contentsOf: splice.inserted)
+                    return (splice.position, splice.deleted, String(view))
+                }, &record, at: stamp)
             case let .clear(name):
-                if let code = writeError(record, name, list: nil) { return (code, false) }
+                if let code = writeError(record, name, kind: nil) { return (code, false) }
                 try clear(name, &record, at: stamp)
             case let .clearFields(kept):
-                if let code = writeError(record, nil, list: nil) { return (code, false) }
+                if let code = writeError(record, nil, kind: nil) { return (code, false) }
                 for field in record.fields where !kept.contains(field.name) {
                     try clear(field.name, &record, at: stamp)
                 }
@@ -190,6 +313,14 @@ enum EditScripts {
             case let .add(name, values): try edit.addToSet(values, to: name, at: stamp)
             case let .remove(name, values): try edit.removeFromSet(values, from: name, at: stamp)
             case let .setList(name, values): try edit.setSet(name, to: values, at: stamp)
+            case let .splice(name, position, deleting, inserted):
+                try edit.splice(name, at: position, deleting: deleting, inserting: inserted, at: stamp)
+            case let .setOrderedList(name, values): try edit.setList(name, to: values, at: stamp)
+            case let .appendMissing(name, values): try edit.add(values, to: name, at: stamp)
+            case let .removeAll(name, values): try edit.remove(values, from: name, at: stamp)
+            case let .spliceText(name, position, deleting, inserted):
+                try edit.spliceText(name, at: position, deleting: deleting, inserting: inserted, at: stamp)
+            case let .setText(name, value): try edit.setText(name, to: value, at: stamp)
             case let .clear(name): try edit.clear(name, at: stamp)
             case let .clearFields(kept): try edit.clearFields(except: kept, at: stamp)
             case let .setParent(parent): try edit.setParent(parent, at: stamp)
@@ -202,12 +333,14 @@ enum EditScripts {
     }
 }
 
-/// What a user expects of a plain edit script, without any CRDT: fields hold a value or a list of
-/// distinct sorted elements; deleting forgets everything.
+/// What a user expects of a plain edit script, without any CRDT: fields hold a value, a set of distinct
+/// sorted elements, an ordered list or a text; deleting forgets everything.
 struct PlainRecord {
     enum Value: Equatable {
         case scalar(ScalarValue?)
+        case set([ScalarValue])
         case list([ScalarValue])
+        case text([Unicode.Scalar])
     }
 
     var deleted: Bool
@@ -220,11 +353,16 @@ struct PlainRecord {
         for field in record.fields {
             switch field.state {
             case .register(let register): fields[field.name] = .scalar(register.value)
-            case .set(let set): fields[field.name] = .list(set.elements)
+            case .set(let set): fields[field.name] = .set(set.elements)
             case .list(let list): fields[field.name] = .list(list.elements)
-            case .text(let text): fields[field.name] = .scalar(.string(text.text))
+            case .text(let text): fields[field.name] = .text(text.elements)
             }
         }
+    }
+
+    private func set(_ name: String) -> [ScalarValue] {
+        if case .set(let values)? = fields[name] { return values }
+        return []
     }
 
     private func list(_ name: String) -> [ScalarValue] {
@@ -232,10 +370,17 @@ struct PlainRecord {
         return []
     }
 
+    private func text(_ name: String) -> [Unicode.Scalar] {
+        if case .text(let scalars)? = fields[name] { return scalars }
+        return []
+    }
+
     private mutating func clear(_ name: String) {
         switch fields[name] {
         case .scalar?: fields[name] = .scalar(nil)
+        case .set?: fields[name] = .set([])
         case .list?: fields[name] = .list([])
+        case .text?: fields[name] = .text([])
         case nil: break
         }
     }
@@ -246,11 +391,31 @@ struct PlainRecord {
         case let .set(name, value):
             if value != nil || fields[name] != nil { fields[name] = .scalar(value) }
         case let .add(name, values):
-            if !values.isEmpty { fields[name] = .list(EditScripts.distinct(list(name) + values)) }
+            if !values.isEmpty { fields[name] = .set(EditScripts.distinct(set(name) + values)) }
         case let .remove(name, values):
-            if fields[name] != nil { fields[name] = .list(list(name).filter { !values.contains($0) }) }
+            if fields[name] != nil { fields[name] = .set(set(name).filter { !values.contains($0) }) }
         case let .setList(name, values):
-            if fields[name] != nil || !values.isEmpty { fields[name] = .list(EditScripts.distinct(values)) }
+            if fields[name] != nil || !values.isEmpty { fields[name] = .set(EditScripts.distinct(values)) }
+        case let .splice(name, position, deleting, inserted):
+            if deleting == 0 && inserted.isEmpty && fields[name] != nil { break }
+            var values = list(name)
+            values.replaceSubrange(position ..< position + deleting, with: inserted)
+            fields[name] = .list(values)
+        case let .setOrderedList(name, values):
+            fields[name] = .list(values)
+        case let .appendMissing(name, values):
+            var present = list(name)
+            for value in values where !present.contains(value) { present.append(value) }
+            if present.count > list(name).count { fields[name] = .list(present) }
+        case let .removeAll(name, values):
+            if case .list(let present)? = fields[name] { fields[name] = .list(present.filter { !values.contains($0) }) }
+        case let .spliceText(name, position, deleting, inserted):
+            if deleting == 0 && inserted.isEmpty && fields[name] != nil { break }
+            var scalars = text(name)
+            scalars.replaceSubrange(position ..< position + deleting, with: inserted.unicodeScalars)
+            fields[name] = .text(scalars)
+        case let .setText(name, value):
+            fields[name] = .text(Array(value.unicodeScalars))
         case let .clear(name):
             clear(name)
         case let .clearFields(kept):
@@ -270,7 +435,12 @@ struct PlainRecord {
         fields.keys.sorted { compareBytes($0, $1) < 0 }.compactMap { name in
             switch fields[name]! {
             case .scalar(let value): return value.map { (name, FieldValue.scalar($0)) }
+            case .set(let values): return (name, FieldValue.set(values.first?.type ?? .string, values))
             case .list(let values): return (name, FieldValue.list(values.first?.type ?? .string, values))
+            case .text(let scalars):
+                var view = String.UnicodeScalarView()
+                view.append(contentsOf: scalars)
+                return (name, FieldValue.text(String(view)))
             }
         }
     }
@@ -403,7 +573,8 @@ struct RecordEditTests {
         #expect(checks >= 8_000)
         print("RecordEdit coverage: \(seen)")
         for key in ["no-op set", "no-op add", "no-op remove", "no-op setList", "no-op clear", "no-op clearFields",
-                    "no-op setParent", "applied() nil", "create over a tombstone", "create a new record",
+                    "no-op setParent", "no-op splice", "no-op setOrderedList", "no-op spliceText", "no-op setText",
+                    "refused: outOfRange", "applied() nil", "create over a tombstone", "create a new record",
                     "repeats within one add", "one stamp for the whole script", "refused: deleted",
                     "refused: fieldKindMismatch", "refused: invalidFieldName", "refused: invalidParent"] {
             #expect(seen[key] > 0, "never reached: \(key)")
