@@ -234,7 +234,7 @@ public struct Record: Hashable, Sendable {
     }
 
     /// At visible `position` of a list field, deletes `deleting` elements and inserts `inserting` (creating
-    /// the field if needed, or replacing a set). - Throws: `RecordError(.fieldKindMismatch)` for a scalar or text field,
+    /// the field if needed, or converting a set). - Throws: `RecordError(.fieldKindMismatch)` for a scalar or text field,
     /// `SequenceError` for a position past the end.
     public mutating func splice(_ name: String, at position: Int, deleting: Int, inserting: [ScalarValue],
                                 stamp: Stamp) throws {
@@ -243,7 +243,8 @@ public struct Record: Hashable, Sendable {
         if let index = fieldIndex(name) {
             switch fields[index].state {
             case .list(let existing): list = existing
-            case .set: break // a set written before lists kept their order: the new list takes its place
+            case .set(let set): // a set becomes a list of its elements in ascending order, inserted at this stamp
+                try list.insert(set.elements, at: 0, stamp: stamp)
             case .register, .text: throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a list field")
             }
         }

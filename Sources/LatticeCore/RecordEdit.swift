@@ -125,7 +125,7 @@ public struct RecordEdit: Sendable {
     /// inserts `inserting`. - Throws: `RecordError(.outOfRange)` past the end.
     public mutating func splice(_ name: String, at position: Int, deleting: Int, inserting: [ScalarValue],
                                 at stamp: Stamp) throws(RecordError) {
-        var list = try currentList(name)
+        var list = try currentList(name, at: stamp)
         try Self.splice(&list, name, position, deleting, inserting, stamp)
         if deleting == 0 && inserting.isEmpty && current(name) != nil { return }
         fields[name] = .list(list)
@@ -136,7 +136,7 @@ public struct RecordEdit: Sendable {
     /// (`SequenceDiff`), so elements others inserted concurrently elsewhere stay. A field written before
     /// lists kept their order (a set) is replaced by the list.
     public mutating func setList(_ name: String, to elements: [ScalarValue], at stamp: Stamp) throws(RecordError) {
-        var list = try currentList(name)
+        var list = try currentList(name, at: stamp)
         let splices = SequenceDiff.splices(from: list.elements, to: elements)
         if splices.isEmpty, case .list? = current(name) { return }
         for splice in splices { try Self.splice(&list, name, splice.position, splice.deleted, splice.inserted, stamp) }
@@ -147,7 +147,7 @@ public struct RecordEdit: Sendable {
 
     /// Appends to a list field the elements it does not hold yet (in the order given, once each).
     public mutating func add(_ elements: [ScalarValue], to name: String, at stamp: Stamp) throws(RecordError) {
-        var list = try currentList(name)
+        var list = try currentList(name, at: stamp)
         var present = Set(list.elements)
         var appended: [ScalarValue] = []
         for element in elements where !present.contains(element) {
@@ -160,9 +160,27 @@ public struct RecordEdit: Sendable {
         changed = true
     }
 
+    /// Adds to a collection field as its kind means: a set adds the elements (add-wins), a list appends
+    /// those it does not hold yet. A missing field becomes a set when `creatingSet`, else a list.
+    public mutating func addElements(_ elements: [ScalarValue], to name: String, creatingSet: Bool,
+                                     at stamp: Stamp) throws(RecordError) {
+        switch current(name) {
+        case .set?: try addToSet(elements, to: name, at: stamp)
+        case nil where creatingSet: try addToSet(elements, to: name, at: stamp)
+        default: try add(elements, to: name, at: stamp)
+        }
+    }
+
+    /// Removes from a collection field as its kind means: from a set the adds seen here, from a list every
+    /// occurrence.
+    public mutating func removeElements(_ elements: [ScalarValue], from name: String, at stamp: Stamp) throws(RecordError) {
+        if case .set? = current(name) { return try removeFromSet(elements, from: name, at: stamp) }
+        try remove(elements, from: name, at: stamp)
+    }
+
     /// Deletes every occurrence of `elements` from a list field; elements not in it are ignored.
     public mutating func remove(_ elements: [ScalarValue], from name: String, at stamp: Stamp) throws(RecordError) {
-        var list = try currentList(name)
+        var list = try currentList(name, at: stamp)
         let removed = Set(elements)
         let values = list.elements
         var deletedAny = false
@@ -288,13 +306,18 @@ public struct RecordEdit: Sendable {
         return readsBase ? base?.fieldState(name) : nil
     }
 
-    /// The list a list edit starts from: the field's, or a new one (also in place of a set written before
-    /// lists kept their order). - Throws: `.fieldKindMismatch` for a scalar or text field.
-    private func currentList(_ name: String) throws(RecordError) -> ListState {
+    /// The list a list edit starts from: the field's, a new one, or one converted from a set. - Throws: `.fieldKindMismatch` for a scalar or text field.
+    private func currentList(_ name: String, at stamp: Stamp) throws(RecordError) -> ListState {
         try checkWritable(name)
         switch current(name) {
         case .list(let list)?: return list
-        case .set?, nil: return ListState()
+        case nil: return ListState()
+        case .set(let set)?:
+            // A set (such as a list written before lists kept their order) becomes a list of its elements in
+            // ascending order, inserted at this stamp; the list wins over the set on every replica.
+            var list = ListState()
+            try Self.splice(&list, name, 0, 0, set.elements, stamp)
+            return list
         case .register?, .text?:
             throw RecordError(code: .fieldKindMismatch, message: "field \(name) is not a list field")
         }

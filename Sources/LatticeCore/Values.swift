@@ -305,7 +305,7 @@ func compareDoubles(_ a: Double, _ b: Double) -> Int {
 }
 extension ScalarValue {
     /// The values in ascending order without repeats (O(n log n)).
-    static func sortedUnique(_ values: [ScalarValue]) -> [ScalarValue] {
+    public static func sortedUnique(_ values: [ScalarValue]) -> [ScalarValue] {
         var sorted = values.sorted { ScalarValue.compare($0, $1) < 0 }
         var write = 0
         for value in sorted where write == 0 || ScalarValue.compare(sorted[write - 1], value) != 0 {

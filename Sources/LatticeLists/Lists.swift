@@ -183,7 +183,7 @@ public final class Lists: Sendable {
         record["text"] = text
         record["done"] = false
         record["position"] = position
-        if !tags.isEmpty { record.append(contentsOf: tags, toListForKey: "tags") }
+        if !tags.isEmpty { record.insert(tags, intoSetForKey: "tags") }
         try replica.save(record, in: list.zone)
         return Self.item(record)
     }
@@ -200,7 +200,7 @@ public final class Lists: Sendable {
         var record = try editable(item.id, in: list.zone)
         if let text { record["text"] = text }
         if !removeTags.isEmpty { record.remove(removeTags, fromListForKey: "tags") }
-        if !addTags.isEmpty { record.append(contentsOf: addTags, toListForKey: "tags") }
+        if !addTags.isEmpty { record.insert(addTags, intoSetForKey: "tags") }
         try replica.save(record, in: list.zone)
     }
 

@@ -609,8 +609,9 @@ public struct Records: Sendable {
     ///   the value by the fewest splices, so concurrent edits elsewhere in it stay; makes a set (`T_SET`)
     ///   hold exactly the given elements;
     /// - `{"value": null}` clears the field;
-    /// - `{"add": [...], "remove": [...], "type": "T_SET"}` adds and removes set elements; with `T_LIST`,
-    ///   appends the elements the list does not hold and deletes every occurrence of the removed ones;
+    /// - `{"add": [...], "remove": [...], "type": "T_LIST" | "T_SET"}` edits the field as its stored kind
+    ///   means: a set adds and removes elements (add-wins); a list appends the elements it does not hold
+    ///   and deletes every occurrence of the removed ones. The type decides only what a missing field becomes;
     /// - `{"splices": [[position, deleteCount, inserted], ...], "type": "TEXT" | "T_LIST"}` edits a text
     ///   (inserted: a string) or list (inserted: an array) in place, one splice after another (each
     ///   position counts in the value the splices before it left; Unicode scalars for a text).
@@ -632,13 +633,10 @@ public struct Records: Sendable {
             if let violation = FieldValue.list(type, added).domainViolation {
                 throw ServiceError.badRequest("record \(recordName) field \(name) (\(path).add): \(violation)")
             }
-            if isSet {
-                try edit.removeFromSet(removed, from: name, at: tick())
-                try edit.addToSet(added, to: name, at: tick())
-            } else {
-                try edit.remove(removed, from: name, at: tick())
-                try edit.add(added, to: name, at: tick())
-            }
+            // Both follow the field's stored kind (a set stays a set); the type decides only what a missing
+            // field becomes.
+            try edit.removeElements(removed, from: name, at: tick())
+            try edit.addElements(added, to: name, creatingSet: isSet, at: tick())
             return
         }
         guard let value = object["value"] else { throw ServiceError.badRequest("\(path).value is missing") }
@@ -662,6 +660,9 @@ public struct Records: Sendable {
         }
     }
 
+    /// Splices one field edit may carry: each costs a walk to its position, so their number is bounded.
+    static let maximumSplices = 4_096
+
     /// `splices` of a text or list field: `[[position, deleteCount, inserted], ...]`.
     private func applySplices(_ json: JSON, name: String, type: JSON?, to edit: inout RecordEdit, path: String,
                               recordName: String) throws {
@@ -669,6 +670,10 @@ public struct Records: Sendable {
             throw ServiceError.badRequest("\(path).type is needed with splices: TEXT or a list type such as STRING_LIST")
         }
         guard let splices = json.arrayValue else { throw ServiceError.badRequest("\(path).splices must be an array") }
+        guard splices.count <= Self.maximumSplices else {
+            throw ServiceError(.limitExceeded, "\(path).splices has \(splices.count) splices; at most \(Self.maximumSplices) "
+                                             + "go in one request (send the rest in another, or the whole value)")
+        }
         for (index, splice) in splices.enumerated() {
             let splicePath = "\(path).splices[\(index)]"
             guard let parts = splice.arrayValue, parts.count == 3, let position = parts[0].intValue, position >= 0,

@@ -68,10 +68,14 @@ enum EditScripts {
         return []
     }
 
-    /// The elements of an ordered list field (none for any other kind).
+    /// The elements a list edit starts from: a list's, or a set's in ascending order (a list edit converts
+    /// a set); none for any other kind.
     static func orderedElements(_ record: Record, _ name: String) -> [ScalarValue] {
-        if case .list(let list)? = state(record, name) { return list.elements }
-        return []
+        switch state(record, name) {
+        case .list(let list)?: return list.elements
+        case .set(let set)?: return set.elements
+        default: return []
+        }
     }
 
     static func textScalars(_ record: Record, _ name: String) -> [Unicode.Scalar] {
@@ -366,8 +370,10 @@ struct PlainRecord {
     }
 
     private func list(_ name: String) -> [ScalarValue] {
-        if case .list(let values)? = fields[name] { return values }
-        return []
+        switch fields[name] {
+        case .list(let values)?, .set(let values)?: return values
+        default: return []
+        }
     }
 
     private func text(_ name: String) -> [Unicode.Scalar] {
@@ -408,7 +414,8 @@ struct PlainRecord {
             for value in values where !present.contains(value) { present.append(value) }
             if present.count > list(name).count { fields[name] = .list(present) }
         case let .removeAll(name, values):
-            if case .list(let present)? = fields[name] { fields[name] = .list(present.filter { !values.contains($0) }) }
+            let kept = list(name).filter { !values.contains($0) }
+            if kept.count < list(name).count { fields[name] = .list(kept) }
         case let .spliceText(name, position, deleting, inserted):
             if deleting == 0 && inserted.isEmpty && fields[name] != nil { break }
             var scalars = text(name)

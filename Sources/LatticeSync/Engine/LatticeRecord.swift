@@ -201,7 +201,9 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     /// One edit made since the record was given, in order.
     enum Edit: Sendable {
         case set(String, FieldValue?)
-        case add(String, [ScalarValue])
+        /// Adds to a collection field as its kind means (`RecordEdit.addElements`); `set` creates a missing
+        /// field as an add-wins set rather than a list.
+        case add(String, [ScalarValue], set: Bool)
         case remove(String, [ScalarValue])
         case parent(Reference?)
     }
@@ -262,8 +264,9 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
     // MARK: Fields
 
     /// A field's value, as `CKRecord`'s subscript; nil when absent, cleared or of another type. Setting
-    /// nil clears the field. Setting an array sets a list field to exactly those elements (elements added
-    /// elsewhere meanwhile and not seen here stay: lists are add-wins sets).
+    /// nil clears the field. Setting an array makes the field an ordered list holding exactly those elements
+    /// (sent as the fewest splices, so elements another device inserted meanwhile elsewhere stay); reading an
+    /// array reads a list in order, or a set in ascending order.
     public subscript<Value: LatticeRecordValue>(key: String) -> Value? {
         get { fieldValue(key).flatMap(Value.init(latticeFieldValue:)) }
         set { setFieldValue(newValue?.latticeFieldValue, forKey: key) }
@@ -280,15 +283,30 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
         apply(.set(key, value), at: .now())
     }
 
-    /// Adds elements to a list field (`CKRecord` has no such operation: in CloudKit an app rewrites the
-    /// list; here an add is kept even when another device removes other elements at the same time).
+    /// Appends to a list field the elements it does not hold yet, in the order given (`CKRecord` has no such
+    /// operation: in CloudKit an app rewrites the list; here an append is kept even when another device
+    /// edits the list at the same time). On a set field (`*_SET`) this adds to the set.
     public mutating func append<Element: LatticeScalarValue>(contentsOf elements: [Element], toListForKey key: String) {
-        apply(.add(key, elements.map(\.latticeScalar)), at: .now(), listType: [Element].elementType)
+        apply(.add(key, elements.map(\.latticeScalar), set: false), at: .now(), listType: [Element].elementType)
     }
 
-    /// Removes elements from a list field: the adds this record has seen (one made elsewhere meanwhile stays).
+    /// Adds elements to an add-wins set field (`*_SET`, created when missing): an element stays while any
+    /// add of it is one a removal has not seen, and the set reads in ascending order without repeats. On a
+    /// list field this appends the elements it does not hold yet.
+    public mutating func insert<Element: LatticeScalarValue>(_ elements: [Element], intoSetForKey key: String) {
+        apply(.add(key, elements.map(\.latticeScalar), set: true), at: .now(), listType: [Element].elementType)
+    }
+
+    /// Removes elements: from a list every occurrence; from a set the adds this record has seen (one made
+    /// elsewhere meanwhile stays).
     public mutating func remove<Element: LatticeScalarValue>(_ elements: [Element], fromListForKey key: String) {
         apply(.remove(key, elements.map(\.latticeScalar)), at: .now(), listType: [Element].elementType)
+    }
+
+    /// Sets a text field (`TEXT`, merged character by character) to `text`: sent as the fewest splices
+    /// from the text this record holds, so another device's concurrent edits elsewhere in it stay.
+    public mutating func setText(_ text: String, forKey key: String) {
+        apply(.set(key, .text(text)), at: .now())
     }
 
     /// Records an edit and shows it in the values.
@@ -297,16 +315,31 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
         switch edit {
         case let .set(key, value):
             overlay[key] = .some(value)
-        case let .add(key, added):
-            // As the send will: the elements the list does not hold yet, appended in the order given.
+        case let .add(key, added, asSet):
+            // As the send will: a set takes the elements in ascending order; a list appends those it does
+            // not hold yet, in the order given.
             var current = listElements(key)
-            for element in added where !current.contains(element) { current.append(element) }
-            overlay[key] = .some(.list(added.first?.type ?? listType, current))
+            let type = added.first?.type ?? listType
+            if isSet(key) ?? asSet {
+                overlay[key] = .some(.set(type, ScalarValue.sortedUnique(current + added)))
+            } else {
+                for element in added where !current.contains(element) { current.append(element) }
+                overlay[key] = .some(.list(type, current))
+            }
         case let .remove(key, removed):
-            overlay[key] = .some(.list(removed.first?.type ?? listType, listElements(key).filter { !removed.contains($0) }))
+            let kept = listElements(key).filter { !removed.contains($0) }
+            let type = removed.first?.type ?? listType
+            overlay[key] = .some(isSet(key) == true ? .set(type, kept) : .list(type, kept))
         case let .parent(reference):
             parentOverlay = .some(reference)
         }
+    }
+
+    /// True for a set field, false for another field, nil when absent.
+    private func isSet(_ key: String) -> Bool? {
+        guard let value = fieldValue(key) else { return nil }
+        if case .set = value { return true }
+        return false
     }
 
     private func listElements(_ key: String) -> [ScalarValue] {
@@ -328,7 +361,7 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
         var keys = Set<String>()
         for (edit, _) in edits {
             switch edit {
-            case .set(let key, _), .add(let key, _), .remove(let key, _): keys.insert(key)
+            case .set(let key, _), .add(let key, _, _), .remove(let key, _): keys.insert(key)
             case .parent: break
             }
         }
@@ -423,8 +456,13 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
                 item["op"] = .string("set")
                 item["key"] = .string(key)
                 item["value"] = value?.cloudKitJSON ?? .null
-            case let .add(key, elements), let .remove(key, elements):
-                if case .add = edit { item["op"] = .string("add") } else { item["op"] = .string("remove") }
+            case let .add(key, elements, _), let .remove(key, elements):
+                if case let .add(_, _, asSet) = edit {
+                    item["op"] = .string("add")
+                    if asSet { item["set"] = .bool(true) }
+                } else {
+                    item["op"] = .string("remove")
+                }
                 item["key"] = .string(key)
                 item["value"] = FieldValue.list(elements.first?.type ?? .string, elements).cloudKitJSON
             case let .parent(reference):
@@ -478,7 +516,7 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
                 case .list(_, let values)?, .set(_, let values)?: elements = values
                 default: throw invalid
                 }
-                apply(op == "add" ? .add(key, elements) : .remove(key, elements), at: moment)
+                apply(op == "add" ? .add(key, elements, set: item["set"] == .bool(true)) : .remove(key, elements), at: moment)
             case ("parent", _):
                 let reference = value["recordName"]?.stringValue.map {
                     Reference(recordID: ID(recordName: $0, zoneID: recordID.zoneID),

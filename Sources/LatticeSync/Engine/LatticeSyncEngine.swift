@@ -279,7 +279,7 @@ public actor LatticeSyncEngine {
         for (edit, _) in record.edits {
             switch edit {
             case let .set(key, .scalar(.asset(asset))?): wanted.append((key, asset))
-            case let .set(key, .list(_, elements)?), let .set(key, .set(_, elements)?), let .add(key, elements):
+            case let .set(key, .list(_, elements)?), let .set(key, .set(_, elements)?), let .add(key, elements, _):
                 for case .asset(let asset) in elements { wanted.append((key, asset)) }
             default: continue
             }
@@ -662,8 +662,9 @@ public actor LatticeSyncEngine {
                 case let .set(key, .list(_, elements)?): try edit.setList(key, to: elements, at: stamp(moment))
                 case let .set(key, .set(_, elements)?): try edit.setSet(key, to: elements, at: stamp(moment))
                 case let .set(key, .text(text)?): try edit.setText(key, to: text, at: stamp(moment))
-                case let .add(key, elements): try edit.add(elements, to: key, at: stamp(moment))
-                case let .remove(key, elements): try edit.remove(elements, from: key, at: stamp(moment))
+                case let .add(key, elements, asSet):
+                    try edit.addElements(elements, to: key, creatingSet: asSet, at: stamp(moment))
+                case let .remove(key, elements): try edit.removeElements(elements, from: key, at: stamp(moment))
                 case let .parent(reference):
                     let parent = try reference.map {
                         try Reference(recordName: $0.recordID.recordName, action: $0.action == .deleteSelf ? .deleteSelf : .none)
