@@ -14,6 +14,8 @@ struct TextBenchOptions: Sendable {
     var peerScript = "Benchmarks/text_trace_peers.py"
     var repeats = 5
     var jsonlPath: String?
+    /// The service scenario's batch (patches per request); nil skips the scenario.
+    var serviceBatch: Int? = 1_000
     /// Internal: measure the one trace given and print its line (each trace runs in a process of its own,
     /// as each peer does, so one trace's memory does not hide the next one's).
     var worker = false
@@ -21,7 +23,8 @@ struct TextBenchOptions: Sendable {
 
     static let usage = """
         usage: lattice-bench text [TRACE.json[.gz] ...] [--peers loro,pycrdt|none] [--peer-python PATH]
-                                  [--peer-script PATH] [--repeat N] [--jsonl FILE]
+                                  [--peer-script PATH] [--repeat N] [--service-batch N | --no-service]
+                                  [--jsonl FILE]
 
         Replays editing traces (the format of Benchmarks/traces/README.md; default: every trace in
         Benchmarks/traces) through LatticeCore's TextState:
@@ -37,6 +40,10 @@ struct TextBenchOptions: Sendable {
         set over the replay (after the trace is loaded), and its peak.
         Each peer runs the same trace in its own process (its own figures, same definitions), and a
         "ratio" line compares them: replay speed, load and merge time, encoded size.
+        Service scenario (sequential traces): a real lattice serve (SQLite, next to lattice-bench) holds one
+        record with a TEXT field; two clients take turns sending the trace's patches as splices, N per
+        records/modify; the "text-service" line gives patches/s, request latency, the server's memory, and
+        whether a records/lookup then reads endContent (build lattice too: swift build -c release).
 
         options:
           --peers LIST         loro, pycrdt, or none (default loro,pycrdt)
@@ -44,6 +51,8 @@ struct TextBenchOptions: Sendable {
                                python3 -m venv /tmp/peers && /tmp/peers/bin/pip install loro pycrdt)
           --peer-script PATH   default Benchmarks/text_trace_peers.py
           --repeat N           runs of load and merge, best counted (default 5)
+          --service-batch N    patches per request in the service scenario (1...4096, default 1000)
+          --no-service         skip the service scenario
           --jsonl FILE         also write every JSON line to FILE
           -h, --help           show this help and exit
         """
@@ -63,6 +72,10 @@ struct TextBenchOptions: Sendable {
             case "--peer-script": options.peerScript = try scanner.value()
             case "--repeat": options.repeats = try scanner.integer(in: 1...100)
             case "--jsonl": options.jsonlPath = try scanner.value()
+            case "--service-batch": options.serviceBatch = try scanner.integer(in: 1...4_096)
+            case "--no-service":
+                try scanner.flag()
+                options.serviceBatch = nil
             case "--worker":
                 try scanner.flag()
                 options.worker = true
@@ -187,7 +200,8 @@ enum TextBench {
             "argv": .array(argv.map { .string($0) }), "machine": .object(MachineInfo.collect()),
             "build": .string(MachineInfo.buildConfiguration),
             "parameters": .object(["traces": .array(traces.map { .string($0) }), "peers": .array(options.peers.map { .string($0) }),
-                                   "repeat": .integer(options.repeats)]),
+                                   "repeat": .integer(options.repeats),
+                                   "service_batch": options.serviceBatch.map { .integer($0) } ?? .null]),
         ])
         var failed = false
         for path in traces {
@@ -199,6 +213,18 @@ enum TextBench {
             }
             output.emit(line)
             if line["final_ok"] != .bool(true) || line["load_ok"] != .bool(true) || line["merge_ok"] != .bool(true) { failed = true }
+            if let batch = options.serviceBatch, line["concurrent"] == .bool(false) {
+                do {
+                    let service = TextServiceBench.run(try EditingTrace.load(path), batch: batch,
+                                                       localPatchesPerSecond: line["patches_per_s"]?.doubleValue)
+                    output.emit(service)
+                    if service["final_ok"] != .bool(true) { failed = true }
+                } catch {
+                    output.emit(["kind": .string("error"), "trace": .string(path), "implementation": .string("lattice serve"),
+                                 "error": .string("\(error)")])
+                    failed = true
+                }
+            }
             for peer in options.peers {
                 guard let theirs = runPeer(peer, trace: path, options: options) else {
                     output.emit(["kind": .string("error"), "trace": .string(path), "implementation": .string(peer),

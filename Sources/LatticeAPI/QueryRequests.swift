@@ -41,11 +41,13 @@ public struct RecordQueryFilter: Sendable, Hashable {
             throw ServiceError.badRequest(error.description)
         }
         switch (comparator, value) {
-        case (.in, .scalar), (.notIn, .scalar):
+        case (.in, .scalar), (.notIn, .scalar), (.in, .text), (.notIn, .text):
             throw ServiceError.badRequest("\(path): \(comparator.rawValue) takes a list value")
         case (.beginsWith, .scalar(let scalar)), (.notBeginsWith, .scalar(let scalar)):
             guard case .string = scalar else { throw ServiceError.badRequest("\(path): \(comparator.rawValue) takes a STRING") }
-        case (.beginsWith, .list), (.notBeginsWith, .list), (.listContains, .list), (.notListContains, .list):
+        case (.beginsWith, .list), (.notBeginsWith, .list), (.listContains, .list), (.notListContains, .list),
+             (.beginsWith, .set), (.notBeginsWith, .set), (.listContains, .set), (.notListContains, .set),
+             (.listContains, .text), (.notListContains, .text):
             throw ServiceError.badRequest("\(path): \(comparator.rawValue) takes a single value")
         default:
             break

@@ -117,6 +117,11 @@ let listUsage = """
       list uncheck LIST ITEM                mark an item not done
       list edit LIST ITEM [--text T] [--add-tag T]... [--remove-tag T]...
                                             change an item's text and tags
+      list note LIST ITEM [TEXT | --file PATH]
+                                            show an item's note, or set it (--file - reads standard
+                                            input; "" clears it); two people can edit one note at once:
+                                            each keeps the parts they changed
+      list move LIST ITEM POSITION          show an item at POSITION (1 is the top)
       list attach LIST ITEM FILE            attach a file (a photo, say) to an item; it uploads with the
                                             next sync, before the item's change
       list get LIST ITEM [NAME] [--out DIR] save an item's attachments (or the one named NAME) into DIR
@@ -131,8 +136,9 @@ let listUsage = """
     queued for the next lattice sync. A change the server refuses (read-only access) is undone here and
     reported with exit status 1.
     --json: list show gives {"id","title","owner","permission","items":[{"id","text","done","tags",
-    "position","attachments":[{"name","size","fileChecksum"}]}]}; list get gives {"saved":[paths]}; changes give the affected ids, {"id",...,"synced","pending"} (list delete also
-    "ids": the list and its items).
+    "position","note","attachments":[{"name","size","fileChecksum"}]}]}; list get gives {"saved":[paths]};
+    list note LIST ITEM gives {"id","list","note"}; changes give the affected ids, {"id",...,"synced","pending"}
+    (list delete also "ids": the list and its items).
 
     \(listHelpTail)
 
@@ -188,12 +194,13 @@ let explainUsage = """
     usage: lattice explain LIST ITEM FIELD [--home DIR] [--json]
            lattice explain LIST FIELD
 
-    Which write won a field of an item (text, done, position, tags) or of the list (title): the
+    Which write won a field of an item (text, done, position, tags, note) or of the list (title): the
     device (replica) and hybrid-logical-clock time, and whether it was this device. For tags, the adds
-    that keep each tag. A field changed on this device and not sent yet has no winner until it is
-    sent: it says so.
+    that keep each tag. For a note (a text) or a list field, who wrote each run of it, in order. A
+    field changed on this device and not sent yet has no winner until it is sent: it says so.
     --json: {"record","field","kind":"register","value","winner":{"replica","thisDevice","time","hlc"}}
     or {"record","field","kind":"set","elements":[{"value","addedBy":[...]}]}
+    or {"record","field","kind":"text"|"list","runs":[{"values","replica","thisDevice"}]}
     or {"record","field","kind":"unsent","value"}
 
     \(listHelpTail)

@@ -165,7 +165,7 @@ func listJSON(_ list: ListSummary) -> JSON {
 
 func itemJSON(_ item: ListItem) -> JSON {
     .object(["id": .string(item.id), "text": .string(item.text), "done": .bool(item.done),
-             "tags": .array(item.tags.map(JSON.string)), "position": .double(item.position),
+             "tags": .array(item.tags.map(JSON.string)), "position": .double(item.position), "note": .string(item.note),
              "attachments": .array(item.attachments.map { attachment in
                  .object(["name": .string(attachment.name), "size": .int(attachment.asset.size),
                           "fileChecksum": .string(attachment.asset.fileChecksum)])

@@ -32,16 +32,17 @@ private func printPending(_ engine: ListsReplica) throws {
 }
 
 func runList(_ arguments: [String]) throws {
-    let options = try ClientOptions(arguments, valueOptions: ["zone", "tag", "text", "add-tag", "remove-tag", "out"])
+    let options = try ClientOptions(arguments, valueOptions: ["zone", "tag", "text", "add-tag", "remove-tag", "out", "file"])
     if options.help { return print(listUsage) }
     guard let subcommand = options.positionals.first else {
-        throw UsageError("missing subcommand: create, show, add, check, uncheck, edit, attach, get, remove, rename or delete")
+        throw UsageError("missing subcommand: create, show, add, check, uncheck, edit, note, move, attach, get, remove, rename or delete")
     }
     let operands = Array(options.positionals.dropFirst())
     let valueOptions: [String: Set<String>] = [
-        "create": ["zone"], "add": ["tag"], "edit": ["text", "add-tag", "remove-tag"], "get": ["out"],
+        "create": ["zone"], "add": ["tag"], "edit": ["text", "add-tag", "remove-tag"], "get": ["out"], "note": ["file"],
     ]
-    let known = ["create", "show", "add", "check", "uncheck", "edit", "attach", "get", "remove", "rename", "delete"]
+    let known = ["create", "show", "add", "check", "uncheck", "edit", "note", "move", "attach", "get", "remove", "rename",
+                 "delete"]
     guard known.contains(subcommand) else { throw UsageError("unknown subcommand list \(subcommand)") }
     try options.allowOnly(valueOptions[subcommand] ?? [], in: "list \(subcommand)")
     try options.allowFlags([], in: "list \(subcommand)")
@@ -101,6 +102,22 @@ func runList(_ arguments: [String]) throws {
         let line = edited.map { "\(checkbox($0.done)) \($0.text)\($0.tags.isEmpty ? "" : "  " + tagWords($0.tags))" }
             ?? "edited \(item.id)"
         try report(options, outcome, ["id": .string(item.id), "list": .string(list.id)], line)
+    case "note":
+        try noteCommand(operands, options)
+    case "move":
+        let values = try options.operands(operands, "LIST", "ITEM", "POSITION")
+        guard let index = Int(values[2]), index >= 1 else {
+            throw UsageError("POSITION must be a whole number from 1 (1 is the top of the list)")
+        }
+        let (engine, lists) = try options.openLists()
+        let list = try lists.resolve(values[0])
+        let item = try lists.resolveItem(values[1], in: list)
+        let count = try lists.items(of: list).count
+        guard index <= count else { throw UsageError("POSITION \(index) is past the end: \"\(list.title)\" has \(count) \(plural(count, "item"))") }
+        try lists.move(item, in: list, to: index)
+        let outcome = try syncAfterChange(engine, lists, options)
+        try report(options, outcome, ["id": .string(item.id), "list": .string(list.id), "position": .int(Int64(index))],
+                   "moved \"\(item.text)\" to position \(index) of \"\(list.title)\"")
     case "attach":
         let values = try options.operands(operands, "LIST", "ITEM", "FILE")
         var isDirectory: ObjCBool = false
@@ -182,6 +199,43 @@ func runList(_ arguments: [String]) throws {
     }
 }
 
+/// `list note LIST ITEM [TEXT | --file PATH]`: shows the note, or sets it (as the fewest splices, so
+/// someone else's concurrent edits elsewhere in it stay). `--file -` reads standard input.
+private func noteCommand(_ operands: [String], _ options: ClientOptions) throws {
+    guard (2...3).contains(operands.count) else { throw UsageError("list note takes LIST ITEM [TEXT] (or --file PATH)") }
+    let file = try options.parsed.value("file")
+    if file != nil && operands.count == 3 { throw UsageError("give the note as TEXT or with --file, not both") }
+    var newNote: String? = operands.count == 3 ? operands[2] : nil
+    if let file {
+        let data: Data
+        if file == "-" {
+            data = FileHandle.standardInput.readDataToEndOfFile()
+        } else {
+            guard let read = FileManager.default.contents(atPath: file) else { throw UsageError("cannot read \(file)") }
+            data = read
+        }
+        guard data.count <= 256 * 1024, let text = String(data: data, encoding: .utf8) else {
+            throw UsageError("\(file == "-" ? "standard input" : file) is not UTF-8 text of at most 256 KiB")
+        }
+        newNote = text
+    }
+    let (engine, lists) = try options.openLists()
+    let list = try lists.resolve(operands[0])
+    let item = try lists.resolveItem(operands[1], in: list)
+    guard let newNote else {
+        if options.json {
+            return printJSON(.object(["id": .string(item.id), "list": .string(list.id), "note": .string(item.note)]))
+        }
+        return print(item.note.isEmpty ? "(\"\(item.text)\" has no note: lattice list note LIST ITEM TEXT adds one)" : item.note)
+    }
+    try lists.setNote(item, in: list, newNote)
+    let outcome = try syncAfterChange(engine, lists, options)
+    let count = newNote.unicodeScalars.count
+    try report(options, outcome, ["id": .string(item.id), "list": .string(list.id)],
+               newNote.isEmpty ? "cleared the note of \"\(item.text)\""
+                               : "note of \"\(item.text)\": \(count) \(plural(count, "character"))")
+}
+
 /// Prints a change's result (the affected ids under --json) and fails if the server refused it.
 func report(_ options: ClientOptions, _ outcome: SyncOutcome, _ ids: [String: JSON], _ line: String) throws {
     if options.json {
@@ -212,7 +266,14 @@ private func show(_ list: ListSummary, _ items: [ListItem], _ options: ClientOpt
              + "attached: " + item.attachments.map(\.name).joined(separator: ", ")),
          item.id]
     }
-    alignedRows(rows, indent: "  ").forEach { print($0) }
+    let lines = alignedRows(rows, indent: "  ")
+    for (item, line) in zip(items, lines) {
+        print(line)
+        // The note under its item, indented.
+        for noteLine in item.note.split(separator: "\n", omittingEmptySubsequences: false) where !item.note.isEmpty {
+            print("      " + noteLine)
+        }
+    }
     let done = items.filter(\.done).count
     print("\(done) of \(items.count) done")
 }
@@ -281,15 +342,18 @@ func runExplain(_ arguments: [String]) throws {
         })
     case .runs(let runs, _):
         func inserter(_ replica: ReplicaID) -> String { (mine.contains(replica) ? "this device" : "device") + " \(replica)" }
+        let isText: Bool
+        if case .text? = record.fieldValue(field) { isText = true } else { isText = false }
         guard options.json else {
-            print("\(field) of \(subject): merged element by element" + (runs.isEmpty ? ", empty" : "; who inserted each run:"))
+            print("\(field) of \(subject): " + (isText ? "a text merged character by character" : "a list merged element by element")
+                  + (runs.isEmpty ? ", empty" : "; who wrote each run:"))
             let rows = runs.map { run, values in
                 [values.map { scalarJSON($0).serialized() }.joined(separator: ", "), "inserted by " + inserter(run.id.replica)]
             }
             alignedRows(rows, indent: "  ").forEach { print($0) }
             return
         }
-        object["kind"] = .string("sequence")
+        object["kind"] = .string(isText ? "text" : "list")
         object["runs"] = .array(runs.map { run, values in
             .object(["values": .array(values.map(scalarJSON)), "replica": .string(run.id.replica.description),
                      "thisDevice": .bool(mine.contains(run.id.replica))])

@@ -14,7 +14,7 @@
 /// ```swift
 /// var edit = try RecordEdit(editing: stored)
 /// try edit.set("text", to: .string("Oat milk"), at: clock.now())
-/// try edit.add([.string("vegan")], to: "tags", at: clock.now())
+/// try edit.addToSet([.string("vegan")], to: "tags", at: clock.now())
 /// if let joined = try edit.applied() { save(joined) }
 /// ```
 public struct RecordEdit: Sendable {

@@ -232,8 +232,9 @@ public struct SequenceState<Element: Hashable & Sendable>: Sendable {
     @_specialize(exported: true, where Element == Unicode.Scalar)
     @_specialize(exported: true, where Element == ScalarValue)
     public mutating func delete(from position: Int, length: Int, stamp: Stamp) throws(SequenceError) -> Int {
-        guard position >= 0 && length >= 0 && position + length <= count else {
-            throw SequenceError(code: .outOfRange, message: "elements \(position)..<\(position + length) are past the end (\(count) elements)")
+        // Compared without adding, so no input overflows.
+        guard position >= 0 && length >= 0 && position <= count && length <= count - position else {
+            throw SequenceError(code: .outOfRange, message: "\(length) elements from \(position) go past the end (\(count) elements)")
         }
         guard length > 0 else { return 0 }
         var remaining = length

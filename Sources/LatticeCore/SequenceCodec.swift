@@ -190,6 +190,11 @@ extension SequenceState where Element: SequenceElement {
             if !deleted { visible += Int(length) }
         }
         guard used.allSatisfy({ $0 }) else { throw reader.fail(.malformed, "sequence replicas (one is unused)") }
+        // Each replica's inserts recorded their stamps in the context: a state whose context misses a writer
+        // would never travel in a delta (Zone.changes(since:) looks at the context only).
+        for replica in replicas where context[replica] == .zero {
+            throw reader.fail(.malformed, "sequence context (replica \(replica) wrote runs but is not in it)")
+        }
         guard visible <= reader.remaining else {
             throw reader.fail(.truncated, "sequence values (\(visible) values cannot fit in \(reader.remaining) bytes)")
         }

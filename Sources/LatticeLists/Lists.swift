@@ -25,6 +25,8 @@ public struct ListItem: Sendable, Hashable {
     public let position: Double
     /// Files attached to the item (`Lists.attach`), by name.
     public var attachments: [ListAttachment] = []
+    /// The item's note: a text field merged character by character, so two people can edit it at once.
+    public var note: String = ""
 }
 
 /// A file attached to an item: an asset (field `attachments`, an ASSETID list) and the name it was attached
@@ -57,8 +59,10 @@ public enum ListsError: Error, CustomStringConvertible, Sendable {
 ///
 /// A list is a `List` record (field `title`); each item is an `Item` record whose `parent` is the list, so a
 /// root-record share of the list carries its items. Item fields `text`, `done` and `position` are
-/// last-writer-wins registers and `tags` is an add-wins set. Items show in `position` order, ties broken
-/// by id, so concurrent inserts get the same order on every device.
+/// last-writer-wins registers, `tags` is an add-wins set (`STRING_SET`) and `note` a text merged character
+/// by character (`TEXT`). Items show in `position` order, ties broken by id, so concurrent inserts get the
+/// same order on every device. A move sets the moved item's `position` between its new neighbours' (one
+/// register per item: concurrent moves and inserts converge, and no item is ever shown twice).
 public final class Lists: Sendable {
     public let replica: ListsReplica
     public static let defaultZone = "Lists"
@@ -123,8 +127,13 @@ public final class Lists: Sendable {
     static func item(_ record: LatticeRecord) -> ListItem {
         let position: Double = record["position"] ?? (record["position"] as Int64?).map(Double.init) ?? 0
         let done: Bool = record["done"] ?? false
-        return ListItem(id: record.recordID.recordName, text: record["text"] ?? "", done: done, tags: record["tags"] ?? [],
-                        position: position, attachments: attachments(record))
+        // Tags are a set; should two devices ever have written them as a list, each tag shows once.
+        var tags: [String] = []
+        for tag in record["tags"] ?? [String]() where !tags.contains(tag) { tags.append(tag) }
+        var note = ""
+        if case .text(let text)? = record.fieldValue("note") { note = text }
+        return ListItem(id: record.recordID.recordName, text: record["text"] ?? "", done: done, tags: tags,
+                        position: position, attachments: attachments(record), note: note)
     }
 
     /// Exact id, then exact label, then id prefix, then a unique label match ignoring case.
@@ -202,6 +211,58 @@ public final class Lists: Sendable {
         if !removeTags.isEmpty { record.remove(removeTags, fromListForKey: "tags") }
         if !addTags.isEmpty { record.insert(addTags, intoSetForKey: "tags") }
         try replica.save(record, in: list.zone)
+    }
+
+    /// Sets an item's note to `note`, as the fewest splices from the note this device holds (so another
+    /// person's concurrent edits elsewhere in it stay). An empty note clears it.
+    public func setNote(_ item: ListItem, in list: ListSummary, _ note: String) throws {
+        try writable(list)
+        var record = try editable(item.id, in: list.zone)
+        if case .text(let current)? = record.fieldValue("note"), current == note { return }
+        if record.fieldValue("note") == nil && note.isEmpty { return }
+        record.setText(note, forKey: "note")
+        try replica.save(record, in: list.zone)
+    }
+
+    /// Moves an item so it is shown at `index` (from 1) among the list's items: its `position` becomes the
+    /// midpoint of its new neighbours' (one before the first, one after the last). When no double lies
+    /// between them, every item is renumbered 1, 2, 3... in the new order. Returns the item's new index.
+    @discardableResult
+    public func move(_ item: ListItem, in list: ListSummary, to index: Int) throws -> Int {
+        try writable(list)
+        var others = try items(of: list).filter { $0.id != item.id }
+        guard index >= 1 && index <= others.count + 1 else {
+            throw ListsError.invalid("position \(index) is outside 1...\(others.count + 1)")
+        }
+        let before = index >= 2 ? others[index - 2].position : nil
+        let after = index <= others.count ? others[index - 1].position : nil
+        let position: Double? = switch (before, after) {
+        case let (b?, a?): Self.midpoint(b, a)
+        case let (b?, nil): b + 1
+        case let (nil, a?): a - 1
+        case (nil, nil): item.position
+        }
+        if let position, position.isFinite {
+            var record = try editable(item.id, in: list.zone)
+            record["position"] = position
+            try replica.save(record, in: list.zone)
+            return index
+        }
+        // No room between the neighbours: renumber everything in the new order.
+        others.insert(item, at: index - 1)
+        for (offset, each) in others.enumerated() where each.position != Double(offset + 1) {
+            var record = try editable(each.id, in: list.zone)
+            record["position"] = Double(offset + 1)
+            try replica.save(record, in: list.zone)
+        }
+        return index
+    }
+
+    /// A double strictly between `a` and `b` (a < b), or nil when there is none.
+    static func midpoint(_ a: Double, _ b: Double) -> Double? {
+        guard a < b else { return nil }
+        let middle = a / 2 + b / 2
+        return middle > a && middle < b ? middle : nil
     }
 
     /// Attaches a file to an item: it is copied into the home's asset store now (hashed as it is copied) and

@@ -139,13 +139,34 @@ struct QueryFilter {
     /// A filter as the request decoded it (`RecordQueryFilter`: its value checked against its comparator).
     init(_ filter: RecordQueryFilter) {
         let fieldName = filter.fieldName, value = filter.value, comparator = filter.comparator
-        self.value = value
+        self.value = Self.comparable(value)
         self.fieldName = fieldName
         self.comparator = comparator
-        if case .list(_, let elements) = value, comparator == .in || comparator == .notIn {
+        switch value {
+        case .list(_, let elements) where comparator == .in || comparator == .notIn,
+             .set(_, let elements) where comparator == .in || comparator == .notIn:
             candidates = Set(elements)
-        } else {
+        default:
             candidates = []
+        }
+    }
+
+    /// A value as filters compare it: a text as the string it reads.
+    static func comparable(_ value: FieldValue) -> FieldValue {
+        if case .text(let text) = value { return .scalar(.string(text)) }
+        return value
+    }
+
+    /// Equality of a field and the filter's value. A set (written as `*_SET`, or as `*_LIST` by a release
+    /// before lists kept their order) equals a list or set value holding the same distinct elements; two
+    /// lists are equal element by element, in order.
+    static func equal(_ field: FieldValue, _ value: FieldValue) -> Bool {
+        switch (field, value) {
+        case let (.set(_, elements), .list(_, wanted)), let (.set(_, elements), .set(_, wanted)),
+             let (.list(_, elements), .set(_, wanted)):
+            return ScalarValue.sortedUnique(elements) == ScalarValue.sortedUnique(wanted)
+        default:
+            return field == value
         }
     }
 
@@ -154,10 +175,10 @@ struct QueryFilter {
 
     /// Whether a record whose `fieldName` holds `field` matches (nil: the record lacks it).
     func matches(_ field: FieldValue?) -> Bool {
-        guard let field else { return false }
+        guard let field = field.map(Self.comparable) else { return false }
         switch comparator {
-        case .equals: return field == value
-        case .notEquals: return field != value
+        case .equals: return Self.equal(field, value)
+        case .notEquals: return !Self.equal(field, value)
         case .lessThan, .lessThanOrEquals, .greaterThan, .greaterThanOrEquals:
             guard case .scalar(let a) = field, case .scalar(let b) = value, a.type == b.type else { return false }
             let order = ScalarValue.compare(a, b)
@@ -177,8 +198,11 @@ struct QueryFilter {
             default: return false
             }
         case .in, .notIn:
-            guard case .scalar(let scalar) = field, case .list = value else { return false }
-            return candidates.contains(scalar) == (comparator == .in)
+            guard case .scalar(let scalar) = field else { return false }
+            switch value {
+            case .list, .set: return candidates.contains(scalar) == (comparator == .in)
+            default: return false
+            }
         }
     }
 }

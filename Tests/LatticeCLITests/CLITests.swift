@@ -29,7 +29,7 @@ import Glibc
         #expect(shown["owner"]?.stringValue == "alice" && shown["permission"]?.stringValue == "owner")
         let items = try #require(shown["items"]?.arrayValue)
         #expect(items.map { $0["text"]?.stringValue } == ["Milk", "Eggs"])
-        #expect(Set(items[0].objectValue?.keys.map { $0 } ?? []) == ["id", "text", "done", "tags", "position", "attachments"])
+        #expect(Set(items[0].objectValue?.keys.map { $0 } ?? []) == ["id", "text", "done", "tags", "position", "note", "attachments"])
         #expect(items[0]["tags"] == .array([.string("dairy")]) && items[0]["done"] == .bool(false))
 
         try Self.ok("share", "create", "Groceries", "--public-permission", "read-write", home: world.alice)

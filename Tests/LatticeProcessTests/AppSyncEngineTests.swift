@@ -162,7 +162,7 @@ final class NotesDevice: LatticeSyncEngineDelegate {
                 case 4...5: device.edit(engine, name) { $0["pinned"] = random.next() % 2 == 0 }
                 case 6...7:
                     let tag = "tag\(random.next() % 4)"
-                    device.edit(engine, name) { $0.append(contentsOf: [tag], toListForKey: "tags") }
+                    device.edit(engine, name) { $0.insert([tag], intoSetForKey: "tags") }
                 case 8: device.edit(engine, name) { $0.remove(["tag\(random.next() % 4)"], fromListForKey: "tags") }
                 default: device.delete(engine, name)
                 }
@@ -195,9 +195,9 @@ final class NotesDevice: LatticeSyncEngineDelegate {
         // (its change queued again); the laptop's arrives first. Each edit counts from when it was queued.
         phone.edit(b, "n") { $0["title"] = "Shopping" }
         try await Task.sleep(for: .milliseconds(5))
-        laptop.edit(a, "n") { $0["title"] = "Weekly groceries"; $0.append(contentsOf: ["food"], toListForKey: "tags") }
+        laptop.edit(a, "n") { $0["title"] = "Weekly groceries"; $0.insert(["food"], intoSetForKey: "tags") }
         try await Task.sleep(for: .milliseconds(5))
-        phone.edit(b, "n") { $0["body"] = "oat milk"; $0.append(contentsOf: ["errand"], toListForKey: "tags") }
+        phone.edit(b, "n") { $0["body"] = "oat milk"; $0.insert(["errand"], intoSetForKey: "tags") }
         try await a.sendChanges()
         try await b.sendChanges()
         let sentByPhone = try #require(phone.model.withLock { $0.sent.last })
@@ -215,6 +215,52 @@ final class NotesDevice: LatticeSyncEngineDelegate {
             return
         }
         #expect(stamp.replica == a.state.replicaID)
+    }
+
+    /// A text field edited on two devices offline (one by a splice, one by setting the whole text) keeps both
+    /// edits; an ordered list keeps its order and repeats; the edits survive an archive round trip.
+    @Test func textAndOrderedListsMergeAcrossDevices() async throws {
+        let world = try await World()
+        let (laptop, a) = world.device()
+        let (phone, b) = world.device()
+        try await Self.makeZone(a, laptop)
+        laptop.edit(a, "n") { $0.setText("Milk.\nEggs.\nBread.", forKey: "body"); $0["steps"] = [3, 1, 3, 2] as [Int64] }
+        try await a.sendChanges()
+        try await b.fetchChanges()
+        let id = LatticeRecord.ID(recordName: "n", zoneID: phone.zone)
+        #expect(phone.model.withLock { $0.notes[id]?["steps"] as [Int64]? } == [3, 1, 3, 2])
+
+        // Offline: the laptop splices "Oat " into the first line, the phone rewrites the last line and moves
+        // a step by delete + insert.
+        var failure: (any Error)?
+        laptop.edit(a, "n") { record in
+            do { try record.spliceText(forKey: "body", at: 0, deleting: 0, inserting: "Oat ") } catch { failure = error }
+        }
+        phone.edit(b, "n") { record in
+            record.setText("Milk.\nEggs.\nRye bread.", forKey: "body")
+            do {
+                try record.splice(listForKey: "steps", at: 0, deleting: 1, inserting: [] as [Int64])
+                try record.splice(listForKey: "steps", at: 3, deleting: 0, inserting: [3] as [Int64])
+            } catch { failure = error }
+        }
+        #expect(failure == nil, "\(String(describing: failure))")
+        // A splice past the end is refused before it is queued.
+        laptop.edit(a, "n") { record in
+            #expect(throws: LatticeSyncError.self) { try record.spliceText(forKey: "body", at: 99, deleting: 0, inserting: "x") }
+        }
+        // The phone's queued edits survive an archive round trip (an app that persists its records).
+        try phone.model.withLock { model in
+            let record = try #require(model.notes[id])
+            model.notes[id] = try LatticeRecord(archive: record.encodeWithEdits())
+        }
+        try await a.sendChanges()
+        try await b.sendChanges()
+        try await a.fetchChanges()
+        try await b.fetchChanges()
+        #expect(laptop.snapshot == phone.snapshot)
+        let note = try #require(laptop.model.withLock { $0.notes[.init(recordName: "n", zoneID: laptop.zone)] })
+        #expect(note.fieldValue("body") == .text("Oat Milk.\nEggs.\nRye bread."))
+        #expect(note["steps"] as [Int64]? == [1, 3, 2, 3])
     }
 
     @Test func theStrictSavePolicyReportsServerRecordChanged() async throws {

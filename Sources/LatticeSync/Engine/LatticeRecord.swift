@@ -30,7 +30,8 @@ public struct LatticeRecordZone: Hashable, Sendable, Codable {
 
 /// A value a record's field holds, as CloudKit's `CKRecordValueProtocol`: strings, integers, doubles,
 /// Booleans (stored as 0 and 1, as CloudKit does), dates (milliseconds), bytes, references, and arrays of
-/// them (list fields: add-wins sets, Merge.md §4).
+/// them (ordered lists, `T_LIST`; an add-wins set field, `T_SET`, also reads as an array, Merge.md §3).
+/// A `String` also reads a text field (`TEXT`); it is written as a text with `setText(_:forKey:)`.
 public protocol LatticeRecordValue: Sendable {
     /// The field's value as Lattice stores it.
     var latticeFieldValue: FieldValue { get }
@@ -57,6 +58,14 @@ extension String: LatticeScalarValue {
     public init?(latticeScalar: ScalarValue) {
         guard case .string(let value) = latticeScalar else { return nil }
         self = value
+    }
+
+    /// A `STRING` field's value, or a `TEXT` field's text.
+    public init?(latticeFieldValue: FieldValue) {
+        switch latticeFieldValue {
+        case .scalar(.string(let value)), .text(let value): self = value
+        default: return nil
+        }
     }
 }
 
@@ -205,6 +214,8 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
         /// field as an add-wins set rather than a list.
         case add(String, [ScalarValue], set: Bool)
         case remove(String, [ScalarValue])
+        /// At a position (Unicode scalars of a text, elements of a list), deletes a count and inserts.
+        case splice(String, position: Int, deleted: Int, inserted: FieldValue)
         case parent(Reference?)
     }
 
@@ -303,6 +314,47 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
         apply(.remove(key, elements.map(\.latticeScalar)), at: .now(), listType: [Element].elementType)
     }
 
+    /// Edits a text field (`TEXT`, created when missing) in place: at `position` (in Unicode scalars)
+    /// deletes `deleting` characters and inserts `inserting`, as a text view reports an edit. The splice is
+    /// sent as it is, so another device's concurrent edits elsewhere in the text stay.
+    /// - Throws: `LatticeSyncError` (`.invalidArguments`) when the range is past the end of the text.
+    public mutating func spliceText(forKey key: String, at position: Int, deleting: Int, inserting: String) throws {
+        let count = textValue(key).unicodeScalars.count
+        guard position >= 0, deleting >= 0, position <= count, deleting <= count - position else {
+            throw LatticeSyncError(.invalidArguments, "\(deleting) characters from \(position) go past the end of \(key) "
+                                   + "(\(count) characters)")
+        }
+        apply(.splice(key, position: position, deleted: deleting, inserted: .text(inserting)), at: .now())
+    }
+
+    /// Edits a list field (created when missing) in place: at `position` deletes `deleting` elements and
+    /// inserts `inserting`. The splice is sent as it is, so another device's concurrent edits elsewhere in the
+    /// list stay. - Throws: `LatticeSyncError` (`.invalidArguments`) when the range is past the end.
+    public mutating func splice<Element: LatticeScalarValue>(listForKey key: String, at position: Int, deleting: Int,
+                                                              inserting: [Element]) throws {
+        let count = listElements(key).count
+        guard position >= 0, deleting >= 0, position <= count, deleting <= count - position else {
+            throw LatticeSyncError(.invalidArguments, "\(deleting) elements from \(position) go past the end of \(key) "
+                                   + "(\(count) elements)")
+        }
+        let values = inserting.map(\.latticeScalar)
+        apply(.splice(key, position: position, deleted: deleting, inserted: .list(values.first?.type ?? [Element].elementType, values)),
+              at: .now())
+    }
+
+    /// A splice's range within `count` elements.
+    private static func clamped(_ position: Int, _ deleted: Int, _ count: Int) -> (Int, Int) {
+        let start = min(max(position, 0), count)
+        return (start, start + min(max(deleted, 0), count - start))
+    }
+
+    private func textValue(_ key: String) -> String {
+        switch fieldValue(key) {
+        case .text(let text)?: return text
+        default: return ""
+        }
+    }
+
     /// Sets a text field (`TEXT`, merged character by character) to `text`: sent as the fewest splices
     /// from the text this record holds, so another device's concurrent edits elsewhere in it stay.
     public mutating func setText(_ text: String, forKey key: String) {
@@ -330,6 +382,22 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
             let kept = listElements(key).filter { !removed.contains($0) }
             let type = removed.first?.type ?? listType
             overlay[key] = .some(isSet(key) == true ? .set(type, kept) : .list(type, kept))
+        case let .splice(key, position, deleted, .text(inserted)):
+            // Positions count in the value the edit was made on; over a newer base (`replaying(editsOf:)`)
+            // the shown value clamps them, while the send applies them to the state they were made over.
+            var scalars = Array(textValue(key).unicodeScalars)
+            let (start, end) = Self.clamped(position, deleted, scalars.count)
+            scalars.replaceSubrange(start ..< end, with: inserted.unicodeScalars)
+            var view = String.UnicodeScalarView()
+            view.append(contentsOf: scalars)
+            overlay[key] = .some(.text(String(view)))
+        case let .splice(key, position, deleted, inserted):
+            var elements = listElements(key)
+            let values: [ScalarValue]
+            if case .list(_, let list) = inserted { values = list } else { values = [] }
+            let (start, end) = Self.clamped(position, deleted, elements.count)
+            elements.replaceSubrange(start ..< end, with: values)
+            overlay[key] = .some(.list(values.first?.type ?? elements.first?.type ?? listType, elements))
         case let .parent(reference):
             parentOverlay = .some(reference)
         }
@@ -361,7 +429,7 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
         var keys = Set<String>()
         for (edit, _) in edits {
             switch edit {
-            case .set(let key, _), .add(let key, _, _), .remove(let key, _): keys.insert(key)
+            case .set(let key, _), .add(let key, _, _), .remove(let key, _), .splice(let key, _, _, _): keys.insert(key)
             case .parent: break
             }
         }
@@ -465,6 +533,12 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
                 }
                 item["key"] = .string(key)
                 item["value"] = FieldValue.list(elements.first?.type ?? .string, elements).cloudKitJSON
+            case let .splice(key, position, deleted, inserted):
+                item["op"] = .string("splice")
+                item["key"] = .string(key)
+                item["position"] = .int(Int64(position))
+                item["deleted"] = .int(Int64(deleted))
+                item["value"] = inserted.cloudKitJSON
             case let .parent(reference):
                 item["op"] = .string("parent")
                 item["value"] = reference.map { .object(["recordName": .string($0.recordID.recordName),
@@ -517,6 +591,13 @@ public struct LatticeRecord: Sendable, CustomStringConvertible {
                 default: throw invalid
                 }
                 apply(op == "add" ? .add(key, elements, set: item["set"] == .bool(true)) : .remove(key, elements), at: moment)
+            case ("splice", let key?):
+                guard let position = item["position"]?.intValue, let deleted = item["deleted"]?.intValue, position >= 0, deleted >= 0,
+                      let inserted = try field() else { throw invalid }
+                switch inserted {
+                case .text, .list: apply(.splice(key, position: Int(position), deleted: Int(deleted), inserted: inserted), at: moment)
+                default: throw invalid
+                }
             case ("parent", _):
                 let reference = value["recordName"]?.stringValue.map {
                     Reference(recordID: ID(recordName: $0, zoneID: recordID.zoneID),

@@ -665,6 +665,12 @@ public actor LatticeSyncEngine {
                 case let .add(key, elements, asSet):
                     try edit.addElements(elements, to: key, creatingSet: asSet, at: stamp(moment))
                 case let .remove(key, elements): try edit.removeElements(elements, from: key, at: stamp(moment))
+                case let .splice(key, position, deleted, .text(inserted)):
+                    try edit.spliceText(key, at: position, deleting: deleted, inserting: inserted, at: stamp(moment))
+                case let .splice(key, position, deleted, inserted):
+                    let elements: [ScalarValue]
+                    if case .list(_, let list) = inserted { elements = list } else { elements = [] }
+                    try edit.splice(key, at: position, deleting: deleted, inserting: elements, at: stamp(moment))
                 case let .parent(reference):
                     let parent = try reference.map {
                         try Reference(recordName: $0.recordID.recordName, action: $0.action == .deleteSelf ? .deleteSelf : .none)
