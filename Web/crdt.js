@@ -1,9 +1,13 @@
 // The page's CRDT: the same join as the server's (Docs/Merge.md), on records in their JSON form, and the
-// local edits as stamped states. A stamp is {ms, counter, replica} (replica: 16 lower-case hex digits);
-// scalar fields are last-writer-wins registers, list fields observed-remove sets, and a record's
-// generation and deletion stamp decide between a delete and edits (delete wins within a generation).
+// local edits as stamped states. A stamp is {ms, counter, replica} (replica: 16 lower-case hex digits).
+// A field is one of four kinds: a last-writer-wins register (a scalar), an add-wins observed-remove set
+// (`T_SET`), an ordered list that keeps duplicates (`T_LIST`) or a text merged character by character
+// (`TEXT`); the last two are sequences, joined by sequence.js. Two states of different kinds under one name
+// join to the greater kind (text > list > set > register). A record's generation and deletion stamp decide
+// between a delete and edits (delete wins within a generation).
 // Edits made here are stamped by this browser's hybrid logical clock, so an edit made offline keeps the
 // moment it was made: an earlier edit loses to a later one whatever order they reach the server in.
+import { emptySequence, isSequence, joinSequences, splice, textSplice } from './sequence.js';
 
 /** Orders stamps: milliseconds, then counter, then replica id. */
 export function compareStamps(a, b) {
@@ -38,7 +42,7 @@ export class Clock {
     }
   }
 
-  /** Observes every stamp of a record (header, parent, fields, set entries and contexts). */
+  /** Observes every stamp of a record: header, parent, each register's stamp, each set's, list's and text's context. */
   observeRecord(record) {
     const crdt = record && record.crdt;
     if (!crdt) return;
@@ -62,6 +66,16 @@ export function newReplicaID() {
 }
 
 const isSet = (field) => !!(field && field.crdt && Array.isArray(field.crdt.entries));
+
+/** A field's kind, as the server orders kinds: 0 register, 1 set, 2 list, 3 text. */
+export function fieldKind(field) {
+  if (isSet(field)) return 1;
+  if (isSequence(field)) return field.type === 'TEXT' ? 3 : 2;
+  return 0;
+}
+
+/** A set's type: `T_SET` (a set written as `T_LIST` before lists kept their order is a set all the same). */
+const setType = (type) => (typeof type === 'string' && type.endsWith('_LIST') ? type.slice(0, -5) + '_SET' : type || 'STRING_SET');
 const covers = (context, stamp) => context.some((c) => c.replica === stamp.replica
   && (c.ms > stamp.ms || (c.ms === stamp.ms && c.counter >= stamp.counter)));
 const sameEntry = (a, b) => a.value === b.value && compareStamps(a.stamp, b.stamp) === 0;
@@ -80,7 +94,7 @@ function joinContexts(a, b) {
 /** The set field of entries and context: its visible value is each element once, ascending. */
 function setField(entries, context, type) {
   const sorted = [...entries].sort((x, y) => byBytes(String(x.value), String(y.value)) || compareStamps(x.stamp, y.stamp));
-  return { value: [...new Set(sorted.map((e) => e.value))], type: type || 'STRING_LIST',
+  return { value: [...new Set(sorted.map((e) => e.value))], type: setType(type),
            crdt: { entries: sorted, context: [...context].sort((x, y) => byBytes(x.replica, y.replica)) } };
 }
 
@@ -100,12 +114,17 @@ function joinSets(a, b) {
 const assetIdentity = (value) => (value && typeof value === 'object' && !Array.isArray(value) && typeof value.fileChecksum === 'string'
   ? `${value.fileChecksum}|${value.size}` : null);
 
-/** The join of two states of one field; on one write of one asset, `b`'s download URL (the later answer) unless it has none. */
+/**
+ * The join of two states of one field: of different kinds, the greater kind; else the kind's own join. On
+ * one write of one asset, `b`'s download URL (the later answer) unless it has none.
+ */
 function joinFields(a, b) {
   if (!a) return b;
   if (!b) return a;
-  if (isSet(a) && isSet(b)) return joinSets(a, b);
-  if (isSet(a) !== isSet(b)) return isSet(a) ? a : b; // a set beats a register
+  const ka = fieldKind(a), kb = fieldKind(b);
+  if (ka !== kb) return ka > kb ? a : b;
+  if (ka === 1) return joinSets(a, b);
+  if (ka >= 2) return joinSequences(a, b, joinContexts);
   const order = compareStamps(a.crdt && a.crdt.stamp, b.crdt && b.crdt.stamp);
   if (order !== 0) return order > 0 ? a : b;
   const asset = assetIdentity(a.value);
@@ -185,10 +204,30 @@ export function setFields(record, clock, values) {
   return state;
 }
 
-/** A state of the set field `name` with `add` added and `remove` removed, from what `record` holds. */
-export function editSet(record, clock, name, add, remove, type = 'STRING_LIST') {
+/**
+ * A state of the field `name` with the elements `add` added and `remove` removed, from what `record` holds,
+ * as its kind means: a set (or a missing field, which becomes a set of `type`) adds and removes them
+ * (add-wins); a list appends each added element it does not hold and deletes every occurrence of each
+ * removed one, and stays a list.
+ */
+export function editSet(record, clock, name, add, remove, type = 'STRING_SET') {
   const state = header(record);
   const field = (record.fields || {})[name];
+  if (fieldKind(field) === 2) {
+    let list = field;
+    const stamp = clock.stamp();
+    for (const element of remove) {
+      for (let at = list.value.indexOf(element); at >= 0; at = list.value.indexOf(element)) {
+        list = splice(list, stamp, at, 1, [], joinContexts);
+      }
+    }
+    for (const element of add) {
+      if (!list.value.includes(element)) list = splice(list, stamp, list.value.length, 0, [element], joinContexts, elementTypeOf(list));
+    }
+    // An edit that changes nothing still records its stamp, as the server's does.
+    state.fields[name] = list === field ? { ...field, crdt: { ...field.crdt, context: joinContexts(field.crdt.context, [stamp]) } } : list;
+    return state;
+  }
   let entries = isSet(field) ? [...field.crdt.entries] : [];
   let context = isSet(field) ? [...field.crdt.context] : [];
   for (const element of [...remove, ...add]) {
@@ -197,15 +236,38 @@ export function editSet(record, clock, name, add, remove, type = 'STRING_LIST') 
     if (add.includes(element)) entries.push({ value: element, stamp });
     context = joinContexts(context, [stamp]);
   }
-  state.fields[name] = setField(entries, context, type);
+  state.fields[name] = setField(entries, context, isSet(field) ? field.type : type);
+  return state;
+}
+
+/** A list's element type ("STRING" of "STRING_LIST"). */
+const elementTypeOf = (list) => (list.type || 'STRING_LIST').slice(0, -5);
+
+/**
+ * A state of the text field `name` of `record` reading `text`: the splice around the changed middle (common
+ * start and end) of the text the record holds, applied to its CRDT state and stamped now, so what others
+ * changed elsewhere in the text stays. A field that is not a text yet becomes one (a text is the greatest
+ * kind). Returns null when the text is already `text`.
+ */
+export function editText(record, clock, name, text) {
+  const field = (record.fields || {})[name];
+  const current = fieldKind(field) === 3 ? field : emptySequence('TEXT');
+  const change = textSplice(current.value, text);
+  if (!change && current === field) return null;
+  const state = header(record);
+  const stamp = clock.stamp();
+  state.fields[name] = change
+    ? splice(current, stamp, change[0], change[1], change[2], joinContexts)
+    : { ...current, crdt: { ...current.crdt, context: joinContexts(current.crdt.context, [stamp]) } };
   return state;
 }
 
 /**
  * A whole new record (or, over a deleted one, its next generation): `scalars` {name: [value, type]},
- * `sets` {name: [elements]}, under `parent`.
+ * `sets` {name: [strings]} (STRING_SET), `texts` {name: string} (TEXT; an empty one is left out), under
+ * `parent`.
  */
-export function newRecord(clock, { recordName, recordType, zoneID, generation = 1, parent, scalars = {}, sets = {} }) {
+export function newRecord(clock, { recordName, recordType, zoneID, generation = 1, parent, scalars = {}, sets = {}, texts = {} }) {
   const created = clock.stamp();
   const state = { recordName, recordType, zoneID, crdt: { generation, created }, fields: {} };
   if (parent) {
@@ -216,7 +278,10 @@ export function newRecord(clock, { recordName, recordType, zoneID, generation = 
   for (const [name, elements] of Object.entries(sets)) {
     if (!elements.length) continue;
     const stamp = clock.stamp();
-    state.fields[name] = setField(elements.map((value) => ({ value, stamp })), [stamp], 'STRING_LIST');
+    state.fields[name] = setField(elements.map((value) => ({ value, stamp })), [stamp], 'STRING_SET');
+  }
+  for (const [name, text] of Object.entries(texts)) {
+    if (text) state.fields[name] = splice(emptySequence('TEXT'), clock.stamp(), 0, 0, text, joinContexts);
   }
   return state;
 }

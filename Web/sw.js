@@ -6,7 +6,7 @@
 // are never cached or answered here: only `/` and /web/ are.
 const CACHE = 'lattice-web-v1';
 const SHELL = [
-  '/web/index.html', '/web/app.js', '/web/api.js', '/web/crdt.js', '/web/replica.js', '/web/store.js',
+  '/web/index.html', '/web/app.js', '/web/api.js', '/web/crdt.js', '/web/sequence.js', '/web/replica.js', '/web/store.js',
   '/web/signinlink.js', '/web/style.css', '/web/favicon.svg', '/web/manifest.webmanifest', '/web/icon-192.png',
 ];
 

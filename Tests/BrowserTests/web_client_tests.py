@@ -40,7 +40,6 @@ import socket
 import struct
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -462,11 +461,14 @@ def main():
                     start = one.lookup(name)
                     two.take(start)
                     # One field each side writes as another kind: a set here, a text there (text wins); a
-                    # register here, a text there.
+                    # register here, a text there. And one list each side makes with elements of another type:
+                    # the join holds both, its type the first element's, with each element's type said.
                     one.modify({"recordName": name, "fields": {"mood": {"add": ["calm"], "type": "STRING_SET"},
-                                                               "label": {"value": "plain", "type": "STRING"}}})
+                                                               "label": {"value": "plain", "type": "STRING"},
+                                                               "nums": {"value": [1, 2], "type": "INT64_LIST"}}})
                     two.modify({"recordName": name, "fields": {"mood": {"splices": [[0, 0, "busy"]], "type": "TEXT"},
-                                                               "label": {"value": "rich", "type": "TEXT"}}})
+                                                               "label": {"value": "rich", "type": "TEXT"},
+                                                               "nums": {"value": ["x", "y"], "type": "STRING_LIST"}}})
                     for _ in range(rng.randint(4, 14)):
                         side, other = rng.sample([one, two], 2)
                         kind = rng.random()
@@ -484,7 +486,7 @@ def main():
                     one.take(b)
                     two.take(a)
                     joined, joined_there = one.lookup(name), two.lookup(name)
-                    for field in ("note", "tags", "mood", "label"):
+                    for field in ("note", "tags", "mood", "label", "nums"):
                         check(field_shape(joined["fields"].get(field)) == field_shape(joined_there["fields"].get(field)),
                               f"{name}: the two servers' joins of {field} differ")
                     check(joined["fields"]["mood"]["type"] == "TEXT" and joined["fields"]["label"]["type"] == "TEXT",
@@ -494,7 +496,7 @@ def main():
                 check(isinstance(found, list), f"the page's script: {found}")
                 mismatches = []
                 for case, page in zip(cases, found):
-                    for field in ("note", "tags", "mood", "label"):
+                    for field in ("note", "tags", "mood", "label", "nums"):
                         want = field_shape(case["joined"]["fields"].get(field))
                         for order in ("ab", "ba"):
                             got = field_shape(page[order]["fields"].get(field))
@@ -510,7 +512,9 @@ def main():
                                               f"{field_shape(page['edited']['fields'].get(field))} / server {field_shape(server['fields'].get(field))}")
                 check(not mismatches, f"{len(mismatches)} differences: {mismatches[:3]}")
                 print(f"  8 histories: the page's joins in both orders, and its edits, are the servers'")
-                print(f"  e.g. {cases[0]['joined']['fields']['note']['value']!r}, tags {cases[0]['joined']['fields']['tags']['value']}")
+                example = cases[0]["joined"]["fields"]
+                print(f"  e.g. {example['note']['value']!r}, tags {example['tags']['value']}, nums {example['nums']['value']} "
+                      f"({example['nums']['type']}, types {example['nums']['crdt'].get('types')})")
             finally:
                 second.stop()
 
