@@ -5,7 +5,8 @@
 // textContent, never as HTML.
 import { Api, ApiError, currentSession, hashValue, safeNext, takeNext, announceSignIn, uploadFile, downloadPath } from './api.js';
 import { followSignInLink } from './signinlink.js';
-import { fieldValue, setFields, editSet, newRecord, deletion } from './crdt.js';
+import { fieldValue, setFields, editSet, editText, newRecord, deletion } from './crdt.js';
+import { anchorAt, isText, positionAfter, scalars } from './sequence.js';
 import { Replica, isUnreachable } from './replica.js';
 import { Store, lastSession, rememberSession, forgetSession } from './store.js';
 
@@ -21,7 +22,11 @@ const state = {
   shownLists: new Map(),
   /** list id -> what this page did to it ("Deleted", "Left"), so its going is said as such */
   deletedHere: new Map(),
-  /** an open inline form: {kind: 'title' | 'text' | 'tag', id, base, record, stale, confirm, removed} */
+  /**
+   * an open inline form: {kind: 'title' | 'text' | 'tag' | 'note', id, base, record, stale, confirm, removed};
+   * a note's also holds `shown`, the note's state its text box shows, and `composing` (an input method is
+   * composing in it)
+   */
   editing: null,
   /** the item whose tools are open on a phone */
   menuOpen: null,
@@ -40,6 +45,8 @@ const state = {
   photoRefreshed: new Map(),
   /** items whose image failed to load while offline: drawn again when the server answers */
   photoRetry: new Set(),
+  /** an item being dragged to a new place: {listID, itemID, row, ...} (the items are not redrawn meanwhile) */
+  drag: null,
 };
 
 const $ = (id) => document.getElementById(id);
@@ -152,9 +159,18 @@ function photoOf(record) {
                        && IMAGE_NAME.test(names.get(base64Hex(asset.fileChecksum)) || '')) || null;
 }
 
+/** The field an item's note is kept in: a TEXT, merged character by character. */
+const NOTE_FIELD = 'note';
+
 function itemOf(record) {
+  const tags = fieldValue(record, 'tags');
+  const note = fieldValue(record, NOTE_FIELD);
+  const position = Number(fieldValue(record, 'position'));
   return { id: record.recordName, record, text: fieldValue(record, 'text') || '', done: Number(fieldValue(record, 'done') || 0) !== 0,
-           tags: fieldValue(record, 'tags') || [], position: Number(fieldValue(record, 'position') || 0), photo: photoOf(record) };
+           // A set holds each tag once; a list (kind 2) may hold one twice: each shows once.
+           tags: Array.isArray(tags) ? [...new Set(tags)] : [],
+           position: Number.isFinite(position) ? position : 0, photo: photoOf(record),
+           note: typeof note === 'string' ? note : '' };
 }
 
 /** The open list's items: unchecked first, then checked, each by position. */
@@ -247,8 +263,221 @@ function untag(list, item, tag) {
   });
 }
 
+// MARK: Order (each item's `position`, a last-writer-wins DOUBLE register: a move is one write)
+
+/**
+ * A `position` strictly between two neighbours' (either may be missing: one past the last, one before the
+ * first); null when no double lies between them (the midpoint equals one of them).
+ */
+function positionBetween(before, after) {
+  let position;
+  if (before !== undefined && after !== undefined) position = before + (after - before) / 2;
+  else if (before !== undefined) position = before + 1;
+  else if (after !== undefined) position = after - 1;
+  else return null;
+  const fits = Number.isFinite(position) && (before === undefined || position > before) && (after === undefined || position < after);
+  return fits ? position : null;
+}
+
+/**
+ * Moves an unchecked item to place `to` (from 0) among the unchecked items: its `position` becomes one between
+ * its new neighbours'. When none fits, the unchecked items are numbered 1, 2, 3... in the new order (one
+ * change, writing only the positions that change). Concurrent moves and adds converge: each item has one
+ * position, whose latest write wins.
+ */
+function moveItem(list, item, to) {
+  const open = items(list).filter((i) => !i.done);
+  const from = open.findIndex((i) => i.id === item.id);
+  if (from < 0) return;
+  const others = open.filter((i) => i.id !== item.id);
+  to = Math.max(0, Math.min(others.length, to));
+  if (to === from) return;
+  const position = positionBetween(others[to - 1] && others[to - 1].position, others[to] && others[to].position);
+  const label = `Move ${item.text}`;
+  if (position !== null) {
+    editRecord(list, item.id, (r) => setFields(r, state.replica.clock, { position: [position, 'DOUBLE'] }), label);
+  } else {
+    const order = [...others.slice(0, to), item, ...others.slice(to)];
+    const states = [];
+    order.forEach((each, index) => {
+      const record = state.replica.record(list.zone.key, each.id);
+      if (record && !record.deleted && each.position !== index + 1) {
+        states.push(setFields(record, state.replica.clock, { position: [index + 1, 'DOUBLE'] }));
+      }
+    });
+    if (!states.length) return;
+    state.replica.queue(list.zone, states, states.map((record) => ({ operationType: 'forceUpdate', record })), label);
+  }
+  announce(`Moved ${item.name} to ${to + 1} of ${open.length}.`);
+}
+
+/** Alt+ArrowUp / Alt+ArrowDown on an unchecked item's row (its box or buttons) move it one place. */
+function moveByKey(event, listID, itemID) {
+  if (!event.altKey || (event.key !== 'ArrowUp' && event.key !== 'ArrowDown')) return;
+  const target = event.target;
+  if (target.tagName === 'TEXTAREA' || (target.tagName === 'INPUT' && target.type !== 'checkbox')) return; // text navigation there
+  event.preventDefault();
+  moveStep(listID, itemID, event.key === 'ArrowUp' ? -1 : 1);
+}
+
+/** Moves an unchecked item one place up (-1) or down (1); at either end it says so. */
+function moveStep(listID, itemID, step) {
+  const list = currentList(listID);
+  if (!list || !canEditList(list)) return;
+  const open = items(list).filter((i) => !i.done);
+  const from = open.findIndex((i) => i.id === itemID);
+  if (from < 0) return;
+  if (from + step < 0 || from + step >= open.length) {
+    announce(`${open[from].name} is already ${step < 0 ? 'first' : 'last'}.`);
+    return;
+  }
+  moveItem(list, open[from], from + step);
+}
+
+/**
+ * Dragging an unchecked item by its handle, with pointer events (a mouse, a pen or a finger: the handle takes
+ * no touch scrolling): the row follows the pointer, a line shows where it will go, and letting go moves it
+ * there. Escape or a cancelled pointer puts it back. The items are not redrawn while it is dragged.
+ */
+function startDrag(event, listID, itemID) {
+  if (event.pointerType === 'mouse' && event.button !== 0) return;
+  if (state.drag) return;
+  const handle = event.currentTarget;
+  const row = handle.closest('li.item');
+  const rows = [...$('items').querySelectorAll('li.item')].filter((r) => !r.hidden && !r.classList.contains('done')
+                                                                   && !r.classList.contains('removed'));
+  const from = rows.indexOf(row);
+  if (from < 0) return;
+  event.preventDefault();
+  const scrollY = () => window.scrollY || 0;
+  // Where each row's middle was when the drag began, in page coordinates (the page may scroll meanwhile).
+  const middles = rows.map((r) => { const box = r.getBoundingClientRect(); return box.top + scrollY() + box.height / 2; });
+  const drag = { listID, itemID, row, rows, from, to: from, startY: event.clientY + scrollY(), lastY: event.clientY,
+                 pointerId: event.pointerId, handle, scroller: null };
+  state.drag = drag;
+  try { handle.setPointerCapture(event.pointerId); } catch (_) { /* a pointer already gone: the drag ends on pointerup anyway */ }
+  row.classList.add('dragging');
+  const place = () => {
+    const dy = drag.lastY + scrollY() - drag.startY;
+    row.style.transform = `translateY(${dy}px)`;
+    const middle = middles[from] + dy;
+    // The new place: how many of the other rows' middles are above the dragged row's.
+    let to = 0;
+    middles.forEach((m, index) => { if (index !== from && m < middle) to += 1; });
+    drag.to = to;
+    const others = rows.filter((r) => r !== row);
+    others.forEach((r, index) => {
+      r.classList.toggle('drop-before', index === to && to !== from);
+      r.classList.toggle('drop-after', index === others.length - 1 && to === others.length && to !== from);
+    });
+  };
+  const move = (e) => {
+    if (e.pointerId !== drag.pointerId) return;
+    drag.lastY = e.clientY;
+    place();
+    // Near the top or the bottom of the window the page scrolls, so a long list can be crossed.
+    const edge = 48, height = window.innerHeight;
+    const speed = e.clientY < edge ? -12 : e.clientY > height - edge ? 12 : 0;
+    clearInterval(drag.scroller);
+    drag.scroller = speed ? setInterval(() => { window.scrollBy(0, speed); place(); }, 30) : null;
+  };
+  const finish = (moved) => {
+    clearInterval(drag.scroller);
+    for (const name of ['pointermove', 'pointerup', 'pointercancel']) window.removeEventListener(name, listeners[name]);
+    document.removeEventListener('keydown', listeners.keydown, true);
+    row.classList.remove('dragging');
+    row.style.transform = '';
+    for (const r of rows) r.classList.remove('drop-before', 'drop-after');
+    state.drag = null;
+    const list = currentList(listID);
+    const item = list && items(list).find((i) => i.id === itemID && !i.done);
+    if (moved && list && item && drag.to !== drag.from) moveItem(list, item, drag.to);
+    render();
+  };
+  const listeners = {
+    pointermove: move,
+    pointerup: (e) => { if (e.pointerId === drag.pointerId) finish(true); },
+    pointercancel: (e) => { if (e.pointerId === drag.pointerId) finish(false); },
+    keydown: (e) => { if (e.key === 'Escape') { e.preventDefault(); finish(false); } },
+  };
+  // On the window: the captured pointer's events reach it through the handle, and any pointer's without capture.
+  for (const name of ['pointermove', 'pointerup', 'pointercancel']) window.addEventListener(name, listeners[name]);
+  document.addEventListener('keydown', listeners.keydown, true);
+}
+
+// MARK: Notes (a TEXT field: each input is a splice of its CRDT state, so edits elsewhere in it stay)
+
+/**
+ * An item's note field as a text state; a note not written yet, or not a text (a register someone wrote
+ * through the plain API), as an empty one: the first input then writes the whole box as the text.
+ */
+function noteState(record) {
+  const field = record && record.fields && record.fields[NOTE_FIELD];
+  return isText(field) ? field : { type: 'TEXT', value: '', crdt: { context: [], runs: [] } };
+}
+
+/** UTF-16 offsets (a text box's selection) to Unicode scalars (the server's positions) and back. */
+const scalarOffset = (text, offset) => scalars(text.slice(0, offset)).length;
+const utf16Offset = (text, count) => scalars(text).slice(0, count).join('').length;
+
+/**
+ * The note's text box changed: the change from the text it showed (one splice around the changed middle) is
+ * applied to the state it showed, stamped now, and queued; a run of them waits as one change. What others
+ * changed meanwhile is in the state the page shows, and stays: the join keeps both.
+ */
+function noteInput(listID, itemID, input) {
+  const editing = state.editing;
+  if (!editing || editing.kind !== 'note' || editing.id !== itemID || editing.composing) return;
+  const list = currentList(listID);
+  const record = list && state.replica.record(list.zone.key, itemID);
+  if (!record || record.deleted) return;
+  // The splice is made on the state the box showed; a note that is not a text yet is replaced by one.
+  const base = isText(record.fields && record.fields[NOTE_FIELD])
+    ? { ...record, fields: { ...record.fields, [NOTE_FIELD]: editing.shown } } : record;
+  const edit = editText(base, state.replica.clock, NOTE_FIELD, input.value);
+  if (!edit) return;
+  editing.shown = edit.fields[NOTE_FIELD];
+  const item = itemOf(record);
+  state.replica.queue(list.zone, [edit], [{ operationType: 'forceUpdate', record: edit }], `Note of ${item.text}`,
+                      { coalesce: `note|${list.zone.key}|${itemID}` });
+}
+
+/**
+ * Shows the note's latest state in its open text box. The caret and the selection stay by the characters
+ * they were next to (what was inserted or deleted before them moves them, nothing else does), and the box's
+ * scroll stays; nothing is changed while an input method composes in it (it is brought up to date after).
+ */
+function syncNote(item) {
+  const editing = state.editing;
+  const input = $('note-input');
+  if (!editing || editing.kind !== 'note' || !input || editing.composing) return;
+  if (!isText(item.record.fields && item.record.fields[NOTE_FIELD])) return; // not a text (yet): the box keeps what it shows
+  const latest = noteState(item.record);
+  if (input.value === latest.value) { editing.shown = latest; return; }
+  const focused = document.activeElement === input;
+  const { selectionStart, selectionEnd, selectionDirection, scrollTop } = input;
+  const shown = editing.shown;
+  const start = anchorAt(shown, scalarOffset(input.value, selectionStart));
+  const end = anchorAt(shown, scalarOffset(input.value, selectionEnd));
+  input.value = latest.value;
+  editing.shown = latest;
+  input.scrollTop = scrollTop;
+  if (focused) {
+    const at = (anchor) => utf16Offset(latest.value, positionAfter(latest, anchor) ?? scalars(latest.value).length);
+    input.setSelectionRange(at(start), Math.max(at(start), at(end)), selectionDirection);
+  }
+}
+
+/** The note's first line, shortened, for the item's row. */
+function notePreview(note) {
+  const line = note.split('\n').map((l) => l.trim()).find(Boolean) || '';
+  const shown = scalars(line);
+  return shown.length > 80 ? shown.slice(0, 79).join('') + '…' : line;
+}
+
 /** Deletes items (one queued change); Undo takes it back if unsent, else brings the items back. */
 function removeItems(list, removed, text, label) {
+  if (state.editing && state.editing.kind === 'note' && removed.some((item) => item.id === state.editing.id)) state.editing = null;
   const states = removed.map((item) => deletion(item.record, state.replica.clock));
   const operations = removed.map((item) => ({ operationType: 'forceDelete', record: { recordName: item.id } }));
   const entry = state.replica.queue(list.zone, states, operations, label, { kind: 'delete' });
@@ -261,7 +490,7 @@ function removeItems(list, removed, text, label) {
   });
 }
 
-/** Makes items again (a new generation of each), with the text, check, tags and place they had. */
+/** Makes items again (a new generation of each), with the text, check, tags, note and place they had. */
 function restoreItems(list, wanted) {
   const records = wanted.map((item) => {
     // The generation after the removed one (or the one someone brought back meanwhile, joined with it).
@@ -271,7 +500,7 @@ function restoreItems(list, wanted) {
     return newRecord(state.replica.clock, {
       recordName: item.id, recordType: 'Item', zoneID: list.record.zoneID, parent: list.id, generation,
       scalars: { text: [item.text, 'STRING'], done: [item.done ? 1 : 0, 'INT64'], position: [item.position, 'DOUBLE'] },
-      sets: { tags: item.tags } });
+      sets: { tags: item.tags }, texts: { [NOTE_FIELD]: item.note || '' } });
   });
   const entry = state.replica.queue(list.zone, records, records.map((record) => ({ operationType: 'forceUpdate', record })),
                                     `Restore ${wanted.map((i) => i.text).join(', ')}`);
@@ -700,6 +929,7 @@ function renderRenameForm(list) {
 }
 
 function renderItems(list, canEdit) {
+  if (state.drag) return; // drawn when the drag ends
   const all = items(list);
   const open = all.filter((i) => !i.done), checked = all.filter((i) => i.done);
   const collapsed = checkedCollapsed(list.id);
@@ -714,6 +944,17 @@ function renderItems(list, canEdit) {
     markRemoved(list, row);
     wanted.push(row);
     seen.add(state.editing.id);
+  }
+  // An item removed (elsewhere) while its note was open: the note closes, and Undo brings the item back with it.
+  if (state.editing && state.editing.kind === 'note' && !seen.has(state.editing.id)) {
+    const gone = state.editing.item;
+    state.editing = null;
+    if (gone) {
+      const who = removerName(list, gone.id);
+      notice(`${who} removed “${gone.text}” while you were editing its note: Undo brings it back with the note.`);
+      offerUndo(`“${gone.text}” was removed.`, `Bring back ${gone.name} with its note`,
+                () => restoreItems(currentList(list.id) || list, [{ ...gone, generation: (gone.record.crdt.generation || 1) + 1 }]));
+    }
   }
   for (const id of [...state.rows.keys()]) if (!seen.has(id)) state.rows.delete(id);
   placeChildren($('items'), wanted);
@@ -751,16 +992,20 @@ function checkedHeader(list, count, collapsed, canEdit) {
 }
 
 function renderRow(list, item, canEdit, hidden) {
-  const editing = state.editing && state.editing.id === item.id && (state.editing.kind === 'text' || state.editing.kind === 'tag') ? state.editing : null;
+  const editing = state.editing && state.editing.id === item.id && ['text', 'tag', 'note'].includes(state.editing.kind) ? state.editing : null;
   const words = changedWords(list, item);
   const upload = state.uploads.get(item.id);
+  const noteOpen = !!(editing && editing.kind === 'note');
   const signature = JSON.stringify([item.text, item.done, item.tags, item.name, words, canEdit, state.menuOpen === item.id,
                                     item.photo && [item.photo.fileChecksum, item.photo.downloadURL || null],
-                                    upload ? [upload.phase, upload.text || null] : null]);
+                                    upload ? [upload.phase, upload.text || null] : null,
+                                    canEdit ? notePreview(item.note) : item.note, noteOpen]);
   let known = state.rows.get(item.id);
   if (!known) {
     const row = el('li', { class: 'item', 'data-item': item.id, id: 'item-' + item.id },
       el('div', { class: 'item-row' }), el('div', { class: 'item-form' }));
+    const listID = list.id;
+    row.addEventListener('keydown', (event) => { if (!row.classList.contains('done')) moveByKey(event, listID, item.id); });
     known = { row, signature: null };
     state.rows.set(item.id, known);
   }
@@ -778,6 +1023,7 @@ function renderRow(list, item, canEdit, hidden) {
 }
 
 function rowContents(list, item, canEdit, words) {
+  const noteOpen = !!(state.editing && state.editing.kind === 'note' && state.editing.id === item.id);
   const box = el('input', { type: 'checkbox', id: 'done-' + item.id, checked: item.done, disabled: !canEdit,
                             'aria-label': item.name !== item.text ? item.name : false,
                             onchange: (event) => { const now = currentList(list.id); if (now) setDone(now, item, event.target.checked); } });
@@ -796,11 +1042,24 @@ function rowContents(list, item, canEdit, words) {
   });
   const body = el('div', { class: 'item-body' },
     el('label', { for: 'done-' + item.id, class: 'text', dir: 'auto', text: item.text }),
-    tags,
-    el('span', { class: 'meta changed', id: 'changed-' + item.id, dir: 'auto', text: words }));
+    tags);
+  // The note: its first line for an editor (Note opens it whole), all of it for a reader.
+  if (item.note) {
+    body.append(canEdit ? el('span', { class: 'note-preview', id: 'note-preview-' + item.id, dir: 'auto', text: notePreview(item.note) })
+      : el('span', { class: 'note-full', id: 'note-preview-' + item.id, dir: 'auto', text: item.note }));
+  }
+  body.append(el('span', { class: 'meta changed', id: 'changed-' + item.id, dir: 'auto', text: words }));
   const status = photoStatus(list, item);
   if (status) body.append(el('span', { class: 'photo-status' + (status.error ? ' error' : ' meta'), id: 'photo-status-' + item.id, dir: 'auto', text: status.text }));
   const contents = [box, body];
+  if (canEdit && !item.done) {
+    // The drag handle: for a pointer (a finger on a phone); the keyboard has Alt+Up/Down and the Move buttons.
+    const handle = el('span', { class: 'drag-handle', id: 'drag-' + item.id, 'aria-hidden': 'true', title: 'Drag to move' }, '≡');
+    handle.addEventListener('pointerdown', (event) => startDrag(event, list.id, item.id));
+    contents.unshift(handle);
+  } else if (canEdit) {
+    contents.unshift(el('span', { class: 'drag-spacer', 'aria-hidden': 'true' })); // a checked item lines up with the others
+  }
   if (item.photo && item.photo.downloadURL) contents.push(photoThumbnail(list, item));
   if (canEdit) {
     contents.push(el('button', { type: 'button', class: 'button small secondary more', id: 'more-' + item.id,
@@ -819,6 +1078,19 @@ function rowContents(list, item, canEdit, words) {
         const input = $('edit-input');
         if (input) input.focus();
       } }, 'Edit'),
+      el('button', { type: 'button', class: 'button small secondary note', id: 'note-' + item.id, 'aria-label': `Open the note of ${item.name}`,
+                     'aria-controls': noteOpen ? 'note-panel' : false, 'aria-expanded': String(noteOpen), onclick: () => {
+        const now = itemNow(list, item.id);
+        if (!now) return;
+        if (state.editing && state.editing.kind === 'note' && state.editing.id === item.id) {
+          state.editing = null;
+          state.focusAfter = 'note-' + item.id;
+        } else {
+          state.editing = { kind: 'note', id: item.id, item: now, shown: noteState(now.record), composing: false };
+          state.focusAfter = 'note-input';
+        }
+        render();
+      } }, 'Note'),
       el('button', { type: 'button', class: 'button small secondary add-tag', id: 'tag-' + item.id, 'aria-label': `Add a tag to ${item.name}`, onclick: () => {
         state.editing = { kind: 'tag', id: item.id };
         render();
@@ -834,6 +1106,11 @@ function rowContents(list, item, canEdit, words) {
                       event.target.value = ''; // the same file chosen again is a new choice
                       if (file) attachPhoto(list.id, item.id, file);
                     } }),
+      ...(item.done ? [] : [
+        el('button', { type: 'button', class: 'button small secondary move', id: 'up-' + item.id, 'aria-label': `Move ${item.name} up`,
+                       'aria-keyshortcuts': 'Alt+ArrowUp', onclick: () => moveStep(list.id, item.id, -1) }, '↑'),
+        el('button', { type: 'button', class: 'button small secondary move', id: 'down-' + item.id, 'aria-label': `Move ${item.name} down`,
+                       'aria-keyshortcuts': 'Alt+ArrowDown', onclick: () => moveStep(list.id, item.id, 1) }, '↓')]),
       el('button', { type: 'button', class: 'button small danger remove', id: 'remove-' + item.id, 'aria-label': `Remove ${item.name}`,
                      onclick: () => { const now = currentList(list.id); if (now) removeItem(now, item); } }, 'Remove')));
   }
@@ -848,6 +1125,12 @@ function itemNow(list, id) {
 /** The inline form under a row: made when it opens, kept (never rebuilt) while it stays open. */
 function renderRowForm(list, item, slot, editing, canEdit) {
   if (!editing || !canEdit) { if (slot.firstChild) slot.replaceChildren(); return; }
+  if (editing.kind === 'note') {
+    if (!slot.querySelector('.note-panel')) slot.replaceChildren(notePanel(list, item));
+    editing.item = item;
+    syncNote(item);
+    return;
+  }
   if (editing.kind === 'tag') {
     if (!$('tag-form')) {
       slot.replaceChildren(editForm('tag', `New tag for ${item.name}`, '', 'tag-' + item.id, (tag) => {
@@ -874,6 +1157,35 @@ function renderRowForm(list, item, slot, editing, canEdit) {
     cancel.setAttribute('aria-label', 'Cancel editing');
   }
   showStale(item);
+}
+
+/**
+ * An item's note, open under its row: a text box whose every input is saved at once as an edit of the note
+ * (notes have no Save), with Done (or Escape) to close it.
+ */
+function notePanel(list, item) {
+  const input = el('textarea', { id: 'note-input', class: 'note-input', rows: 6, dir: 'auto', spellcheck: 'true',
+                                 'aria-describedby': 'note-help' });
+  input.value = item.note; // the text, or a plain string someone wrote (noteState)
+  const close = () => {
+    state.editing = null;
+    state.focusAfter = 'note-' + item.id;
+    render();
+  };
+  input.addEventListener('input', () => noteInput(list.id, item.id, input));
+  input.addEventListener('compositionstart', () => { if (state.editing) state.editing.composing = true; });
+  input.addEventListener('compositionend', () => {
+    if (!state.editing || state.editing.kind !== 'note') return;
+    state.editing.composing = false;
+    noteInput(list.id, item.id, input);
+    const now = itemNow(list, item.id);
+    if (now) syncNote(now);
+  });
+  input.addEventListener('keydown', (event) => { if (event.key === 'Escape') close(); });
+  return el('div', { class: 'note-panel', id: 'note-panel' },
+    el('label', { for: 'note-input', text: `Note of ${item.name}` }), input,
+    el('p', { class: 'help', id: 'note-help', text: 'Saved as you type. Others can edit it at the same time: both edits stay.' }),
+    el('button', { type: 'button', class: 'button small', id: 'note-done', 'aria-label': `Close the note of ${item.name}`, onclick: close }, 'Done'));
 }
 
 /**
@@ -1442,6 +1754,7 @@ function announceRemote(changes) {
       const added = after.tags.filter((t) => !before.tags.includes(t)), removed = before.tags.filter((t) => !after.tags.includes(t));
       if (added.length) messages.push(`${name} tagged ${after.text} ${added.join(', ')}.`);
       if (removed.length) messages.push(`${name} removed tag ${removed.join(', ')} from ${after.text}.`);
+      if (before.note !== after.note) messages.push(`${name} edited the note of ${after.text}.`);
       const photo = (i) => (i.photo ? i.photo.fileChecksum : null);
       if (photo(before) !== photo(after)) messages.push(after.photo ? `${name} added a photo to ${after.text}.` : `${name} removed the photo of ${after.text}.`);
     }

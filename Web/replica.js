@@ -195,13 +195,27 @@ export class Replica {
   /**
    * Queues a change: `states` are the records as this change leaves them (shown at once and kept),
    * `operations` what records/modify is sent (CRDT states, or a plain forceDelete). Sent at once when
-   * the server can be reached, else when it can again.
+   * the server can be reached, else when it can again. With `extra.coalesce` (a key), a change that
+   * follows a waiting one of the same key (not being sent) replaces it: `states` must hold what it held.
    */
   queue(zone, states, operations, label, extra = {}) {
     const before = states.map((s) => this.record(zone.key, s.recordName));
     const body = JSON.stringify({ zoneID: zone.zoneID, atomic: false, clientOperationID: `web-${this.clock.replica}-${randomHex(8)}`,
                                   operations });
     const kept = { zone: zone.key, database: zone.database, path: 'records/modify', body, states, label, made: Date.now(), ...extra };
+    const last = this.outbox[this.outbox.length - 1];
+    if (extra.coalesce && last && last.coalesce === extra.coalesce && last.zone === zone.key && this.sending !== last) {
+      // A run of edits of one thing (a note typed into, key by key) keeps one waiting entry: the new state
+      // was made from what the page shows, which holds the waiting one's, so it replaces it in its place. It
+      // is a new operation (its own clientOperationID): a try of the old one may have reached the server.
+      Object.assign(last, { body, states, label });
+      last.saved = last.saved.then(() => (this.store && last.seq ? this.store.putOutbox({ ...kept, made: last.made, seq: last.seq }) : null))
+        .catch(() => {});
+      if (this.store) this.store.setMeta('clock', this.clock.latest).catch(() => {});
+      this.report(states.map((s, i) => ({ key: zone.key, name: s.recordName, before: before[i], after: this.record(zone.key, s.recordName), remote: false })));
+      this.flush();
+      return last;
+    }
     // Shown and queued at once; sent only once it is kept (`saved`), so a reload never loses a sent change.
     const entry = { ...kept };
     entry.saved = (this.store ? this.store.addOutbox(kept) : Promise.resolve((this.localSeq = (this.localSeq || 0) + 1)))

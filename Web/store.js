@@ -97,6 +97,13 @@ export class Store {
     return seq;
   }
 
+  /** Rewrites a kept entry in place (same `seq`, so its place in the order stays). */
+  async putOutbox(entry) {
+    const tx = this.db.transaction('outbox', 'readwrite');
+    tx.objectStore('outbox').put(entry);
+    return done(tx);
+  }
+
   async removeOutbox(seq) {
     const tx = this.db.transaction('outbox', 'readwrite');
     tx.objectStore('outbox').delete(seq);

@@ -17,8 +17,8 @@ and started again on the same address and data), with the `lattice` CLI for the 
 - photos: a PNG attached to an item through its file input (after an attempt the server cannot take, which
   says so) shows as a thumbnail that loads, for paula after a reload and for oscar in his own browser; a
   thumbnail whose URL fails is asked for again; Undo of a removal brings the photo back;
-- notes and order (issue 34): two people edit different paragraphs of an item's note (a TEXT), one of them
-  offline, and both edits stay; the caret moves with what arrives before it, and nothing typed meanwhile is
+- notes and order (issue 34): two browsers and a CLI edit different paragraphs of an item's note (a TEXT),
+  offline, and every edit stays; the caret moves with what arrives before it, and nothing typed meanwhile is
   lost; items are reordered by dragging (mouse and touch), Alt+Arrow keys and Move buttons, kept after a
   reload and the same for others, and renumbered when no position fits between two neighbours; the page's
   join of lists and texts is the servers' (two servers, seeded concurrent histories);
@@ -887,9 +887,9 @@ def main():
             return state["ob"]
 
         def notes_merge_paragraph_edits_one_offline():
-            # paula (this browser) and oscar (a browser of his own) edit different paragraphs of one item's note;
-            # oscar's page is cut off meanwhile. paula keeps typing while his edit arrives: her caret moves by
-            # what he inserted before it, and nothing she types is lost.
+            # paula (this browser), oscar (a browser of his own) and paula's CLI edit different paragraphs of one
+            # item's note; oscar's page is cut off meanwhile and the CLI does not sync. paula keeps typing while
+            # their edits arrive: her caret moves by what they inserted before it, and nothing she types is lost.
             bt.phone(pb, False)
             oscar.run("list", "add", "Market", "Trip")
             wait_for(pb, lambda d: "Trip" in open_order(d), "Trip shows")
@@ -904,6 +904,9 @@ def main():
             wait_for(ob, lambda d: "Trip" in open_order(d), "oscar's page shows Trip")
             open_note(ob, "Trip")
             wait_for(ob, lambda d: note_text(d) == base, "oscar's page has the note")
+            # paula's CLI edits the middle paragraph without syncing (queued, as offline).
+            paula.run("sync")
+            paula.run("list", "note", "Market", "Trip", base.replace("print them", "print them twice"), "--no-sync")
             set_offline(ob, True)
             try:
                 caret_to(ob, base.index("sunscreen") + len("sunscreen"))
@@ -917,6 +920,7 @@ def main():
             finally:
                 set_offline(ob, False)
             ob.execute_script("window.dispatchEvent(new Event('online'))")  # as the browser says when the network is back
+            paula.run("sync")  # the CLI's edit goes too
             # paula goes on typing, one key at a time, until his edit has arrived and a few keys after it.
             typed = []
             arrived_after = None
@@ -931,19 +935,16 @@ def main():
             typed = "".join(typed)
             check(arrived_after is not None and arrived_after <= len(typed) - 4,
                   f"oscar's edit arrived while paula typed (after key {arrived_after} of {len(typed)})")
-            expected = base.replace("sunscreen", "sunscreen and hats") + " by Friday" + typed
-            wait_for(pb, lambda d: note_text(d) == expected, f"paula's note holds both edits and all she typed: {note_text(pb)!r}")
+            expected = base.replace("sunscreen", "sunscreen and hats").replace("print them", "print them twice") + " by Friday" + typed
+            wait_for(pb, lambda d: note_text(d) == expected, f"paula's note holds the three edits and all she typed: {note_text(pb)!r}")
             caret = pb.execute_script("const f = document.getElementById('note-input'); return [document.activeElement.id, f.selectionStart, f.selectionEnd];")
             check(caret == ["note-input", len(expected), len(expected)], f"her caret stayed after what she typed: {caret} of {len(expected)}")
             wait_for(ob, lambda d: note_text(d) == expected and pending(d) == 0, f"oscar's page has the same note: {note_text(ob)!r}")
             wait_for(pb, lambda d: pending(d) == 0, "all sent")
-            oscar.run("sync")
-            shown = oscar.json("list", "show", "Market")
-            notes = [i.get("note") for i in shown["items"] if i["text"] == "Trip"]
-            if notes and notes[0] is not None:
-                check(notes[0] == expected, f"the CLI reads the same note: {notes[0]!r}")
-            else:
-                print("  (this lattice's list show has no note: the CLI check is skipped)")
+            for cli in (oscar, paula):
+                cli.run("sync")
+                notes = [i.get("note") for i in cli.json("list", "show", "Market")["items"] if i["text"] == "Trip"]
+                check(notes == [expected], f"the CLI reads the same note: {notes}")
             pb.refresh()
             bt.wait_ready(pb, "paula")
             open_list(pb, "Market")
@@ -1031,6 +1032,18 @@ def main():
             cli = [i["text"] for i in oscar.json("list", "show", "Market")["items"] if not i["done"]]
             check(cli == expected, f"the CLI's order (by position) is the page's: {cli}")
             bt.phone(pb, False)
+            # oscar's CLI moves the last item to the top, unsynced, while paula moves the first one down: both
+            # moves stay, and the page and the CLI show one order.
+            last, first, second = expected[-1], expected[0], expected[1]
+            oscar.run("list", "move", "Market", item_id(pb, last), "1", "--no-sync")
+            bt.act(lambda: checkbox(pb, first).send_keys(Keys.ALT, Keys.ARROW_DOWN))
+            wait_for(pb, lambda d: open_order(d)[:2] == [second, first] and pending(d) == 0, f"paula's move: {open_order(pb)}")
+            oscar.run("sync")
+            expected = [last, second, first] + expected[2:-1]
+            wait_for(pb, lambda d: open_order(d) == expected, f"both moves: {open_order(pb)}")
+            oscar.run("sync")
+            cli = [i["text"] for i in oscar.json("list", "show", "Market")["items"] if not i["done"]]
+            check(cli == expected, f"the CLI's order is the page's: {cli}")
 
         def no_room_between_renumbers():
             # Two neighbours whose positions have no double between them: a move between them numbers the unchecked
@@ -1264,9 +1277,9 @@ def main():
             ("who changed an item and when", who_changed_it_and_when),
             ("changes are announced per item; the list is no live region", changes_are_announced_per_item),
             ("photos: attached from a file input, shown as thumbnails, kept after a reload and for others", photos_attach_show_and_survive),
-            ("a note: two people edit different paragraphs, one offline; both edits stay, the caret moves with the text",
+            ("a note: two browsers and the CLI edit different paragraphs, offline; all edits stay, the caret moves with the text",
              notes_merge_paragraph_edits_one_offline),
-            ("reorder: drag with a mouse and a finger, Alt+Arrow keys and Move up; kept after a reload, the same for others",
+            ("reorder: drag with a mouse and a finger, Alt+Arrow keys, Move up and the CLI; kept after a reload, the same for others",
              drag_and_keys_reorder_items),
             ("reorder: a move where no position fits between the neighbours numbers the items 1 to n", no_room_between_renumbers),
             ("tags: the page writes a set; a list of tags shows each once and stays a list", tags_are_a_set_and_a_list_shows_each_once),
