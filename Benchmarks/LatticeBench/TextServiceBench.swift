@@ -19,7 +19,7 @@ enum TextServiceBench {
         guard let server = BenchServer.startScratch(
             command: "text", root: root,
             extra: ["--requests-per-second-per-account", "0", "--quota-per-database", "1000000000000",
-                    "--disk-budget", "1000000000000", "--access-log", "off"],
+                    "--disk-budget", "1000000000000"],
             timeout: 1_800) else {
             line["error"] = .string("the server did not start")
             return line

@@ -170,8 +170,8 @@ public struct SequenceState<Element: Hashable & Sendable>: Sendable {
     /// Inserts `newElements` so the first sits at visible `position`, as `stamp`'s replica; `stamp` is
     /// recorded in `context`. Returns the id of the first inserted element.
     @discardableResult
-    @_specialize(exported: true, where Element == Unicode.Scalar)
-    @_specialize(exported: true, where Element == ScalarValue)
+    @_specialize(where Element == Unicode.Scalar)
+    @_specialize(where Element == ScalarValue)
     public mutating func insert(_ newElements: [Element], at position: Int, stamp: Stamp) throws(SequenceError) -> SequenceID? {
         guard position >= 0 && position <= count else {
             throw SequenceError(code: .outOfRange, message: "position \(position) is past the end (\(count) elements)")
@@ -229,8 +229,8 @@ public struct SequenceState<Element: Hashable & Sendable>: Sendable {
 
     /// Deletes `length` visible elements from `position`, recording `stamp`. Returns how many it deleted.
     @discardableResult
-    @_specialize(exported: true, where Element == Unicode.Scalar)
-    @_specialize(exported: true, where Element == ScalarValue)
+    @_specialize(where Element == Unicode.Scalar)
+    @_specialize(where Element == ScalarValue)
     public mutating func delete(from position: Int, length: Int, stamp: Stamp) throws(SequenceError) -> Int {
         // Compared without adding, so no input overflows.
         guard position >= 0 && length >= 0 && position <= count && length <= count - position else {
@@ -297,8 +297,8 @@ public struct SequenceState<Element: Hashable & Sendable>: Sendable {
 
     /// The chunk, piece and offset of the visible element at `position` (< count), from the cached cursor:
     /// an edit next to the last one finds its piece at once.
-    @_specialize(exported: true, where Element == Unicode.Scalar)
-    @_specialize(exported: true, where Element == ScalarValue)
+    @_specialize(where Element == Unicode.Scalar)
+    @_specialize(where Element == ScalarValue)
     mutating func locate(_ position: Int) -> (chunk: Int, piece: Int, offset: Int) {
         var (c, before) = cursor
         if c >= chunks.count { (c, before) = (0, 0) }
@@ -354,8 +354,8 @@ public struct SequenceState<Element: Hashable & Sendable>: Sendable {
     // MARK: Join
 
     /// Joins `other` into this state: the union of both sides' elements, in the order their tree gives.
-    @_specialize(exported: true, where Element == Unicode.Scalar)
-    @_specialize(exported: true, where Element == ScalarValue)
+    @_specialize(where Element == Unicode.Scalar)
+    @_specialize(where Element == ScalarValue)
     public mutating func merge(_ other: SequenceState) {
         if other.chunks.isEmpty {
             context.merge(other.context)
@@ -379,8 +379,8 @@ public struct SequenceState<Element: Hashable & Sendable>: Sendable {
     var flatPieces: [Piece] { chunks.flatMap(\.pieces) }
 
     /// A state from pieces already in document order (merged where they continue each other).
-    @_specialize(exported: true, where Element == Unicode.Scalar)
-    @_specialize(exported: true, where Element == ScalarValue)
+    @_specialize(where Element == Unicode.Scalar)
+    @_specialize(where Element == ScalarValue)
     init(ordered pieces: [Piece], values: [Element], context: VersionVector) {
         chunks = []
         var index = 0
