@@ -25,6 +25,16 @@ import time
 from importlib.metadata import version
 
 
+def peak_rss_kib():
+    """This process's peak resident set (VmHWM). Not getrusage's ru_maxrss: on Linux that keeps the peak of
+    the process this one was forked from (before its exec), so a large parent would show here."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return -1
+
+
 def rss_kib():
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
@@ -243,7 +253,7 @@ def main():
         "merge_ok": merged == trace["endContent"],
         "encoded_bytes": len(encoded),
         "document_rss_kib": document_kib,
-        "peak_rss_kib": __import__("resource").getrusage(__import__("resource").RUSAGE_SELF).ru_maxrss,
+        "peak_rss_kib": peak_rss_kib(),
     }
     if isinstance(peer, Yrs) and peer.bytes_positions:
         result["note"] = "positions converted from Unicode scalars to UTF-8 bytes"

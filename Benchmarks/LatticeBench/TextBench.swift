@@ -383,9 +383,7 @@ enum TextBench {
     /// This process's resident set (VmRSS), in KiB.
     static func residentKiB() -> Int { FanoutBench.residentKiB(getpid()) ?? 0 }
 
-    static func peakResidentKiB() -> Int {
-        var usage = rusage()
-        getrusage(RUSAGE_SELF.rawValue, &usage)
-        return usage.ru_maxrss
-    }
+    /// This process's peak resident set (VmHWM). Not getrusage's `ru_maxrss`: on Linux that keeps the peak of
+    /// the process this worker was forked from (before its exec), the orchestrator's.
+    static func peakResidentKiB() -> Int { ProcStatus.kib("VmHWM") }
 }
