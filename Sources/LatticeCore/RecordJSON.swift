@@ -687,7 +687,7 @@ extension FieldState {
             do throws(CodecError) {
                 self = .text(try TextState(context: context, runs: runs, values: Array(text.unicodeScalars)))
             } catch {
-                throw fail(".crdt.runs", error.description)
+                throw fail(".crdt.runs", Self.sequenceRefusal(error))
             }
             return
         }
@@ -712,7 +712,13 @@ extension FieldState {
         do throws(CodecError) {
             self = .list(try ListState(context: context, runs: runs, values: values))
         } catch {
-            throw fail(".crdt.runs", error.description)
+            throw fail(".crdt.runs", Self.sequenceRefusal(error))
         }
+    }
+
+    /// Why the runs of a JSON sequence were refused, without the offset into the binary form they were
+    /// checked in (it means nothing to a JSON client).
+    private static func sequenceRefusal(_ error: CodecError) -> String {
+        error.code == .malformed ? "not a valid sequence: \(error.context)" : error.description
     }
 }
