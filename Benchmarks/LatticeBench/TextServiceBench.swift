@@ -58,31 +58,31 @@ enum TextServiceBench {
                     splices.append(.array([.int(Int64(patch.position)), .int(Int64(patch.deleted)), .string(String(inserted))]))
                 }
             }
-            let idle = FanoutBench.residentKiB(server.pid) ?? 0
-            var peak = idle
-            var latencies: [Double] = []
-            var requestBytes = 0
-            let started = monotonicNanoseconds()
-            var index = 0, turn = 0
-            while index < splices.count {
-                let slice = Array(splices[index ..< min(index + batch, splices.count)])
-                let body: JSON = .object([
+            // The bodies are built (and their sizes counted) before the clock starts; each is serialized when
+            // it is sent, as a client would.
+            let bodies: [JSON] = stride(from: 0, to: splices.count, by: batch).map { index in
+                .object([
                     "zoneID": zone, "desiredKeys": .array([]),
                     "operations": .array([.object(["operationType": .string("forceUpdate"), "record": .object([
                         "recordName": .string("doc"),
-                        "fields": .object(["body": .object(["splices": .array(slice), "type": .string("TEXT")])])])])]),
+                        "fields": .object(["body": .object(["splices": .array(Array(splices[index ..< min(index + batch, splices.count)])),
+                                                            "type": .string("TEXT")])])])])]),
                 ])
-                requestBytes += body.serializedBytes().count
+            }
+            let requestBytes = bodies.reduce(0) { $0 + $1.serializedBytes().count }
+            let idle = FanoutBench.residentKiB(server.pid) ?? 0
+            var peak = idle
+            var latencies: [Double] = []
+            let started = monotonicNanoseconds()
+            for (turn, body) in bodies.enumerated() {
                 let (api, token) = clients[turn % 2]
                 let sent = monotonicNanoseconds()
                 let answer = try api.call("private", "records/modify", body, token: token)
                 latencies.append(Double(monotonicNanoseconds() - sent) / 1e9)
                 if let error = answer["records"]?.arrayValue?.first?["serverErrorCode"]?.stringValue {
-                    throw SystemError.message("batch at patch \(index) refused: \(error) \(answer)")
+                    throw SystemError.message("batch \(turn) (from patch \(turn * batch)) refused: \(error) \(answer)")
                 }
-                index += slice.count
-                turn += 1
-                if turn % 16 == 0, let now = FanoutBench.residentKiB(server.pid) { peak = max(peak, now) }
+                if (turn + 1) % 16 == 0, let now = FanoutBench.residentKiB(server.pid) { peak = max(peak, now) }
             }
             let seconds = Double(monotonicNanoseconds() - started) / 1e9
             let looked = try second.call("private", "records/lookup", .object([

@@ -510,8 +510,7 @@ public struct Record: Hashable, Sendable {
             fields[index].state = state
         } else {
             guard let state = body(nil) else { return }
-            let index = fields.firstIndex { compareBytes($0.name, name) > 0 } ?? fields.endIndex
-            fields.insert(Field(name: name, state: state), at: index)
+            setState(state, of: name)
         }
     }
 }

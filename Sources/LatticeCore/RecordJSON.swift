@@ -169,11 +169,7 @@ extension FieldValue {
                 throw RecordJSONError(path: path + ".value", message: "expected a string for TEXT")
             }
             self = .text(text)
-        } else if typeName.hasSuffix("_LIST") || typeName.hasSuffix("_SET") {
-            let isSet = typeName.hasSuffix("_SET")
-            guard let type = ValueType(cloudKitName: String(typeName.dropLast(isSet ? 4 : 5))) else {
-                throw RecordJSONError(path: path + ".type", message: "unknown type \(typeName)")
-            }
+        } else if let (type, isSet) = ValueType.collection(typeName) {
             guard let array = value.arrayValue else {
                 throw RecordJSONError(path: path + ".value", message: "expected an array for \(typeName)")
             }
@@ -406,9 +402,7 @@ extension Record {
                 fields.append(Field(name: name, state: try FieldState(sequenceJSON: fieldObject, path: path)))
             } else {
                 // A set (`_SET`; `_LIST` from clients written before lists kept their order).
-                guard let typeName = fieldObject["type"]?.stringValue,
-                      typeName.hasSuffix("_SET") || typeName.hasSuffix("_LIST"),
-                      let listType = ValueType(cloudKitName: String(typeName.dropLast(typeName.hasSuffix("_SET") ? 4 : 5))) else {
+                guard let typeName = fieldObject["type"]?.stringValue, let (listType, _) = ValueType.collection(typeName) else {
                     throw fail(path + ".type", "a set field needs a _SET type")
                 }
                 guard let entriesJSON = fieldCRDT["entries"]?.arrayValue, let contextJSON = fieldCRDT["context"] else {
@@ -691,8 +685,7 @@ extension FieldState {
             }
             return
         }
-        guard typeName.hasSuffix("_LIST"), let type = ValueType(cloudKitName: String(typeName.dropLast(5))),
-              let array = object["value"]?.arrayValue else {
+        guard let (type, isSet) = ValueType.collection(typeName), !isSet, let array = object["value"]?.arrayValue else {
             throw fail(".type", "a list or text field has a T_LIST or TEXT type and its value")
         }
         let types = crdt["types"]?.arrayValue

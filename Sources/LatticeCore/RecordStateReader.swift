@@ -187,8 +187,7 @@ extension Record {
         }
         // A set (`_SET`; `_LIST` from clients written before lists kept their order). A list or text
         // (`crdt.runs`) is left to the tree read.
-        guard let typeName = type?.stringValue, typeName.hasSuffix("_SET") || typeName.hasSuffix("_LIST"),
-              let listType = ValueType(cloudKitName: String(typeName.dropLast(typeName.hasSuffix("_SET") ? 4 : 5))),
+        guard let typeName = type?.stringValue, let (listType, _) = ValueType.collection(typeName),
               let entries, let context, contextValid else { return nil }
         var elements: [ORSet.Entry] = []
         elements.reserveCapacity(entries.count)

@@ -21,6 +21,14 @@ public enum ValueType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
         self = type
     }
 
+    /// The element type a collection type names (`T_LIST`, or `T_SET` with `isSet`); nil for any other name.
+    public static func collection(_ typeName: String) -> (element: ValueType, isSet: Bool)? {
+        let isSet = typeName.hasSuffix("_SET")
+        guard isSet || typeName.hasSuffix("_LIST"),
+              let element = ValueType(cloudKitName: String(typeName.dropLast(isSet ? 4 : 5))) else { return nil }
+        return (element, isSet)
+    }
+
     public var description: String { cloudKitName }
 }
 

@@ -135,11 +135,17 @@ struct QueryFilter {
     let value: FieldValue
     /// The candidates of IN and NOT_IN, looked up by hash (`ScalarValue`'s hash agrees with its equality).
     let candidates: Set<ScalarValue>
+    /// A list or set value's elements in ascending order without repeats, for comparing it with sets.
+    let distinctElements: [ScalarValue]
 
     /// A filter as the request decoded it (`RecordQueryFilter`: its value checked against its comparator).
     init(_ filter: RecordQueryFilter) {
         let fieldName = filter.fieldName, value = filter.value, comparator = filter.comparator
         self.value = Self.comparable(value)
+        switch value {
+        case .list(_, let elements), .set(_, let elements): distinctElements = ScalarValue.sortedUnique(elements)
+        default: distinctElements = []
+        }
         self.fieldName = fieldName
         self.comparator = comparator
         switch value {
@@ -160,11 +166,12 @@ struct QueryFilter {
     /// Equality of a field and the filter's value. A set (written as `*_SET`, or as `*_LIST` by a release
     /// before lists kept their order) equals a list or set value holding the same distinct elements; two
     /// lists are equal element by element, in order.
-    static func equal(_ field: FieldValue, _ value: FieldValue) -> Bool {
+    func equal(_ field: FieldValue) -> Bool {
         switch (field, value) {
-        case let (.set(_, elements), .list(_, wanted)), let (.set(_, elements), .set(_, wanted)),
-             let (.list(_, elements), .set(_, wanted)):
-            return ScalarValue.sortedUnique(elements) == ScalarValue.sortedUnique(wanted)
+        case (.set(_, let elements), .list), (.set(_, let elements), .set):
+            return elements == distinctElements // a set's elements are already ascending and distinct
+        case (.list(_, let elements), .set):
+            return ScalarValue.sortedUnique(elements) == distinctElements
         default:
             return field == value
         }
@@ -177,8 +184,8 @@ struct QueryFilter {
     func matches(_ field: FieldValue?) -> Bool {
         guard let field = field.map(Self.comparable) else { return false }
         switch comparator {
-        case .equals: return Self.equal(field, value)
-        case .notEquals: return !Self.equal(field, value)
+        case .equals: return equal(field)
+        case .notEquals: return !equal(field)
         case .lessThan, .lessThanOrEquals, .greaterThan, .greaterThanOrEquals:
             guard case .scalar(let a) = field, case .scalar(let b) = value, a.type == b.type else { return false }
             let order = ScalarValue.compare(a, b)

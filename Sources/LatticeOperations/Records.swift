@@ -674,6 +674,8 @@ public struct Records: Sendable {
             throw ServiceError(.limitExceeded, "\(path).splices has \(splices.count) splices; at most \(Self.maximumSplices) "
                                              + "go in one request (send the rest in another, or the whole value)")
         }
+        // A list's element type, read once (nil for a text, or for a type that is neither).
+        let listType = typeName == "TEXT" ? nil : ValueType.collection(typeName).flatMap { $0.isSet ? nil : $0.element }
         for (index, splice) in splices.enumerated() {
             let splicePath = "\(path).splices[\(index)]"
             guard let parts = splice.arrayValue, parts.count == 3, let position = parts[0].intValue, position >= 0,
@@ -686,7 +688,7 @@ public struct Records: Sendable {
                 }
                 try edit.spliceText(name, at: Int(position), deleting: Int(deleted), inserting: inserted, at: tick())
             } else {
-                guard typeName.hasSuffix("_LIST"), let elementType = ValueType(cloudKitName: String(typeName.dropLast(5))) else {
+                guard let elementType = listType else {
                     throw ServiceError.badRequest("\(path).type with splices must be TEXT or a list type such as STRING_LIST")
                 }
                 let inserted = try listElements(parts[2], type: elementType, path: splicePath + "[2]")
@@ -701,9 +703,7 @@ public struct Records: Sendable {
     /// The element type of an add/remove edit, and whether the field is a set (`T_SET`) or a list.
     private func listElementType(_ object: [String: JSON], path: String) throws -> (ValueType, isSet: Bool) {
         if let typeName = object["type"]?.stringValue {
-            let isSet = typeName.hasSuffix("_SET")
-            guard isSet || typeName.hasSuffix("_LIST"),
-                  let type = ValueType(cloudKitName: String(typeName.dropLast(isSet ? 4 : 5))) else {
+            guard let (type, isSet) = ValueType.collection(typeName) else {
                 throw ServiceError.badRequest("\(path).type must be a list or set type such as STRING_LIST or STRING_SET")
             }
             return (type, isSet)
